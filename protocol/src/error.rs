@@ -1,0 +1,97 @@
+//! Error codes carried in responses, and the error of a decoder that met bad bytes.
+
+use thiserror::Error;
+
+/// The `i16` error code of every response (`DESIGN.md`, "Requests").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ErrorCode {
+    Unknown = -1,
+    None = 0,
+    OffsetOutOfRange = 1,
+    InvalidMessage = 2,
+    WrongPartition = 3,
+    InvalidFetchSize = 4,
+    MessageTooLarge = 5,
+    InvalidRequest = 6,
+    UnknownTopic = 7,
+    InvalidTopicName = 8,
+    InvalidConfig = 9,
+}
+
+impl ErrorCode {
+    /// Maps a code read off the wire; codes this version does not know become `Unknown`.
+    pub fn from_i16(code: i16) -> ErrorCode {
+        match code {
+            0 => ErrorCode::None,
+            1 => ErrorCode::OffsetOutOfRange,
+            2 => ErrorCode::InvalidMessage,
+            3 => ErrorCode::WrongPartition,
+            4 => ErrorCode::InvalidFetchSize,
+            5 => ErrorCode::MessageTooLarge,
+            6 => ErrorCode::InvalidRequest,
+            7 => ErrorCode::UnknownTopic,
+            8 => ErrorCode::InvalidTopicName,
+            9 => ErrorCode::InvalidConfig,
+            _ => ErrorCode::Unknown,
+        }
+    }
+
+    pub fn as_i16(self) -> i16 {
+        self as i16
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == ErrorCode::None
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            ErrorCode::Unknown => "unknown server error",
+            ErrorCode::None => "no error",
+            ErrorCode::OffsetOutOfRange => "offset out of range",
+            ErrorCode::InvalidMessage => "invalid message (CRC or framing)",
+            ErrorCode::WrongPartition => "partition does not exist on this broker",
+            ErrorCode::InvalidFetchSize => "invalid fetch size",
+            ErrorCode::MessageTooLarge => "message too large",
+            ErrorCode::InvalidRequest => "invalid request",
+            ErrorCode::UnknownTopic => "unknown topic",
+            ErrorCode::InvalidTopicName => "invalid topic name",
+            ErrorCode::InvalidConfig => "invalid topic config",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.description(), self.as_i16())
+    }
+}
+
+/// Bytes that do not decode as what they claim to be.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    #[error("truncated: needed {needed} more bytes reading {what}")]
+    Truncated { what: &'static str, needed: usize },
+    #[error("{extra} unexpected bytes after the end of {what}")]
+    TrailingBytes { what: &'static str, extra: usize },
+    #[error("unknown request type {0}")]
+    UnknownApiKey(u16),
+    #[error("invalid {what}: {value}")]
+    InvalidValue { what: &'static str, value: i64 },
+    #[error("{what} is not UTF-8")]
+    InvalidUtf8 { what: &'static str },
+}
+
+/// A request or response that cannot be put on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    #[error("a string of {bytes} bytes does not fit a u16 length")]
+    StringTooLong { bytes: usize },
+    #[error("{count} entries do not fit a u16 count")]
+    TooManyEntries { count: usize },
+    #[error("a frame of {bytes} bytes does not fit a u32 size")]
+    FrameTooLarge { bytes: usize },
+}

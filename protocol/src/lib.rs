@@ -1,0 +1,41 @@
+//! The one format Tributary uses on disk and on the wire (paper §3.1, "Simple storage" and
+//! "Efficient transfer"): messages and MessageSets, addressed by logical byte offsets, and the
+//! codecs of every request and response a broker speaks.
+//!
+//! This crate does no I/O. The broker stores exactly the bytes a producer sent and serves
+//! exactly the bytes it stored, so the types here are views over byte buffers: validating a
+//! MessageSet or iterating over it never copies a payload.
+//!
+//! Contracts are fixed by `DESIGN.md` ("On disk and on the wire", "Requests").
+
+mod error;
+mod message;
+mod message_set;
+mod request;
+mod response;
+mod topic;
+mod wire;
+
+pub use error::{DecodeError, EncodeError, ErrorCode};
+pub use message::{Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, encode_message};
+pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
+pub use request::{
+    Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
+    MultiProduceRequest, OffsetsRequest, ProducePartition, ProduceRequest, Request,
+};
+pub use response::{
+    CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse, MultiFetchResponse,
+    MultiProduceResponse, OffsetsResponse, ProducePart, ProduceResponse, Response,
+    encode_response_header,
+};
+pub use topic::{InvalidTopicName, validate_topic_name};
+pub use wire::FRAME_SIZE_BYTES;
+
+/// Default TCP port of a broker.
+pub const DEFAULT_PORT: u16 = 6667;
+/// `OFFSETS` time meaning "the end of the visible (flushed) log".
+pub const OFFSETS_LATEST: i64 = -1;
+/// `OFFSETS` time meaning "the start of the first segment".
+pub const OFFSETS_EARLIEST: i64 = -2;
+/// `PRODUCE` partition meaning "the broker picks one of its partitions".
+pub const ANY_PARTITION: i32 = -1;

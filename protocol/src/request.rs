@@ -1,0 +1,355 @@
+//! Requests: `u32 size | u16 type | body`, `size` counting the bytes after itself.
+//!
+//! Decoding takes the bytes after `size` as a [`Bytes`] so that a produced MessageSet is a
+//! slice of the received buffer, appended to the log without a copy.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::wire::{Reader, put_size, put_str, str_len};
+use crate::{DecodeError, EncodeError};
+
+/// The request types of `DESIGN.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ApiKey {
+    Produce = 0,
+    Fetch = 1,
+    MultiFetch = 2,
+    MultiProduce = 3,
+    Offsets = 4,
+    Metadata = 5,
+    CreateTopic = 6,
+}
+
+impl ApiKey {
+    pub fn from_u16(key: u16) -> Result<ApiKey, DecodeError> {
+        Ok(match key {
+            0 => ApiKey::Produce,
+            1 => ApiKey::Fetch,
+            2 => ApiKey::MultiFetch,
+            3 => ApiKey::MultiProduce,
+            4 => ApiKey::Offsets,
+            5 => ApiKey::Metadata,
+            6 => ApiKey::CreateTopic,
+            key => return Err(DecodeError::UnknownApiKey(key)),
+        })
+    }
+}
+
+/// When a producer hears back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Acks {
+    /// No response at all: fire and forget, as in the paper.
+    None = 0,
+    /// After the set is appended to the log (in the page cache).
+    Written = 1,
+    /// After the set is flushed to disk.
+    Flushed = 2,
+}
+
+impl Acks {
+    fn decode(r: &mut Reader) -> Result<Acks, DecodeError> {
+        match r.u8("acks")? {
+            0 => Ok(Acks::None),
+            1 => Ok(Acks::Written),
+            2 => Ok(Acks::Flushed),
+            value => Err(DecodeError::InvalidValue { what: "acks", value: value.into() }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceRequest {
+    pub topic: String,
+    /// A partition of the topic, or [`crate::ANY_PARTITION`].
+    pub partition: i32,
+    pub acks: Acks,
+    /// A whole MessageSet.
+    pub messages: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiFetchRequest {
+    pub fetches: Vec<FetchRequest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducePartition {
+    pub topic: String,
+    pub partition: i32,
+    pub messages: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiProduceRequest {
+    pub acks: Acks,
+    pub entries: Vec<ProducePartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetsRequest {
+    pub topic: String,
+    pub partition: i32,
+    /// [`crate::OFFSETS_LATEST`], [`crate::OFFSETS_EARLIEST`] or ms since the epoch.
+    pub time: i64,
+    pub max_number: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataRequest {
+    /// Topics to describe; empty means all.
+    pub topics: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateTopicRequest {
+    pub topic: String,
+    pub partitions: i32,
+    /// Per-topic overrides such as `("retention_ms", "3600000")`.
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Produce(ProduceRequest),
+    Fetch(FetchRequest),
+    MultiFetch(MultiFetchRequest),
+    MultiProduce(MultiProduceRequest),
+    Offsets(OffsetsRequest),
+    Metadata(MetadataRequest),
+    CreateTopic(CreateTopicRequest),
+}
+
+// Smallest encodings of repeated entries, to bound capacities by the bytes present.
+const FETCH_BYTES_MIN: usize = 2 + 4 + 8 + 4;
+const PRODUCE_PARTITION_BYTES_MIN: usize = 2 + 4 + 4;
+const STR_BYTES_MIN: usize = 2;
+
+impl Request {
+    pub fn api_key(&self) -> ApiKey {
+        match self {
+            Request::Produce(_) => ApiKey::Produce,
+            Request::Fetch(_) => ApiKey::Fetch,
+            Request::MultiFetch(_) => ApiKey::MultiFetch,
+            Request::MultiProduce(_) => ApiKey::MultiProduce,
+            Request::Offsets(_) => ApiKey::Offsets,
+            Request::Metadata(_) => ApiKey::Metadata,
+            Request::CreateTopic(_) => ApiKey::CreateTopic,
+        }
+    }
+
+    /// Whether the broker answers this request (only `acks` 0 produces go unanswered).
+    pub fn expects_response(&self) -> bool {
+        match self {
+            Request::Produce(p) => p.acks != Acks::None,
+            Request::MultiProduce(p) => p.acks != Acks::None,
+            _ => true,
+        }
+    }
+
+    /// Decodes the bytes after a frame's `size`: `u16 type | body`. The body must be used up.
+    pub fn decode(frame: Bytes) -> Result<Request, DecodeError> {
+        let mut r = Reader::new(frame);
+        let key = ApiKey::from_u16(r.u16("request type")?)?;
+        let request = match key {
+            ApiKey::Produce => {
+                let topic = r.str("topic")?;
+                let partition = r.i32("partition")?;
+                let acks = Acks::decode(&mut r)?;
+                let messages = set(&mut r)?;
+                Request::Produce(ProduceRequest { topic, partition, acks, messages })
+            }
+            ApiKey::Fetch => Request::Fetch(fetch(&mut r)?),
+            ApiKey::MultiFetch => {
+                let count = usize::from(r.u16("fetch count")?);
+                let mut fetches = Vec::with_capacity(r.capacity_for(count, FETCH_BYTES_MIN));
+                for _ in 0..count {
+                    fetches.push(fetch(&mut r)?);
+                }
+                Request::MultiFetch(MultiFetchRequest { fetches })
+            }
+            ApiKey::MultiProduce => {
+                let acks = Acks::decode(&mut r)?;
+                let count = usize::from(r.u16("produce count")?);
+                let capacity = r.capacity_for(count, PRODUCE_PARTITION_BYTES_MIN);
+                let mut entries = Vec::with_capacity(capacity);
+                for _ in 0..count {
+                    let topic = r.str("topic")?;
+                    let partition = r.i32("partition")?;
+                    let messages = set(&mut r)?;
+                    entries.push(ProducePartition { topic, partition, messages });
+                }
+                Request::MultiProduce(MultiProduceRequest { acks, entries })
+            }
+            ApiKey::Offsets => Request::Offsets(OffsetsRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                time: r.i64("time")?,
+                max_number: r.i32("max_number")?,
+            }),
+            ApiKey::Metadata => {
+                let count = usize::from(r.u16("topic count")?);
+                let mut topics = Vec::with_capacity(r.capacity_for(count, STR_BYTES_MIN));
+                for _ in 0..count {
+                    topics.push(r.str("topic")?);
+                }
+                Request::Metadata(MetadataRequest { topics })
+            }
+            ApiKey::CreateTopic => {
+                let topic = r.str("topic")?;
+                let partitions = r.i32("partitions")?;
+                let count = usize::from(r.u16("config count")?);
+                let mut configs = Vec::with_capacity(r.capacity_for(count, 2 * STR_BYTES_MIN));
+                for _ in 0..count {
+                    configs.push((r.str("config key")?, r.str("config value")?));
+                }
+                Request::CreateTopic(CreateTopicRequest { topic, partitions, configs })
+            }
+        };
+        r.finish("request")?;
+        Ok(request)
+    }
+
+    /// Bytes of the frame after its `size` field.
+    pub fn body_len(&self) -> usize {
+        2 + match self {
+            Request::Produce(p) => str_len(&p.topic) + 4 + 1 + 4 + p.messages.len(),
+            Request::Fetch(f) => fetch_len(f),
+            Request::MultiFetch(m) => 2 + m.fetches.iter().map(fetch_len).sum::<usize>(),
+            Request::MultiProduce(m) => {
+                let entry = |e: &ProducePartition| str_len(&e.topic) + 4 + 4 + e.messages.len();
+                1 + 2 + m.entries.iter().map(entry).sum::<usize>()
+            }
+            Request::Offsets(o) => str_len(&o.topic) + 4 + 8 + 4,
+            Request::Metadata(m) => 2 + m.topics.iter().map(|t| str_len(t)).sum::<usize>(),
+            Request::CreateTopic(c) => {
+                let config = |(k, v): &(String, String)| str_len(k) + str_len(v);
+                str_len(&c.topic) + 4 + 2 + c.configs.iter().map(config).sum::<usize>()
+            }
+        }
+    }
+
+    /// Appends the whole frame, `size` included, to `buf`.
+    pub fn encode(&self, buf: &mut BytesMut) -> Result<(), EncodeError> {
+        self.check_encodable()?;
+        let body_len = self.body_len();
+        buf.reserve(4 + body_len);
+        put_size(buf, body_len);
+        buf.put_u16(self.api_key() as u16);
+        match self {
+            Request::Produce(p) => {
+                put_str(buf, &p.topic);
+                buf.put_i32(p.partition);
+                buf.put_u8(p.acks as u8);
+                put_set(buf, &p.messages);
+            }
+            Request::Fetch(f) => put_fetch(buf, f),
+            Request::MultiFetch(m) => {
+                buf.put_u16(m.fetches.len() as u16);
+                m.fetches.iter().for_each(|f| put_fetch(buf, f));
+            }
+            Request::MultiProduce(m) => {
+                buf.put_u8(m.acks as u8);
+                buf.put_u16(m.entries.len() as u16);
+                for e in &m.entries {
+                    put_str(buf, &e.topic);
+                    buf.put_i32(e.partition);
+                    put_set(buf, &e.messages);
+                }
+            }
+            Request::Offsets(o) => {
+                put_str(buf, &o.topic);
+                buf.put_i32(o.partition);
+                buf.put_i64(o.time);
+                buf.put_i32(o.max_number);
+            }
+            Request::Metadata(m) => {
+                buf.put_u16(m.topics.len() as u16);
+                m.topics.iter().for_each(|t| put_str(buf, t));
+            }
+            Request::CreateTopic(c) => {
+                put_str(buf, &c.topic);
+                buf.put_i32(c.partitions);
+                buf.put_u16(c.configs.len() as u16);
+                for (k, v) in &c.configs {
+                    put_str(buf, k);
+                    put_str(buf, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every string, count and size against the width of its length field.
+    fn check_encodable(&self) -> Result<(), EncodeError> {
+        let strs: Vec<&str> = match self {
+            Request::Produce(p) => vec![&p.topic],
+            Request::Fetch(f) => vec![&f.topic],
+            Request::MultiFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
+            Request::MultiProduce(m) => m.entries.iter().map(|e| e.topic.as_str()).collect(),
+            Request::Offsets(o) => vec![&o.topic],
+            Request::Metadata(m) => m.topics.iter().map(String::as_str).collect(),
+            Request::CreateTopic(c) => std::iter::once(c.topic.as_str())
+                .chain(c.configs.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
+                .collect(),
+        };
+        if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {
+            return Err(EncodeError::StringTooLong { bytes: s.len() });
+        }
+        let count = match self {
+            Request::MultiFetch(m) => m.fetches.len(),
+            Request::MultiProduce(m) => m.entries.len(),
+            Request::Metadata(m) => m.topics.len(),
+            Request::CreateTopic(c) => c.configs.len(),
+            _ => 0,
+        };
+        if count > usize::from(u16::MAX) {
+            return Err(EncodeError::TooManyEntries { count });
+        }
+        let body_len = self.body_len();
+        if body_len > u32::MAX as usize {
+            return Err(EncodeError::FrameTooLarge { bytes: body_len });
+        }
+        Ok(())
+    }
+}
+
+fn fetch(r: &mut Reader) -> Result<FetchRequest, DecodeError> {
+    Ok(FetchRequest {
+        topic: r.str("topic")?,
+        partition: r.i32("partition")?,
+        offset: r.i64("offset")?,
+        max_bytes: r.i32("max_bytes")?,
+    })
+}
+
+fn fetch_len(f: &FetchRequest) -> usize {
+    str_len(&f.topic) + 4 + 8 + 4
+}
+
+fn put_fetch(buf: &mut BytesMut, f: &FetchRequest) {
+    put_str(buf, &f.topic);
+    buf.put_i32(f.partition);
+    buf.put_i64(f.offset);
+    buf.put_i32(f.max_bytes);
+}
+
+/// `u32 set_size, set`.
+fn set(r: &mut Reader) -> Result<Bytes, DecodeError> {
+    let size = r.u32("set_size")? as usize;
+    r.bytes("message set", size)
+}
+
+fn put_set(buf: &mut BytesMut, set: &Bytes) {
+    put_size(buf, set.len());
+    buf.put_slice(set);
+}

@@ -1,0 +1,226 @@
+//! Responses: `u32 size | i16 error | body`. Responses on a connection come in request order,
+//! so a response carries no id and is decoded knowing which request it answers. A response
+//! with a non-zero error has an empty body.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::request::ApiKey;
+use crate::wire::{Reader, put_size, put_str, str_len};
+use crate::{DecodeError, ErrorCode};
+
+/// Bytes of a response header after its `size`: the `i16 error`.
+const ERROR_BYTES: usize = 2;
+
+/// Writes `u32 size | i16 error` for a response whose body (after `error`) is `body_len` bytes.
+/// The fetch path uses it to write a header and then send the body with `sendfile`.
+pub fn encode_response_header(buf: &mut impl BufMut, body_len: usize, error: ErrorCode) {
+    put_size(buf, ERROR_BYTES + body_len);
+    buf.put_i16(error.as_i16());
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceResponse {
+    pub partition: i32,
+    /// Offset of the first appended message.
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResponse {
+    /// Raw MessageSet bytes, possibly ending in a partial message.
+    pub messages: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchPart {
+    pub error: ErrorCode,
+    pub messages: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiFetchResponse {
+    pub parts: Vec<FetchPart>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducePart {
+    pub error: ErrorCode,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiProduceResponse {
+    pub parts: Vec<ProducePart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetsResponse {
+    pub offsets: Vec<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataResponse {
+    pub broker_id: i32,
+    /// `(topic, partitions on this broker)`.
+    pub topics: Vec<(String, i32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateTopicResponse;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    Produce(ProduceResponse),
+    Fetch(FetchResponse),
+    MultiFetch(MultiFetchResponse),
+    MultiProduce(MultiProduceResponse),
+    Offsets(OffsetsResponse),
+    Metadata(MetadataResponse),
+    CreateTopic(CreateTopicResponse),
+}
+
+const FETCH_PART_BYTES_MIN: usize = 4 + ERROR_BYTES;
+const PRODUCE_PART_BYTES_MIN: usize = ERROR_BYTES + 4 + 8;
+const TOPIC_METADATA_BYTES_MIN: usize = 2 + 4;
+
+impl Response {
+    pub fn api_key(&self) -> ApiKey {
+        match self {
+            Response::Produce(_) => ApiKey::Produce,
+            Response::Fetch(_) => ApiKey::Fetch,
+            Response::MultiFetch(_) => ApiKey::MultiFetch,
+            Response::MultiProduce(_) => ApiKey::MultiProduce,
+            Response::Offsets(_) => ApiKey::Offsets,
+            Response::Metadata(_) => ApiKey::Metadata,
+            Response::CreateTopic(_) => ApiKey::CreateTopic,
+        }
+    }
+
+    /// Decodes the body (after `error`) of a successful response to a request of type `key`.
+    pub fn decode(key: ApiKey, body: Bytes) -> Result<Response, DecodeError> {
+        let mut r = Reader::new(body);
+        let response = match key {
+            ApiKey::Produce => Response::Produce(ProduceResponse {
+                partition: r.i32("partition")?,
+                offset: r.i64("offset")?,
+            }),
+            ApiKey::Fetch => {
+                let n = r.remaining();
+                Response::Fetch(FetchResponse { messages: r.bytes("message set", n)? })
+            }
+            ApiKey::MultiFetch => {
+                let count = r.remaining() / FETCH_PART_BYTES_MIN;
+                let mut parts = Vec::with_capacity(count);
+                while r.remaining() > 0 {
+                    let size = r.u32("part size")? as usize;
+                    let error = ErrorCode::from_i16(r.i16("part error")?);
+                    let set_bytes =
+                        size.checked_sub(ERROR_BYTES).ok_or(DecodeError::InvalidValue {
+                            what: "part size",
+                            value: size as i64,
+                        })?;
+                    parts.push(FetchPart { error, messages: r.bytes("message set", set_bytes)? });
+                }
+                Response::MultiFetch(MultiFetchResponse { parts })
+            }
+            ApiKey::MultiProduce => {
+                let count = usize::from(r.u16("part count")?);
+                let mut parts = Vec::with_capacity(r.capacity_for(count, PRODUCE_PART_BYTES_MIN));
+                for _ in 0..count {
+                    parts.push(ProducePart {
+                        error: ErrorCode::from_i16(r.i16("part error")?),
+                        partition: r.i32("partition")?,
+                        offset: r.i64("offset")?,
+                    });
+                }
+                Response::MultiProduce(MultiProduceResponse { parts })
+            }
+            ApiKey::Offsets => {
+                let count = r.u32("offset count")? as usize;
+                let mut offsets = Vec::with_capacity(r.capacity_for(count, 8));
+                for _ in 0..count {
+                    offsets.push(r.i64("offset")?);
+                }
+                Response::Offsets(OffsetsResponse { offsets })
+            }
+            ApiKey::Metadata => {
+                let broker_id = r.i32("broker id")?;
+                let count = usize::from(r.u16("topic count")?);
+                let mut topics =
+                    Vec::with_capacity(r.capacity_for(count, TOPIC_METADATA_BYTES_MIN));
+                for _ in 0..count {
+                    topics.push((r.str("topic")?, r.i32("partitions")?));
+                }
+                Response::Metadata(MetadataResponse { broker_id, topics })
+            }
+            ApiKey::CreateTopic => Response::CreateTopic(CreateTopicResponse),
+        };
+        r.finish("response")?;
+        Ok(response)
+    }
+
+    /// Bytes of the body after `error`.
+    pub fn body_len(&self) -> usize {
+        match self {
+            Response::Produce(_) => 4 + 8,
+            Response::Fetch(f) => f.messages.len(),
+            Response::MultiFetch(m) => {
+                m.parts.iter().map(|p| 4 + ERROR_BYTES + p.messages.len()).sum()
+            }
+            Response::MultiProduce(m) => 2 + m.parts.len() * PRODUCE_PART_BYTES_MIN,
+            Response::Offsets(o) => 4 + 8 * o.offsets.len(),
+            Response::Metadata(m) => {
+                4 + 2 + m.topics.iter().map(|(t, _)| str_len(t) + 4).sum::<usize>()
+            }
+            Response::CreateTopic(_) => 0,
+        }
+    }
+
+    /// Appends the whole successful response frame, `size` included. The broker builds every
+    /// response it sends, so counts and strings are within their field widths by construction.
+    pub fn encode(&self, buf: &mut BytesMut) {
+        let body_len = self.body_len();
+        buf.reserve(4 + ERROR_BYTES + body_len);
+        encode_response_header(buf, body_len, ErrorCode::None);
+        match self {
+            Response::Produce(p) => {
+                buf.put_i32(p.partition);
+                buf.put_i64(p.offset);
+            }
+            Response::Fetch(f) => buf.put_slice(&f.messages),
+            Response::MultiFetch(m) => {
+                for p in &m.parts {
+                    encode_response_header(buf, p.messages.len(), p.error);
+                    buf.put_slice(&p.messages);
+                }
+            }
+            Response::MultiProduce(m) => {
+                buf.put_u16(m.parts.len() as u16);
+                for p in &m.parts {
+                    buf.put_i16(p.error.as_i16());
+                    buf.put_i32(p.partition);
+                    buf.put_i64(p.offset);
+                }
+            }
+            Response::Offsets(o) => {
+                buf.put_u32(o.offsets.len() as u32);
+                o.offsets.iter().for_each(|&o| buf.put_i64(o));
+            }
+            Response::Metadata(m) => {
+                buf.put_i32(m.broker_id);
+                buf.put_u16(m.topics.len() as u16);
+                for (topic, partitions) in &m.topics {
+                    put_str(buf, topic);
+                    buf.put_i32(*partitions);
+                }
+            }
+            Response::CreateTopic(_) => {}
+        }
+    }
+
+    /// Appends a failed response: the error and an empty body.
+    pub fn encode_error(buf: &mut BytesMut, error: ErrorCode) {
+        encode_response_header(buf, 0, error);
+    }
+}

@@ -1,0 +1,214 @@
+//! Property tests: every request and response survives encode → decode unchanged, and no
+//! byte string makes a decoder panic.
+
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+use protocol::*;
+
+fn topic() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9._-]{1,40}"
+}
+
+fn message_set() -> impl Strategy<Value = Bytes> {
+    prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 1..8).prop_map(|payloads| {
+        let mut buf = BytesMut::new();
+        for p in &payloads {
+            encode_message(&mut buf, Codec::None, p);
+        }
+        buf.freeze()
+    })
+}
+
+fn acks() -> impl Strategy<Value = Acks> {
+    prop_oneof![Just(Acks::None), Just(Acks::Written), Just(Acks::Flushed)]
+}
+
+fn error_code() -> impl Strategy<Value = ErrorCode> {
+    (-1i16..=9).prop_map(ErrorCode::from_i16)
+}
+
+fn fetch() -> impl Strategy<Value = FetchRequest> {
+    (topic(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
+        |(topic, partition, offset, max_bytes)| FetchRequest {
+            topic,
+            partition,
+            offset,
+            max_bytes,
+        },
+    )
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    let produce = (topic(), any::<i32>(), acks(), message_set()).prop_map(
+        |(topic, partition, acks, messages)| {
+            Request::Produce(ProduceRequest { topic, partition, acks, messages })
+        },
+    );
+    let multi_fetch = prop::collection::vec(fetch(), 0..5)
+        .prop_map(|fetches| Request::MultiFetch(MultiFetchRequest { fetches }));
+    let multi_produce = (
+        acks(),
+        prop::collection::vec((topic(), any::<i32>(), message_set()), 0..4),
+    )
+        .prop_map(|(acks, entries)| {
+            let entries = entries
+                .into_iter()
+                .map(|(topic, partition, messages)| ProducePartition { topic, partition, messages })
+                .collect();
+            Request::MultiProduce(MultiProduceRequest { acks, entries })
+        });
+    let offsets = (topic(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
+        |(topic, partition, time, max_number)| {
+            Request::Offsets(OffsetsRequest { topic, partition, time, max_number })
+        },
+    );
+    let metadata = prop::collection::vec(topic(), 0..5)
+        .prop_map(|topics| Request::Metadata(MetadataRequest { topics }));
+    let create =
+        (topic(), any::<i32>(), prop::collection::vec(("[a-z_]{1,20}", "[0-9]{0,10}"), 0..5))
+            .prop_map(|(topic, partitions, configs)| {
+                Request::CreateTopic(CreateTopicRequest { topic, partitions, configs })
+            });
+    prop_oneof![
+        produce,
+        fetch().prop_map(Request::Fetch),
+        multi_fetch,
+        multi_produce,
+        offsets,
+        metadata,
+        create
+    ]
+}
+
+fn response() -> impl Strategy<Value = Response> {
+    let produce = (any::<i32>(), any::<i64>())
+        .prop_map(|(partition, offset)| Response::Produce(ProduceResponse { partition, offset }));
+    let fetch = message_set().prop_map(|messages| Response::Fetch(FetchResponse { messages }));
+    let multi_fetch =
+        prop::collection::vec((error_code(), message_set()), 0..4).prop_map(|parts| {
+            let parts =
+                parts.into_iter().map(|(error, messages)| FetchPart { error, messages }).collect();
+            Response::MultiFetch(MultiFetchResponse { parts })
+        });
+    let multi_produce = prop::collection::vec((error_code(), any::<i32>(), any::<i64>()), 0..5)
+        .prop_map(|parts| {
+            let parts = parts
+                .into_iter()
+                .map(|(error, partition, offset)| ProducePart { error, partition, offset })
+                .collect();
+            Response::MultiProduce(MultiProduceResponse { parts })
+        });
+    let offsets = prop::collection::vec(any::<i64>(), 0..10)
+        .prop_map(|offsets| Response::Offsets(OffsetsResponse { offsets }));
+    let metadata = (any::<i32>(), prop::collection::vec((topic(), any::<i32>()), 0..5))
+        .prop_map(|(broker_id, topics)| Response::Metadata(MetadataResponse { broker_id, topics }));
+    prop_oneof![
+        produce,
+        fetch,
+        multi_fetch,
+        multi_produce,
+        offsets,
+        metadata,
+        Just(Response::CreateTopic(CreateTopicResponse))
+    ]
+}
+
+/// Splits a response frame into `(error, body)`, checking its size field.
+fn split_response(frame: &[u8]) -> (i16, Bytes) {
+    let size = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
+    assert_eq!(size, frame.len() - 4, "size counts the bytes after itself");
+    let error = i16::from_be_bytes(frame[4..6].try_into().unwrap());
+    (error, Bytes::copy_from_slice(&frame[6..]))
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(request in request()) {
+        let mut buf = BytesMut::new();
+        request.encode(&mut buf).unwrap();
+        let size = u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize;
+        prop_assert_eq!(size, buf.len() - 4);
+        prop_assert_eq!(size, request.body_len());
+        let decoded = Request::decode(buf.freeze().slice(4..)).unwrap();
+        prop_assert_eq!(decoded, request);
+    }
+
+    #[test]
+    fn responses_round_trip(response in response()) {
+        let mut buf = BytesMut::new();
+        response.encode(&mut buf);
+        let (error, body) = split_response(&buf);
+        prop_assert_eq!(error, 0);
+        let decoded = Response::decode(response.api_key(), body).unwrap();
+        prop_assert_eq!(decoded, response);
+    }
+
+    #[test]
+    fn messages_round_trip(payloads in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 1..20), base in 0i64..1 << 40) {
+        let mut set = Vec::new();
+        for p in &payloads {
+            encode_message(&mut set, Codec::None, p);
+        }
+        prop_assert_eq!(validate_message_set(&set, u32::MAX), Ok(SetSummary { messages: payloads.len() }));
+        let mut expected_offset = base;
+        let mut iter = MessageSetIter::new(&set, base);
+        for (p, item) in payloads.iter().zip(iter.by_ref()) {
+            let (offset, message) = item.unwrap();
+            prop_assert_eq!(offset, expected_offset);
+            prop_assert_eq!(message.payload, &p[..]);
+            expected_offset += 4 + 5 + p.len() as i64;
+        }
+        prop_assert_eq!(iter.next_offset(), base + set.len() as i64);
+    }
+
+    #[test]
+    fn request_decoder_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Request::decode(Bytes::from(bytes));
+    }
+
+    #[test]
+    fn response_decoder_never_panics(key in 0u16..7, bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Response::decode(ApiKey::from_u16(key).unwrap(), Bytes::from(bytes));
+    }
+
+    #[test]
+    fn set_validator_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = validate_message_set(&bytes, 1 << 20);
+        for item in MessageSetIter::new(&bytes, 0) {
+            let _ = item;
+        }
+    }
+
+    #[test]
+    fn corrupted_requests_never_panic(request in request(), flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4)) {
+        let mut buf = BytesMut::new();
+        request.encode(&mut buf).unwrap();
+        let mut body = buf.split_off(4).to_vec();
+        for (i, b) in flips {
+            let i = i.index(body.len());
+            body[i] ^= b;
+        }
+        if let Ok(Request::Produce(p)) = Request::decode(Bytes::from(body)) {
+            let _ = validate_message_set(&p.messages, 1 << 20);
+        }
+    }
+}
+
+#[test]
+fn unknown_request_type_is_a_typed_error() {
+    assert_eq!(Request::decode(Bytes::from_static(&[0, 42])), Err(DecodeError::UnknownApiKey(42)));
+}
+
+#[test]
+fn forged_counts_do_not_allocate() {
+    // A multifetch claiming 65535 entries in a 4-byte body fails without reserving for them.
+    let body = Bytes::from_static(&[0, 2, 0xff, 0xff]);
+    assert!(matches!(Request::decode(body), Err(DecodeError::Truncated { .. })));
+}
+
+#[test]
+fn error_responses_have_empty_bodies() {
+    let mut buf = BytesMut::new();
+    Response::encode_error(&mut buf, ErrorCode::OffsetOutOfRange);
+    assert_eq!(&buf[..], &[0, 0, 0, 2, 0, 1]);
+}
