@@ -1,0 +1,331 @@
+//! The broker's shared state and what each request does to it. Requests arrive decoded from
+//! [`crate::connection`]; the answers here are values or typed error codes, never panics.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use protocol::{Acks, ErrorCode, FetchRequest, InvalidMessage};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
+use crate::log::{CreateError, FileSlice, LogError, LogManager, Partition, Topic};
+use crate::metrics::Metrics;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("opening the logs: {0}")]
+    Open(#[from] CreateError),
+    #[error("flushing the logs: {0}")]
+    Flush(#[from] LogError),
+    #[error("a blocking task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+pub struct Broker {
+    config: BrokerConfig,
+    logs: Arc<LogManager>,
+    metrics: Metrics,
+    /// Flusher and retention tasks.
+    tasks: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Broker {
+    /// Validates `config`, recovers every partition under `data_dir` and starts the flusher and
+    /// retention tasks.
+    pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
+        config.validate()?;
+        let for_open = config.clone();
+        let logs = tokio::task::spawn_blocking(move || LogManager::open(&for_open)).await??;
+        let broker = Arc::new(Broker {
+            config,
+            logs: Arc::new(logs),
+            metrics: Metrics::default(),
+            tasks: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        });
+        for partition in broker.logs.partitions() {
+            broker.start_flusher(partition);
+        }
+        broker.tasks.spawn(retention(
+            Arc::clone(&broker.logs),
+            broker.config.retention_check_interval(),
+            broker.stop.clone(),
+        ));
+        tracing::info!(
+            broker_id = broker.config.broker_id,
+            data_dir = %broker.config.data_dir.display(),
+            topics = broker.logs.topics().len(),
+            "logs open"
+        );
+        Ok(broker)
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn logs(&self) -> &LogManager {
+        &self.logs
+    }
+
+    fn start_flusher(&self, partition: Arc<Partition>) {
+        self.tasks.spawn(flusher(partition, self.stop.clone()));
+    }
+
+    /// Stops the background tasks and flushes every partition.
+    pub async fn close(&self) -> Result<(), BrokerError> {
+        self.stop.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+        let logs = Arc::clone(&self.logs);
+        tokio::task::spawn_blocking(move || logs.flush_all()).await??;
+        tracing::info!("every partition flushed");
+        Ok(())
+    }
+
+    /// Appends a whole MessageSet, validated before any byte of it is written.
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        set: &Bytes,
+    ) -> Result<(i32, i64), ErrorCode> {
+        protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
+        let summary =
+            protocol::validate_message_set(set, self.config.max_message_bytes).map_err(|e| {
+                tracing::debug!(%topic, partition, error = %e, "rejected message set");
+                match e {
+                    InvalidMessage::TooLarge { .. } => ErrorCode::MessageTooLarge,
+                    _ => ErrorCode::InvalidMessage,
+                }
+            })?;
+        let topic = self.topic_for_produce(topic).await?;
+        let partition = match partition {
+            protocol::ANY_PARTITION => {
+                let i = rand::random_range(0..topic.partitions.len());
+                &topic.partitions[i]
+            }
+            p => partition_of(&topic, p)?,
+        };
+        let appended = partition.append(set, summary.messages as u64).map_err(|e| {
+            tracing::error!(error = %e, "append failed");
+            ErrorCode::Unknown
+        })?;
+        Metrics::add(&self.metrics.messages_in, summary.messages as u64);
+        Metrics::add(&self.metrics.bytes_in, set.len() as u64);
+        if acks == Acks::Flushed {
+            partition.wait_flushed(appended.end).await;
+        }
+        Ok((partition.index() as i32, appended.offset as i64))
+    }
+
+    async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
+        if let Some(topic) = self.logs.topic(name) {
+            return Ok(topic);
+        }
+        if !self.config.auto_create_topics {
+            return Err(ErrorCode::UnknownTopic);
+        }
+        let (logs, owned, partitions) =
+            (Arc::clone(&self.logs), name.to_owned(), self.config.num_partitions);
+        let created =
+            tokio::task::spawn_blocking(move || logs.ensure_topic(&owned, partitions)).await;
+        self.topic_created(created)
+    }
+
+    /// `CREATE_TOPIC`: a new topic, or new settings and more partitions for an existing one.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: &[(String, String)],
+    ) -> Result<(), ErrorCode> {
+        protocol::validate_topic_name(name).map_err(|_| ErrorCode::InvalidTopicName)?;
+        let overrides = TopicOverrides::parse(partitions, configs, self.config.num_partitions)
+            .map_err(|e| {
+                tracing::debug!(topic = %name, error = %e, "rejected topic config");
+                ErrorCode::InvalidConfig
+            })?;
+        let (logs, owned) = (Arc::clone(&self.logs), name.to_owned());
+        let created =
+            tokio::task::spawn_blocking(move || logs.create_topic(&owned, overrides)).await;
+        self.topic_created(created).map(drop)
+    }
+
+    fn topic_created(
+        &self,
+        created: Result<
+            Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError>,
+            tokio::task::JoinError,
+        >,
+    ) -> Result<Arc<Topic>, ErrorCode> {
+        match created {
+            Ok(Ok((topic, added))) => {
+                added.into_iter().for_each(|p| self.start_flusher(p));
+                Ok(topic)
+            }
+            Ok(Err(CreateError::InvalidName(_))) => Err(ErrorCode::InvalidTopicName),
+            Ok(Err(e @ (CreateError::InvalidConfig(_) | CreateError::CannotShrink { .. }))) => {
+                tracing::debug!(error = %e, "rejected topic change");
+                Err(ErrorCode::InvalidConfig)
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "creating topic failed");
+                Err(ErrorCode::Unknown)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "creating topic panicked");
+                Err(ErrorCode::Unknown)
+            }
+        }
+    }
+
+    /// Where a fetch's bytes are: `None` when the offset is the end of the visible log.
+    pub fn plan_fetch(&self, fetch: &FetchRequest) -> Result<Option<FileSlice>, ErrorCode> {
+        Metrics::add(&self.metrics.fetch_requests, 1);
+        if fetch.max_bytes <= 0 {
+            return Err(ErrorCode::InvalidFetchSize);
+        }
+        let partition = self.partition(&fetch.topic, fetch.partition)?;
+        partition.read(fetch.offset, fetch.max_bytes as u32).map_err(|e| match e {
+            LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+            e => {
+                tracing::error!(error = %e, "fetch failed");
+                ErrorCode::Unknown
+            }
+        })
+    }
+
+    /// `OFFSETS`: the visible end, the start, or segment bases by modification time.
+    pub async fn offsets(
+        &self,
+        topic: &str,
+        partition: i32,
+        time: i64,
+        max_number: i32,
+    ) -> Result<Vec<i64>, ErrorCode> {
+        let partition = self.partition(topic, partition)?;
+        match time {
+            protocol::OFFSETS_LATEST => Ok(vec![partition.flushed_end() as i64]),
+            protocol::OFFSETS_EARLIEST => Ok(vec![partition.start_offset() as i64]),
+            time if time < 0 || max_number <= 0 => Err(ErrorCode::InvalidRequest),
+            time => {
+                let found = tokio::task::spawn_blocking(move || {
+                    partition.offsets_before(time, max_number as usize)
+                })
+                .await;
+                match found {
+                    Ok(Ok(offsets)) => Ok(offsets),
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "offsets failed");
+                        Err(ErrorCode::Unknown)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "offsets panicked");
+                        Err(ErrorCode::Unknown)
+                    }
+                }
+            }
+        }
+    }
+
+    /// `METADATA`: partitions per topic on this broker; 0 for a topic it does not have.
+    pub fn metadata(&self, topics: &[String]) -> Vec<(String, i32)> {
+        if topics.is_empty() {
+            return self
+                .logs
+                .topics()
+                .iter()
+                .map(|t| (t.name.clone(), t.partitions.len() as i32))
+                .collect();
+        }
+        topics
+            .iter()
+            .map(|name| {
+                let partitions = self.logs.topic(name).map_or(0, |t| t.partitions.len() as i32);
+                (name.clone(), partitions)
+            })
+            .collect()
+    }
+
+    fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, ErrorCode> {
+        protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
+        let topic = self.logs.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        partition_of(&topic, partition).cloned()
+    }
+}
+
+fn partition_of(topic: &Topic, partition: i32) -> Result<&Arc<Partition>, ErrorCode> {
+    usize::try_from(partition)
+        .ok()
+        .and_then(|i| topic.partitions.get(i))
+        .ok_or(ErrorCode::WrongPartition)
+}
+
+/// Flushes one partition when `flush_messages`, `flush_ms` or a waiting producer says so.
+async fn flusher(partition: Arc<Partition>, stop: CancellationToken) {
+    loop {
+        let deadline = partition.flush_deadline();
+        let sleep = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = partition.flush_wanted() => {}
+            _ = sleep => {}
+        }
+        if !partition.flush_due(std::time::Instant::now()) {
+            continue;
+        }
+        let p = Arc::clone(&partition);
+        let flushed = tokio::task::spawn_blocking(move || p.flush()).await;
+        let failure = match flushed {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::error!(partition = ?partition, error = %failure, "flush failed; retrying");
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Deletes expired segments of every partition every `interval`.
+async fn retention(logs: Arc<LogManager>, interval: Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let logs = Arc::clone(&logs);
+        let swept = tokio::task::spawn_blocking(move || {
+            let now = SystemTime::now();
+            for partition in logs.partitions() {
+                if let Err(e) = partition.enforce_retention(now) {
+                    tracing::error!(partition = ?partition, error = %e, "retention failed");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = swept {
+            tracing::error!(error = %e, "retention task panicked");
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Broker configuration: a TOML file whose keys are the flags' names, defaults from
+//! `DESIGN.md`, and per-topic overrides that `CREATE_TOPIC` may set.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {key}: {reason}")]
+    Invalid { key: &'static str, reason: String },
+    #[error(
+        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, partitions)"
+    )]
+    UnknownTopicKey(String),
+    #[error("topic config {key}: {value:?} is not a whole number")]
+    NotANumber { key: String, value: String },
+}
+
+/// Everything a broker is configured with. Field names are the config file's keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    pub host: String,
+    pub port: u16,
+    pub data_dir: PathBuf,
+    /// Partitions of a topic created without an explicit count.
+    pub num_partitions: u32,
+    /// Create unknown topics on their first produce.
+    pub auto_create_topics: bool,
+    pub max_request_bytes: u32,
+    /// Largest `length` of one message (the bytes after its length field).
+    pub max_message_bytes: u32,
+    pub max_connections: u32,
+    pub retention_check_ms: u64,
+    // Defaults of every topic's log; `CREATE_TOPIC` may override them per topic.
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub retention_ms: u64,
+    /// Delete head segments while a partition is larger than this; unset keeps any size.
+    pub retention_bytes: Option<u64>,
+    pub flush_messages: u64,
+    pub flush_ms: u64,
+}
+
+/// The settings of one partition's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: u64,
+    pub retention_ms: u64,
+    /// Delete head segments while the log is larger than this; unset keeps any size.
+    pub retention_bytes: Option<u64>,
+    pub flush_messages: u64,
+    pub flush_ms: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> BrokerConfig {
+        BrokerConfig {
+            broker_id: 0,
+            host: "127.0.0.1".into(),
+            port: protocol::DEFAULT_PORT,
+            data_dir: PathBuf::from("/tmp/tributary-logs"),
+            num_partitions: 1,
+            auto_create_topics: true,
+            max_request_bytes: 100 << 20,
+            max_message_bytes: 1 << 20,
+            max_connections: 4096,
+            retention_check_ms: 5 * 60 * 1000,
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * DAY_MS,
+            retention_ms: 7 * DAY_MS,
+            retention_bytes: None,
+            // Kafka 0.7's shipped server.properties: flush every 10,000 messages or 1 s.
+            flush_messages: 10_000,
+            flush_ms: 1000,
+        }
+    }
+}
+
+/// Most partitions one topic may have on a broker.
+pub const PARTITIONS_MAX: u32 = 10_000;
+
+impl BrokerConfig {
+    /// Reads a TOML file; keys left out keep their defaults.
+    pub fn from_file(path: &std::path::Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.message().to_owned() })
+    }
+
+    /// Checks every value; `main` and tests call it before starting a broker.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
+        if self.broker_id < 0 {
+            return invalid("broker_id", "must be 0 or more");
+        }
+        if self.host.is_empty() {
+            return invalid("host", "must not be empty");
+        }
+        if self.data_dir.as_os_str().is_empty() {
+            return invalid("data_dir", "must not be empty");
+        }
+        if self.num_partitions == 0 || self.num_partitions > PARTITIONS_MAX {
+            return invalid("num_partitions", "must be between 1 and 10000");
+        }
+        if self.max_message_bytes < 5 {
+            return invalid("max_message_bytes", "must be at least 5");
+        }
+        if self.max_request_bytes < self.max_message_bytes {
+            return invalid("max_request_bytes", "must be at least max_message_bytes");
+        }
+        if self.max_connections == 0 {
+            return invalid("max_connections", "must be at least 1");
+        }
+        if self.retention_check_ms == 0 {
+            return invalid("retention_check_ms", "must be at least 1");
+        }
+        self.log().validate()
+    }
+
+    /// The log settings every topic starts from.
+    pub fn log(&self) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            segment_ms: self.segment_ms,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            flush_messages: self.flush_messages,
+            flush_ms: self.flush_ms,
+        }
+    }
+
+    /// The address to listen on.
+    pub fn listen_addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Parses [`BrokerConfig::listen_addr`] when it is a literal IP address.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        self.listen_addr().parse().ok()
+    }
+
+    pub fn retention_check_interval(&self) -> Duration {
+        Duration::from_millis(self.retention_check_ms)
+    }
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
+        if self.segment_bytes == 0 || self.segment_bytes > i64::MAX as u64 {
+            return invalid("segment_bytes", "must be at least 1");
+        }
+        if self.segment_ms == 0 {
+            return invalid("segment_ms", "must be at least 1");
+        }
+        if self.retention_ms == 0 {
+            return invalid("retention_ms", "must be at least 1");
+        }
+        if self.flush_messages == 0 {
+            return invalid("flush_messages", "must be at least 1");
+        }
+        if self.flush_ms == 0 {
+            return invalid("flush_ms", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The broker's defaults with a topic's overrides applied.
+    pub fn with_overrides(&self, overrides: &TopicOverrides) -> LogConfig {
+        let mut log = *self;
+        for (key, &value) in &overrides.values {
+            match key.as_str() {
+                "segment_bytes" => log.segment_bytes = value,
+                "segment_ms" => log.segment_ms = value,
+                "retention_ms" => log.retention_ms = value,
+                "retention_bytes" => log.retention_bytes = Some(value),
+                "flush_messages" => log.flush_messages = value,
+                "flush_ms" => log.flush_ms = value,
+                _ => unreachable!("TopicOverrides::parse admits only known keys"),
+            }
+        }
+        log
+    }
+
+    pub fn flush_interval(&self) -> Duration {
+        Duration::from_millis(self.flush_ms)
+    }
+}
+
+/// Keys a topic may override.
+const TOPIC_KEYS: [&str; 6] = [
+    "segment_bytes",
+    "segment_ms",
+    "retention_ms",
+    "retention_bytes",
+    "flush_messages",
+    "flush_ms",
+];
+
+/// A topic's own settings, as stored beside its partitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicOverrides {
+    pub partitions: u32,
+    #[serde(default)]
+    pub values: BTreeMap<String, u64>,
+}
+
+impl TopicOverrides {
+    /// Parses `CREATE_TOPIC` configs. `partitions` may come as the request field (0 or less:
+    /// the broker default) or as a `partitions` key; if both are given they must agree.
+    pub fn parse(
+        partitions: i32,
+        configs: &[(String, String)],
+        default_partitions: u32,
+    ) -> Result<TopicOverrides, ConfigError> {
+        let mut values = BTreeMap::new();
+        let mut partitions_key = None;
+        for (key, value) in configs {
+            let number: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| ConfigError::NotANumber { key: key.clone(), value: value.clone() })?;
+            if key == "partitions" {
+                partitions_key = Some(number);
+            } else if TOPIC_KEYS.contains(&key.as_str()) {
+                values.insert(key.clone(), number);
+            } else {
+                return Err(ConfigError::UnknownTopicKey(key.clone()));
+            }
+        }
+        let partitions = match (partitions, partitions_key) {
+            (p, Some(k)) if p > 0 && p as u64 != k => {
+                return Err(ConfigError::Invalid {
+                    key: "partitions",
+                    reason: format!("request says {p}, config says {k}"),
+                });
+            }
+            (_, Some(k)) => k,
+            (p, None) if p > 0 => p as u64,
+            (_, None) => default_partitions.into(),
+        };
+        if partitions == 0 || partitions > PARTITIONS_MAX.into() {
+            return Err(ConfigError::Invalid {
+                key: "partitions",
+                reason: "must be between 1 and 10000".into(),
+            });
+        }
+        let overrides = TopicOverrides { partitions: partitions as u32, values };
+        BrokerConfig::default().log().with_overrides(&overrides).validate()?;
+        Ok(overrides)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_design() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.port, 6667);
+        assert_eq!(c.segment_bytes, 1 << 30);
+        assert_eq!(c.retention_ms, 7 * DAY_MS);
+        assert_eq!((c.max_request_bytes, c.max_message_bytes), (100 << 20, 1 << 20));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn file_keys_are_flag_names_and_unknown_keys_fail() {
+        let c: BrokerConfig = toml::from_str("port = 7000\nflush_ms = 5\n").unwrap();
+        assert_eq!((c.port, c.flush_ms), (7000, 5));
+        assert!(toml::from_str::<BrokerConfig>("prot = 7000").is_err());
+        assert!(toml::from_str::<BrokerConfig>("port = \"x\"").is_err());
+    }
+
+    #[test]
+    fn zero_limits_are_rejected() {
+        let mut c = BrokerConfig::default();
+        c.flush_messages = 0;
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { key: "flush_messages", .. })));
+    }
+
+    #[test]
+    fn topic_overrides_parse_and_check() {
+        let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let o = TopicOverrides::parse(0, &[kv("retention_ms", "60000")], 4).unwrap();
+        assert_eq!(o.partitions, 4);
+        assert_eq!(BrokerConfig::default().log().with_overrides(&o).retention_ms, 60000);
+        assert_eq!(TopicOverrides::parse(0, &[kv("partitions", "3")], 1).unwrap().partitions, 3);
+        assert!(TopicOverrides::parse(2, &[kv("partitions", "3")], 1).is_err());
+        assert!(TopicOverrides::parse(1, &[kv("colour", "3")], 1).is_err());
+        assert!(TopicOverrides::parse(1, &[kv("flush_ms", "soon")], 1).is_err());
+        assert!(TopicOverrides::parse(1, &[kv("flush_ms", "0")], 1).is_err());
+        assert!(TopicOverrides::parse(20_000, &[], 1).is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! One client connection: frames in, responses out, in request order.
+//!
+//! Requests are read into one buffer and handled in turn; small responses collect in an
+//! output buffer that is written when no more complete requests are buffered, so pipelined
+//! requests share system calls. Fetch data skips the buffer: the header goes out, then the
+//! segment bytes by `sendfile`.
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use protocol::{
+    Acks, ErrorCode, FRAME_SIZE_BYTES, MetadataResponse, MultiProduceResponse, OffsetsResponse,
+    ProducePart, ProduceResponse, Request, Response, encode_response_header,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::log::FileSlice;
+use crate::metrics::Metrics;
+use crate::sendfile::send_slice;
+
+/// Read buffer growth per read; a frame's declared size is never reserved up front.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Output buffered before it is written even though more requests are waiting.
+const OUTPUT_BYTES_MAX: usize = 256 << 10;
+
+/// What to do after a request.
+enum Next {
+    Continue,
+    Close,
+}
+
+pub(crate) struct Connection {
+    stream: TcpStream,
+    input: BytesMut,
+    output: BytesMut,
+    broker: Arc<Broker>,
+}
+
+impl Connection {
+    pub(crate) fn new(stream: TcpStream, broker: Arc<Broker>) -> Connection {
+        let _ = stream.set_nodelay(true);
+        Connection {
+            stream,
+            input: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            output: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            broker,
+        }
+    }
+
+    /// Serves requests until the client closes, sends something unusable, or `stop` fires.
+    pub(crate) async fn run(mut self, stop: CancellationToken) -> io::Result<()> {
+        loop {
+            if let Next::Close = self.handle_buffered().await? {
+                return self.flush_output().await;
+            }
+            self.flush_output().await?;
+            self.input.reserve(READ_CHUNK_BYTES);
+            tokio::select! {
+                read = self.stream.read_buf(&mut self.input) => {
+                    if read? == 0 {
+                        if !self.input.is_empty() {
+                            tracing::debug!(bytes = self.input.len(), "client closed mid-request");
+                        }
+                        return Ok(());
+                    }
+                }
+                _ = stop.cancelled() => return Ok(()),
+            }
+        }
+    }
+
+    /// Handles every complete request in the input buffer.
+    async fn handle_buffered(&mut self) -> io::Result<Next> {
+        let max_request_bytes = self.broker.config().max_request_bytes as usize;
+        while self.input.len() >= FRAME_SIZE_BYTES {
+            let size = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
+            if size > max_request_bytes || size < 2 {
+                tracing::debug!(size, max_request_bytes, "closing connection: bad frame size");
+                return Ok(self.reject(ErrorCode::InvalidRequest));
+            }
+            if self.input.len() < FRAME_SIZE_BYTES + size {
+                break;
+            }
+            self.input.advance(FRAME_SIZE_BYTES);
+            let frame = self.input.split_to(size).freeze();
+            let request = match Request::decode(frame) {
+                Ok(request) => request,
+                Err(e) => {
+                    tracing::debug!(error = %e, "closing connection: undecodable request");
+                    return Ok(self.reject(ErrorCode::InvalidRequest));
+                }
+            };
+            if let Next::Close = self.handle(request).await? {
+                return Ok(Next::Close);
+            }
+            if self.output.len() >= OUTPUT_BYTES_MAX {
+                self.flush_output().await?;
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    /// Answers a request that cannot be trusted with an error, then closes: after a bad frame
+    /// the byte stream has no reliable boundary left.
+    fn reject(&mut self, error: ErrorCode) -> Next {
+        Metrics::add(&self.broker.metrics().requests_rejected, 1);
+        Response::encode_error(&mut self.output, error);
+        Next::Close
+    }
+
+    fn respond(&mut self, result: Result<Response, ErrorCode>) {
+        match result {
+            Ok(response) => response.encode(&mut self.output),
+            Err(error) => {
+                Metrics::add(&self.broker.metrics().requests_rejected, 1);
+                Response::encode_error(&mut self.output, error);
+            }
+        }
+    }
+
+    async fn handle(&mut self, request: Request) -> io::Result<Next> {
+        let broker = Arc::clone(&self.broker);
+        match request {
+            Request::Produce(p) => {
+                Metrics::add(&broker.metrics().produce_requests, 1);
+                let result = broker.produce(&p.topic, p.partition, p.acks, &p.messages).await;
+                if p.acks != Acks::None {
+                    let result = result.map(|(partition, offset)| {
+                        Response::Produce(ProduceResponse { partition, offset })
+                    });
+                    self.respond(result);
+                }
+            }
+            Request::MultiProduce(m) => {
+                Metrics::add(&broker.metrics().produce_requests, 1);
+                let mut parts = Vec::with_capacity(m.entries.len());
+                for e in &m.entries {
+                    let part =
+                        match broker.produce(&e.topic, e.partition, m.acks, &e.messages).await {
+                            Ok((partition, offset)) => {
+                                ProducePart { error: ErrorCode::None, partition, offset }
+                            }
+                            Err(error) => ProducePart { error, partition: e.partition, offset: -1 },
+                        };
+                    parts.push(part);
+                }
+                if m.acks != Acks::None {
+                    self.respond(Ok(Response::MultiProduce(MultiProduceResponse { parts })));
+                }
+            }
+            Request::Fetch(f) => match broker.plan_fetch(&f) {
+                Ok(slice) => {
+                    let len = slice.as_ref().map_or(0, |s| s.len as usize);
+                    encode_response_header(&mut self.output, len, ErrorCode::None);
+                    self.send(slice.as_ref()).await?;
+                }
+                Err(error) => self.respond(Err(error)),
+            },
+            Request::MultiFetch(m) => {
+                let parts: Vec<_> = m.fetches.iter().map(|f| broker.plan_fetch(f)).collect();
+                let part_len = |p: &Result<Option<FileSlice>, ErrorCode>| match p {
+                    Ok(Some(slice)) => slice.len as usize,
+                    _ => 0,
+                };
+                let body_len: usize =
+                    parts.iter().map(|p| FRAME_SIZE_BYTES + 2 + part_len(p)).sum();
+                encode_response_header(&mut self.output, body_len, ErrorCode::None);
+                for part in &parts {
+                    let error = part.as_ref().err().copied().unwrap_or(ErrorCode::None);
+                    encode_response_header(&mut self.output, part_len(part), error);
+                    if let Ok(slice) = part {
+                        self.send(slice.as_ref()).await?;
+                    }
+                }
+            }
+            Request::Offsets(o) => {
+                let result = broker.offsets(&o.topic, o.partition, o.time, o.max_number).await;
+                self.respond(result.map(|offsets| Response::Offsets(OffsetsResponse { offsets })));
+            }
+            Request::Metadata(m) => {
+                let topics = broker.metadata(&m.topics);
+                let broker_id = broker.config().broker_id;
+                self.respond(Ok(Response::Metadata(MetadataResponse { broker_id, topics })));
+            }
+            Request::CreateTopic(c) => {
+                let result = broker.create_topic(&c.topic, c.partitions, &c.configs).await;
+                self.respond(result.map(|()| Response::CreateTopic(protocol::CreateTopicResponse)));
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    /// Writes what is buffered, then the slice's bytes straight from the file.
+    async fn send(&mut self, slice: Option<&FileSlice>) -> io::Result<()> {
+        let Some(slice) = slice.filter(|s| s.len > 0) else { return Ok(()) };
+        self.flush_output().await?;
+        send_slice(&self.stream, slice, self.broker.metrics()).await
+    }
+
+    async fn flush_output(&mut self) -> io::Result<()> {
+        if !self.output.is_empty() {
+            self.stream.write_all(&self.output).await?;
+            self.output.clear();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! The Tributary broker (paper §3.1): each topic is a set of partitions, each partition an
+//! append-only log of segment files addressed by logical byte offsets. Producers append whole
+//! MessageSets; consumers pull `(offset, max_bytes)` and get the stored bytes back by
+//! `sendfile(2)`. The broker keeps no per-consumer state and no message cache: the page cache
+//! is the cache.
+//!
+//! [`run`] serves a bound listener (tests bind port 0); `main` only parses the command line.
+
+mod broker;
+mod config;
+mod connection;
+pub mod log;
+mod metrics;
+mod sendfile;
+mod server;
+
+pub use broker::{Broker, BrokerError};
+pub use config::{BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides};
+pub use metrics::Metrics;
+pub use server::{run, serve};

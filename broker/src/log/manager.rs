@@ -1,0 +1,249 @@
+//! All partitions of one broker: topics found in `data_dir` on start, topics created by
+//! request or on first produce, and their per-topic settings, stored beside the data as
+//! `{data_dir}/.topics/{topic}.toml`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use nix::fcntl::{Flock, FlockArg};
+use thiserror::Error;
+
+use super::durable::write_durably;
+use super::partition::{LogError, Partition, sync_dir};
+use crate::config::{BrokerConfig, ConfigError, LogConfig, TopicOverrides};
+
+/// Folder of per-topic settings. A partition folder always ends in `-{digits}`, so no topic
+/// can collide with it.
+const TOPICS_DIR: &str = ".topics";
+const LOCK_FILE: &str = ".lock";
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CreateError {
+    #[error(transparent)]
+    InvalidName(#[from] protocol::InvalidTopicName),
+    #[error(transparent)]
+    InvalidConfig(#[from] ConfigError),
+    #[error("topic {topic} has {existing} partitions; they cannot shrink to {requested}")]
+    CannotShrink { topic: String, existing: u32, requested: u32 },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("{context} {path}: {source}")]
+    Io { context: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+/// A topic on this broker. Replaced whole when its settings change; partitions are shared.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub overrides: TopicOverrides,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+pub struct LogManager {
+    data_dir: PathBuf,
+    defaults: LogConfig,
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// Serializes topic creation so that two first produces create one topic.
+    create: Mutex<()>,
+    /// Held for the life of the broker: one broker per data directory.
+    _lock: Flock<fs::File>,
+}
+
+fn io_error(context: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CreateError {
+    let path = path.to_owned();
+    move |source| CreateError::Io { context, path, source }
+}
+
+impl LogManager {
+    /// Locks `data_dir`, finds its topics and recovers every partition. Blocking.
+    pub fn open(config: &BrokerConfig) -> Result<LogManager, CreateError> {
+        let data_dir = config.data_dir.clone();
+        let topics_dir = data_dir.join(TOPICS_DIR);
+        fs::create_dir_all(&topics_dir).map_err(io_error("creating", &topics_dir))?;
+        let lock_path = data_dir.join(LOCK_FILE);
+        let lock_file = fs::File::create(&lock_path).map_err(io_error("creating", &lock_path))?;
+        let lock =
+            Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+                let source = std::io::Error::other(format!(
+                    "{errno}: is another broker using this data directory?"
+                ));
+                CreateError::Io { context: "locking", path: lock_path.clone(), source }
+            })?;
+
+        // Settings first, then partition folders (which may exist without settings).
+        let mut found: BTreeMap<String, TopicOverrides> = BTreeMap::new();
+        for entry in fs::read_dir(&topics_dir).map_err(io_error("listing", &topics_dir))? {
+            let path = entry.map_err(io_error("listing", &topics_dir))?.path();
+            let Some(name) =
+                path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".toml"))
+            else {
+                continue;
+            };
+            let text = fs::read_to_string(&path).map_err(io_error("reading", &path))?;
+            let overrides: TopicOverrides = toml::from_str(&text).map_err(|e| CreateError::Io {
+                context: "parsing",
+                path: path.clone(),
+                source: std::io::Error::other(e.message().to_owned()),
+            })?;
+            found.insert(name.to_owned(), overrides);
+        }
+        for entry in fs::read_dir(&data_dir).map_err(io_error("listing", &data_dir))? {
+            let entry = entry.map_err(io_error("listing", &data_dir))?;
+            let name = entry.file_name();
+            let Some((topic, index)) = name.to_str().and_then(parse_partition_dir) else {
+                continue;
+            };
+            let overrides = found.entry(topic.to_owned()).or_default();
+            overrides.partitions = overrides.partitions.max(index + 1);
+        }
+
+        let manager = LogManager {
+            data_dir,
+            defaults: config.log(),
+            topics: RwLock::new(HashMap::new()),
+            create: Mutex::new(()),
+            _lock: lock,
+        };
+        for (name, overrides) in found {
+            if protocol::validate_topic_name(&name).is_err() || overrides.partitions == 0 {
+                tracing::warn!(topic = %name, "ignoring invalid topic settings");
+                continue;
+            }
+            let topic = manager.build_topic(&name, overrides, &[])?;
+            tracing::info!(topic = %name, partitions = topic.partitions.len(), "recovered topic");
+            manager.topics_mut().insert(name, Arc::new(topic));
+        }
+        Ok(manager)
+    }
+
+    fn topics_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        let mut topics: Vec<_> =
+            self.topics.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        topics
+    }
+
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.topics().iter().flat_map(|t| t.partitions.iter().cloned()).collect()
+    }
+
+    /// The topic, created with the broker's defaults if it does not exist. Blocking.
+    pub fn ensure_topic(
+        &self,
+        name: &str,
+        default_partitions: u32,
+    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+        protocol::validate_topic_name(name)?;
+        let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(topic) = self.topic(name) {
+            return Ok((topic, Vec::new()));
+        }
+        let overrides = TopicOverrides { partitions: default_partitions, ..Default::default() };
+        self.create_locked(name, overrides, creating)
+    }
+
+    /// Creates a topic, or changes an existing one's settings and grows its partitions.
+    /// Blocking. Returns the topic and the partitions that did not exist before.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        overrides: TopicOverrides,
+    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+        protocol::validate_topic_name(name)?;
+        let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        self.create_locked(name, overrides, creating)
+    }
+
+    fn create_locked(
+        &self,
+        name: &str,
+        overrides: TopicOverrides,
+        _creating: std::sync::MutexGuard<'_, ()>,
+    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+        let existing = self.topic(name);
+        let kept: &[Arc<Partition>] = existing.as_ref().map_or(&[], |t| &t.partitions);
+        if (overrides.partitions as usize) < kept.len() {
+            return Err(CreateError::CannotShrink {
+                topic: name.to_owned(),
+                existing: kept.len() as u32,
+                requested: overrides.partitions,
+            });
+        }
+        if existing.as_ref().is_some_and(|t| t.overrides == overrides) {
+            return Ok((existing.expect("checked"), Vec::new()));
+        }
+        let settings = self.data_dir.join(TOPICS_DIR).join(format!("{name}.toml"));
+        let text = toml::to_string(&overrides).expect("overrides serialize");
+        write_durably(&settings, text.as_bytes()).map_err(io_error("writing", &settings))?;
+        let topic = self.build_topic(name, overrides, kept)?;
+        let added = topic.partitions[kept.len()..].to_vec();
+        if !added.is_empty() {
+            sync_dir(&self.data_dir)?;
+        }
+        let topic = Arc::new(topic);
+        self.topics_mut().insert(name.to_owned(), Arc::clone(&topic));
+        tracing::info!(topic = %name, partitions = topic.partitions.len(), settings = ?topic.overrides.values, "topic ready");
+        Ok((topic, added))
+    }
+
+    /// A topic with `overrides`, reusing `kept` partitions and opening the rest.
+    fn build_topic(
+        &self,
+        name: &str,
+        overrides: TopicOverrides,
+        kept: &[Arc<Partition>],
+    ) -> Result<Topic, CreateError> {
+        let config = self.defaults.with_overrides(&overrides);
+        let mut partitions = kept.to_vec();
+        for p in &partitions {
+            p.set_config(config);
+        }
+        for index in kept.len() as u32..overrides.partitions {
+            let dir = self.data_dir.join(format!("{name}-{index}"));
+            partitions.push(Arc::new(Partition::open(dir, name, index, config)?));
+        }
+        Ok(Topic { name: name.to_owned(), overrides, partitions })
+    }
+
+    /// Flushes every partition. Blocking; used at shutdown.
+    pub fn flush_all(&self) -> Result<(), LogError> {
+        self.partitions().iter().try_for_each(|p| p.flush())
+    }
+}
+
+/// `{topic}-{partition}` → `(topic, partition)`; topics may contain `-` themselves.
+fn parse_partition_dir(name: &str) -> Option<(&str, u32)> {
+    let (topic, index) = name.rsplit_once('-')?;
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    protocol::validate_topic_name(topic).ok()?;
+    Some((topic, index.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_dirs_split_at_the_last_dash() {
+        assert_eq!(parse_partition_dir("page-views-12"), Some(("page-views", 12)));
+        assert_eq!(parse_partition_dir("a-0"), Some(("a", 0)));
+        assert_eq!(parse_partition_dir(".topics"), None);
+        assert_eq!(parse_partition_dir("a-"), None);
+        assert_eq!(parse_partition_dir("-3"), None);
+        assert_eq!(parse_partition_dir("a-x"), None);
+    }
+}

@@ -1,0 +1,11 @@
+//! The commit log: partitions of segment files under one data directory.
+
+mod durable;
+mod manager;
+mod partition;
+mod segment;
+
+pub use durable::write_durably;
+pub use manager::{CreateError, LogManager, Topic};
+pub use partition::{Appended, FileSlice, LogError, Partition};
+pub use segment::{ScanResult, Segment, scan_valid_prefix};

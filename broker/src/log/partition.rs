@@ -1,0 +1,443 @@
+//! One partition's log: a directory of segments addressed by logical byte offsets, with an
+//! in-memory sorted list of segment base offsets and no per-message index (paper §3.1).
+//!
+//! Appends go to the last segment only. Data becomes visible to fetches once flushed: the
+//! flushed end is the fetch limit. Flushing and retention are blocking filesystem work that
+//! the caller runs off the async workers; [`Partition::append`] writes to the page cache
+//! directly (a bounded memory copy) so that the produce path needs no thread hop.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use thiserror::Error;
+use tokio::sync::{Notify, watch};
+
+use super::segment::{Segment, scan_valid_prefix};
+use crate::config::LogConfig;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum LogError {
+    #[error("{topic}-{partition}: offset {offset} is outside [{start}, {end}]")]
+    OffsetOutOfRange { topic: String, partition: u32, offset: i64, start: u64, end: u64 },
+    #[error("{context} {path}: {source}")]
+    Io { context: &'static str, path: PathBuf, source: io::Error },
+}
+
+fn io_error(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError {
+    let path = path.to_owned();
+    move |source| LogError::Io { context, path, source }
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Offset of the first appended message.
+    pub offset: u64,
+    /// Offset after the last appended message: the log's new end.
+    pub end: u64,
+}
+
+/// A run of bytes of one segment that a fetch sends as is.
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    pub segment: Arc<Segment>,
+    /// Position in the segment file.
+    pub position: u64,
+    pub len: u64,
+}
+
+pub struct Partition {
+    topic: String,
+    index: u32,
+    dir: PathBuf,
+    state: Mutex<State>,
+    /// End of the data known to be on disk; fetches see nothing beyond it.
+    flushed: watch::Sender<u64>,
+    /// Wakes this partition's flusher: a threshold was crossed or a producer waits.
+    flush_wanted: Notify,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Partition({}-{})", self.topic, self.index)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    config: LogConfig,
+    /// Sorted by base offset; the last is the one appended to. Never empty.
+    segments: Vec<Arc<Segment>>,
+    /// Offset the next append gets.
+    end: u64,
+    unflushed_messages: u64,
+    /// When the oldest unflushed append happened.
+    dirty_since: Option<Instant>,
+    /// A producer with `acks` 2 waits for a flush.
+    flush_requested: bool,
+    /// Rolled segments whose last writes are not yet fsynced.
+    unsynced: Vec<Arc<Segment>>,
+    /// A segment was created or deleted since the directory was last fsynced.
+    dir_unsynced: bool,
+}
+
+impl State {
+    fn active(&self) -> &Arc<Segment> {
+        self.segments.last().expect("a partition always has a segment")
+    }
+
+    /// End offset of segment `i`: the next segment's base, or the log end for the last.
+    fn segment_end(&self, i: usize) -> u64 {
+        self.segments.get(i + 1).map_or(self.end, |s| s.base_offset)
+    }
+}
+
+impl Partition {
+    /// Opens (or creates) the partition in `dir`, validating the last segment and truncating it
+    /// at the first torn or invalid message. Blocking.
+    pub fn open(
+        dir: PathBuf,
+        topic: &str,
+        index: u32,
+        config: LogConfig,
+    ) -> Result<Self, LogError> {
+        fs::create_dir_all(&dir).map_err(io_error("creating partition directory", &dir))?;
+        let mut bases = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io_error("listing", &dir))? {
+            let entry = entry.map_err(io_error("listing", &dir))?;
+            match entry.file_name().to_str().and_then(Segment::parse_file_name) {
+                Some(base) => bases.push(base),
+                None => {
+                    tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
+                }
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        for &base in &bases {
+            segments.push(Arc::new(
+                Segment::open(&dir, base).map_err(io_error("opening segment in", &dir))?,
+            ));
+        }
+        let mut dir_unsynced = false;
+        if segments.is_empty() {
+            segments.push(Arc::new(
+                Segment::create(&dir, 0).map_err(io_error("creating segment in", &dir))?,
+            ));
+            dir_unsynced = true;
+        }
+        for pair in segments.windows(2) {
+            let len = pair[0].file_len().map_err(io_error("reading", &pair[0].path))?;
+            if pair[0].base_offset + len != pair[1].base_offset {
+                tracing::warn!(
+                    segment = %pair[0].path.display(), len, next_base = pair[1].base_offset,
+                    "segment does not end where the next begins"
+                );
+            }
+        }
+        let last = segments.last().expect("one segment at least");
+        let file_len = last.file_len().map_err(io_error("reading", &last.path))?;
+        let scan =
+            scan_valid_prefix(&last.file, file_len).map_err(io_error("recovering", &last.path))?;
+        if let Some(reason) = &scan.stopped_because {
+            tracing::warn!(
+                segment = %last.path.display(),
+                kept_bytes = scan.valid_bytes, kept_messages = scan.messages,
+                cut_bytes = file_len - scan.valid_bytes, %reason,
+                "truncating the partition's tail at the first invalid message"
+            );
+            last.file.set_len(scan.valid_bytes).map_err(io_error("truncating", &last.path))?;
+            last.file.sync_all().map_err(io_error("syncing", &last.path))?;
+        }
+        let end = last.base_offset + scan.valid_bytes;
+        let partition = Partition {
+            topic: topic.to_owned(),
+            index,
+            dir,
+            state: Mutex::new(State {
+                config,
+                segments,
+                end,
+                unflushed_messages: 0,
+                dirty_since: None,
+                flush_requested: false,
+                unsynced: Vec::new(),
+                dir_unsynced,
+            }),
+            flushed: watch::Sender::new(end),
+            flush_wanted: Notify::new(),
+        };
+        if dir_unsynced {
+            partition.flush()?;
+        }
+        Ok(partition)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would be a bug in this file; the state it guards is
+        // only changed after the I/O that backs it has succeeded, so it stays usable.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn set_config(&self, config: LogConfig) {
+        self.state().config = config;
+        self.flush_wanted.notify_one();
+    }
+
+    /// Appends a MessageSet the caller has validated whole and counted. The write goes to the
+    /// page cache at the log end with `pwrite`; a failed write is cut off again so that the
+    /// log never holds part of a set.
+    pub fn append(&self, set: &[u8], messages: u64) -> Result<Appended, LogError> {
+        let mut state = self.state();
+        let active_len = state.end - state.active().base_offset;
+        let full = active_len + set.len() as u64 > state.config.segment_bytes;
+        let old =
+            state.active().opened_at.elapsed() >= Duration::from_millis(state.config.segment_ms);
+        if active_len > 0 && (full || old) {
+            self.roll(&mut state)?;
+        }
+        let offset = state.end;
+        let active = Arc::clone(state.active());
+        let position = offset - active.base_offset;
+        if let Err(e) = active.file.write_all_at(set, position) {
+            // Leave no partial set behind; if even that fails, recovery will cut it on start.
+            let _ = active.file.set_len(position);
+            return Err(io_error("appending to", &active.path)(e));
+        }
+        state.end += set.len() as u64;
+        state.unflushed_messages += messages;
+        let first_dirty = state.dirty_since.is_none();
+        state.dirty_since.get_or_insert_with(Instant::now);
+        if first_dirty || state.unflushed_messages >= state.config.flush_messages {
+            self.flush_wanted.notify_one();
+        }
+        Ok(Appended { offset, end: state.end })
+    }
+
+    /// Starts a new segment at the log end. The old one is fsynced by the next flush.
+    fn roll(&self, state: &mut State) -> Result<(), LogError> {
+        let segment = Segment::create(&self.dir, state.end)
+            .map_err(io_error("rolling segment in", &self.dir))?;
+        tracing::debug!(topic = %self.topic, partition = self.index, base_offset = state.end, "rolled segment");
+        let old = Arc::clone(state.active());
+        state.unsynced.push(old);
+        state.segments.push(Arc::new(segment));
+        state.dir_unsynced = true;
+        Ok(())
+    }
+
+    /// The end of the visible (flushed) log.
+    pub fn flushed_end(&self) -> u64 {
+        *self.flushed.borrow()
+    }
+
+    /// The end of the log, flushed or not.
+    pub fn end(&self) -> u64 {
+        self.state().end
+    }
+
+    /// Offset of the first byte still kept.
+    pub fn start_offset(&self) -> u64 {
+        self.state().segments[0].base_offset
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<u64> {
+        self.state().segments.iter().map(|s| s.base_offset).collect()
+    }
+
+    /// Up to `max_bytes` of flushed log from `offset`, within one segment. `None` when `offset`
+    /// is the visible end. A slice may end in a partial message; the consumer drops it.
+    pub fn read(&self, offset: i64, max_bytes: u32) -> Result<Option<FileSlice>, LogError> {
+        let visible_end = self.flushed_end();
+        let state = self.state();
+        let start = state.segments[0].base_offset;
+        let out_of_range = || LogError::OffsetOutOfRange {
+            topic: self.topic.clone(),
+            partition: self.index,
+            offset,
+            start,
+            end: visible_end,
+        };
+        let offset = u64::try_from(offset).map_err(|_| out_of_range())?;
+        if offset < start || offset > visible_end {
+            return Err(out_of_range());
+        }
+        if offset == visible_end {
+            return Ok(None);
+        }
+        let i = state.segments.partition_point(|s| s.base_offset <= offset) - 1;
+        let segment = Arc::clone(&state.segments[i]);
+        let limit = state.segment_end(i).min(visible_end);
+        let len = (limit - offset).min(u64::from(max_bytes));
+        let position = offset - segment.base_offset;
+        Ok(Some(FileSlice { segment, position, len }))
+    }
+
+    /// Asks the flusher for a flush now and waits until the log is on disk up to `end`.
+    pub async fn wait_flushed(&self, end: u64) {
+        let mut flushed = self.flushed.subscribe();
+        if *flushed.borrow() >= end {
+            return;
+        }
+        self.state().flush_requested = true;
+        self.flush_wanted.notify_one();
+        // The sender lives as long as `self`, so `wait_for` cannot fail while we borrow it.
+        let _ = flushed.wait_for(|&flushed| flushed >= end).await;
+    }
+
+    /// Waits until a flush may be due: the flusher task's sleep.
+    pub async fn flush_wanted(&self) {
+        self.flush_wanted.notified().await
+    }
+
+    /// When the oldest unflushed data reaches `flush_ms`, if there is any.
+    pub fn flush_deadline(&self) -> Option<Instant> {
+        let state = self.state();
+        state.dirty_since.map(|since| since + state.config.flush_interval())
+    }
+
+    /// Whether `flush_messages`, `flush_ms` or a waiting producer calls for a flush now.
+    pub fn flush_due(&self, now: Instant) -> bool {
+        let state = self.state();
+        state.flush_requested
+            || state.dir_unsynced
+            || state.unflushed_messages >= state.config.flush_messages
+            || state.dirty_since.is_some_and(|since| now >= since + state.config.flush_interval())
+    }
+
+    /// Fsyncs everything appended so far and makes it visible. Blocking. The lock is held only
+    /// to take a snapshot, so appends continue while the disk works.
+    pub fn flush(&self) -> Result<(), LogError> {
+        let (target, mut files, dir_unsynced) = {
+            let mut state = self.state();
+            let clean = !state.dir_unsynced && state.unsynced.is_empty();
+            if clean && state.end == self.flushed_end() {
+                state.flush_requested = false;
+                return Ok(());
+            }
+            let mut files = std::mem::take(&mut state.unsynced);
+            files.push(Arc::clone(state.active()));
+            state.unflushed_messages = 0;
+            state.dirty_since = None;
+            state.flush_requested = false;
+            (state.end, files, std::mem::take(&mut state.dir_unsynced))
+        };
+        let synced =
+            files.iter().try_for_each(|s| s.file.sync_data().map_err(io_error("syncing", &s.path)));
+        let synced = synced.and_then(|()| if dir_unsynced { sync_dir(&self.dir) } else { Ok(()) });
+        if let Err(e) = synced {
+            // Keep the data invisible and try again on the next tick.
+            let mut state = self.state();
+            state.unsynced.append(&mut files);
+            state.dirty_since.get_or_insert_with(Instant::now);
+            state.dir_unsynced |= dir_unsynced;
+            return Err(e);
+        }
+        self.flushed.send_if_modified(|flushed| {
+            let advanced = target > *flushed;
+            *flushed = (*flushed).max(target);
+            advanced
+        });
+        Ok(())
+    }
+
+    /// Deletes whole segments from the head: those last modified more than `retention_ms` ago,
+    /// then more while the log is larger than `retention_bytes`. Only flushed segments go; the
+    /// active segment goes only after a roll, when it has expired too. Blocking. Returns the
+    /// base offsets deleted.
+    pub fn enforce_retention(&self, now: SystemTime) -> Result<Vec<u64>, LogError> {
+        let mut doomed = Vec::new();
+        {
+            let mut state = self.state();
+            let visible_end = self.flushed_end();
+            let retention = Duration::from_millis(state.config.retention_ms);
+            let expired = |s: &Segment| -> Result<bool, LogError> {
+                let modified = s.modified().map_err(io_error("reading", &s.path))?;
+                Ok(now.duration_since(modified).is_ok_and(|age| age > retention))
+            };
+            let mut count = 0;
+            while count < state.segments.len() && state.segment_end(count) <= visible_end {
+                if !expired(&state.segments[count])? {
+                    break;
+                }
+                count += 1;
+            }
+            if let Some(limit) = state.config.retention_bytes {
+                let mut size =
+                    state.end - state.segments[count.min(state.segments.len() - 1)].base_offset;
+                while count + 1 < state.segments.len()
+                    && size > limit
+                    && state.segment_end(count) <= visible_end
+                {
+                    size -= state.segment_end(count) - state.segments[count].base_offset;
+                    count += 1;
+                }
+            }
+            if count == state.segments.len() {
+                // Everything expired: start an empty segment so the log keeps its end offset.
+                if state.end > state.active().base_offset {
+                    self.roll(&mut state)?;
+                } else {
+                    count -= 1;
+                }
+            }
+            if count > 0 {
+                doomed.extend(state.segments.drain(..count));
+                state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
+                state.dir_unsynced = true;
+            }
+        }
+        let mut deleted = Vec::with_capacity(doomed.len());
+        for segment in doomed {
+            fs::remove_file(&segment.path).map_err(io_error("deleting", &segment.path))?;
+            tracing::info!(topic = %self.topic, partition = self.index, segment = %segment.path.display(), "retention deleted segment");
+            deleted.push(segment.base_offset);
+        }
+        if !deleted.is_empty() {
+            self.flush()?;
+        }
+        Ok(deleted)
+    }
+
+    /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified
+    /// at or before it, newest first, at most `max_number`. Blocking (reads file times).
+    pub fn offsets_before(&self, time_ms: i64, max_number: usize) -> Result<Vec<i64>, LogError> {
+        let segments = self.state().segments.clone();
+        let mut offsets = Vec::new();
+        for segment in segments.iter().rev() {
+            if offsets.len() >= max_number {
+                break;
+            }
+            let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
+            let modified_ms =
+                modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            if modified_ms <= time_ms {
+                offsets.push(segment.base_offset as i64);
+            }
+        }
+        Ok(offsets)
+    }
+}
+
+/// Fsyncs a directory so that created and deleted entries survive a crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("syncing directory", dir))
+}

@@ -1,0 +1,43 @@
+//! Fetch data goes from the segment file to the socket with `sendfile(2)`: the bytes never
+//! pass through this process's memory (paper §3.1, "Efficient transfer").
+
+use std::io;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use crate::log::FileSlice;
+use crate::metrics::Metrics;
+
+/// Sends `slice` to `stream`, waiting for the socket whenever its buffer is full.
+pub(crate) async fn send_slice(
+    stream: &TcpStream,
+    slice: &FileSlice,
+    metrics: &Metrics,
+) -> io::Result<()> {
+    let end = slice.position + slice.len;
+    let mut position = slice.position as nix::libc::off_t;
+    while (position as u64) < end {
+        let count = (end - position as u64) as usize;
+        stream.writable().await?;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            nix::sys::sendfile::sendfile(stream, &slice.segment.file, Some(&mut position), count)
+                .map_err(io::Error::from)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{} ended before offset {end}", slice.segment.path.display()),
+                ));
+            }
+            Ok(n) => {
+                Metrics::add(&metrics.bytes_sent_by_sendfile, n as u64);
+                Metrics::add(&metrics.sendfile_calls, 1);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

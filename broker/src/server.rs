@@ -1,0 +1,83 @@
+//! Accepts connections until shutdown, then stops them and flushes every partition.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker::{Broker, BrokerError};
+use crate::config::BrokerConfig;
+use crate::connection::Connection;
+use crate::metrics::Metrics;
+
+/// How long connections get to finish the request in hand after shutdown begins.
+const DRAIN_MS: u64 = 5_000;
+
+/// Opens the logs in `config.data_dir` and serves `listener` until `shutdown` completes.
+pub async fn run(
+    listener: TcpListener,
+    config: BrokerConfig,
+    shutdown: impl Future,
+) -> Result<(), BrokerError> {
+    let broker = Broker::open(config).await?;
+    serve(listener, broker, shutdown).await
+}
+
+/// Serves an opened broker until `shutdown` completes; then closes every connection and
+/// flushes every partition before returning.
+pub async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    shutdown: impl Future,
+) -> Result<(), BrokerError> {
+    let limit = Arc::new(Semaphore::new(broker.config().max_connections as usize));
+    let connections = TaskTracker::new();
+    let stop = CancellationToken::new();
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, broker_id = broker.config().broker_id, "broker listening");
+    }
+    let mut accept_backoff = Duration::from_millis(1);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Typically out of file descriptors: wait rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(accept_backoff).await;
+                    accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
+        };
+        accept_backoff = Duration::from_millis(1);
+        let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
+            Metrics::add(&broker.metrics().connections_refused, 1);
+            tracing::warn!(%peer, max = broker.config().max_connections, "too many connections; closing");
+            continue;
+        };
+        Metrics::add(&broker.metrics().connections_accepted, 1);
+        let connection = Connection::new(stream, Arc::clone(&broker));
+        let stop = stop.clone();
+        connections.spawn(async move {
+            if let Err(e) = connection.run(stop).await {
+                tracing::debug!(%peer, error = %e, "connection ended");
+            }
+            drop(permit);
+        });
+    }
+    tracing::info!("shutting down: closing connections");
+    drop(listener);
+    stop.cancel();
+    connections.close();
+    if tokio::time::timeout(Duration::from_millis(DRAIN_MS), connections.wait()).await.is_err() {
+        tracing::warn!("connections still busy after {DRAIN_MS} ms; closing the logs anyway");
+    }
+    broker.close().await
+}
