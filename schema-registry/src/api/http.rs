@@ -1,0 +1,176 @@
+//! How requests and responses look on the wire: Confluent's content type, its error body
+//! `{"error_code", "message"}`, and extractors whose every rejection is such a body (axum's
+//! own rejections are plain text, which Confluent clients cannot parse).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::RegistryError;
+
+/// The content type of every response, as Confluent sends it.
+pub const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// A JSON response with Confluent's content type.
+pub struct Reply<T>(pub T);
+
+impl<T: Serialize> IntoResponse for Reply<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.0) {
+            Ok(body) => json_response(StatusCode::OK, body),
+            Err(e) => ApiError::internal(format!("cannot encode the response: {e}")).into_response(),
+        }
+    }
+}
+
+/// A response body that is already JSON text (a schema), sent as it is.
+pub struct RawJson(pub String);
+
+impl IntoResponse for RawJson {
+    fn into_response(self) -> Response {
+        json_response(StatusCode::OK, self.0.into_bytes())
+    }
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    response
+}
+
+/// An error as Confluent clients expect it: an HTTP status and `{"error_code", "message"}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub error_code: u32,
+    pub message: String,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error_code: u32,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error about the HTTP exchange itself, whose code is its status (Confluent does the
+    /// same for 404 on unknown paths, 405, 413 and the like).
+    pub fn http(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            error_code: u32::from(status.as_u16()),
+            message: message.into(),
+        }
+    }
+
+    fn internal(message: String) -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            error_code: 50001,
+            message,
+        }
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> ApiError {
+        let error_code = e.error_code();
+        // Confluent's codes start with their HTTP status: 40401 → 404, 409 → 409.
+        let status_digits = if error_code >= 10_000 { error_code / 100 } else { error_code };
+        let status = u16::try_from(status_digits)
+            .ok()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::error!(error = %e, "request failed");
+        }
+        ApiError {
+            status,
+            error_code,
+            message: e.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error_code: self.error_code,
+            message: &self.message,
+        };
+        // Serialising a u32 and a str cannot fail; the fallback keeps the body JSON anyway.
+        let body = serde_json::to_vec(&body)
+            .unwrap_or_else(|_| br#"{"error_code":50001,"message":"error"}"#.to_vec());
+        json_response(self.status, body)
+    }
+}
+
+/// A JSON request body, whatever its content type (Confluent clients send
+/// `application/vnd.schemaregistry.v1+json`), read up to the router's body limit.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|r| ApiError::http(r.status(), r.body_text()))?;
+        serde_json::from_slice(&bytes).map(Body).map_err(|e| {
+            if e.is_data() {
+                ApiError::http(StatusCode::UNPROCESSABLE_ENTITY, format!("Unprocessable entity: {e}"))
+            } else {
+                ApiError::http(StatusCode::BAD_REQUEST, format!("Malformed JSON: {e}"))
+            }
+        })
+    }
+}
+
+/// Path parameters, with Confluent-style rejections.
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|r| ApiError::http(r.status(), r.body_text()))
+    }
+}
+
+/// The query parameters any endpoint understands; each endpoint reads those it needs and
+/// unknown ones are ignored, as Confluent does. `normalize` is accepted too: every schema is
+/// normalised (see [`crate::schema::ParsedSchema::canonical`]), so it changes nothing.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Flags {
+    /// Include soft-deleted subjects and versions.
+    pub deleted: bool,
+    /// Delete for good (after a soft delete).
+    pub permanent: bool,
+    /// Return the reasons a compatibility check failed.
+    pub verbose: bool,
+    /// `GET /config/{subject}`: fall back to the global level.
+    pub default_to_global: bool,
+    /// `GET /subjects`: only subjects starting with this.
+    pub subject_prefix: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Flags {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<Flags>::from_request_parts(parts, state)
+            .await
+            .map(|q| q.0)
+            .map_err(|r| ApiError::http(r.status(), r.body_text()))
+    }
+}

@@ -1,0 +1,82 @@
+//! The Confluent Schema Registry REST API over the [`Registry`]: routes, and the limits every
+//! request is held to.
+
+mod compatibility;
+mod config;
+pub mod http;
+mod schemas;
+mod subjects;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use tower::limit::ConcurrencyLimitLayer;
+
+use self::http::{ApiError, Reply};
+use crate::config::Config;
+use crate::registry::Registry;
+
+/// The API's routes, bounded by `config`'s request size and concurrency limits.
+pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/subjects", get(subjects::list))
+        .route("/subjects/{subject}", post(subjects::lookup).delete(subjects::delete))
+        .route(
+            "/subjects/{subject}/versions",
+            get(subjects::versions).post(subjects::register),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}",
+            get(subjects::version).delete(subjects::delete_version),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/schema",
+            get(subjects::version_schema),
+        )
+        .route(
+            "/subjects/{subject}/versions/{version}/referencedby",
+            get(subjects::referenced_by),
+        )
+        .route("/schemas/types", get(schemas::types))
+        .route("/schemas/ids/{id}", get(schemas::by_id))
+        .route("/schemas/ids/{id}/schema", get(schemas::by_id_schema))
+        .route("/schemas/ids/{id}/versions", get(schemas::id_versions))
+        .route("/schemas/ids/{id}/subjects", get(schemas::id_subjects))
+        .route(
+            "/compatibility/subjects/{subject}/versions",
+            post(compatibility::against_subject),
+        )
+        .route(
+            "/compatibility/subjects/{subject}/versions/{version}",
+            post(compatibility::against_version),
+        )
+        .route("/config", get(config::get_global).put(config::put_global))
+        .route(
+            "/config/{subject}",
+            get(config::get_subject)
+                .put(config::put_subject)
+                .delete(config::delete_subject),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(config.max_request_bytes))
+        .layer(ConcurrencyLimitLayer::new(config.max_concurrent_requests))
+        .with_state(registry)
+}
+
+/// Confluent answers `{}` at the root; probes use it to see the service is up.
+async fn root() -> Reply<serde_json::Map<String, serde_json::Value>> {
+    Reply(serde_json::Map::new())
+}
+
+async fn not_found() -> ApiError {
+    ApiError::http(StatusCode::NOT_FOUND, "HTTP 404 Not Found")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::http(StatusCode::METHOD_NOT_ALLOWED, "HTTP 405 Method Not Allowed")
+}

@@ -1,0 +1,83 @@
+//! `schema-registry`: parses flags and the config file, binds, and runs the service.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use schema_registry::Config;
+
+/// Avro schema registry speaking the Confluent Schema Registry REST API.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// TOML config file; flags override its values.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    host: Option<String>,
+    /// Port to listen on; 0 picks a free one [default: 8081].
+    #[arg(long)]
+    port: Option<u16>,
+    /// Directory of the durable log [default: schema-registry-data].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Register every `.avsc` file in DIR at start, as subject `{file stem}-value`.
+    #[arg(long, value_name = "DIR")]
+    register_schemas: Option<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = start() {
+        // One line: the error and its causes, as `error: a: b: c`.
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn start() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    let mut config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(host) = args.host {
+        config.host = host;
+    }
+    if let Some(port) = args.port {
+        config.port = port;
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(dir) = args.register_schemas {
+        config.register_schemas = Some(dir);
+    }
+    config.validate()?;
+
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", config.host, config.port))?;
+        let addr = listener.local_addr().context("cannot read the bound address")?;
+        // Scripts and test fixtures read this line to learn the port (with `--port 0`).
+        println!("schema-registry listening on http://{addr}");
+        let shutdown = async {
+            // If the signal handler cannot be installed, run until killed.
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        schema_registry::run(listener, config, shutdown).await?;
+        Ok(())
+    })
+}
