@@ -223,8 +223,11 @@ impl Registry {
         let _writing = self.writes.lock().await;
         let version = {
             let state = self.read();
-            let s = visible_subject(&state, subject, permanent)?;
-            let (version, _) = select(s, subject, selector, permanent)?;
+            let s = visible_subject(&state, subject, true)?;
+            // A numbered version is found even when soft-deleted (to answer 40406 rather than
+            // 40402); `latest` means the newest live one, unless deleting permanently.
+            let any = permanent || matches!(selector, VersionSelector::Number(_));
+            let (version, _) = select(s, subject, selector, any)?;
             let found_deleted = s.versions.get(&version).is_some_and(|v| v.deleted);
             match (permanent, found_deleted) {
                 (false, true) => {
