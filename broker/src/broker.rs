@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
-use crate::log::{CreateError, FileSlice, LogError, LogManager, Partition, Topic};
+use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
 
 #[derive(Debug, Error)]
@@ -166,10 +166,7 @@ impl Broker {
 
     fn topic_created(
         &self,
-        created: Result<
-            Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError>,
-            tokio::task::JoinError,
-        >,
+        created: Result<Result<Created, CreateError>, tokio::task::JoinError>,
     ) -> Result<Arc<Topic>, ErrorCode> {
         match created {
             Ok(Ok((topic, added))) => {

@@ -16,7 +16,7 @@ const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path}: {message}")]
+    #[error("config file {path}{message}")]
     Parse { path: PathBuf, message: String },
     #[error("invalid {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
@@ -99,8 +99,16 @@ impl BrokerConfig {
     pub fn from_file(path: &std::path::Path) -> Result<BrokerConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.message().to_owned() })
+        toml::from_str(&text).map_err(|e| {
+            // One line: where it is, the line itself, and what is wrong with it.
+            let at = e.span().map(|span| {
+                let line = text[..span.start].matches('\n').count() + 1;
+                let source = text.lines().nth(line - 1).unwrap_or_default().trim();
+                format!(" line {line} `{source}`")
+            });
+            let message = format!("{}: {}", at.unwrap_or_default(), e.message());
+            ConfigError::Parse { path: path.into(), message }
+        })
     }
 
     /// Checks every value; `main` and tests call it before starting a broker.
@@ -296,8 +304,7 @@ mod tests {
 
     #[test]
     fn zero_limits_are_rejected() {
-        let mut c = BrokerConfig::default();
-        c.flush_messages = 0;
+        let c = BrokerConfig { flush_messages: 0, ..BrokerConfig::default() };
         assert!(matches!(c.validate(), Err(ConfigError::Invalid { key: "flush_messages", .. })));
     }
 

@@ -34,6 +34,9 @@ pub enum CreateError {
     Io { context: &'static str, path: PathBuf, source: std::io::Error },
 }
 
+/// A topic, and those of its partitions that a call created.
+pub type Created = (Arc<Topic>, Vec<Arc<Partition>>);
+
 /// A topic on this broker. Replaced whole when its settings change; partitions are shared.
 #[derive(Debug)]
 pub struct Topic {
@@ -144,7 +147,7 @@ impl LogManager {
         &self,
         name: &str,
         default_partitions: u32,
-    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+    ) -> Result<Created, CreateError> {
         protocol::validate_topic_name(name)?;
         let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(topic) = self.topic(name) {
@@ -160,7 +163,7 @@ impl LogManager {
         &self,
         name: &str,
         overrides: TopicOverrides,
-    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+    ) -> Result<Created, CreateError> {
         protocol::validate_topic_name(name)?;
         let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
         self.create_locked(name, overrides, creating)
@@ -171,7 +174,7 @@ impl LogManager {
         name: &str,
         overrides: TopicOverrides,
         _creating: std::sync::MutexGuard<'_, ()>,
-    ) -> Result<(Arc<Topic>, Vec<Arc<Partition>>), CreateError> {
+    ) -> Result<Created, CreateError> {
         let existing = self.topic(name);
         let kept: &[Arc<Partition>] = existing.as_ref().map_or(&[], |t| &t.partitions);
         if (overrides.partitions as usize) < kept.len() {

@@ -6,6 +6,6 @@ mod partition;
 mod segment;
 
 pub use durable::write_durably;
-pub use manager::{CreateError, LogManager, Topic};
+pub use manager::{CreateError, Created, LogManager, Topic};
 pub use partition::{Appended, FileSlice, LogError, Partition};
 pub use segment::{ScanResult, Segment, scan_valid_prefix};

@@ -1,0 +1,304 @@
+//! One connection to a broker with pipelining.
+//!
+//! A writer task takes encoded requests from a bounded queue, records which response each
+//! expects, and writes them, flushing only when the queue is momentarily empty so that
+//! pipelined requests share system calls. A reader task reads responses in order and hands
+//! each to the caller that waits for it. When the connection fails, every waiting caller gets
+//! the same typed error.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use protocol::{
+    Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, MetadataRequest,
+    MetadataResponse, MultiFetchRequest, MultiProduceRequest, MultiProduceResponse, OffsetsRequest,
+    ProducePartition, ProduceRequest, ProduceResponse, Request, Response,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::ClientError;
+
+/// Limits of one connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Requests written but not yet answered, and queued to be written, each at most this many.
+    pub in_flight_max: usize,
+    /// Largest response accepted; a larger size field means a broken stream.
+    pub response_bytes_max: u32,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> ConnectionConfig {
+        ConnectionConfig { in_flight_max: 1024, response_bytes_max: 256 << 20 }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Response, ClientError>>;
+
+struct Outgoing {
+    frame: Bytes,
+    reply: Option<(ApiKey, Reply)>,
+}
+
+/// A pipelined connection to one broker. Cheap to share: `&self` methods may run concurrently
+/// and their requests go out, and are answered, in the order they were queued.
+#[derive(Clone)]
+pub struct Connection {
+    addr: String,
+    queue: mpsc::Sender<Outgoing>,
+    /// Why the connection closed, once it has.
+    closed: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("addr", &self.addr).finish()
+    }
+}
+
+impl Connection {
+    pub async fn connect(addr: &str) -> Result<Connection, ClientError> {
+        Connection::connect_with(addr, ConnectionConfig::default()).await
+    }
+
+    pub async fn connect_with(
+        addr: &str,
+        config: ConnectionConfig,
+    ) -> Result<Connection, ClientError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
+        let _ = stream.set_nodelay(true);
+        let (read, write) = stream.into_split();
+        let (queue, outgoing) = mpsc::channel(config.in_flight_max);
+        let (pending_tx, pending_rx) = mpsc::channel(config.in_flight_max);
+        let closed = Arc::new(Mutex::new(None));
+        tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
+        tokio::spawn(read_responses(
+            read,
+            pending_rx,
+            config.response_bytes_max,
+            Arc::clone(&closed),
+        ));
+        Ok(Connection { addr: addr.to_owned(), queue, closed })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn closed_error(&self) -> ClientError {
+        let reason = self.closed.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ClientError::Closed {
+            addr: self.addr.clone(),
+            reason: reason.unwrap_or_else(|| "connection closed".into()),
+        }
+    }
+
+    /// Sends any request; `None` for requests the broker does not answer (`acks` 0).
+    pub async fn send(&self, request: Request) -> Result<Option<Response>, ClientError> {
+        let mut buf = BytesMut::new();
+        request.encode(&mut buf)?;
+        let frame = buf.freeze();
+        if !request.expects_response() {
+            self.queue
+                .send(Outgoing { frame, reply: None })
+                .await
+                .map_err(|_| self.closed_error())?;
+            return Ok(None);
+        }
+        let (tx, rx) = oneshot::channel();
+        let outgoing = Outgoing { frame, reply: Some((request.api_key(), tx)) };
+        self.queue.send(outgoing).await.map_err(|_| self.closed_error())?;
+        match rx.await {
+            Ok(result) => result.map(Some),
+            Err(_) => Err(self.closed_error()),
+        }
+    }
+
+    async fn call(&self, request: Request) -> Result<Response, ClientError> {
+        let api = request.api_key();
+        self.send(request).await?.ok_or(ClientError::Closed {
+            addr: self.addr.clone(),
+            reason: format!("no response expected for {api:?}"),
+        })
+    }
+
+    /// `PRODUCE`; `None` with `acks` 0, which the broker does not answer.
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        messages: Bytes,
+    ) -> Result<Option<ProduceResponse>, ClientError> {
+        let request =
+            Request::Produce(ProduceRequest { topic: topic.into(), partition, acks, messages });
+        match self.send(request).await? {
+            Some(Response::Produce(p)) => Ok(Some(p)),
+            Some(other) => Err(unexpected(ApiKey::Produce, &other)),
+            None => Ok(None),
+        }
+    }
+
+    pub async fn multi_produce(
+        &self,
+        acks: Acks,
+        entries: Vec<ProducePartition>,
+    ) -> Result<Option<MultiProduceResponse>, ClientError> {
+        match self.send(Request::MultiProduce(MultiProduceRequest { acks, entries })).await? {
+            Some(Response::MultiProduce(p)) => Ok(Some(p)),
+            Some(other) => Err(unexpected(ApiKey::MultiProduce, &other)),
+            None => Ok(None),
+        }
+    }
+
+    /// `FETCH`: raw MessageSet bytes, possibly ending in a partial message.
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: i32,
+    ) -> Result<Bytes, ClientError> {
+        let request =
+            Request::Fetch(FetchRequest { topic: topic.into(), partition, offset, max_bytes });
+        match self.call(request).await? {
+            Response::Fetch(f) => Ok(f.messages),
+            other => Err(unexpected(ApiKey::Fetch, &other)),
+        }
+    }
+
+    pub async fn multi_fetch(
+        &self,
+        fetches: Vec<FetchRequest>,
+    ) -> Result<Vec<FetchPart>, ClientError> {
+        match self.call(Request::MultiFetch(MultiFetchRequest { fetches })).await? {
+            Response::MultiFetch(m) => Ok(m.parts),
+            other => Err(unexpected(ApiKey::MultiFetch, &other)),
+        }
+    }
+
+    pub async fn offsets(
+        &self,
+        topic: &str,
+        partition: i32,
+        time: i64,
+        max_number: i32,
+    ) -> Result<Vec<i64>, ClientError> {
+        let request =
+            Request::Offsets(OffsetsRequest { topic: topic.into(), partition, time, max_number });
+        match self.call(request).await? {
+            Response::Offsets(o) => Ok(o.offsets),
+            other => Err(unexpected(ApiKey::Offsets, &other)),
+        }
+    }
+
+    pub async fn metadata(&self, topics: &[&str]) -> Result<MetadataResponse, ClientError> {
+        let topics = topics.iter().map(|t| t.to_string()).collect();
+        match self.call(Request::Metadata(MetadataRequest { topics })).await? {
+            Response::Metadata(m) => Ok(m),
+            other => Err(unexpected(ApiKey::Metadata, &other)),
+        }
+    }
+
+    pub async fn create_topic(
+        &self,
+        topic: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<(), ClientError> {
+        let configs = configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let request =
+            Request::CreateTopic(CreateTopicRequest { topic: topic.into(), partitions, configs });
+        match self.call(request).await? {
+            Response::CreateTopic(_) => Ok(()),
+            other => Err(unexpected(ApiKey::CreateTopic, &other)),
+        }
+    }
+}
+
+fn unexpected(api: ApiKey, response: &Response) -> ClientError {
+    ClientError::Closed {
+        addr: String::new(),
+        reason: format!("{api:?} answered with {:?}", response.api_key()),
+    }
+}
+
+fn record_close(closed: &Mutex<Option<String>>, reason: String) {
+    closed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(reason);
+}
+
+async fn write_requests(
+    write: OwnedWriteHalf,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    pending: mpsc::Sender<(ApiKey, Reply)>,
+    closed: Arc<Mutex<Option<String>>>,
+) {
+    let mut write = BufWriter::with_capacity(64 << 10, write);
+    while let Some(first) = outgoing.recv().await {
+        let mut next = Some(first);
+        while let Some(Outgoing { frame, reply }) = next.take() {
+            if let Some(reply) = reply {
+                // Registered before the bytes go out, so the reader always finds it.
+                if pending.send(reply).await.is_err() {
+                    return; // the reader has failed and recorded why
+                }
+            }
+            if let Err(e) = write.write_all(&frame).await {
+                record_close(&closed, format!("write failed: {e}"));
+                return;
+            }
+            next = outgoing.try_recv().ok();
+        }
+        if let Err(e) = write.flush().await {
+            record_close(&closed, format!("write failed: {e}"));
+            return;
+        }
+    }
+    // Every `Connection` clone is gone: let the broker see the end of the stream.
+    let _ = write.shutdown().await;
+}
+
+async fn read_responses(
+    mut read: OwnedReadHalf,
+    mut pending: mpsc::Receiver<(ApiKey, Reply)>,
+    response_bytes_max: u32,
+    closed: Arc<Mutex<Option<String>>>,
+) {
+    let reason = loop {
+        let size = match read.read_u32().await {
+            Ok(size) => size,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break "closed by the broker".to_owned();
+            }
+            Err(e) => break format!("read failed: {e}"),
+        };
+        if !(2..=response_bytes_max).contains(&size) {
+            break format!("response size {size} outside 2..={response_bytes_max}");
+        }
+        let mut frame = vec![0u8; size as usize];
+        if let Err(e) = read.read_exact(&mut frame).await {
+            break format!("read failed mid-response: {e}");
+        }
+        let Some((api, reply)) = pending.recv().await else { break "no request waits".into() };
+        let mut frame = Bytes::from(frame);
+        let code = ErrorCode::from_i16(i16::from_be_bytes([frame[0], frame[1]]));
+        let body = frame.split_off(2);
+        let result = if code.is_ok() {
+            Response::decode(api, body).map_err(|source| ClientError::Decode { api, source })
+        } else {
+            Err(ClientError::Broker { api, code })
+        };
+        let _ = reply.send(result); // the caller may have given up waiting
+    };
+    record_close(&closed, reason);
+    // Dropping the queue wakes every waiting caller with the recorded reason.
+    pending.close();
+    while let Ok((_, reply)) = pending.try_recv() {
+        drop(reply);
+    }
+}

@@ -1,0 +1,111 @@
+//! A broker served in this process on `127.0.0.1:0`, with its own data directory.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use broker::{Broker, BrokerConfig};
+use bytes::{Bytes, BytesMut};
+use client::Connection;
+use protocol::{Codec, MessageSetIter};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A running broker. Dropping it stops the server task; [`TestBroker::stop`] stops it cleanly
+/// and hands back the data directory for a restart.
+pub struct TestBroker {
+    pub addr: String,
+    pub broker: Arc<Broker>,
+    data_dir: Option<TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), broker::BrokerError>>>,
+}
+
+/// The settings tests start from: the defaults, but data visible within 10 ms.
+pub fn test_config(data_dir: &Path) -> BrokerConfig {
+    BrokerConfig { data_dir: data_dir.to_owned(), port: 0, flush_ms: 10, ..BrokerConfig::default() }
+}
+
+impl TestBroker {
+    pub async fn start() -> TestBroker {
+        TestBroker::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+        TestBroker::start_in(tempfile::tempdir().expect("temp dir"), configure).await
+    }
+
+    /// Starts a broker on an existing data directory, as a restart does.
+    pub async fn start_in(
+        data_dir: TempDir,
+        configure: impl FnOnce(&mut BrokerConfig),
+    ) -> TestBroker {
+        init_logging();
+        let mut config = test_config(data_dir.path());
+        configure(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr").to_string();
+        let broker = Broker::open(config).await.expect("broker opens");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), async {
+            let _ = stopped.await;
+        }));
+        TestBroker { addr, broker, data_dir: Some(data_dir), stop: Some(stop), task: Some(task) }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.as_ref().expect("data dir").path()
+    }
+
+    pub async fn connect(&self) -> Connection {
+        Connection::connect(&self.addr).await.expect("connect to test broker")
+    }
+
+    /// Shuts down as on SIGTERM (connections closed, partitions flushed) and returns the data
+    /// directory.
+    pub async fn stop(mut self) -> TempDir {
+        let _ = self.stop.take().expect("running").send(());
+        let result = self.task.take().expect("running").await.expect("server task");
+        result.expect("clean shutdown");
+        self.data_dir.take().expect("data dir")
+    }
+
+    /// Restarts on the same data directory with the same settings plus `configure`.
+    pub async fn restart(self, configure: impl FnOnce(&mut BrokerConfig)) -> TestBroker {
+        TestBroker::start_in(self.stop().await, configure).await
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A MessageSet of plain messages with these payloads.
+pub fn message_set<P: AsRef<[u8]>>(payloads: &[P]) -> Bytes {
+    let mut buf = BytesMut::new();
+    for p in payloads {
+        protocol::encode_message(&mut buf, Codec::None, p.as_ref());
+    }
+    buf.freeze()
+}
+
+/// `(offset, payload)` of every whole message in a fetched set; panics on an invalid one.
+pub fn messages_of(set: &[u8], base_offset: i64) -> Vec<(i64, Vec<u8>)> {
+    MessageSetIter::new(set, base_offset)
+        .map(|m| {
+            let (offset, message) = m.expect("valid message");
+            (offset, message.payload.to_vec())
+        })
+        .collect()
+}
+
+/// Logs to the test's output when `RUST_LOG` is set.
+pub fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    }
+}

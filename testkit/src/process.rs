@@ -1,0 +1,78 @@
+//! A service run as its own process, for what only a process can show: signals, `kill -9`,
+//! exit codes, and flags parsed by the real binary.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A child process stopped with SIGKILL when dropped.
+pub struct Process {
+    pub child: Child,
+    pub port: u16,
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+}
+
+impl Process {
+    /// Starts `binary` with `args` (which should make it listen on `port`), stderr to
+    /// `log_path`, and waits until `port` accepts connections.
+    pub fn spawn(binary: &Path, args: &[String], port: u16, log_path: &Path) -> Process {
+        let log = std::fs::File::create(log_path).expect("log file");
+        let child = Command::new(binary)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let mut process = Process { child, port };
+        process.wait_listening(Duration::from_secs(30), log_path);
+        process
+    }
+
+    fn wait_listening(&mut self, timeout: Duration, log_path: &Path) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(log_path).unwrap_or_default();
+                panic!("process exited with {status} before listening:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("process did not listen on port {} within {timeout:?}", self.port);
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).expect("signal");
+    }
+
+    /// Waits for the process to exit, at most `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "process did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
