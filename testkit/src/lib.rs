@@ -1,4 +1,25 @@
 //! Test fixtures shared by every Tributary crate: each starts a real service on a
 //! loopback port chosen by the OS and stops it when dropped.
 
+pub mod broker;
+pub mod process;
 pub mod registry;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 10 ms until it returns `Some`, failing the test after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
