@@ -36,12 +36,7 @@ pub enum ClientError {
         source: reqwest::Error,
     },
     #[error("{url}: the registry answered {status}, error code {error_code}: {message}")]
-    Registry {
-        url: Url,
-        status: u16,
-        error_code: u32,
-        message: String,
-    },
+    Registry { url: Url, status: u16, error_code: u32, message: String },
     #[error("unknown schema id {0}")]
     UnknownSchemaId(i32),
     #[error("{url}: the response is larger than {RESPONSE_BYTES_MAX} bytes")]
@@ -105,10 +100,7 @@ impl RegistryClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
             .build()
-            .map_err(|source| ClientError::Http {
-                url: base.clone(),
-                source,
-            })?;
+            .map_err(|source| ClientError::Http { url: base.clone(), source })?;
         Ok(RegistryClient {
             http,
             base,
@@ -125,9 +117,8 @@ impl RegistryClient {
             return Ok(id);
         }
         let body = serde_json::json!({ "schema": &*parsed.canonical });
-        let IdBody { id } = self
-            .call(Method::POST, &["subjects", subject, "versions"], Some(&body))
-            .await?;
+        let IdBody { id } =
+            self.call(Method::POST, &["subjects", subject, "versions"], Some(&body)).await?;
         insert_bounded(&self.ids, key, id);
         insert_bounded(&self.schemas, id, parsed.schema);
         Ok(id)
@@ -140,9 +131,9 @@ impl RegistryClient {
         }
         let path = ["schemas", "ids", &id.to_string()];
         let SchemaBody { schema } = match self.call(Method::GET, &path, None).await {
-            Err(ClientError::Registry {
-                error_code: 40403, ..
-            }) => return Err(ClientError::UnknownSchemaId(id)),
+            Err(ClientError::Registry { error_code: 40403, .. }) => {
+                return Err(ClientError::UnknownSchemaId(id));
+            }
             other => other?,
         };
         let schema = schema::parse(&schema)?.schema;
@@ -152,8 +143,7 @@ impl RegistryClient {
 
     /// The newest live version of `subject` (never cached: it changes).
     pub async fn latest(&self, subject: &str) -> Result<SubjectVersion, ClientError> {
-        self.call(Method::GET, &["subjects", subject, "versions", "latest"], None)
-            .await
+        self.call(Method::GET, &["subjects", subject, "versions", "latest"], None).await
     }
 
     /// Encodes `datum` with the schema registered as `schema_id` into an event envelope.
@@ -176,12 +166,10 @@ impl RegistryClient {
     /// Registers every `.avsc` file in `dir` as subject `{file stem}-value` (see
     /// [`schema_files`]); returns each subject with its id.
     pub async fn register_dir(&self, dir: PathBuf) -> Result<Vec<(String, i32)>, ClientError> {
-        let files = tokio::task::spawn_blocking(move || schema_files::load_dir(&dir))
-            .await
-            .map_err(|e| SchemaFileError::Io {
-                path: PathBuf::new(),
-                source: std::io::Error::other(e),
-            })??;
+        let files =
+            tokio::task::spawn_blocking(move || schema_files::load_dir(&dir)).await.map_err(
+                |e| SchemaFileError::Io { path: PathBuf::new(), source: std::io::Error::other(e) },
+            )??;
         let mut registered = Vec::with_capacity(files.len());
         for file in files {
             let id = self.register(&file.subject, &file.text).await?;
@@ -210,16 +198,10 @@ impl RegistryClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let http_err = |source| ClientError::Http {
-            url: url.clone(),
-            source,
-        };
+        let http_err = |source| ClientError::Http { url: url.clone(), source };
         let mut response = request.send().await.map_err(http_err)?;
         let status = response.status();
-        if response
-            .content_length()
-            .is_some_and(|len| len > RESPONSE_BYTES_MAX as u64)
-        {
+        if response.content_length().is_some_and(|len| len > RESPONSE_BYTES_MAX as u64) {
             return Err(ClientError::ResponseTooLarge { url });
         }
         let mut bytes = Vec::new();
@@ -232,10 +214,9 @@ impl RegistryClient {
         if !status.is_success() {
             let (error_code, message) = match serde_json::from_slice::<ErrorBody>(&bytes) {
                 Ok(e) => (e.error_code, e.message),
-                Err(_) => (
-                    u32::from(status.as_u16()),
-                    String::from_utf8_lossy(&bytes).into_owned(),
-                ),
+                Err(_) => {
+                    (u32::from(status.as_u16()), String::from_utf8_lossy(&bytes).into_owned())
+                }
             };
             return Err(ClientError::Registry {
                 url,

@@ -48,16 +48,9 @@ impl Default for Config {
 #[non_exhaustive]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}:{line}: {message}")]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
+    Parse { path: PathBuf, line: usize, message: String },
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -65,10 +58,8 @@ pub enum ConfigError {
 impl Config {
     /// Reads a TOML file; keys it leaves out keep their defaults.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Config::from_toml(&text).map_err(|(line, message)| ConfigError::Parse {
             path: path.to_path_buf(),
             line,
@@ -79,9 +70,7 @@ impl Config {
     /// Parses TOML text; on failure returns the 1-based line and a one-line message.
     fn from_toml(text: &str) -> Result<Config, (usize, String)> {
         toml::from_str(text).map_err(|e: toml::de::Error| {
-            let line = e
-                .span()
-                .map_or(1, |span| text[..span.start].matches('\n').count() + 1);
+            let line = e.span().map_or(1, |span| text[..span.start].matches('\n').count() + 1);
             (line, e.message().replace('\n', " "))
         })
     }
@@ -116,7 +105,8 @@ mod tests {
 
     #[test]
     fn a_file_sets_only_the_keys_it_names() {
-        let config = Config::from_toml("port = 9000\ncompatibility = \"full_transitive\"\n").unwrap();
+        let config =
+            Config::from_toml("port = 9000\ncompatibility = \"full_transitive\"\n").unwrap();
         assert_eq!(config.port, 9000);
         assert_eq!(config.compatibility, CompatibilityLevel::FullTransitive);
         assert_eq!(config.host, Config::default().host);
@@ -137,15 +127,9 @@ mod tests {
 
     #[test]
     fn out_of_range_limits_are_rejected() {
-        let config = Config {
-            max_request_bytes: MAX_REQUEST_BYTES_LIMIT + 1,
-            ..Config::default()
-        };
+        let config = Config { max_request_bytes: MAX_REQUEST_BYTES_LIMIT + 1, ..Config::default() };
         assert!(matches!(config.validate(), Err(ConfigError::Invalid(_))));
-        let config = Config {
-            max_concurrent_requests: 0,
-            ..Config::default()
-        };
+        let config = Config { max_concurrent_requests: 0, ..Config::default() };
         assert!(matches!(config.validate(), Err(ConfigError::Invalid(_))));
     }
 }

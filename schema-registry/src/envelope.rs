@@ -59,19 +59,13 @@ pub fn encode(
 /// Splits an envelope into its schema id and the Avro datum that follows.
 pub fn split(payload: &[u8]) -> Result<(i32, &[u8]), EnvelopeError> {
     let Some((&magic, rest)) = payload.split_first() else {
-        return Err(EnvelopeError::Truncated {
-            len: 0,
-            needed: PREFIX_BYTES,
-        });
+        return Err(EnvelopeError::Truncated { len: 0, needed: PREFIX_BYTES });
     };
     if magic != MAGIC {
         return Err(EnvelopeError::WrongMagic(magic));
     }
     let Some((id, datum)) = rest.split_first_chunk::<4>() else {
-        return Err(EnvelopeError::Truncated {
-            len: payload.len(),
-            needed: PREFIX_BYTES,
-        });
+        return Err(EnvelopeError::Truncated { len: payload.len(), needed: PREFIX_BYTES });
     };
     Ok((i32::from_be_bytes(*id), datum))
 }
@@ -84,10 +78,7 @@ pub fn decode(payload: &[u8], schema: &Schema) -> Result<(i32, Value), EnvelopeE
     let reader = GenericDatumReader::builder(schema).build().map_err(undecodable)?;
     let value = reader.read_value(&mut datum).map_err(undecodable)?;
     if !datum.is_empty() {
-        return Err(EnvelopeError::TrailingBytes {
-            schema_id,
-            trailing: datum.len(),
-        });
+        return Err(EnvelopeError::TrailingBytes { schema_id, trailing: datum.len() });
     }
     Ok((schema_id, value))
 }
@@ -112,18 +103,8 @@ impl EventHeader {
         let server = read_string(&mut datum)?;
         let service = read_string(&mut datum)?;
         let mut id = [0; EVENT_ID_BYTES];
-        datum
-            .read_exact(&mut id)
-            .map_err(|_| EnvelopeError::BadHeader("truncated id"))?;
-        Ok((
-            schema_id,
-            EventHeader {
-                time,
-                server,
-                service,
-                id,
-            },
-        ))
+        datum.read_exact(&mut id).map_err(|_| EnvelopeError::BadHeader("truncated id"))?;
+        Ok((schema_id, EventHeader { time, server, service, id }))
     }
 }
 
@@ -131,9 +112,8 @@ impl EventHeader {
 fn read_long(input: &mut &[u8]) -> Result<i64, EnvelopeError> {
     let mut raw: u64 = 0;
     for i in 0..10 {
-        let (&byte, rest) = input
-            .split_first()
-            .ok_or(EnvelopeError::BadHeader("truncated long"))?;
+        let (&byte, rest) =
+            input.split_first().ok_or(EnvelopeError::BadHeader("truncated long"))?;
         *input = rest;
         raw |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
@@ -148,9 +128,7 @@ fn read_string(input: &mut &[u8]) -> Result<String, EnvelopeError> {
     let len = usize::try_from(read_long(input)?)
         .map_err(|_| EnvelopeError::BadHeader("negative string length"))?;
     // The length is checked against the bytes present before anything is allocated.
-    let bytes = input
-        .get(..len)
-        .ok_or(EnvelopeError::BadHeader("truncated string"))?;
+    let bytes = input.get(..len).ok_or(EnvelopeError::BadHeader("truncated string"))?;
     *input = &input[len..];
     String::from_utf8(bytes.to_vec()).map_err(|_| EnvelopeError::BadHeader("string is not UTF-8"))
 }

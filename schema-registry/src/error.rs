@@ -34,10 +34,7 @@ pub enum RegistryError {
         "Schema being registered is incompatible with an earlier schema for subject \"{subject}\", details: [{}]",
         .messages.join(", ")
     )]
-    Incompatible {
-        subject: String,
-        messages: Vec<String>,
-    },
+    Incompatible { subject: String, messages: Vec<String> },
     #[error("Invalid schema: {0}")]
     InvalidSchema(String),
     #[error(

@@ -65,9 +65,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     config.validate()?;
-    let registry = Registry::open(&config.data_dir, config.compatibility)
-        .await
-        .map_err(RunError::Open)?;
+    let registry =
+        Registry::open(&config.data_dir, config.compatibility).await.map_err(RunError::Open)?;
     if let Some(dir) = config.register_schemas.clone() {
         register_dir(&registry, dir).await?;
     }
@@ -75,15 +74,15 @@ pub async fn run(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, data_dir = %config.data_dir.display(), "schema registry serving");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(RunError::Serve)
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(RunError::Serve)
 }
 
 /// Registers every `.avsc` file in `dir` (see [`schema_files`]) in `registry`. Files already
 /// registered keep their ids, so this is safe on every start.
-pub async fn register_dir(registry: &Registry, dir: PathBuf) -> Result<Vec<(String, i32)>, RunError> {
+pub async fn register_dir(
+    registry: &Registry,
+    dir: PathBuf,
+) -> Result<Vec<(String, i32)>, RunError> {
     let files = tokio::task::spawn_blocking(move || schema_files::load_dir(&dir))
         .await
         .map_err(|e| RunError::Serve(std::io::Error::other(e)))??;
@@ -92,10 +91,7 @@ pub async fn register_dir(registry: &Registry, dir: PathBuf) -> Result<Vec<(Stri
         let id = registry
             .register(&file.subject, &file.text)
             .await
-            .map_err(|source| RunError::Register {
-                path: file.path.clone(),
-                source,
-            })?;
+            .map_err(|source| RunError::Register { path: file.path.clone(), source })?;
         tracing::info!(subject = %file.subject, id, path = %file.path.display(), "registered shipped schema");
         registered.push((file.subject, id));
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use schema_registry::Config;
+use tokio::signal::unix::SignalKind;
 
 /// Avro schema registry speaking the Confluent Schema Registry REST API.
 #[derive(Debug, Parser)]
@@ -36,7 +37,17 @@ fn main() {
 }
 
 fn start() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        // --help and --version print and exit 0 as usual.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // Clap's first line says what is wrong; the rest is a hint to try --help.
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            anyhow::bail!("{}", first.trim_start_matches("error: "));
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -71,11 +82,14 @@ fn start() -> anyhow::Result<()> {
         let addr = listener.local_addr().context("cannot read the bound address")?;
         // Scripts and test fixtures read this line to learn the port (with `--port 0`).
         println!("schema-registry listening on http://{addr}");
-        let shutdown = async {
-            // If the signal handler cannot be installed, run until killed.
-            if tokio::signal::ctrl_c().await.is_err() {
-                std::future::pending::<()>().await;
+        let mut terminate = tokio::signal::unix::signal(SignalKind::terminate())
+            .context("cannot install the SIGTERM handler")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                Ok(()) = tokio::signal::ctrl_c() => {}
             }
+            tracing::info!("shutting down");
         };
         schema_registry::run(listener, config, shutdown).await?;
         Ok(())

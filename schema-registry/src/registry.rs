@@ -69,11 +69,7 @@ impl Registry {
         for record in records {
             state.apply(record)?;
         }
-        Ok(Registry {
-            store,
-            state: RwLock::new(state),
-            writes: tokio::sync::Mutex::new(()),
-        })
+        Ok(Registry { store, state: RwLock::new(state), writes: tokio::sync::Mutex::new(()) })
     }
 
     /// Registers `schema` under `subject` and returns its global id. A schema already live in
@@ -96,10 +92,7 @@ impl Registry {
                 compatibility::check(level, &parsed.schema, &previous)
             };
             if !messages.is_empty() {
-                return Err(RegistryError::Incompatible {
-                    subject: subject.to_owned(),
-                    messages,
-                });
+                return Err(RegistryError::Incompatible { subject: subject.to_owned(), messages });
             }
             let (id, new_id) = match state.id_of(&parsed.canonical) {
                 Some(id) => (id, false),
@@ -108,9 +101,7 @@ impl Registry {
                 }
                 None => (state.next_id(), true),
             };
-            let version = existing
-                .and_then(|s| s.versions.keys().next_back())
-                .map_or(1, |v| v + 1);
+            let version = existing.and_then(|s| s.versions.keys().next_back()).map_or(1, |v| v + 1);
             let record = Record::Register {
                 subject: subject.to_owned(),
                 version,
@@ -204,11 +195,7 @@ impl Registry {
                 s.versions(false).map(|(n, _)| n).collect()
             }
         };
-        self.commit(Record::DeleteSubject {
-            subject: subject.to_owned(),
-            permanent,
-        })
-        .await?;
+        self.commit(Record::DeleteSubject { subject: subject.to_owned(), permanent }).await?;
         tracing::info!(subject, permanent, "deleted subject");
         Ok(deleted_versions)
     }
@@ -246,12 +233,8 @@ impl Registry {
             }
             version
         };
-        self.commit(Record::DeleteVersion {
-            subject: subject.to_owned(),
-            version,
-            permanent,
-        })
-        .await?;
+        self.commit(Record::DeleteVersion { subject: subject.to_owned(), version, permanent })
+            .await?;
         tracing::info!(subject, version, permanent, "deleted version");
         Ok(version)
     }
@@ -302,11 +285,7 @@ impl Registry {
         validate_subject(subject)?;
         let _writing = self.writes.lock().await;
         let before = self.subject_level(subject);
-        self.commit(Record::SetSubjectLevel {
-            subject: subject.to_owned(),
-            level,
-        })
-        .await?;
+        self.commit(Record::SetSubjectLevel { subject: subject.to_owned(), level }).await?;
         Ok(before)
     }
 
@@ -329,11 +308,7 @@ impl Registry {
         let s = visible_subject(&state, subject, false)?;
         let (version, id) = select(s, subject, selector, false)?;
         let old = state.schema(id).ok_or(RegistryError::SchemaIdNotFound(id))?;
-        let previous = [Previous {
-            version,
-            schema: &old.schema,
-            canonical: &old.canonical,
-        }];
+        let previous = [Previous { version, schema: &old.schema, canonical: &old.canonical }];
         Ok(compatibility::check(level, &parsed.schema, &previous))
     }
 
@@ -390,16 +365,12 @@ fn select(
     selector: VersionSelector,
     deleted: bool,
 ) -> Result<(i32, i32), RegistryError> {
-    let not_found = |version| RegistryError::VersionNotFound {
-        subject: subject.to_owned(),
-        version,
-    };
+    let not_found =
+        |version| RegistryError::VersionNotFound { subject: subject.to_owned(), version };
     match selector {
-        VersionSelector::Latest => s
-            .versions(deleted)
-            .next_back()
-            .map(|(n, v)| (n, v.id))
-            .ok_or(not_found(-1)),
+        VersionSelector::Latest => {
+            s.versions(deleted).next_back().map(|(n, v)| (n, v.id)).ok_or(not_found(-1))
+        }
         VersionSelector::Number(n) => s
             .versions
             .get(&n)
@@ -417,10 +388,7 @@ fn find_in_subject(
     deleted: bool,
 ) -> Option<(i32, i32)> {
     let id = state.id_of(&parsed.canonical)?;
-    s.versions(deleted)
-        .rev()
-        .find(|(_, v)| v.id == id)
-        .map(|(n, v)| (n, v.id))
+    s.versions(deleted).rev().find(|(_, v)| v.id == id).map(|(n, v)| (n, v.id))
 }
 
 /// The live versions of a subject, oldest first, as compatibility checks want them.
@@ -438,8 +406,5 @@ fn previous_versions<'s>(state: &'s State, s: Option<&'s Subject>) -> Vec<Previo
 }
 
 fn canonical(state: &State, id: i32) -> Result<Arc<str>, RegistryError> {
-    state
-        .schema(id)
-        .map(|p| Arc::clone(&p.canonical))
-        .ok_or(RegistryError::SchemaIdNotFound(id))
+    state.schema(id).map(|p| Arc::clone(&p.canonical)).ok_or(RegistryError::SchemaIdNotFound(id))
 }

@@ -286,10 +286,7 @@ impl<'a> Check<'a> {
                 if rf.size != wf.size {
                     found.push(Incompatibility {
                         kind: IncompatibilityKind::FixedSizeMismatch,
-                        description: format!(
-                            "expected fixed size {}, found {}",
-                            rf.size, wf.size
-                        ),
+                        description: format!("expected fixed size {}, found {}", rf.size, wf.size),
                         path: path + "/size",
                     });
                 }
@@ -297,10 +294,7 @@ impl<'a> Check<'a> {
             (Shape::Enum(re), Shape::Enum(we)) => {
                 check_names(&re.name, re.aliases.as_deref(), &we.name, &path, found);
                 // A writer symbol the reader lacks resolves to the reader's default, if any.
-                let has_default = re
-                    .default
-                    .as_ref()
-                    .is_some_and(|d| re.symbols.contains(d));
+                let has_default = re.default.as_ref().is_some_and(|d| re.symbols.contains(d));
                 let missing: Vec<&str> = we
                     .symbols
                     .iter()
@@ -350,12 +344,7 @@ impl<'a> Check<'a> {
                 .fields
                 .iter()
                 .find(|w| w.name == field.name)
-                .or_else(|| {
-                    writer
-                        .fields
-                        .iter()
-                        .find(|w| field.aliases.iter().any(|a| *a == w.name))
-                });
+                .or_else(|| writer.fields.iter().find(|w| field.aliases.contains(&w.name)));
             match written {
                 Some(w) => self.pair(&field.schema, &w.schema, format!("{path}/fields/{i}/type"), found),
                 None if field.default.is_some() => {}
@@ -383,10 +372,8 @@ fn check_names(
     found: &mut Vec<Incompatibility>,
 ) {
     let writer_fullname = writer.fullname(None);
-    let aliased = reader_aliases
-        .unwrap_or_default()
-        .iter()
-        .any(|a| a.fullname(None) == writer_fullname);
+    let aliased =
+        reader_aliases.unwrap_or_default().iter().any(|a| a.fullname(None) == writer_fullname);
     if reader.name() != writer.name() && !aliased {
         found.push(Incompatibility {
             kind: IncompatibilityKind::NameMismatch,

@@ -25,7 +25,8 @@ pub fn parse(text: &str) -> Result<ParsedSchema, RegistryError> {
     if text.trim().is_empty() {
         return Err(RegistryError::InvalidSchema("empty schema".to_owned()));
     }
-    let schema = Schema::parse_str(text).map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
+    let schema =
+        Schema::parse_str(text).map_err(|e| RegistryError::InvalidSchema(e.to_string()))?;
     let canonical = canonical_text(&schema)?;
     // The log stores the canonical text and replays it on start: a schema whose canonical
     // text does not parse back to itself could be acknowledged and then fail the restart.
@@ -37,10 +38,7 @@ pub fn parse(text: &str) -> Result<ParsedSchema, RegistryError> {
             "schema does not survive canonicalisation".to_owned(),
         ));
     }
-    Ok(ParsedSchema {
-        canonical: canonical.into(),
-        schema: Arc::new(schema),
-    })
+    Ok(ParsedSchema { canonical: canonical.into(), schema: Arc::new(schema) })
 }
 
 fn canonical_text(schema: &Schema) -> Result<String, RegistryError> {
@@ -54,8 +52,10 @@ mod tests {
 
     #[test]
     fn whitespace_and_attribute_order_do_not_change_the_canonical_form() {
-        let a = parse(r#"{"type":"record","name":"r","namespace":"n","fields":[{"name":"a","type":"long"}]}"#)
-            .unwrap();
+        let a = parse(
+            r#"{"type":"record","name":"r","namespace":"n","fields":[{"name":"a","type":"long"}]}"#,
+        )
+        .unwrap();
         let b = parse(
             r#"{ "fields" : [ { "type" : "long", "name" : "a" } ],
                  "name" : "n.r", "type" : "record" }"#,
@@ -66,7 +66,8 @@ mod tests {
 
     #[test]
     fn a_field_default_changes_the_canonical_form() {
-        let a = parse(r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#).unwrap();
+        let a =
+            parse(r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#).unwrap();
         let b = parse(
             r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long","default":1}]}"#,
         )

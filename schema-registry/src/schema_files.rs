@@ -22,10 +22,7 @@ pub struct SchemaFile {
 #[non_exhaustive]
 pub enum SchemaFileError {
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{0}: holds more than {SCHEMA_FILES_MAX} .avsc files")]
     TooManyFiles(PathBuf),
     #[error("{0}: larger than {SCHEMA_FILE_BYTES_MAX} bytes")]
@@ -65,11 +62,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<SchemaFile>, SchemaFileError> {
                 .ok_or_else(|| SchemaFileError::BadName(path.clone()))?;
             let subject = format!("{stem}{SUBJECT_SUFFIX}");
             let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-            Ok(SchemaFile {
-                subject,
-                path,
-                text,
-            })
+            Ok(SchemaFile { subject, path, text })
         })
         .collect()
 }

@@ -36,10 +36,7 @@ pub struct Version {
 impl Subject {
     /// Versions a reader sees: all of them with `deleted`, else only the live ones.
     pub fn versions(&self, deleted: bool) -> impl DoubleEndedIterator<Item = (i32, Version)> + '_ {
-        self.versions
-            .iter()
-            .filter(move |(_, v)| deleted || !v.deleted)
-            .map(|(&n, &v)| (n, v))
+        self.versions.iter().filter(move |(_, v)| deleted || !v.deleted).map(|(&n, &v)| (n, v))
     }
 
     pub fn has_versions(&self, deleted: bool) -> bool {
@@ -84,9 +81,7 @@ impl State {
 
     /// The level that governs `subject`: its own, else the global one.
     pub fn level_of(&self, subject: &str) -> CompatibilityLevel {
-        self.subject(subject)
-            .and_then(|s| s.level)
-            .unwrap_or(self.global_level)
+        self.subject(subject).and_then(|s| s.level).unwrap_or(self.global_level)
     }
 
     /// Makes `parsed` known under `id` before a `Register` record for it is applied, so the
@@ -101,12 +96,7 @@ impl State {
     /// can happen in replay alone (the live path inserts the parsed schema first).
     pub fn apply(&mut self, record: Record) -> Result<(), RegistryError> {
         match record {
-            Record::Register {
-                subject,
-                version,
-                id,
-                schema: text,
-            } => {
+            Record::Register { subject, version, id, schema: text } => {
                 if !self.schemas.contains_key(&id) {
                     self.insert_schema(id, schema::parse(&text)?);
                 }
@@ -116,11 +106,7 @@ impl State {
                     .versions
                     .insert(version, Version { id, deleted: false });
             }
-            Record::DeleteVersion {
-                subject,
-                version,
-                permanent,
-            } => {
+            Record::DeleteVersion { subject, version, permanent } => {
                 if let Some(s) = self.subjects.get_mut(&subject) {
                     if permanent {
                         if let Some(removed) = s.versions.remove(&version) {
@@ -154,10 +140,8 @@ impl State {
     /// Removes the schemas among `ids` that no version of any subject refers to any more.
     fn forget_unreferenced(&mut self, ids: &[i32]) {
         for &id in ids {
-            let referenced = self
-                .subjects
-                .values()
-                .any(|s| s.versions.values().any(|v| v.id == id));
+            let referenced =
+                self.subjects.values().any(|s| s.versions.values().any(|v| v.id == id));
             if referenced {
                 continue;
             }
@@ -168,11 +152,7 @@ impl State {
     }
 
     fn drop_if_empty(&mut self, subject: &str) {
-        if self
-            .subjects
-            .get(subject)
-            .is_some_and(|s| s.versions.is_empty() && s.level.is_none())
-        {
+        if self.subjects.get(subject).is_some_and(|s| s.versions.is_empty() && s.level.is_none()) {
             self.subjects.remove(subject);
         }
     }

@@ -57,12 +57,10 @@ pub enum Record {
 pub enum StoreError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: io::Error },
-    #[error("{path}: the record at byte {offset} passed its checksum but does not decode: {source}")]
-    Undecodable {
-        path: PathBuf,
-        offset: usize,
-        source: serde_json::Error,
-    },
+    #[error(
+        "{path}: the record at byte {offset} passed its checksum but does not decode: {source}"
+    )]
+    Undecodable { path: PathBuf, offset: usize, source: serde_json::Error },
     #[error("cannot encode a record: {0}")]
     Encode(serde_json::Error),
     #[error("a record of {0} bytes exceeds the limit of {RECORD_BYTES_MAX} bytes")]
@@ -139,9 +137,7 @@ fn open_blocking(dir: &Path) -> Result<(Store, Vec<Record>), StoreError> {
         .map_err(io_err(&path))?;
     if !existed {
         // The new file's directory entry must be durable before any record in it is.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_err(dir))?;
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))?;
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(&path))?;
@@ -170,13 +166,7 @@ fn open_blocking(dir: &Path) -> Result<(Store, Vec<Record>), StoreError> {
         })
         .collect::<Result<Vec<Record>, _>>()?;
     tracing::info!(path = %path.display(), records = records.len(), "replayed the registry log");
-    let store = Store {
-        path,
-        writer: Arc::new(Mutex::new(LogWriter {
-            file,
-            failed: false,
-        })),
-    };
+    let store = Store { path, writer: Arc::new(Mutex::new(LogWriter { file, failed: false })) };
     Ok((store, records))
 }
 
@@ -226,11 +216,7 @@ pub fn scan_frames(bytes: &[u8]) -> Scan<'_> {
         frames.push((offset + FRAME_HEADER_BYTES, payload));
         offset += FRAME_HEADER_BYTES + length;
     };
-    Scan {
-        frames,
-        valid_bytes: offset,
-        tail_problem,
-    }
+    Scan { frames, valid_bytes: offset, tail_problem }
 }
 
 #[cfg(test)]

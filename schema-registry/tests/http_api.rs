@@ -63,9 +63,7 @@ async fn registers_and_fetches_a_schema_by_every_path() {
     );
     assert_eq!(get(&format!("{base}/schemas/types")).await.expect_ok(), &json!(["AVRO"]));
     assert_eq!(
-        get(&format!("{base}/subjects/users-value/versions/1/referencedby"))
-            .await
-            .expect_ok(),
+        get(&format!("{base}/subjects/users-value/versions/1/referencedby")).await.expect_ok(),
         &json!([])
     );
     server.stop().await;
@@ -158,9 +156,7 @@ async fn missing_things_get_confluent_not_found_codes() {
     get(&format!("{base}/schemas/ids/99/subjects")).await.expect_error(404, 40403);
     get(&format!("{base}/schemas/ids/not-a-number")).await.expect_error(404, 40403);
     for bad in ["0", "-2", "one", "2147483648", "1.5"] {
-        get(&format!("{base}/subjects/users-value/versions/{bad}"))
-            .await
-            .expect_error(422, 42202);
+        get(&format!("{base}/subjects/users-value/versions/{bad}")).await.expect_error(422, 42202);
     }
     get(&format!("{base}/no/such/path")).await.expect_error(404, 404);
     put(&format!("{base}/subjects"), json!({})).await.expect_error(405, 405);
@@ -178,10 +174,7 @@ async fn soft_deleted_versions_hide_until_asked_for_and_go_for_good_when_permane
 
     assert_eq!(delete(&format!("{subject}/versions/1")).await.expect_ok(), &json!(1));
     assert_eq!(get(&format!("{subject}/versions")).await.expect_ok(), &json!([2]));
-    assert_eq!(
-        get(&format!("{subject}/versions?deleted=true")).await.expect_ok(),
-        &json!([1, 2])
-    );
+    assert_eq!(get(&format!("{subject}/versions?deleted=true")).await.expect_ok(), &json!([1, 2]));
     get(&format!("{subject}/versions/1")).await.expect_error(404, 40402);
     let hidden = get(&format!("{subject}/versions/1?deleted=true")).await;
     assert_eq!(hidden.expect_ok()["id"], 1);
@@ -199,10 +192,7 @@ async fn soft_deleted_versions_hide_until_asked_for_and_go_for_good_when_permane
         delete(&format!("{subject}/versions/1?permanent=true")).await.expect_ok(),
         &json!(1)
     );
-    assert_eq!(
-        get(&format!("{subject}/versions?deleted=true")).await.expect_ok(),
-        &json!([2])
-    );
+    assert_eq!(get(&format!("{subject}/versions?deleted=true")).await.expect_ok(), &json!([2]));
     get(&format!("{base}/schemas/ids/1")).await.expect_error(404, 40403);
     assert_eq!(delete(&format!("{subject}/versions/latest")).await.expect_ok(), &json!(2));
     get(&format!("{subject}/versions/latest")).await.expect_error(404, 40401);
@@ -218,13 +208,8 @@ async fn subject_delete_is_soft_first_then_permanent() {
     register(base, "users-value", &user_v2()).await.expect_ok();
     register(base, "copy-value", &user_v1()).await.expect_ok();
 
-    delete(&format!("{base}/subjects/users-value?permanent=true"))
-        .await
-        .expect_error(404, 40405);
-    assert_eq!(
-        delete(&format!("{base}/subjects/users-value")).await.expect_ok(),
-        &json!([1, 2])
-    );
+    delete(&format!("{base}/subjects/users-value?permanent=true")).await.expect_error(404, 40405);
+    assert_eq!(delete(&format!("{base}/subjects/users-value")).await.expect_ok(), &json!([1, 2]));
     assert_eq!(get(&format!("{base}/subjects")).await.expect_ok(), &json!(["copy-value"]));
     assert_eq!(
         get(&format!("{base}/subjects?deleted=true")).await.expect_ok(),
@@ -232,9 +217,7 @@ async fn subject_delete_is_soft_first_then_permanent() {
     );
     delete(&format!("{base}/subjects/users-value")).await.expect_error(404, 40404);
     assert_eq!(
-        delete(&format!("{base}/subjects/users-value?permanent=true"))
-            .await
-            .expect_ok(),
+        delete(&format!("{base}/subjects/users-value?permanent=true")).await.expect_ok(),
         &json!([1, 2])
     );
     assert_eq!(
@@ -299,38 +282,28 @@ async fn compatibility_endpoint_checks_without_registering() {
     register(base, "users-value", &user_v1()).await.expect_ok();
     let compat = format!("{base}/compatibility/subjects/users-value/versions");
     let good = json!({ "schema": user_v2().to_string() });
-    let bad = json!({ "schema": record("User", json!([{ "name": "name", "type": "int" }])).to_string() });
+    let bad =
+        json!({ "schema": record("User", json!([{ "name": "name", "type": "int" }])).to_string() });
 
     for url in [format!("{compat}/latest"), format!("{compat}/1"), compat.clone()] {
         assert_eq!(post(&url, good.clone()).await.expect_ok(), &json!({ "is_compatible": true }));
-        assert_eq!(
-            post(&url, bad.clone()).await.expect_ok(),
-            &json!({ "is_compatible": false })
-        );
+        assert_eq!(post(&url, bad.clone()).await.expect_ok(), &json!({ "is_compatible": false }));
     }
     let verbose = post(&format!("{compat}/latest?verbose=true"), bad.clone()).await;
     assert_eq!(verbose.expect_ok()["is_compatible"], false);
     let messages = verbose.body["messages"].as_array().unwrap();
-    assert!(
-        messages.iter().any(|m| m.as_str().unwrap().contains("TYPE_MISMATCH")),
-        "{messages:?}"
-    );
+    assert!(messages.iter().any(|m| m.as_str().unwrap().contains("TYPE_MISMATCH")), "{messages:?}");
     let verbose_ok = post(&format!("{compat}/latest?verbose=true"), good.clone()).await;
     assert_eq!(verbose_ok.expect_ok(), &json!({ "is_compatible": true, "messages": [] }));
 
     post(&format!("{compat}/2"), good.clone()).await.expect_error(404, 40402);
-    post(
-        &format!("{base}/compatibility/subjects/nobody/versions/latest"),
-        good.clone(),
-    )
-    .await
-    .expect_error(404, 40401);
+    post(&format!("{base}/compatibility/subjects/nobody/versions/latest"), good.clone())
+        .await
+        .expect_error(404, 40401);
     post(&format!("{compat}/zero"), good.clone()).await.expect_error(422, 42202);
     // Against all versions of a subject that has none, anything goes.
     assert_eq!(
-        post(&format!("{base}/compatibility/subjects/nobody/versions"), bad)
-            .await
-            .expect_ok(),
+        post(&format!("{base}/compatibility/subjects/nobody/versions"), bad).await.expect_ok(),
         &json!({ "is_compatible": true })
     );
     assert_eq!(
@@ -361,9 +334,7 @@ async fn config_sets_global_and_subject_levels() {
 
     get(&format!("{base}/config/users-value")).await.expect_error(404, 40408);
     assert_eq!(
-        get(&format!("{base}/config/users-value?defaultToGlobal=true"))
-            .await
-            .expect_ok(),
+        get(&format!("{base}/config/users-value?defaultToGlobal=true")).await.expect_ok(),
         &json!({ "compatibilityLevel": "FULL" })
     );
     assert_eq!(
@@ -393,9 +364,7 @@ async fn config_sets_global_and_subject_levels() {
     put(&format!("{base}/config"), json!({ "compatibility": "SIDEWAYS" }))
         .await
         .expect_error(422, 42203);
-    put(&format!("{base}/config/users-value"), json!({}))
-        .await
-        .expect_error(422, 42203);
+    put(&format!("{base}/config/users-value"), json!({})).await.expect_error(422, 42203);
     server.stop().await;
 
     // Levels survive a restart.
@@ -432,9 +401,10 @@ async fn subjects_with_reserved_characters_and_prefix_filtering_work() {
 async fn plain_json_and_confluent_content_types_are_both_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path()).await;
-    let http = reqwest::Client::new();
+    let http = common::http();
     let body = json!({ "schema": user_v1().to_string() }).to_string();
-    for content_type in ["application/json", "application/vnd.schemaregistry.v1+json", "text/plain"] {
+    for content_type in ["application/json", "application/vnd.schemaregistry.v1+json", "text/plain"]
+    {
         let answer = common::send(
             http.post(format!("{}/subjects/users-value/versions", server.url))
                 .header("content-type", content_type)

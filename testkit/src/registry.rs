@@ -41,13 +41,7 @@ impl RegistryProcess {
         let binary = binary.as_ref().to_path_buf();
         let extra_args: Vec<String> = extra_args.iter().map(|a| (*a).to_owned()).collect();
         let (child, addr) = spawn(&binary, &extra_args, dir.path());
-        RegistryProcess {
-            binary,
-            extra_args,
-            dir,
-            child: Some(child),
-            addr,
-        }
+        RegistryProcess { binary, extra_args, dir, child: Some(child), addr }
     }
 
     /// Base URL, e.g. `http://127.0.0.1:40123`.
@@ -115,10 +109,8 @@ fn spawn(binary: &Path, extra_args: &[String], dir: &Path) -> (Child, SocketAddr
     });
     let log = || std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
     let line = rx.recv_timeout(START_TIMEOUT).unwrap_or_default();
-    let Some(addr) = line
-        .trim()
-        .strip_prefix(LISTENING_PREFIX)
-        .and_then(|a| a.parse::<SocketAddr>().ok())
+    let Some(addr) =
+        line.trim().strip_prefix(LISTENING_PREFIX).and_then(|a| a.parse::<SocketAddr>().ok())
     else {
         let _ = child.kill();
         let _ = child.wait();
@@ -133,7 +125,10 @@ fn spawn(binary: &Path, extra_args: &[String], dir: &Path) -> (Child, SocketAddr
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("the registry did not answer HTTP within {START_TIMEOUT:?}; its log:\n{}", log());
+            panic!(
+                "the registry did not answer HTTP within {START_TIMEOUT:?}; its log:\n{}",
+                log()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -33,9 +33,7 @@ impl LevelUpdate {
 }
 
 pub async fn get_global(State(registry): State<Arc<Registry>>) -> Reply<LevelReply> {
-    Reply(LevelReply {
-        compatibility_level: registry.global_level(),
-    })
+    Reply(LevelReply { compatibility_level: registry.global_level() })
 }
 
 pub async fn put_global(
@@ -44,9 +42,7 @@ pub async fn put_global(
 ) -> Result<Reply<LevelUpdate>, ApiError> {
     let level = update.level()?;
     registry.set_global_level(level).await?;
-    Ok(Reply(LevelUpdate {
-        compatibility: Some(level.to_string()),
-    }))
+    Ok(Reply(LevelUpdate { compatibility: Some(level.to_string()) }))
 }
 
 pub async fn get_subject(
@@ -59,9 +55,7 @@ pub async fn get_subject(
         None if flags.default_to_global => registry.global_level(),
         None => return Err(RegistryError::SubjectLevelNotConfigured(subject).into()),
     };
-    Ok(Reply(LevelReply {
-        compatibility_level: level,
-    }))
+    Ok(Reply(LevelReply { compatibility_level: level }))
 }
 
 pub async fn put_subject(
@@ -71,9 +65,7 @@ pub async fn put_subject(
 ) -> Result<Reply<LevelUpdate>, ApiError> {
     let level = update.level()?;
     registry.set_subject_level(&subject, Some(level)).await?;
-    Ok(Reply(LevelUpdate {
-        compatibility: Some(level.to_string()),
-    }))
+    Ok(Reply(LevelUpdate { compatibility: Some(level.to_string()) }))
 }
 
 /// Removes the subject's own level and answers the level it had.
@@ -86,7 +78,5 @@ pub async fn delete_subject(
     }
     let before = registry.set_subject_level(&subject, None).await?;
     let compatibility_level = before.ok_or(RegistryError::SubjectLevelNotConfigured(subject))?;
-    Ok(Reply(LevelReply {
-        compatibility_level,
-    }))
+    Ok(Reply(LevelReply { compatibility_level }))
 }

@@ -22,7 +22,9 @@ impl<T: Serialize> IntoResponse for Reply<T> {
     fn into_response(self) -> Response {
         match serde_json::to_vec(&self.0) {
             Ok(body) => json_response(StatusCode::OK, body),
-            Err(e) => ApiError::internal(format!("cannot encode the response: {e}")).into_response(),
+            Err(e) => {
+                ApiError::internal(format!("cannot encode the response: {e}")).into_response()
+            }
         }
     }
 }
@@ -38,9 +40,7 @@ impl IntoResponse for RawJson {
 
 fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let mut response = (status, body).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
     response
 }
 
@@ -62,19 +62,11 @@ impl ApiError {
     /// An error about the HTTP exchange itself, whose code is its status (Confluent does the
     /// same for 404 on unknown paths, 405, 413 and the like).
     pub fn http(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            error_code: u32::from(status.as_u16()),
-            message: message.into(),
-        }
+        ApiError { status, error_code: u32::from(status.as_u16()), message: message.into() }
     }
 
     fn internal(message: String) -> ApiError {
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            error_code: 50001,
-            message,
-        }
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, error_code: 50001, message }
     }
 }
 
@@ -90,20 +82,13 @@ impl From<RegistryError> for ApiError {
         if status.is_server_error() {
             tracing::error!(error = %e, "request failed");
         }
-        ApiError {
-            status,
-            error_code,
-            message: e.to_string(),
-        }
+        ApiError { status, error_code, message: e.to_string() }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error_code: self.error_code,
-            message: &self.message,
-        };
+        let body = ErrorBody { error_code: self.error_code, message: &self.message };
         // Serialising a u32 and a str cannot fail; the fallback keeps the body JSON anyway.
         let body = serde_json::to_vec(&body)
             .unwrap_or_else(|_| br#"{"error_code":50001,"message":"error"}"#.to_vec());
@@ -124,7 +109,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
             .map_err(|r| ApiError::http(r.status(), r.body_text()))?;
         serde_json::from_slice(&bytes).map(Body).map_err(|e| {
             if e.is_data() {
-                ApiError::http(StatusCode::UNPROCESSABLE_ENTITY, format!("Unprocessable entity: {e}"))
+                ApiError::http(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("Unprocessable entity: {e}"),
+                )
             } else {
                 ApiError::http(StatusCode::BAD_REQUEST, format!("Malformed JSON: {e}"))
             }

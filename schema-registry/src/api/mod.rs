@@ -25,31 +25,19 @@ pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
         .route("/", get(root))
         .route("/subjects", get(subjects::list))
         .route("/subjects/{subject}", post(subjects::lookup).delete(subjects::delete))
-        .route(
-            "/subjects/{subject}/versions",
-            get(subjects::versions).post(subjects::register),
-        )
+        .route("/subjects/{subject}/versions", get(subjects::versions).post(subjects::register))
         .route(
             "/subjects/{subject}/versions/{version}",
             get(subjects::version).delete(subjects::delete_version),
         )
-        .route(
-            "/subjects/{subject}/versions/{version}/schema",
-            get(subjects::version_schema),
-        )
-        .route(
-            "/subjects/{subject}/versions/{version}/referencedby",
-            get(subjects::referenced_by),
-        )
+        .route("/subjects/{subject}/versions/{version}/schema", get(subjects::version_schema))
+        .route("/subjects/{subject}/versions/{version}/referencedby", get(subjects::referenced_by))
         .route("/schemas/types", get(schemas::types))
         .route("/schemas/ids/{id}", get(schemas::by_id))
         .route("/schemas/ids/{id}/schema", get(schemas::by_id_schema))
         .route("/schemas/ids/{id}/versions", get(schemas::id_versions))
         .route("/schemas/ids/{id}/subjects", get(schemas::id_subjects))
-        .route(
-            "/compatibility/subjects/{subject}/versions",
-            post(compatibility::against_subject),
-        )
+        .route("/compatibility/subjects/{subject}/versions", post(compatibility::against_subject))
         .route(
             "/compatibility/subjects/{subject}/versions/{version}",
             post(compatibility::against_version),
@@ -57,9 +45,7 @@ pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
         .route("/config", get(config::get_global).put(config::put_global))
         .route(
             "/config/{subject}",
-            get(config::get_subject)
-                .put(config::put_subject)
-                .delete(config::delete_subject),
+            get(config::get_subject).put(config::put_subject).delete(config::delete_subject),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

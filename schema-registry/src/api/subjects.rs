@@ -46,12 +46,7 @@ pub struct VersionReply {
 
 impl From<SubjectVersion> for VersionReply {
     fn from(v: SubjectVersion) -> Self {
-        VersionReply {
-            subject: v.subject,
-            version: v.version,
-            id: v.id,
-            schema: v.schema,
-        }
+        VersionReply { subject: v.subject, version: v.version, id: v.id, schema: v.schema }
     }
 }
 
@@ -134,9 +129,5 @@ pub async fn delete_version(
     flags: Flags,
 ) -> Result<Reply<i32>, ApiError> {
     let selector = version.parse::<VersionSelector>()?;
-    Ok(Reply(
-        registry
-            .delete_version(&subject, selector, flags.permanent)
-            .await?,
-    ))
+    Ok(Reply(registry.delete_version(&subject, selector, flags.permanent).await?))
 }

@@ -21,11 +21,7 @@ pub struct Server {
 impl Server {
     /// Starts a registry on `data_dir` with the default config.
     pub async fn start(data_dir: &Path) -> Server {
-        Server::start_with(Config {
-            data_dir: data_dir.to_path_buf(),
-            ..Config::default()
-        })
-        .await
+        Server::start_with(Config { data_dir: data_dir.to_path_buf(), ..Config::default() }).await
     }
 
     pub async fn start_with(config: Config) -> Server {
@@ -35,11 +31,7 @@ impl Server {
         let task = tokio::spawn(schema_registry::run(listener, config, async {
             let _ = stopped.await;
         }));
-        Server {
-            url,
-            stop: Some(stop),
-            task: Some(task),
-        }
+        Server { url, stop: Some(stop), task: Some(task) }
     }
 
     /// Stops serving and waits until the registry has shut down.
@@ -87,13 +79,16 @@ impl Answer {
     }
 }
 
+/// One client for the whole test binary: building one is costly (TLS roots).
+pub fn http() -> &'static reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT.get_or_init(reqwest::Client::new)
+}
+
 pub async fn call(method: Method, url: &str, body: Option<Value>) -> Answer {
-    let http = reqwest::Client::new();
-    let mut request = http.request(method, url);
+    let mut request = http().request(method, url);
     if let Some(body) = body {
-        request = request
-            .header("content-type", CONTENT_TYPE)
-            .body(body.to_string());
+        request = request.header("content-type", CONTENT_TYPE).body(body.to_string());
     }
     send(request).await
 }
@@ -102,10 +97,8 @@ pub async fn call(method: Method, url: &str, body: Option<Value>) -> Answer {
 pub async fn send(request: reqwest::RequestBuilder) -> Answer {
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned());
+    let content_type =
+        response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
     assert_eq!(content_type.as_deref(), Some(CONTENT_TYPE), "status {status}");
     let text = response.text().await.unwrap();
     let body = serde_json::from_str(&text)

@@ -1,0 +1,177 @@
+//! Bad requests get Confluent-style error bodies, never a bare 500 or a crash, and the server
+//! keeps serving afterwards.
+
+mod common;
+
+use common::{Server, get, post, put, record, register};
+use reqwest::Method;
+use schema_registry::Config;
+use serde_json::json;
+
+async fn small_limit_server(dir: &std::path::Path) -> Server {
+    Server::start_with(Config {
+        data_dir: dir.to_path_buf(),
+        max_request_bytes: 64 * 1024,
+        ..Config::default()
+    })
+    .await
+}
+
+async fn raw_post(url: &str, body: impl Into<reqwest::Body>) -> common::Answer {
+    common::send(
+        common::http()
+            .request(Method::POST, url)
+            .header("content-type", "application/vnd.schemaregistry.v1+json")
+            .body(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_400_error_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    let url = format!("{}/subjects/s/versions", server.url);
+    for body in ["{", "not json", "", "{\"schema\": }"] {
+        raw_post(&url, body).await.expect_error(400, 400);
+    }
+    // Well-formed JSON of the wrong shape.
+    for body in ["{}", "[]", "{\"schema\": 42}", "\"schema\""] {
+        raw_post(&url, body).await.expect_error(422, 422);
+    }
+    common::send(common::http().put(format!("{}/config", server.url)).body("{{"))
+        .await
+        .expect_error(400, 400);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_schema_that_is_not_avro_is_42201() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    let url = format!("{}/subjects/s/versions", server.url);
+    for schema in [
+        "",
+        "{",
+        r#"{"type": "not-a-type"}"#,
+        r#"{"type": "record", "name": "R"}"#,
+        r#"{"type": "record", "name": "R", "fields": [{"name": "a", "type": "int", "default": "x"}]}"#,
+        r#"{"type": "enum", "name": "E", "symbols": ["A", "A"]}"#,
+        r#"{"type": "fixed", "name": "F", "size": -1}"#,
+        r#"["int", "int"]"#,
+        r#""Undefined""#,
+    ] {
+        let answer = post(&url, json!({ "schema": schema })).await;
+        answer.expect_error(422, 42201);
+    }
+    let message = post(&url, json!({ "schema": "\"int\"", "schemaType": "PROTOBUF" }))
+        .await
+        .expect_error(422, 42201);
+    assert!(message.contains("PROTOBUF"), "{message}");
+    post(
+        &url,
+        json!({ "schema": "\"int\"", "references": [{ "name": "x", "subject": "y", "version": 1 }] }),
+    )
+    .await
+    .expect_error(422, 42201);
+    // The compatibility and look-up endpoints validate the same way.
+    post(&format!("{}/compatibility/subjects/s/versions", server.url), json!({ "schema": "{" }))
+        .await
+        .expect_error(422, 42201);
+    post(&format!("{}/subjects/s", server.url), json!({ "schema": "nope" }))
+        .await
+        .expect_error(422, 42201);
+    assert_eq!(get(&format!("{}/subjects", server.url)).await.expect_ok(), &json!([]));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_compatibility_level_is_42203() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    for body in [
+        json!({ "compatibility": "SIDEWAYS" }),
+        json!({ "compatibility": "" }),
+        json!({ "compatibility": null }),
+        json!({}),
+    ] {
+        put(&format!("{}/config", server.url), body.clone()).await.expect_error(422, 42203);
+        put(&format!("{}/config/s", server.url), body).await.expect_error(422, 42203);
+    }
+    put(&format!("{}/config", server.url), json!({ "compatibility": 3 }))
+        .await
+        .expect_error(422, 422);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_over_the_size_limit_is_a_413_error_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = small_limit_server(dir.path()).await;
+    let url = format!("{}/subjects/s/versions", server.url);
+    let doc = "x".repeat(100 * 1024);
+    let huge = record("R", json!([{ "name": "a", "type": "int", "doc": doc }]));
+    let answer = raw_post(&url, json!({ "schema": huge.to_string() }).to_string()).await;
+    answer.expect_error(413, 413);
+    // Without a Content-Length (a chunked body) the limit still holds.
+    let (status, body) = chunked_post(&server.url, "/subjects/s/versions", 64, 4096).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error_code"], 413);
+    // Under the limit, the same kind of request works.
+    let small = record("R", json!([{ "name": "a", "type": "int" }]));
+    register(&server.url, "s", &small).await.expect_ok();
+    server.stop().await;
+}
+
+/// POSTs `chunks` chunks of `chunk_bytes` spaces with `Transfer-Encoding: chunked` over a
+/// raw socket; returns the status and the body (or what arrived before the server closed).
+async fn chunked_post(base: &str, path: &str, chunks: usize, chunk_bytes: usize) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let chunk = format!("{chunk_bytes:x}\r\n{}\r\n", " ".repeat(chunk_bytes));
+    for _ in 0..chunks {
+        // The server may answer and close before the whole body is sent.
+        if stream.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = stream.write_all(b"0\r\n\r\n").await;
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // A close-delimited or chunked body: take the JSON object inside.
+    let json = body
+        .find('{')
+        .and_then(|start| body.rfind('}').map(|end| body[start..=end].to_owned()))
+        .unwrap_or_default();
+    (status, json)
+}
+
+#[tokio::test]
+async fn bad_subjects_versions_and_query_flags_are_errors_not_crashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    let base = &server.url;
+    let schema = record("R", json!([{ "name": "a", "type": "int" }]));
+    let long_subject = "s".repeat(2000);
+    register(base, &long_subject, &schema).await.expect_error(422, 42208);
+    register(base, "tab%09subject", &schema).await.expect_error(422, 42208);
+    put(&format!("{base}/config/{long_subject}"), json!({ "compatibility": "NONE" }))
+        .await
+        .expect_error(422, 42208);
+    register(base, "s", &schema).await.expect_ok();
+    get(&format!("{base}/subjects/s/versions?deleted=maybe")).await.expect_error(400, 400);
+    // Invalid UTF-8 in a percent-encoded subject.
+    get(&format!("{base}/subjects/%FF%FE/versions")).await.expect_error(400, 400);
+    get(&format!("{base}/subjects/s/versions/99999999999999999999")).await.expect_error(422, 42202);
+    // Still serving.
+    assert_eq!(get(&format!("{base}/subjects")).await.expect_ok(), &json!(["s"]));
+    server.stop().await;
+}

@@ -1,0 +1,127 @@
+//! The `schema-registry` binary: flags over the config file, one-line errors for bad values,
+//! shipped schemas registered at start, and a clean stop on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::get;
+use serde_json::json;
+use testkit::registry::RegistryProcess;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_schema-registry");
+
+/// Runs the binary with `args`; returns its exit code and stderr.
+fn run_failing(args: &[&str]) -> (i32, String) {
+    let output = Command::new(BINARY)
+        .args(args)
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let code = output.status.code().expect("exited, not killed");
+    (code, String::from_utf8(output.stderr).unwrap())
+}
+
+#[track_caller]
+fn assert_one_line_error(args: &[&str], mentions: &str) {
+    let (code, stderr) = run_failing(args);
+    assert_ne!(code, 0, "{args:?} succeeded");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr:?}");
+    assert!(stderr.starts_with("error: "), "{stderr:?}");
+    assert!(stderr.contains(mentions), "{args:?}: {stderr:?} lacks {mentions:?}");
+}
+
+#[test]
+fn bad_flags_are_one_line_errors() {
+    assert_one_line_error(&["--port", "eighty"], "--port");
+    assert_one_line_error(&["--port", "70000"], "--port");
+    assert_one_line_error(&["--colour", "blue"], "--colour");
+    assert_one_line_error(&["--host", ""], "host");
+    assert_one_line_error(
+        &["--host", "no.such.host.invalid", "--port", "0"],
+        "no.such.host.invalid",
+    );
+}
+
+#[test]
+fn bad_config_files_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let wrong_type = write("a.toml", "host = \"127.0.0.1\"\nport = \"eighty\"\n");
+    assert_one_line_error(&["--config", &wrong_type], "a.toml:2");
+    let bad_level = write("b.toml", "compatibility = \"SIDEWAYS\"\n");
+    assert_one_line_error(&["--config", &bad_level], "SIDEWAYS");
+    let unknown_key = write("c.toml", "colour = \"blue\"\n");
+    assert_one_line_error(&["--config", &unknown_key], "colour");
+    let tiny_limit = write("d.toml", "max_request_bytes = 10\n");
+    assert_one_line_error(&["--config", &tiny_limit], "max_request_bytes");
+    let not_toml = write("e.toml", "[[[\n");
+    assert_one_line_error(&["--config", &not_toml], "e.toml:1");
+    assert_one_line_error(&["--config", "/no/such/file.toml"], "/no/such/file.toml");
+}
+
+#[tokio::test]
+async fn flags_override_the_config_file_and_the_rest_of_it_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("registry.toml");
+    // host, port and data_dir here are unusable; the fixture's flags must win over them.
+    std::fs::write(
+        &config,
+        "host = \"256.0.0.1\"\nport = 1\ndata_dir = \"/proc/no-such-dir\"\ncompatibility = \"FULL_TRANSITIVE\"\n",
+    )
+    .unwrap();
+    let registry =
+        RegistryProcess::start_with_args(BINARY, &["--config", config.to_str().unwrap()]);
+    assert_eq!(
+        get(&format!("{}/config", registry.url())).await.expect_ok(),
+        &json!({ "compatibilityLevel": "FULL_TRANSITIVE" })
+    );
+    assert!(registry.data_dir().join("registry.log").exists());
+}
+
+#[tokio::test]
+async fn register_schemas_flag_registers_the_shipped_schemas_once() {
+    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas");
+    let mut registry = RegistryProcess::start_with_args(BINARY, &["--register-schemas", schemas]);
+    let subjects = ["_audit-value", "click-value", "page-view-value", "search-value"];
+    assert_eq!(get(&format!("{}/subjects", registry.url())).await.expect_ok(), &json!(subjects));
+    let mut ids = Vec::new();
+    for subject in subjects {
+        let latest = get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
+        assert_eq!(latest.expect_ok()["version"], 1);
+        ids.push(latest.body["id"].clone());
+    }
+    registry.restart();
+    for (subject, id) in subjects.iter().zip(&ids) {
+        let latest = get(&format!("{}/subjects/{subject}/versions", registry.url())).await;
+        assert_eq!(latest.expect_ok(), &json!([1]), "registering again added a version");
+        let latest = get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
+        assert_eq!(&latest.expect_ok()["id"], id);
+    }
+}
+
+#[test]
+fn sigterm_stops_the_service_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BINARY)
+        .args(["--port", "0", "--data-dir"])
+        .arg(dir.path())
+        .env("RUST_LOG", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("schema-registry listening on http://127.0.0.1:"), "{line:?}");
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
