@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod process;
 pub mod registry;
+pub mod zookeeper;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

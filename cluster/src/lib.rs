@@ -1,0 +1,27 @@
+//! Coordination without a master (paper §3.3): brokers and consumers find each other, and
+//! consumers divide partitions among themselves, through a shared tree of nodes.
+//!
+//! [`Coordinator`] is the seam between Tributary and the coordination service. It has two
+//! backends of the same shape: [`ZooKeeper`], over a real ensemble, for any deployment of more
+//! than one process; and [`Embedded`], the same semantics (sessions, ephemeral nodes, watches)
+//! inside one process, for the all-in-one launcher and fast tests. It is not a distributed
+//! service and does not pretend to be one.
+//!
+//! [`Registry`] is the typed layout of `DESIGN.md` ("ZooKeeper layout") over either backend,
+//! so that no other crate spells a path by hand.
+
+mod coordinator;
+mod embedded;
+mod error;
+mod path;
+mod registry;
+mod zookeeper;
+
+pub use coordinator::{
+    Coordinator, NodeMode, SessionEvent, Version, Watch, WatchEvent, watch_children,
+};
+pub use embedded::{Embedded, EmbeddedSession};
+pub use error::CoordError;
+pub use path::{join, validate_path};
+pub use registry::{BrokerInfo, Claim, PartitionId, Registry, RegistryError, Subscription};
+pub use zookeeper::{ZooKeeper, ZooKeeperConfig};

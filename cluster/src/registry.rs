@@ -1,0 +1,491 @@
+//! The typed layout of `DESIGN.md` ("ZooKeeper layout") over any [`Coordinator`]:
+//!
+//! | path | kind | value |
+//! |---|---|---|
+//! | `/brokers/ids/{broker_id}` | ephemeral | `{"host":…,"port":…}` |
+//! | `/brokers/topics/{topic}/{broker_id}` | ephemeral | partitions of the topic on that broker |
+//! | `/consumers/{group}/ids/{consumer_id}` | ephemeral | `{"topic": streams, …}` |
+//! | `/consumers/{group}/owners/{topic}/{broker_id}-{partition}` | ephemeral | `{consumer_id}-{stream}` |
+//! | `/consumers/{group}/offsets/{topic}/{broker_id}-{partition}` | persistent | next offset |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::CoordError;
+use crate::coordinator::{Coordinator, NodeMode, Watch};
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    #[error(transparent)]
+    Coord(#[from] CoordError),
+    #[error("broker id {id} is already registered by {holder}")]
+    BrokerIdTaken { id: i32, holder: String },
+    #[error("{what} {name:?} cannot be part of a registry path")]
+    InvalidName { what: &'static str, name: String },
+    #[error("unreadable value at {path}: {reason}")]
+    Corrupt { path: String, reason: String },
+}
+
+/// Where a broker listens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerInfo {
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerInfo {
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// A consumer's streams per topic.
+pub type Subscription = BTreeMap<String, u32>;
+
+/// A partition in the cluster: `{broker_id}-{partition}`. Ordered by broker, then partition,
+/// which is the order the rebalance sorts partitions in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionId {
+    pub broker: i32,
+    pub partition: u32,
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.broker, self.partition)
+    }
+}
+
+impl FromStr for PartitionId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PartitionId, String> {
+        let (broker, partition) =
+            s.split_once('-').ok_or_else(|| format!("{s:?} is not broker-partition"))?;
+        Ok(PartitionId {
+            broker: broker.parse().map_err(|_| format!("{s:?}: bad broker id"))?,
+            partition: partition.parse().map_err(|_| format!("{s:?}: bad partition"))?,
+        })
+    }
+}
+
+/// The outcome of claiming a partition for a consumer stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    Claimed,
+    OwnedBy(String),
+}
+
+/// The registries of one cluster.
+#[derive(Clone)]
+pub struct Registry {
+    coordinator: Arc<dyn Coordinator>,
+}
+
+fn segment<'a>(what: &'static str, name: &'a str) -> Result<&'a str, RegistryError> {
+    let valid = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.chars().any(char::is_control);
+    if valid { Ok(name) } else { Err(RegistryError::InvalidName { what, name: name.to_owned() }) }
+}
+
+fn corrupt(path: &str, reason: impl fmt::Display) -> RegistryError {
+    RegistryError::Corrupt { path: path.to_owned(), reason: reason.to_string() }
+}
+
+impl Registry {
+    pub fn new(coordinator: Arc<dyn Coordinator>) -> Registry {
+        Registry { coordinator }
+    }
+
+    pub fn coordinator(&self) -> &Arc<dyn Coordinator> {
+        &self.coordinator
+    }
+
+    // Brokers.
+
+    /// Registers this broker; fails with [`RegistryError::BrokerIdTaken`] if the id is live.
+    pub async fn register_broker(&self, id: i32, info: &BrokerInfo) -> Result<(), RegistryError> {
+        let path = format!("/brokers/ids/{id}");
+        let data = serde_json::to_vec(info).expect("broker info serializes");
+        match self.coordinator.create(&path, &data, NodeMode::Ephemeral).await {
+            Err(CoordError::NodeExists { .. }) => {
+                let holder = match self.coordinator.get(&path).await? {
+                    Some((data, _)) => String::from_utf8_lossy(&data).into_owned(),
+                    None => "a broker that just left".into(),
+                };
+                Err(RegistryError::BrokerIdTaken { id, holder })
+            }
+            result => Ok(result?),
+        }
+    }
+
+    pub async fn unregister_broker(&self, id: i32) -> Result<(), RegistryError> {
+        ignore_missing(self.coordinator.delete(&format!("/brokers/ids/{id}"), None).await)
+    }
+
+    /// Live brokers by id.
+    pub async fn brokers(&self) -> Result<BTreeMap<i32, BrokerInfo>, RegistryError> {
+        Ok(self.brokers_and_watch().await?.0)
+    }
+
+    /// Live brokers, and a watch that fires when one comes or goes.
+    pub async fn brokers_and_watch(
+        &self,
+    ) -> Result<(BTreeMap<i32, BrokerInfo>, Watch), RegistryError> {
+        self.coordinator.ensure("/brokers/ids").await?;
+        let (ids, watch) = self.coordinator.children_and_watch("/brokers/ids").await?;
+        let mut brokers = BTreeMap::new();
+        for id in ids {
+            let path = format!("/brokers/ids/{id}");
+            let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
+            let info: BrokerInfo = serde_json::from_slice(&data).map_err(|e| corrupt(&path, e))?;
+            brokers.insert(id.parse().map_err(|e| corrupt(&path, e))?, info);
+        }
+        Ok((brokers, watch))
+    }
+
+    // Topics.
+
+    /// Records that `broker` has `partitions` partitions of `topic`.
+    pub async fn register_topic(
+        &self,
+        topic: &str,
+        broker: i32,
+        partitions: u32,
+    ) -> Result<(), RegistryError> {
+        let path = format!("/brokers/topics/{}/{broker}", segment("topic", topic)?);
+        let data = partitions.to_string();
+        match self.coordinator.create(&path, data.as_bytes(), NodeMode::Ephemeral).await {
+            Err(CoordError::NodeExists { .. }) => {
+                self.coordinator.set(&path, data.as_bytes(), None).await?;
+                Ok(())
+            }
+            result => Ok(result?),
+        }
+    }
+
+    pub async fn unregister_topic(&self, topic: &str, broker: i32) -> Result<(), RegistryError> {
+        let path = format!("/brokers/topics/{}/{broker}", segment("topic", topic)?);
+        ignore_missing(self.coordinator.delete(&path, None).await)
+    }
+
+    /// Every topic any broker has registered.
+    pub async fn topics(&self) -> Result<Vec<String>, RegistryError> {
+        self.coordinator.ensure("/brokers/topics").await?;
+        Ok(self.coordinator.children("/brokers/topics").await?)
+    }
+
+    /// Partitions of `topic` per broker id.
+    pub async fn topic_brokers(&self, topic: &str) -> Result<BTreeMap<i32, u32>, RegistryError> {
+        Ok(self.topic_brokers_and_watch(topic).await?.0)
+    }
+
+    /// Partitions of `topic` per broker id, and a watch that fires when a broker adds or drops
+    /// the topic.
+    pub async fn topic_brokers_and_watch(
+        &self,
+        topic: &str,
+    ) -> Result<(BTreeMap<i32, u32>, Watch), RegistryError> {
+        let dir = format!("/brokers/topics/{}", segment("topic", topic)?);
+        self.coordinator.ensure(&dir).await?;
+        let (ids, watch) = self.coordinator.children_and_watch(&dir).await?;
+        let mut brokers = BTreeMap::new();
+        for id in ids {
+            let path = format!("{dir}/{id}");
+            let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
+            let text = String::from_utf8_lossy(&data);
+            let partitions = text.trim().parse().map_err(|e| corrupt(&path, e))?;
+            brokers.insert(id.parse().map_err(|e| corrupt(&path, e))?, partitions);
+        }
+        Ok((brokers, watch))
+    }
+
+    /// Every partition of `topic` in the cluster, sorted.
+    pub async fn partitions(&self, topic: &str) -> Result<Vec<PartitionId>, RegistryError> {
+        let brokers = self.topic_brokers(topic).await?;
+        Ok(brokers
+            .into_iter()
+            .flat_map(|(broker, n)| (0..n).map(move |partition| PartitionId { broker, partition }))
+            .collect())
+    }
+
+    // Consumers.
+
+    pub async fn register_consumer(
+        &self,
+        group: &str,
+        consumer: &str,
+        subscription: &Subscription,
+    ) -> Result<(), RegistryError> {
+        let path = format!(
+            "/consumers/{}/ids/{}",
+            segment("group", group)?,
+            segment("consumer id", consumer)?
+        );
+        let data = serde_json::to_vec(subscription).expect("subscription serializes");
+        match self.coordinator.create(&path, &data, NodeMode::Ephemeral).await {
+            Err(CoordError::NodeExists { .. }) => {
+                self.coordinator.set(&path, &data, None).await?;
+                Ok(())
+            }
+            result => Ok(result?),
+        }
+    }
+
+    pub async fn unregister_consumer(
+        &self,
+        group: &str,
+        consumer: &str,
+    ) -> Result<(), RegistryError> {
+        let path = format!(
+            "/consumers/{}/ids/{}",
+            segment("group", group)?,
+            segment("consumer id", consumer)?
+        );
+        ignore_missing(self.coordinator.delete(&path, None).await)
+    }
+
+    /// Every group that has registered a consumer or committed an offset.
+    pub async fn groups(&self) -> Result<Vec<String>, RegistryError> {
+        self.coordinator.ensure("/consumers").await?;
+        Ok(self.coordinator.children("/consumers").await?)
+    }
+
+    pub async fn consumers(
+        &self,
+        group: &str,
+    ) -> Result<BTreeMap<String, Subscription>, RegistryError> {
+        Ok(self.consumers_and_watch(group).await?.0)
+    }
+
+    /// The group's live consumers and their subscriptions, and a watch that fires when one
+    /// comes or goes.
+    pub async fn consumers_and_watch(
+        &self,
+        group: &str,
+    ) -> Result<(BTreeMap<String, Subscription>, Watch), RegistryError> {
+        let dir = format!("/consumers/{}/ids", segment("group", group)?);
+        self.coordinator.ensure(&dir).await?;
+        let (ids, watch) = self.coordinator.children_and_watch(&dir).await?;
+        let mut consumers = BTreeMap::new();
+        for id in ids {
+            let path = format!("{dir}/{id}");
+            let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
+            let subscription: Subscription =
+                serde_json::from_slice(&data).map_err(|e| corrupt(&path, e))?;
+            consumers.insert(id, subscription);
+        }
+        Ok((consumers, watch))
+    }
+
+    // Ownership.
+
+    fn owner_path(
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+    ) -> Result<String, RegistryError> {
+        Ok(format!(
+            "/consumers/{}/owners/{}/{partition}",
+            segment("group", group)?,
+            segment("topic", topic)?
+        ))
+    }
+
+    /// Claims `partition` for `owner` (`{consumer_id}-{stream}`) with an ephemeral node.
+    pub async fn claim(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+        owner: &str,
+    ) -> Result<Claim, RegistryError> {
+        let path = Registry::owner_path(group, topic, partition)?;
+        match self.coordinator.create(&path, owner.as_bytes(), NodeMode::Ephemeral).await {
+            Ok(()) => Ok(Claim::Claimed),
+            Err(CoordError::NodeExists { .. }) => match self.coordinator.get(&path).await? {
+                Some((data, _)) if data == owner.as_bytes() => Ok(Claim::Claimed),
+                Some((data, _)) => Ok(Claim::OwnedBy(String::from_utf8_lossy(&data).into_owned())),
+                // Released between the two calls: the caller's retry will get it.
+                None => Ok(Claim::OwnedBy(String::new())),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Releases `partition` if `owner` holds it.
+    pub async fn release(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+        owner: &str,
+    ) -> Result<(), RegistryError> {
+        let path = Registry::owner_path(group, topic, partition)?;
+        match self.coordinator.get(&path).await? {
+            Some((data, version)) if data == owner.as_bytes() => {
+                ignore_missing(self.coordinator.delete(&path, Some(version)).await)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Owner of each claimed partition of `topic` in `group`.
+    pub async fn owners(
+        &self,
+        group: &str,
+        topic: &str,
+    ) -> Result<BTreeMap<PartitionId, String>, RegistryError> {
+        let dir =
+            format!("/consumers/{}/owners/{}", segment("group", group)?, segment("topic", topic)?);
+        self.read_partition_values(&dir, |_, data| {
+            Ok(String::from_utf8_lossy(data).trim().to_owned())
+        })
+        .await
+    }
+
+    // Offsets.
+
+    fn offset_path(
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+    ) -> Result<String, RegistryError> {
+        Ok(format!(
+            "/consumers/{}/offsets/{}/{partition}",
+            segment("group", group)?,
+            segment("topic", topic)?
+        ))
+    }
+
+    /// Records `offset` as the next offset `group` consumes from `partition`.
+    pub async fn commit_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+        offset: i64,
+    ) -> Result<(), RegistryError> {
+        let path = Registry::offset_path(group, topic, partition)?;
+        let data = offset.to_string();
+        match self.coordinator.set(&path, data.as_bytes(), None).await {
+            Err(CoordError::NoNode { .. }) => {
+                match self.coordinator.create(&path, data.as_bytes(), NodeMode::Persistent).await {
+                    Err(CoordError::NodeExists { .. }) => {
+                        self.coordinator.set(&path, data.as_bytes(), None).await?;
+                        Ok(())
+                    }
+                    result => Ok(result?),
+                }
+            }
+            result => result.map(drop).map_err(Into::into),
+        }
+    }
+
+    pub async fn offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: PartitionId,
+    ) -> Result<Option<i64>, RegistryError> {
+        let path = Registry::offset_path(group, topic, partition)?;
+        match self.coordinator.get(&path).await? {
+            Some((data, _)) => Ok(Some(parse_offset(&path, &data)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Committed offsets of every partition of `topic` in `group`.
+    pub async fn offsets(
+        &self,
+        group: &str,
+        topic: &str,
+    ) -> Result<BTreeMap<PartitionId, i64>, RegistryError> {
+        let dir =
+            format!("/consumers/{}/offsets/{}", segment("group", group)?, segment("topic", topic)?);
+        self.read_partition_values(&dir, parse_offset).await
+    }
+
+    /// Topics `group` has committed offsets or claimed partitions for.
+    pub async fn group_topics(&self, group: &str) -> Result<Vec<String>, RegistryError> {
+        let group = segment("group", group)?;
+        let mut topics = Vec::new();
+        for kind in ["offsets", "owners"] {
+            let dir = format!("/consumers/{group}/{kind}");
+            match self.coordinator.children(&dir).await {
+                Ok(children) => topics.extend(children),
+                Err(CoordError::NoNode { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        topics.sort();
+        topics.dedup();
+        Ok(topics)
+    }
+
+    async fn read_partition_values<T>(
+        &self,
+        dir: &str,
+        parse: impl Fn(&str, &[u8]) -> Result<T, RegistryError>,
+    ) -> Result<BTreeMap<PartitionId, T>, RegistryError> {
+        let children = match self.coordinator.children(dir).await {
+            Ok(children) => children,
+            Err(CoordError::NoNode { .. }) => return Ok(BTreeMap::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut values = BTreeMap::new();
+        for child in children {
+            let path = format!("{dir}/{child}");
+            let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
+            let partition = child.parse().map_err(|e: String| corrupt(&path, e))?;
+            values.insert(partition, parse(&path, &data)?);
+        }
+        Ok(values)
+    }
+}
+
+fn parse_offset(path: &str, data: &[u8]) -> Result<i64, RegistryError> {
+    String::from_utf8_lossy(data).trim().parse().map_err(|e| corrupt(path, e))
+}
+
+fn ignore_missing(result: Result<(), CoordError>) -> Result<(), RegistryError> {
+    match result {
+        Ok(()) | Err(CoordError::NoNode { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_ids_sort_by_broker_then_partition() {
+        let mut ids: Vec<PartitionId> =
+            ["1-0", "0-10", "0-2"].iter().map(|s| s.parse().unwrap()).collect();
+        ids.sort();
+        assert_eq!(ids.iter().map(ToString::to_string).collect::<Vec<_>>(), ["0-2", "0-10", "1-0"]);
+        assert!("x-1".parse::<PartitionId>().is_err());
+        assert!("1".parse::<PartitionId>().is_err());
+    }
+
+    #[test]
+    fn names_with_slashes_never_become_paths() {
+        assert!(segment("topic", "a/b").is_err());
+        assert!(segment("topic", "..").is_err());
+        assert!(segment("topic", "page-views").is_ok());
+    }
+}

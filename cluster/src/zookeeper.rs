@@ -1,0 +1,359 @@
+//! The ZooKeeper backend, over the `zookeeper-client` crate. One session per [`ZooKeeper`];
+//! a chroot per cluster (`host:port,host:port/tributary/live-a`). Lost connections are
+//! re-established by the client within the session; when the session itself expires, a
+//! supervisor opens a new one and creates this process's ephemeral nodes again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+use zookeeper_client as zk;
+
+use crate::CoordError;
+use crate::coordinator::{Coordinator, NodeMode, SessionEvent, Version, Watch, WatchEvent};
+use crate::path::{parent, validate_path};
+
+/// How to reach an ensemble.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZooKeeperConfig {
+    /// `host:port[,host:port…][/chroot]`.
+    pub connect: String,
+    pub session_timeout_ms: u64,
+    /// How long to try before giving up on the first connection.
+    pub connect_timeout_ms: u64,
+}
+
+impl ZooKeeperConfig {
+    pub fn new(connect: impl Into<String>) -> ZooKeeperConfig {
+        ZooKeeperConfig {
+            connect: connect.into(),
+            session_timeout_ms: 6_000,
+            connect_timeout_ms: 15_000,
+        }
+    }
+}
+
+/// A session with a ZooKeeper ensemble.
+pub struct ZooKeeper {
+    inner: Arc<Inner>,
+    supervisor: tokio::task::JoinHandle<()>,
+}
+
+struct Inner {
+    config: ZooKeeperConfig,
+    hosts: String,
+    /// Empty for none.
+    chroot: String,
+    client: RwLock<zk::Client>,
+    /// This session's ephemeral nodes and their data, to create again after an expiry.
+    ephemerals: Mutex<BTreeMap<String, Vec<u8>>>,
+    events: broadcast::Sender<SessionEvent>,
+}
+
+/// Retry delays when the session must be opened again, doubling up to this cap.
+const RECONNECT_BACKOFF_MAX_MS: u64 = 5_000;
+
+fn map_error(path: &str, e: zk::Error) -> CoordError {
+    let path = path.to_owned();
+    match e {
+        zk::Error::NoNode => CoordError::NoNode { path },
+        zk::Error::NodeExists => CoordError::NodeExists { path },
+        zk::Error::BadVersion => CoordError::BadVersion { path, expected: -1 },
+        zk::Error::NotEmpty => CoordError::NotEmpty { path },
+        zk::Error::NoChildrenForEphemerals => {
+            CoordError::EphemeralParent { path: parent(&path).to_owned() }
+        }
+        zk::Error::SessionExpired => CoordError::SessionExpired,
+        e @ (zk::Error::ConnectionLoss
+        | zk::Error::Timeout
+        | zk::Error::NoHosts
+        | zk::Error::ClientClosed) => CoordError::Unavailable(e.to_string()),
+        e => CoordError::Backend(e.to_string()),
+    }
+}
+
+fn options(mode: NodeMode) -> zk::CreateOptions<'static> {
+    let mode = match mode {
+        NodeMode::Persistent => zk::CreateMode::Persistent,
+        NodeMode::Ephemeral => zk::CreateMode::Ephemeral,
+    };
+    mode.with_acls(zk::Acls::anyone_all())
+}
+
+fn watch_event(event: zk::WatchedEvent) -> WatchEvent {
+    match event.event_type {
+        zk::EventType::NodeCreated => WatchEvent::Created,
+        zk::EventType::NodeDeleted => WatchEvent::Deleted,
+        zk::EventType::NodeDataChanged => WatchEvent::DataChanged,
+        zk::EventType::NodeChildrenChanged => WatchEvent::ChildrenChanged,
+        zk::EventType::Session => WatchEvent::SessionLost,
+    }
+}
+
+impl ZooKeeper {
+    /// Opens a session, creating the chroot if it is missing.
+    pub async fn connect(config: ZooKeeperConfig) -> Result<Arc<ZooKeeper>, CoordError> {
+        let (hosts, chroot) = match config.connect.find('/') {
+            Some(i) => (config.connect[..i].to_owned(), config.connect[i..].to_owned()),
+            None => (config.connect.clone(), String::new()),
+        };
+        if !chroot.is_empty() {
+            validate_path(&chroot)?;
+        }
+        let chroot = if chroot == "/" { String::new() } else { chroot };
+        let client = open(&hosts, &chroot, &config).await?;
+        let state = client.state_watcher();
+        let (events, _) = broadcast::channel(16);
+        let inner = Arc::new(Inner {
+            config,
+            hosts,
+            chroot,
+            client: RwLock::new(client),
+            ephemerals: Mutex::new(BTreeMap::new()),
+            events,
+        });
+        let supervisor = tokio::spawn(supervise(Arc::downgrade(&inner), state));
+        tracing::info!(connect = %inner.config.connect, "ZooKeeper session open");
+        Ok(Arc::new(ZooKeeper { inner, supervisor }))
+    }
+
+    /// Ends this session from the server's side, as a session timeout does: a second client
+    /// joins the same session and closes it. The supervisor then opens a new session and
+    /// creates this process's ephemeral nodes again. For failure tests and operators' drills.
+    pub async fn expire(&self) -> Result<(), CoordError> {
+        let session = self.client().session().clone();
+        let twin = zk::Client::connector()
+            .with_session(session)
+            .with_session_timeout(Duration::from_millis(self.inner.config.session_timeout_ms))
+            .connect(&self.inner.hosts)
+            .await
+            .map_err(|e| map_error("/", e))?;
+        drop(twin);
+        Ok(())
+    }
+
+    fn client(&self) -> zk::Client {
+        self.inner.client.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn ephemerals(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Vec<u8>>> {
+        self.inner.ephemerals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        // The client closes its session, and its ephemeral nodes go, when its last clone drops.
+        self.supervisor.abort();
+    }
+}
+
+/// Connects to `hosts` and roots the client at `chroot`, creating it.
+async fn open(
+    hosts: &str,
+    chroot: &str,
+    config: &ZooKeeperConfig,
+) -> Result<zk::Client, CoordError> {
+    let connecting = zk::Client::connector()
+        .with_session_timeout(Duration::from_millis(config.session_timeout_ms))
+        .connect(hosts);
+    let client = tokio::time::timeout(Duration::from_millis(config.connect_timeout_ms), connecting)
+        .await
+        .map_err(|_| {
+            CoordError::Unavailable(format!(
+                "no ZooKeeper answered at {hosts} within {} ms",
+                config.connect_timeout_ms
+            ))
+        })?
+        .map_err(|e| map_error("/", e))?;
+    if chroot.is_empty() {
+        return Ok(client);
+    }
+    client.mkdir(chroot, &options(NodeMode::Persistent)).await.map_err(|e| map_error(chroot, e))?;
+    client
+        .chroot(chroot.to_owned())
+        .map_err(|_| CoordError::InvalidPath { path: chroot.to_owned(), reason: "not a chroot" })
+}
+
+/// Follows session state: reports changes, and after an expiry opens a new session and
+/// creates this process's ephemeral nodes again. Ends when the session is closed.
+async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher) {
+    loop {
+        let changed = state.changed().await;
+        let Some(inner) = inner.upgrade() else { return };
+        match changed {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                let _ = inner.events.send(SessionEvent::Connected);
+            }
+            zk::SessionState::Disconnected => {
+                tracing::warn!(connect = %inner.config.connect, "ZooKeeper connection lost; reconnecting");
+                let _ = inner.events.send(SessionEvent::Disconnected);
+            }
+            zk::SessionState::Expired => {
+                tracing::warn!(connect = %inner.config.connect, "ZooKeeper session expired; opening a new one");
+                let mut backoff_ms = 100;
+                let client = loop {
+                    match open(&inner.hosts, &inner.chroot, &inner.config).await {
+                        Ok(client) => break client,
+                        Err(e) => {
+                            tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot open a new ZooKeeper session");
+                            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                            backoff_ms = (backoff_ms * 2).min(RECONNECT_BACKOFF_MAX_MS);
+                        }
+                    }
+                };
+                state = client.state_watcher();
+                let ephemerals = inner.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                for (path, data) in &ephemerals {
+                    match create_with_parents(&client, path, data, NodeMode::Ephemeral).await {
+                        Ok(()) => tracing::info!(%path, "ephemeral node created again"),
+                        Err(e) => {
+                            tracing::warn!(%path, error = %e, "cannot create ephemeral node again")
+                        }
+                    }
+                }
+                *inner.client.write().unwrap_or_else(|p| p.into_inner()) = client;
+                let _ = inner.events.send(SessionEvent::Expired);
+            }
+            other if other.is_terminated() => return,
+            _ => {}
+        }
+    }
+}
+
+async fn create_with_parents(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    mode: NodeMode,
+) -> Result<(), CoordError> {
+    match client.create(path, data, &options(mode)).await {
+        Err(zk::Error::NoNode) => {
+            let parent_path = parent(path);
+            client
+                .mkdir(parent_path, &options(NodeMode::Persistent))
+                .await
+                .map_err(|e| map_error(parent_path, e))?;
+            client
+                .create(path, data, &options(mode))
+                .await
+                .map(drop)
+                .map_err(|e| map_error(path, e))
+        }
+        result => result.map(drop).map_err(|e| map_error(path, e)),
+    }
+}
+
+#[async_trait]
+impl Coordinator for ZooKeeper {
+    async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<(), CoordError> {
+        validate_path(path)?;
+        create_with_parents(&self.client(), path, data, mode).await?;
+        if mode == NodeMode::Ephemeral {
+            self.ephemerals().insert(path.to_owned(), data.to_vec());
+        }
+        Ok(())
+    }
+
+    async fn ensure(&self, path: &str) -> Result<(), CoordError> {
+        validate_path(path)?;
+        if path == "/" {
+            return Ok(());
+        }
+        self.client()
+            .mkdir(path, &options(NodeMode::Persistent))
+            .await
+            .map_err(|e| map_error(path, e))
+    }
+
+    async fn get(&self, path: &str) -> Result<Option<(Vec<u8>, Version)>, CoordError> {
+        validate_path(path)?;
+        match self.client().get_data(path).await {
+            Ok((data, stat)) => Ok(Some((data, stat.version))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(map_error(path, e)),
+        }
+    }
+
+    async fn get_and_watch(
+        &self,
+        path: &str,
+    ) -> Result<(Option<(Vec<u8>, Version)>, Watch), CoordError> {
+        validate_path(path)?;
+        let client = self.client();
+        // A node may appear between "no node" and the existence watch; a few tries settle it.
+        for _ in 0..3 {
+            match client.get_and_watch_data(path).await {
+                Ok((data, stat, watcher)) => {
+                    let watch = Watch::new(async move { watch_event(watcher.changed().await) });
+                    return Ok((Some((data, stat.version)), watch));
+                }
+                Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(map_error(path, e)),
+            }
+            let (stat, watcher) =
+                client.check_and_watch_stat(path).await.map_err(|e| map_error(path, e))?;
+            if stat.is_none() {
+                return Ok((None, Watch::new(async move { watch_event(watcher.changed().await) })));
+            }
+        }
+        Err(CoordError::Backend(format!("{path} keeps appearing and vanishing")))
+    }
+
+    async fn set(
+        &self,
+        path: &str,
+        data: &[u8],
+        expected: Option<Version>,
+    ) -> Result<Version, CoordError> {
+        validate_path(path)?;
+        let stat =
+            self.client().set_data(path, data, expected).await.map_err(|e| {
+                match map_error(path, e) {
+                    CoordError::BadVersion { path, .. } => {
+                        CoordError::BadVersion { path, expected: expected.unwrap_or(-1) }
+                    }
+                    e => e,
+                }
+            })?;
+        if let Some(kept) = self.ephemerals().get_mut(path) {
+            *kept = data.to_vec();
+        }
+        Ok(stat.version)
+    }
+
+    async fn delete(&self, path: &str, expected: Option<Version>) -> Result<(), CoordError> {
+        validate_path(path)?;
+        self.client().delete(path, expected).await.map_err(|e| match map_error(path, e) {
+            CoordError::BadVersion { path, .. } => {
+                CoordError::BadVersion { path, expected: expected.unwrap_or(-1) }
+            }
+            e => e,
+        })?;
+        self.ephemerals().remove(path);
+        Ok(())
+    }
+
+    async fn children(&self, path: &str) -> Result<Vec<String>, CoordError> {
+        validate_path(path)?;
+        let mut children =
+            self.client().list_children(path).await.map_err(|e| map_error(path, e))?;
+        children.sort();
+        Ok(children)
+    }
+
+    async fn children_and_watch(&self, path: &str) -> Result<(Vec<String>, Watch), CoordError> {
+        validate_path(path)?;
+        let client = self.client();
+        let (mut children, watcher) =
+            client.list_and_watch_children(path).await.map_err(|e| map_error(path, e))?;
+        children.sort();
+        Ok((children, Watch::new(async move { watch_event(watcher.changed().await) })))
+    }
+
+    fn session_events(&self) -> broadcast::Receiver<SessionEvent> {
+        self.inner.events.subscribe()
+    }
+}

@@ -1,0 +1,312 @@
+//! One conformance suite, run against both backends: a real ZooKeeper server and the embedded
+//! tree. Every test here runs twice, once per backend, with the same assertions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{
+    BrokerInfo, Claim, CoordError, Coordinator, Embedded, NodeMode, PartitionId, Registry,
+    RegistryError, SessionEvent, WatchEvent, ZooKeeper, ZooKeeperConfig,
+};
+use futures::StreamExt;
+use testkit::zookeeper::ZooKeeperServer;
+
+/// A coordination service the tests open sessions on.
+enum Service {
+    ZooKeeper(String),
+    Embedded(Embedded, String),
+}
+
+impl Service {
+    fn zookeeper() -> Service {
+        Service::ZooKeeper(ZooKeeperServer::shared().connect_string())
+    }
+
+    fn embedded() -> Service {
+        Service::Embedded(Embedded::new(), "/tributary/test".into())
+    }
+
+    /// The same service seen under another chroot.
+    fn other_chroot(&self) -> Service {
+        match self {
+            Service::ZooKeeper(connect) => Service::ZooKeeper(format!("{connect}-other")),
+            Service::Embedded(tree, _) => {
+                Service::Embedded(tree.clone(), "/tributary/other".into())
+            }
+        }
+    }
+
+    async fn session(&self) -> Session {
+        match self {
+            Service::ZooKeeper(connect) => {
+                let mut config = ZooKeeperConfig::new(connect.clone());
+                config.session_timeout_ms = 2_000;
+                Session::ZooKeeper(ZooKeeper::connect(config).await.expect("ZooKeeper session"))
+            }
+            Service::Embedded(tree, chroot) => {
+                Session::Embedded(tree.session(chroot).expect("session"))
+            }
+        }
+    }
+}
+
+enum Session {
+    ZooKeeper(Arc<ZooKeeper>),
+    Embedded(Arc<cluster::EmbeddedSession>),
+}
+
+impl Session {
+    fn coordinator(&self) -> Arc<dyn Coordinator> {
+        match self {
+            Session::ZooKeeper(z) => z.clone(),
+            Session::Embedded(e) => e.clone(),
+        }
+    }
+
+    async fn expire(&self) {
+        match self {
+            Session::ZooKeeper(z) => z.expire().await.expect("expire"),
+            Session::Embedded(e) => e.expire(),
+        }
+    }
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+async fn create_read_set_delete(service: Service) {
+    let s = service.session().await;
+    let c = s.coordinator();
+    c.create("/a/b/c", b"one", NodeMode::Persistent).await.unwrap();
+    assert_eq!(c.get("/a/b/c").await.unwrap(), Some((b"one".to_vec(), 0)));
+    assert_eq!(c.get("/a/b").await.unwrap(), Some((Vec::new(), 0)), "parents are created empty");
+    assert_eq!(c.set("/a/b/c", b"two", Some(0)).await.unwrap(), 1);
+    assert_eq!(c.set("/a/b/c", b"three", None).await.unwrap(), 2);
+    assert_eq!(c.children("/a/b").await.unwrap(), ["c"]);
+    c.delete("/a/b/c", Some(2)).await.unwrap();
+    assert_eq!(c.get("/a/b/c").await.unwrap(), None);
+    assert!(matches!(c.delete("/a/b/c", None).await, Err(CoordError::NoNode { .. })));
+    assert!(matches!(c.set("/nope", b"x", None).await, Err(CoordError::NoNode { .. })));
+    assert!(matches!(c.children("/nope").await, Err(CoordError::NoNode { .. })));
+    assert!(matches!(
+        c.create("no-slash", b"", NodeMode::Persistent).await,
+        Err(CoordError::InvalidPath { .. })
+    ));
+    c.ensure("/x/y").await.unwrap();
+    c.ensure("/x/y").await.unwrap();
+}
+
+async fn creating_an_existing_node_fails_with_a_typed_error(service: Service) {
+    let c = service.session().await.coordinator();
+    c.create("/dup", b"first", NodeMode::Persistent).await.unwrap();
+    let err = c.create("/dup", b"second", NodeMode::Ephemeral).await.unwrap_err();
+    assert!(matches!(err, CoordError::NodeExists { .. }), "{err}");
+    assert_eq!(c.get("/dup").await.unwrap().unwrap().0, b"first");
+}
+
+async fn conditional_set_fails_on_a_stale_version(service: Service) {
+    let c = service.session().await.coordinator();
+    c.create("/v", b"0", NodeMode::Persistent).await.unwrap();
+    let (_, version) = c.get("/v").await.unwrap().unwrap();
+    c.set("/v", b"1", Some(version)).await.unwrap();
+    let err = c.set("/v", b"2", Some(version)).await.unwrap_err();
+    assert!(matches!(err, CoordError::BadVersion { .. }), "{err}");
+    assert!(matches!(c.delete("/v", Some(version)).await, Err(CoordError::BadVersion { .. })));
+    assert_eq!(c.get("/v").await.unwrap().unwrap().0, b"1");
+}
+
+async fn deleting_a_parent_with_children_fails(service: Service) {
+    let c = service.session().await.coordinator();
+    c.create("/p/child", b"", NodeMode::Persistent).await.unwrap();
+    assert!(matches!(c.delete("/p", None).await, Err(CoordError::NotEmpty { .. })));
+    c.create("/eph", b"", NodeMode::Ephemeral).await.unwrap();
+    let err = c.create("/eph/kid", b"", NodeMode::Persistent).await.unwrap_err();
+    assert!(matches!(err, CoordError::EphemeralParent { .. }), "{err}");
+}
+
+async fn ephemeral_nodes_vanish_when_their_session_ends(service: Service) {
+    let owner = service.session().await;
+    let watcher = service.session().await;
+    owner.coordinator().create("/live/one", b"here", NodeMode::Ephemeral).await.unwrap();
+    owner.coordinator().create("/kept", b"", NodeMode::Persistent).await.unwrap();
+    let w = watcher.coordinator();
+    let (children, watch) = w.children_and_watch("/live").await.unwrap();
+    assert_eq!(children, ["one"]);
+    drop(owner);
+    assert_eq!(within("ephemeral node removed", watch).await, WatchEvent::ChildrenChanged);
+    assert!(w.children("/live").await.unwrap().is_empty());
+    assert!(w.get("/kept").await.unwrap().is_some(), "persistent nodes stay");
+}
+
+async fn ephemeral_nodes_come_back_after_the_session_expires(service: Service) {
+    let owner = service.session().await;
+    let observer = service.session().await.coordinator();
+    let mut events = owner.coordinator().session_events();
+    owner.coordinator().create("/brokers/ids/9", b"{}", NodeMode::Ephemeral).await.unwrap();
+    let (_, watch) = observer.get_and_watch("/brokers/ids/9").await.unwrap();
+    owner.expire().await;
+    assert_eq!(within("node removed by expiry", watch).await, WatchEvent::Deleted);
+    within("expired event", async {
+        loop {
+            if events.recv().await.unwrap() == SessionEvent::Expired {
+                return;
+            }
+        }
+    })
+    .await;
+    let back = within("node re-created", async {
+        loop {
+            if let Some((data, _)) = observer.get("/brokers/ids/9").await.unwrap() {
+                return data;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(back, b"{}");
+    // And it belongs to the new session: it goes when that one ends.
+    let (_, watch) = observer.get_and_watch("/brokers/ids/9").await.unwrap();
+    drop(owner);
+    assert_eq!(within("node removed with new session", watch).await, WatchEvent::Deleted);
+}
+
+async fn watches_fire_on_child_and_data_changes(service: Service) {
+    let c = service.session().await.coordinator();
+    c.ensure("/w").await.unwrap();
+    let (children, watch) = c.children_and_watch("/w").await.unwrap();
+    assert!(children.is_empty());
+    c.create("/w/a", b"1", NodeMode::Persistent).await.unwrap();
+    assert_eq!(within("child added", watch).await, WatchEvent::ChildrenChanged);
+
+    let (value, watch) = c.get_and_watch("/w/a").await.unwrap();
+    assert_eq!(value, Some((b"1".to_vec(), 0)));
+    c.set("/w/a", b"2", None).await.unwrap();
+    assert_eq!(within("data changed", watch).await, WatchEvent::DataChanged);
+
+    let (_, watch) = c.get_and_watch("/w/a").await.unwrap();
+    c.delete("/w/a", None).await.unwrap();
+    assert_eq!(within("node deleted", watch).await, WatchEvent::Deleted);
+
+    let (value, watch) = c.get_and_watch("/w/later").await.unwrap();
+    assert_eq!(value, None);
+    c.create("/w/later", b"", NodeMode::Persistent).await.unwrap();
+    assert_eq!(within("node created", watch).await, WatchEvent::Created);
+}
+
+async fn streaming_watches_see_every_membership(service: Service) {
+    let c = service.session().await.coordinator();
+    let mut stream = Box::pin(cluster::watch_children(c.clone(), "/members".into()));
+    assert_eq!(within("first", stream.next()).await.unwrap().unwrap(), Vec::<String>::new());
+    c.create("/members/a", b"", NodeMode::Ephemeral).await.unwrap();
+    assert_eq!(within("second", stream.next()).await.unwrap().unwrap(), ["a"]);
+    c.create("/members/b", b"", NodeMode::Ephemeral).await.unwrap();
+    let mut latest = within("third", stream.next()).await.unwrap().unwrap();
+    if latest.len() == 1 {
+        latest = within("fourth", stream.next()).await.unwrap().unwrap();
+    }
+    assert_eq!(latest, ["a", "b"]);
+}
+
+async fn chroots_isolate_clusters(service: Service) {
+    let a = service.session().await.coordinator();
+    let b = service.other_chroot().session().await.coordinator();
+    a.create("/brokers/ids/1", b"a", NodeMode::Ephemeral).await.unwrap();
+    b.create("/brokers/ids/1", b"b", NodeMode::Ephemeral).await.unwrap();
+    assert_eq!(a.get("/brokers/ids/1").await.unwrap().unwrap().0, b"a");
+    assert_eq!(b.get("/brokers/ids/1").await.unwrap().unwrap().0, b"b");
+    b.create("/only-b", b"", NodeMode::Persistent).await.unwrap();
+    assert_eq!(a.get("/only-b").await.unwrap(), None);
+}
+
+async fn registries_follow_the_design_layout(service: Service) {
+    let s = service.session().await;
+    let r = Registry::new(s.coordinator());
+    let info = BrokerInfo { host: "127.0.0.1".into(), port: 6667 };
+    r.register_broker(0, &info).await.unwrap();
+    let other = service.session().await;
+    let err = Registry::new(other.coordinator()).register_broker(0, &info).await.unwrap_err();
+    assert!(matches!(err, RegistryError::BrokerIdTaken { id: 0, .. }), "{err}");
+    assert_eq!(r.brokers().await.unwrap().get(&0), Some(&info));
+    let raw = s.coordinator().get("/brokers/ids/0").await.unwrap().unwrap().0;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&raw).unwrap(),
+        serde_json::json!({"host": "127.0.0.1", "port": 6667})
+    );
+
+    r.register_topic("views", 0, 4).await.unwrap();
+    r.register_topic("views", 1, 2).await.unwrap();
+    r.register_topic("views", 0, 5).await.unwrap();
+    assert_eq!(r.topics().await.unwrap(), ["views"]);
+    assert_eq!(s.coordinator().get("/brokers/topics/views/0").await.unwrap().unwrap().0, b"5");
+    assert_eq!(r.partitions("views").await.unwrap().len(), 7);
+
+    let subscription = [("views".to_owned(), 2)].into_iter().collect();
+    r.register_consumer("g", "c1", &subscription).await.unwrap();
+    assert_eq!(r.consumers("g").await.unwrap().get("c1"), Some(&subscription));
+
+    let p = PartitionId { broker: 1, partition: 0 };
+    assert_eq!(r.claim("g", "views", p, "c1-0").await.unwrap(), Claim::Claimed);
+    assert_eq!(
+        r.claim("g", "views", p, "c1-0").await.unwrap(),
+        Claim::Claimed,
+        "claiming twice is fine"
+    );
+    assert_eq!(r.claim("g", "views", p, "c2-0").await.unwrap(), Claim::OwnedBy("c1-0".into()));
+    r.release("g", "views", p, "c2-0").await.unwrap();
+    assert_eq!(
+        r.owners("g", "views").await.unwrap().get(&p).map(String::as_str),
+        Some("c1-0"),
+        "only the owner releases"
+    );
+    r.release("g", "views", p, "c1-0").await.unwrap();
+    assert!(r.owners("g", "views").await.unwrap().is_empty());
+
+    assert_eq!(r.offset("g", "views", p).await.unwrap(), None);
+    r.commit_offset("g", "views", p, 19).await.unwrap();
+    r.commit_offset("g", "views", p, 48).await.unwrap();
+    assert_eq!(r.offset("g", "views", p).await.unwrap(), Some(48));
+    assert_eq!(
+        s.coordinator().get("/consumers/g/offsets/views/1-0").await.unwrap().unwrap().0,
+        b"48"
+    );
+    assert_eq!(r.groups().await.unwrap(), ["g"]);
+    assert_eq!(r.group_topics("g").await.unwrap(), ["views"]);
+    assert!(matches!(r.register_topic("a/b", 0, 1).await, Err(RegistryError::InvalidName { .. })));
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod zookeeper_backend {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(super::Service::zookeeper()).await
+                }
+            )*
+        }
+        mod embedded_backend {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test(super::Service::embedded()).await
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    create_read_set_delete,
+    creating_an_existing_node_fails_with_a_typed_error,
+    conditional_set_fails_on_a_stale_version,
+    deleting_a_parent_with_children_fails,
+    ephemeral_nodes_vanish_when_their_session_ends,
+    ephemeral_nodes_come_back_after_the_session_expires,
+    watches_fire_on_child_and_data_changes,
+    streaming_watches_see_every_membership,
+    chroots_isolate_clusters,
+    registries_follow_the_design_layout,
+);
