@@ -1,9 +1,26 @@
-//! Clients of a Tributary broker. This layer is the pipelined [`Connection`]: every request
-//! type of `DESIGN.md` over one TCP connection, many in flight at once, responses matched to
-//! requests by order (the protocol has no correlation ids).
+//! Clients of a Tributary broker (paper §3.1–3.2). The base layer is the pipelined
+//! [`Connection`]: every request type of `DESIGN.md` over one TCP connection, many in flight
+//! at once, responses matched to requests by order (the protocol has no correlation ids).
+//! On it sit the batching [`Producer`] (with [`BrokerSource`] discovery and a
+//! [`Partitioner`]) and the [`SimpleConsumer`]; the `trib` binary puts both in a terminal.
 
+mod compression;
 mod connection;
+mod discovery;
 mod error;
+mod partitioner;
+mod producer;
+mod simple_consumer;
 
+pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
 pub use connection::{Connection, ConnectionConfig};
+pub use discovery::{BrokerPartitions, BrokerSource, DiscoveryError, StaticBrokers};
 pub use error::ClientError;
+pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
+pub use producer::{
+    BlockingProducer, BufferFull, Delivery, Pending, Producer, ProducerConfig, ProducerError,
+};
+pub use simple_consumer::{
+    ConsumedMessage, ConsumerError, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages,
+    OffsetTime, PartitionOffset, SimpleConsumer, SimpleConsumerConfig,
+};

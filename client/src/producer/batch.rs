@@ -1,0 +1,86 @@
+//! A batch: the messages bound for one partition, accumulated until `batch_messages`,
+//! `batch_bytes` or `linger_ms` says send, then encoded as one MessageSet — or, with
+//! compression, as one magic-1 wrapper message whose payload is that set compressed.
+
+use bytes::{Bytes, BytesMut};
+use protocol::Codec;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::compression::{self, CompressionError};
+use crate::producer::ProducerConfig;
+use crate::producer::ProducerError;
+use crate::producer::delivery::{Delivery, DeliverySender};
+
+/// One message accepted by `send`, already encoded as a plain message.
+pub(crate) struct Record {
+    pub message: Bytes,
+    pub reply: DeliverySender,
+    /// Its share of the producer's buffer, given back when the record is answered.
+    pub _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Default)]
+pub(crate) struct Batch {
+    records: Vec<Record>,
+    bytes: usize,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether `record` must wait for the next batch (a lone record always fits).
+    pub fn would_overflow(&self, record: &Record, config: &ProducerConfig) -> bool {
+        !self.is_empty()
+            && (self.records.len() + 1 > config.batch_messages
+                || self.bytes + record.message.len() > config.batch_bytes)
+    }
+
+    pub fn is_full(&self, config: &ProducerConfig) -> bool {
+        self.records.len() >= config.batch_messages || self.bytes >= config.batch_bytes
+    }
+
+    pub fn push(&mut self, record: Record) {
+        self.bytes += record.message.len();
+        self.records.push(record);
+    }
+
+    /// The MessageSet to send: the messages back to back, or one wrapper around them.
+    pub fn encode(&self, codec: Codec) -> Result<Bytes, CompressionError> {
+        let mut set = BytesMut::with_capacity(self.bytes);
+        self.records.iter().for_each(|r| set.extend_from_slice(&r.message));
+        if codec == Codec::None {
+            return Ok(set.freeze());
+        }
+        let compressed = compression::compress(codec, &set)?;
+        let mut wrapper = BytesMut::with_capacity(compressed.len() + 10);
+        protocol::encode_message(&mut wrapper, codec, &compressed);
+        Ok(wrapper.freeze())
+    }
+
+    /// Answers every message. `first_offset` is the acknowledged offset of the set's first
+    /// message (`None` with acks 0); a plain message's own offset follows from its position.
+    pub fn acknowledge(self, addr: &str, partition: i32, first_offset: Option<i64>, codec: Codec) {
+        let mut position = 0i64;
+        for record in self.records {
+            let offset = match codec {
+                Codec::None => first_offset.map(|o| o + position),
+                _ => first_offset,
+            };
+            position += record.message.len() as i64;
+            let delivery = Delivery { addr: addr.to_owned(), partition, offset };
+            let _ = record.reply.send(Ok(delivery)); // the caller may have stopped waiting
+        }
+    }
+
+    pub fn fail(self, error: &ProducerError) {
+        for record in self.records {
+            let _ = record.reply.send(Err(error.clone()));
+        }
+    }
+}

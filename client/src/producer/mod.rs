@@ -1,0 +1,249 @@
+//! The batching producer (paper §3.2, "Producer"): messages are grouped per partition into
+//! MessageSets — optionally compressed into one wrapper message — and sent by one task per
+//! partition, so a publisher pays one request per batch rather than per message.
+//!
+//! ```text
+//! send ─▶ route (BrokerSource, Partitioner) ─▶ buffer permit ─▶ partition queue ─▶ PartitionSender ─▶ broker
+//! ```
+//!
+//! Memory is bounded twice: by `buffer_bytes` of accepted, unacknowledged messages, and by
+//! `queue_messages_max` per partition queue. When either is full, `send` waits or fails with
+//! [`ProducerError::BufferFull`], as [`ProducerConfig::buffer_full`] says.
+
+mod batch;
+mod blocking;
+mod config;
+mod delivery;
+mod error;
+mod partition_sender;
+mod pool;
+mod routes;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::BytesMut;
+use protocol::Codec;
+use tokio::sync::{Semaphore, TryAcquireError, mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+pub use blocking::BlockingProducer;
+pub use config::{BufferFull, ProducerConfig};
+pub use delivery::{Delivery, Pending};
+pub use error::ProducerError;
+
+use crate::discovery::BrokerSource;
+use crate::partitioner::{Partitioner, TopicPartition};
+use batch::Record;
+use partition_sender::{Command, PartitionSender};
+use pool::ConnectionPool;
+use routes::Routes;
+
+/// Bytes a magic-0 message adds to its payload: length, CRC, magic.
+const MESSAGE_OVERHEAD_BYTES: usize = 9;
+
+/// A handle to a producer; clones share it. Needs a tokio runtime (see [`BlockingProducer`]
+/// for synchronous code).
+#[derive(Clone)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<ProducerConfig>,
+    routes: Routes,
+    pool: Arc<ConnectionPool>,
+    buffer: Arc<Semaphore>,
+    senders: Mutex<Senders>,
+}
+
+#[derive(Default)]
+struct Senders {
+    queues: HashMap<(String, TopicPartition), mpsc::Sender<Command>>,
+    tasks: Vec<JoinHandle<()>>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    pub fn new(
+        config: ProducerConfig,
+        source: Arc<dyn BrokerSource>,
+    ) -> Result<Producer, ProducerError> {
+        config.validate()?;
+        let inner = Inner {
+            routes: Routes::new(source, config.metadata_refresh_ms),
+            pool: Arc::new(ConnectionPool::new(config.connect_timeout_ms)),
+            buffer: Arc::new(Semaphore::new(config.buffer_bytes)),
+            senders: Mutex::new(Senders::default()),
+            config: Arc::new(config),
+        };
+        Ok(Producer { inner: Arc::new(inner) })
+    }
+
+    pub fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
+    /// Sends one message and waits until its batch is acknowledged (per `acks`).
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: &[u8],
+    ) -> Result<Delivery, ProducerError> {
+        self.enqueue(topic, key, payload).await?.await
+    }
+
+    /// Accepts one message into its partition's batch and returns without waiting for the
+    /// acknowledgement, which the returned [`Pending`] yields. Waits (or fails) only while the
+    /// buffer is full. Messages sent to one partition are delivered in the order accepted.
+    pub async fn enqueue(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: &[u8],
+    ) -> Result<Pending, ProducerError> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        protocol::validate_topic_name(topic)
+            .map_err(|_| ProducerError::InvalidTopic { topic: topic.to_owned() })?;
+        let bytes = MESSAGE_OVERHEAD_BYTES + payload.len();
+        if bytes > config.message_bytes_max {
+            let limit_bytes = config.message_bytes_max;
+            return Err(ProducerError::MessageTooLarge {
+                topic: topic.to_owned(),
+                bytes,
+                limit_bytes,
+            });
+        }
+        if inner.lock_senders().closed {
+            return Err(ProducerError::Closed);
+        }
+        let target = self.route(topic, key).await?;
+        // `validate` keeps `message_bytes_max` within `buffer_bytes`, itself a u32.
+        let permits = u32::try_from(bytes).expect("message_bytes_max fits u32");
+        let permit = match config.buffer_full {
+            BufferFull::Block => Arc::clone(&inner.buffer)
+                .acquire_many_owned(permits)
+                .await
+                .map_err(|_| ProducerError::Closed)?,
+            BufferFull::Error => match Arc::clone(&inner.buffer).try_acquire_many_owned(permits) {
+                Ok(permit) => permit,
+                Err(TryAcquireError::NoPermits) => {
+                    let limit = format!("buffer_bytes {}", config.buffer_bytes);
+                    return Err(ProducerError::BufferFull { topic: topic.to_owned(), limit });
+                }
+                Err(TryAcquireError::Closed) => return Err(ProducerError::Closed),
+            },
+        };
+        let mut message = BytesMut::with_capacity(bytes);
+        protocol::encode_message(&mut message, Codec::None, payload);
+        let (reply, pending) = oneshot::channel();
+        let record = Record { message: message.freeze(), reply, _permit: permit };
+        let queue = self.queue_for(topic, target)?;
+        let command = Command::Record(record);
+        match config.buffer_full {
+            BufferFull::Block => queue.send(command).await.map_err(|_| ProducerError::Closed)?,
+            BufferFull::Error => queue.try_send(command).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => ProducerError::BufferFull {
+                    topic: topic.to_owned(),
+                    limit: format!("queue_messages_max {}", config.queue_messages_max),
+                },
+                mpsc::error::TrySendError::Closed(_) => ProducerError::Closed,
+            })?,
+        }
+        Ok(Pending { reply: pending })
+    }
+
+    /// The partition a message goes to.
+    async fn route(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+    ) -> Result<TopicPartition, ProducerError> {
+        let route = self.inner.routes.get(topic).await?;
+        let partitioner = &self.inner.config.partitioner;
+        if let Partitioner::Any = partitioner {
+            let broker = rand::random_range(0..route.brokers.len());
+            return Ok(route.brokers[broker].clone());
+        }
+        let index = partitioner.pick(topic, key, &route.partitions);
+        route.partitions.get(index).cloned().ok_or_else(|| ProducerError::PartitionOutOfRange {
+            topic: topic.to_owned(),
+            index,
+            partitions: route.partitions.len(),
+        })
+    }
+
+    /// The queue of `target`'s sender, starting the sender on first use.
+    fn queue_for(
+        &self,
+        topic: &str,
+        target: TopicPartition,
+    ) -> Result<mpsc::Sender<Command>, ProducerError> {
+        let inner = &self.inner;
+        let mut senders = inner.lock_senders();
+        if senders.closed {
+            return Err(ProducerError::Closed);
+        }
+        let key = (topic.to_owned(), target);
+        if let Some(queue) = senders.queues.get(&key) {
+            return Ok(queue.clone());
+        }
+        let (queue, receiver) = mpsc::channel(inner.config.queue_messages_max);
+        let sender = PartitionSender {
+            topic: topic.to_owned(),
+            target: key.1.clone(),
+            config: Arc::clone(&inner.config),
+            pool: Arc::clone(&inner.pool),
+            queue: receiver,
+        };
+        senders.tasks.push(tokio::spawn(sender.run()));
+        senders.queues.insert(key, queue.clone());
+        Ok(queue)
+    }
+
+    /// Sends every batch now and returns once every message accepted before the call is
+    /// acknowledged or has failed (its [`Pending`] says which).
+    pub async fn flush(&self) {
+        let queues: Vec<_> = self.inner.lock_senders().queues.values().cloned().collect();
+        let mut waits = Vec::with_capacity(queues.len());
+        for queue in queues {
+            let (done, wait) = oneshot::channel();
+            if queue.send(Command::Flush(done)).await.is_ok() {
+                waits.push(wait);
+            }
+        }
+        for wait in waits {
+            let _ = wait.await; // a sender that stopped has nothing left to flush
+        }
+    }
+
+    /// Flushes, refuses further sends, and waits for every partition sender to finish.
+    pub async fn close(&self) {
+        self.flush().await;
+        let tasks = {
+            let mut senders = self.inner.lock_senders();
+            senders.closed = true;
+            senders.queues.clear();
+            std::mem::take(&mut senders.tasks)
+        };
+        for task in tasks {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "partition sender panicked");
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn lock_senders(&self) -> std::sync::MutexGuard<'_, Senders> {
+        self.senders.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

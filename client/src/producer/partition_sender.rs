@@ -1,0 +1,143 @@
+//! One task per partition a producer writes to: it takes that partition's messages from a
+//! bounded queue, forms batches (`batch_messages`, `batch_bytes`, `linger_ms`), and sends one
+//! batch at a time, retrying it after a connection failure with capped exponential backoff.
+//! Because a partition has one batch in flight, a retry never reorders its batches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use protocol::Acks;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::ClientError;
+use crate::partitioner::TopicPartition;
+use crate::producer::batch::{Batch, Record};
+use crate::producer::pool::ConnectionPool;
+use crate::producer::{ProducerConfig, ProducerError};
+
+/// What a partition's queue carries.
+pub(crate) enum Command {
+    Record(Record),
+    /// Send what is batched now and answer once everything queued before is answered.
+    Flush(oneshot::Sender<()>),
+}
+
+pub(crate) struct PartitionSender {
+    pub topic: String,
+    pub target: TopicPartition,
+    pub config: Arc<ProducerConfig>,
+    pub pool: Arc<ConnectionPool>,
+    pub queue: mpsc::Receiver<Command>,
+}
+
+impl PartitionSender {
+    /// Runs until every sender of the queue is gone and the queue is drained.
+    pub async fn run(mut self) {
+        let linger = Duration::from_millis(self.config.linger_ms);
+        let mut carried: Option<Record> = None;
+        loop {
+            let mut batch = Batch::default();
+            match carried.take() {
+                Some(record) => batch.push(record),
+                None => match self.queue.recv().await {
+                    None => return,
+                    Some(Command::Flush(done)) => {
+                        let _ = done.send(());
+                        continue;
+                    }
+                    Some(Command::Record(record)) => batch.push(record),
+                },
+            }
+            let deadline = Instant::now() + linger;
+            let mut flushes = Vec::new();
+            while !batch.is_full(&self.config) {
+                match tokio::time::timeout_at(deadline, self.queue.recv()).await {
+                    Ok(Some(Command::Record(record))) => {
+                        if batch.would_overflow(&record, &self.config) {
+                            carried = Some(record);
+                            break;
+                        }
+                        batch.push(record);
+                    }
+                    Ok(Some(Command::Flush(done))) => {
+                        flushes.push(done);
+                        break;
+                    }
+                    Ok(None) | Err(_) => break, // closing, or lingered long enough
+                }
+            }
+            self.send(batch).await;
+            for done in flushes {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    async fn send(&self, batch: Batch) {
+        let (topic, partition) = (&self.topic, self.target.partition);
+        let codec = self.config.compression;
+        let set = match batch.encode(codec) {
+            Ok(set) => set,
+            Err(source) => {
+                batch.fail(&ProducerError::Compression { topic: topic.clone(), partition, source });
+                return;
+            }
+        };
+        let mut backoff_ms = self.config.retry_backoff_ms;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let error = match self.attempt(&set).await {
+                Ok((partition, offset)) => {
+                    batch.acknowledge(&self.target.addr, partition, offset, codec);
+                    return;
+                }
+                Err(error) => error,
+            };
+            let retriable =
+                matches!(error, ClientError::Connect { .. } | ClientError::Closed { .. });
+            if !retriable || attempts > self.config.retries_max {
+                let addr = self.target.addr.clone();
+                let source = Arc::new(error);
+                batch.fail(&ProducerError::Send {
+                    topic: topic.clone(),
+                    partition,
+                    addr,
+                    attempts,
+                    source,
+                });
+                return;
+            }
+            tracing::warn!(
+                %topic, partition, addr = %self.target.addr, attempts, messages = batch.len(),
+                %error, "produce failed; retrying in {backoff_ms} ms"
+            );
+            self.pool.forget(&self.target.addr);
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).clamp(1, self.config.retry_backoff_max_ms);
+        }
+    }
+
+    /// One produce: the acknowledged `(partition, offset)`, no offset with acks 0.
+    async fn attempt(&self, set: &Bytes) -> Result<(i32, Option<i64>), ClientError> {
+        let addr = &self.target.addr;
+        let conn = self.pool.get(addr).await?;
+        let acks = self.config.acks;
+        let produce = conn.produce(&self.topic, self.target.partition, acks, set.clone());
+        let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        match tokio::time::timeout(timeout, produce).await {
+            Ok(Ok(Some(ack))) => Ok((ack.partition, Some(ack.offset))),
+            Ok(Ok(None)) => {
+                debug_assert_eq!(acks, Acks::None);
+                Ok((self.target.partition, None))
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ClientError::Closed {
+                addr: addr.clone(),
+                reason: format!("no acknowledgement within {} ms", timeout.as_millis()),
+            }),
+        }
+    }
+}
