@@ -166,10 +166,7 @@ impl RegistryClient {
     /// Registers every `.avsc` file in `dir` as subject `{file stem}-value` (see
     /// [`schema_files`]); returns each subject with its id.
     pub async fn register_dir(&self, dir: PathBuf) -> Result<Vec<(String, i32)>, ClientError> {
-        let files =
-            tokio::task::spawn_blocking(move || schema_files::load_dir(&dir)).await.map_err(
-                |e| SchemaFileError::Io { path: PathBuf::new(), source: std::io::Error::other(e) },
-            )??;
+        let files = schema_files::load_dir(dir).await?;
         let mut registered = Vec::with_capacity(files.len());
         for file in files {
             let id = self.register(&file.subject, &file.text).await?;

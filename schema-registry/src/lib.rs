@@ -83,9 +83,7 @@ pub async fn register_dir(
     registry: &Registry,
     dir: PathBuf,
 ) -> Result<Vec<(String, i32)>, RunError> {
-    let files = tokio::task::spawn_blocking(move || schema_files::load_dir(&dir))
-        .await
-        .map_err(|e| RunError::Serve(std::io::Error::other(e)))??;
+    let files = schema_files::load_dir(dir).await?;
     let mut registered = Vec::with_capacity(files.len());
     for file in files {
         let id = registry

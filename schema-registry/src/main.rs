@@ -1,11 +1,12 @@
 //! `schema-registry`: parses flags and the config file, binds, and runs the service.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
 use schema_registry::Config;
-use tokio::signal::unix::SignalKind;
+use tokio::signal::unix::{SignalKind, signal};
 
 /// Avro schema registry speaking the Confluent Schema Registry REST API.
 #[derive(Debug, Parser)]
@@ -54,6 +55,7 @@ fn start() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let mut config = match &args.config {
@@ -76,21 +78,23 @@ fn start() -> anyhow::Result<()> {
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Handlers go in before the address is announced, so a signal sent as soon as the
+        // line appears stops the service cleanly instead of killing it.
+        let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutting down");
+        };
         let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
             .await
             .with_context(|| format!("cannot listen on {}:{}", config.host, config.port))?;
         let addr = listener.local_addr().context("cannot read the bound address")?;
         // Scripts and test fixtures read this line to learn the port (with `--port 0`).
         println!("schema-registry listening on http://{addr}");
-        let mut terminate = tokio::signal::unix::signal(SignalKind::terminate())
-            .context("cannot install the SIGTERM handler")?;
-        let shutdown = async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                Ok(()) = tokio::signal::ctrl_c() => {}
-            }
-            tracing::info!("shutting down");
-        };
         schema_registry::run(listener, config, shutdown).await?;
         Ok(())
     })

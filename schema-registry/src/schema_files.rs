@@ -29,11 +29,19 @@ pub enum SchemaFileError {
     TooLarge(PathBuf),
     #[error("{0}: the file name is not UTF-8")]
     BadName(PathBuf),
+    #[error("the thread reading schema files stopped: {0}")]
+    Background(String),
 }
 
-/// Reads every `*.avsc` file in `dir` (not its subdirectories), sorted by file name. This
-/// blocks: call it from a blocking context.
-pub fn load_dir(dir: &Path) -> Result<Vec<SchemaFile>, SchemaFileError> {
+/// Reads every `*.avsc` file in `dir` (not its subdirectories), sorted by file name, on a
+/// blocking thread.
+pub async fn load_dir(dir: PathBuf) -> Result<Vec<SchemaFile>, SchemaFileError> {
+    tokio::task::spawn_blocking(move || load_dir_blocking(&dir))
+        .await
+        .map_err(|e| SchemaFileError::Background(e.to_string()))?
+}
+
+fn load_dir_blocking(dir: &Path) -> Result<Vec<SchemaFile>, SchemaFileError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SchemaFileError::Io { path, source }

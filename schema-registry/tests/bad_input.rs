@@ -167,7 +167,14 @@ async fn bad_subjects_versions_and_query_flags_are_errors_not_crashes() {
         .await
         .expect_error(422, 42208);
     register(base, "s", &schema).await.expect_ok();
-    get(&format!("{base}/subjects/s/versions?deleted=maybe")).await.expect_error(400, 400);
+    // Query flags read as Confluent reads them: `true` in any case, anything else false.
+    common::delete(&format!("{base}/subjects/s/versions/1")).await.expect_ok();
+    get(&format!("{base}/subjects/s/versions?deleted=maybe")).await.expect_error(404, 40401);
+    assert_eq!(
+        get(&format!("{base}/subjects/s/versions?deleted=True")).await.expect_ok(),
+        &json!([1])
+    );
+    register(base, "s", &schema).await.expect_ok();
     // Invalid UTF-8 in a percent-encoded subject.
     get(&format!("{base}/subjects/%FF%FE/versions")).await.expect_error(400, 400);
     get(&format!("{base}/subjects/s/versions/99999999999999999999")).await.expect_error(422, 42202);

@@ -394,6 +394,19 @@ async fn subjects_with_reserved_characters_and_prefix_filtering_work() {
     );
     let found = get(&format!("{base}/subjects/orders%2Feu%20value/versions/1")).await;
     assert_eq!(found.expect_ok()["subject"], "orders/eu value");
+    assert_eq!(
+        get(&format!("{base}/subjects?offset=1&limit=1")).await.expect_ok(),
+        &json!(["users-value"])
+    );
+    assert_eq!(
+        get(&format!("{base}/subjects?offset=0&limit=-1")).await.expect_ok(),
+        &json!(["orders/eu value", "users-value"])
+    );
+    delete(&format!("{base}/subjects/users-value")).await.expect_ok();
+    assert_eq!(
+        get(&format!("{base}/subjects?deletedOnly=true")).await.expect_ok(),
+        &json!(["users-value"])
+    );
     server.stop().await;
 }
 

@@ -137,19 +137,66 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
 /// The query parameters any endpoint understands; each endpoint reads those it needs and
 /// unknown ones are ignored, as Confluent does. `normalize` is accepted too: every schema is
 /// normalised (see [`crate::schema::ParsedSchema::canonical`]), so it changes nothing.
-#[derive(Debug, Default, serde::Deserialize)]
+///
+/// Values are read as Confluent (Java's `Boolean.valueOf`) reads them: `true` in any case is
+/// true and anything else false, so clients sending `True`/`False` work; a number that does
+/// not parse keeps its default.
+#[derive(Debug, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct Flags {
     /// Include soft-deleted subjects and versions.
+    #[serde(deserialize_with = "lenient_bool")]
     pub deleted: bool,
+    /// `GET /subjects`: only soft-deleted subjects.
+    #[serde(deserialize_with = "lenient_bool", alias = "deleted_only")]
+    pub deleted_only: bool,
     /// Delete for good (after a soft delete).
+    #[serde(deserialize_with = "lenient_bool")]
     pub permanent: bool,
     /// Return the reasons a compatibility check failed.
+    #[serde(deserialize_with = "lenient_bool")]
     pub verbose: bool,
     /// `GET /config/{subject}`: fall back to the global level.
+    #[serde(deserialize_with = "lenient_bool")]
     pub default_to_global: bool,
     /// `GET /subjects`: only subjects starting with this.
     pub subject_prefix: String,
+    /// `GET /subjects`: skip this many subjects…
+    #[serde(deserialize_with = "lenient_offset")]
+    pub offset: usize,
+    /// …and return at most this many (`-1`, the default, for all).
+    #[serde(deserialize_with = "lenient_limit")]
+    pub limit: usize,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Flags {
+            deleted: false,
+            deleted_only: false,
+            permanent: false,
+            verbose: false,
+            default_to_global: false,
+            subject_prefix: String::new(),
+            offset: 0,
+            limit: usize::MAX,
+        }
+    }
+}
+
+fn lenient_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    Ok(text.eq_ignore_ascii_case("true"))
+}
+
+fn lenient_offset<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    Ok(text.trim().parse().unwrap_or(0))
+}
+
+fn lenient_limit<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let text = <String as serde::Deserialize>::deserialize(d)?;
+    Ok(text.trim().parse().unwrap_or(usize::MAX))
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Flags {

@@ -56,7 +56,17 @@ pub struct IdReply {
 }
 
 pub async fn list(State(registry): State<Arc<Registry>>, flags: Flags) -> Reply<Vec<String>> {
-    Reply(registry.subjects(flags.deleted, &flags.subject_prefix))
+    let subjects = if flags.deleted_only {
+        let live = registry.subjects(false, &flags.subject_prefix);
+        registry
+            .subjects(true, &flags.subject_prefix)
+            .into_iter()
+            .filter(|s| live.binary_search(s).is_err())
+            .collect()
+    } else {
+        registry.subjects(flags.deleted, &flags.subject_prefix)
+    };
+    Reply(subjects.into_iter().skip(flags.offset).take(flags.limit).collect())
 }
 
 pub async fn versions(
