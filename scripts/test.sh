@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Tributary test on a fresh machine: installs what the tests need when it is
-# missing, then checks formatting and lints and runs the whole workspace's tests.
+# missing (rustfmt, clippy, Debian's zookeeper), then checks formatting and lints and runs
+# the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,18 @@ for component in rustfmt clippy; do
     rustup component add "${component}"
   fi
 done
+
+# Debian packages the tests run for real: ZooKeeper (with Java) for the coordination tests.
+missing=()
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
 
 step "cargo fmt --check"
 cargo fmt --all --check

@@ -1,7 +1,7 @@
 //! The broker's shared state and what each request does to it. Requests arrive decoded from
 //! [`crate::connection`]; the answers here are values or typed error codes, never panics.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
 use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
+use crate::registration::Registration;
 
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -25,6 +26,10 @@ pub enum BrokerError {
     Flush(#[from] LogError),
     #[error("a blocking task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error("cannot read the listening address: {0}")]
+    Listen(std::io::Error),
+    #[error("ZooKeeper registration: {0}")]
+    Registration(#[from] cluster::RegistryError),
 }
 
 pub struct Broker {
@@ -34,6 +39,8 @@ pub struct Broker {
     /// Flusher and retention tasks.
     tasks: TaskTracker,
     stop: CancellationToken,
+    /// Set once the broker is serving, when it registers in ZooKeeper.
+    registration: OnceLock<Arc<Registration>>,
 }
 
 impl Broker {
@@ -49,6 +56,7 @@ impl Broker {
             metrics: Metrics::default(),
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
+            registration: OnceLock::new(),
         });
         for partition in broker.logs.partitions() {
             broker.start_flusher(partition);
@@ -77,6 +85,33 @@ impl Broker {
 
     pub fn logs(&self) -> &LogManager {
         &self.logs
+    }
+
+    /// Registers this broker, listening on `port`, and its topics in ZooKeeper, if the
+    /// configuration names one.
+    pub(crate) async fn register(&self, port: u16) -> Result<(), BrokerError> {
+        let Some(connect) = &self.config.zookeeper else { return Ok(()) };
+        let info = cluster::BrokerInfo { host: self.config.host.clone(), port };
+        let registration = Registration::register(
+            connect,
+            self.config.zookeeper_session_timeout_ms,
+            self.config.broker_id,
+            info,
+        )
+        .await?;
+        for topic in self.logs.topics() {
+            registration.register_topic(&topic.name, topic.partitions.len() as u32).await;
+        }
+        let _ = self.registration.set(Arc::new(registration));
+        Ok(())
+    }
+
+    /// Removes this broker's registration, if it has one.
+    pub(crate) async fn unregister(&self) {
+        if let Some(registration) = self.registration.get() {
+            let topics: Vec<String> = self.logs.topics().iter().map(|t| t.name.clone()).collect();
+            registration.unregister(&topics).await;
+        }
     }
 
     fn start_flusher(&self, partition: Arc<Partition>) {
@@ -170,6 +205,15 @@ impl Broker {
     ) -> Result<Arc<Topic>, ErrorCode> {
         match created {
             Ok(Ok((topic, added))) => {
+                if !added.is_empty()
+                    && let Some(registration) = self.registration.get()
+                {
+                    let (registration, name) = (Arc::clone(registration), topic.name.clone());
+                    let partitions = topic.partitions.len() as u32;
+                    tokio::spawn(
+                        async move { registration.register_topic(&name, partitions).await },
+                    );
+                }
                 added.into_iter().for_each(|p| self.start_flusher(p));
                 Ok(topic)
             }

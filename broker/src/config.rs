@@ -45,6 +45,9 @@ pub struct BrokerConfig {
     pub max_message_bytes: u32,
     pub max_connections: u32,
     pub retention_check_ms: u64,
+    /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
+    pub zookeeper: Option<String>,
+    pub zookeeper_session_timeout_ms: u64,
     // Defaults of every topic's log; `CREATE_TOPIC` may override them per topic.
     pub segment_bytes: u64,
     pub segment_ms: u64,
@@ -80,6 +83,8 @@ impl Default for BrokerConfig {
             max_message_bytes: 1 << 20,
             max_connections: 4096,
             retention_check_ms: 5 * 60 * 1000,
+            zookeeper: None,
+            zookeeper_session_timeout_ms: 6_000,
             segment_bytes: 1 << 30,
             segment_ms: 7 * DAY_MS,
             retention_ms: 7 * DAY_MS,
@@ -134,6 +139,12 @@ impl BrokerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1");
+        }
+        if self.zookeeper.as_deref().is_some_and(str::is_empty) {
+            return invalid("zookeeper", "must not be empty");
+        }
+        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
+            return invalid("zookeeper_session_timeout_ms", "must be between 1000 and 60000");
         }
         if self.retention_check_ms == 0 {
             return invalid("retention_check_ms", "must be at least 1");

@@ -11,6 +11,7 @@ mod config;
 mod connection;
 pub mod log;
 mod metrics;
+mod registration;
 mod sendfile;
 mod server;
 

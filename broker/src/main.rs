@@ -42,6 +42,9 @@ struct Cli {
     /// How often to look for segments to delete.
     #[arg(long, value_name = "MS")]
     retention_check_ms: Option<u64>,
+    /// Register in this ZooKeeper (`host:port[,host:port…][/chroot]`); standalone without it.
+    #[arg(long, value_name = "CONNECT")]
+    zookeeper: Option<String>,
 }
 
 impl Cli {

@@ -37,8 +37,17 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(broker.config().max_connections as usize));
     let connections = TaskTracker::new();
     let stop = CancellationToken::new();
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, broker_id = broker.config().broker_id, "broker listening");
+    let addr = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            broker.close().await?;
+            return Err(BrokerError::Listen(e));
+        }
+    };
+    tracing::info!(%addr, broker_id = broker.config().broker_id, "broker listening");
+    if let Err(e) = broker.register(addr.port()).await {
+        broker.close().await?;
+        return Err(e);
     }
     let mut accept_backoff = Duration::from_millis(1);
     tokio::pin!(shutdown);
@@ -79,5 +88,6 @@ pub async fn serve(
     if tokio::time::timeout(Duration::from_millis(DRAIN_MS), connections.wait()).await.is_err() {
         tracing::warn!("connections still busy after {DRAIN_MS} ms; closing the logs anyway");
     }
+    broker.unregister().await;
     broker.close().await
 }

@@ -1,0 +1,54 @@
+//! A broker's entry in the ZooKeeper registries (paper §3.3): `/brokers/ids/{id}` with where
+//! it listens, and `/brokers/topics/{topic}/{id}` with its partition count per topic, all
+//! ephemeral. The ZooKeeper backend creates them again if the session expires.
+
+use std::sync::Arc;
+
+use cluster::{BrokerInfo, Registry, RegistryError, ZooKeeper, ZooKeeperConfig};
+
+pub(crate) struct Registration {
+    broker_id: i32,
+    registry: Registry,
+    /// Held so the session lives as long as the registration.
+    _session: Arc<ZooKeeper>,
+}
+
+impl Registration {
+    /// Connects and registers the broker; a live broker with the same id makes this fail.
+    pub(crate) async fn register(
+        connect: &str,
+        session_timeout_ms: u64,
+        broker_id: i32,
+        info: BrokerInfo,
+    ) -> Result<Registration, RegistryError> {
+        let mut config = ZooKeeperConfig::new(connect);
+        config.session_timeout_ms = session_timeout_ms;
+        let session = ZooKeeper::connect(config).await?;
+        let registry = Registry::new(session.clone());
+        registry.register_broker(broker_id, &info).await?;
+        tracing::info!(zookeeper = %connect, broker_id, addr = %info.addr(), "registered broker");
+        Ok(Registration { broker_id, registry, _session: session })
+    }
+
+    pub(crate) async fn register_topic(&self, topic: &str, partitions: u32) {
+        match self.registry.register_topic(topic, self.broker_id, partitions).await {
+            Ok(()) => {
+                tracing::info!(%topic, partitions, broker_id = self.broker_id, "registered topic")
+            }
+            Err(e) => tracing::error!(%topic, error = %e, "cannot register topic"),
+        }
+    }
+
+    /// Removes this broker's nodes at once, rather than when the session closes.
+    pub(crate) async fn unregister(&self, topics: &[String]) {
+        for topic in topics {
+            if let Err(e) = self.registry.unregister_topic(topic, self.broker_id).await {
+                tracing::warn!(%topic, error = %e, "cannot unregister topic");
+            }
+        }
+        match self.registry.unregister_broker(self.broker_id).await {
+            Ok(()) => tracing::info!(broker_id = self.broker_id, "unregistered broker"),
+            Err(e) => tracing::warn!(error = %e, "cannot unregister broker"),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The broker in the ZooKeeper registries, against a real ZooKeeper server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::{BrokerInfo, Coordinator, Registry, ZooKeeper, ZooKeeperConfig};
+use protocol::Acks;
+use testkit::broker::{TestBroker, message_set};
+use testkit::eventually;
+use testkit::process::{Process, free_port};
+use testkit::zookeeper::ZooKeeperServer;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+async fn observer(connect: &str) -> (Arc<ZooKeeper>, Registry) {
+    let session =
+        ZooKeeper::connect(ZooKeeperConfig::new(connect)).await.expect("observer session");
+    (session.clone(), Registry::new(session))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_registers_itself_and_its_topics() {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let broker = TestBroker::start_with(|c| {
+        c.broker_id = 3;
+        c.zookeeper = Some(connect.clone());
+        c.zookeeper_session_timeout_ms = 2_000;
+    })
+    .await;
+    let (session, registry) = observer(&connect).await;
+    let port: u16 = broker.addr.rsplit(':').next().unwrap().parse().unwrap();
+    let brokers = eventually(WAIT, "broker node", || async {
+        let brokers = registry.brokers().await.unwrap();
+        (!brokers.is_empty()).then_some(brokers)
+    })
+    .await;
+    assert_eq!(brokers.get(&3), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    let conn = broker.connect().await;
+    conn.create_topic("views", 4, &[]).await.unwrap();
+    conn.produce("clicks", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
+    eventually(WAIT, "topic nodes", || async {
+        let views = registry.topic_brokers("views").await.unwrap();
+        let clicks = registry.topic_brokers("clicks").await.unwrap();
+        (views.get(&3) == Some(&4) && clicks.get(&3) == Some(&1)).then_some(())
+    })
+    .await;
+    assert_eq!(session.get("/brokers/topics/views/3").await.unwrap().unwrap().0, b"4");
+    // A clean shutdown removes every node at once.
+    drop(conn);
+    broker.stop().await;
+    assert!(registry.brokers().await.unwrap().is_empty());
+    assert!(registry.topic_brokers("views").await.unwrap().is_empty());
+}
+
+fn spawn_broker(dir: &std::path::Path, connect: &str, broker_id: i32) -> Process {
+    let port = free_port();
+    let config = dir.join("broker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "broker_id = {broker_id}\nport = {port}\ndata_dir = {:?}\nzookeeper = {connect:?}\nzookeeper_session_timeout_ms = 2000\n",
+            dir.join("data")
+        ),
+    )
+    .unwrap();
+    let args = vec!["--config".to_owned(), config.display().to_string()];
+    Process::spawn(env!("CARGO_BIN_EXE_broker").as_ref(), &args, port, &dir.join("broker.log"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_brokers_nodes_vanish_within_the_session_timeout() {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut process = spawn_broker(dir.path(), &connect, 5);
+    let (_session, registry) = observer(&connect).await;
+    eventually(WAIT, "registration", || async {
+        registry.brokers().await.unwrap().contains_key(&5).then_some(())
+    })
+    .await;
+    let log = std::fs::read_to_string(dir.path().join("broker.log")).unwrap();
+    assert!(log.contains("registered broker"), "the broker logs its registration: {log}");
+    process.child.kill().unwrap(); // SIGKILL: no chance to unregister
+    process.child.wait().unwrap();
+    let killed = Instant::now();
+    eventually(WAIT, "expiry", || async {
+        (!registry.brokers().await.unwrap().contains_key(&5)).then_some(())
+    })
+    .await;
+    let gone_after = killed.elapsed();
+    assert!(gone_after < Duration::from_millis(2_000 * 2 + 1_000), "gone after {gone_after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_broker_id_is_refused() {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let first = TestBroker::start_with(|c| {
+        c.broker_id = 1;
+        c.zookeeper = Some(connect.clone());
+    })
+    .await;
+    let (_session, registry) = observer(&connect).await;
+    eventually(WAIT, "first registration", || async {
+        registry.brokers().await.unwrap().contains_key(&1).then_some(())
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("broker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "broker_id = 1\nport = {}\ndata_dir = {:?}\nzookeeper = {connect:?}\n",
+            free_port(),
+            dir.path().join("data")
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+        .args(["--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("broker id 1 is already registered"), "{stderr}");
+    // The first broker's registration is untouched.
+    assert_eq!(registry.brokers().await.unwrap().len(), 1);
+    drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_comes_back_after_zookeeper_restarts() {
+    let server = ZooKeeperServer::start();
+    let connect = server.connect_string();
+    let broker = TestBroker::start_with(|c| {
+        c.broker_id = 2;
+        c.zookeeper = Some(connect.clone());
+        c.zookeeper_session_timeout_ms = 2_000;
+    })
+    .await;
+    broker.connect().await.create_topic("kept", 2, &[]).await.unwrap();
+    {
+        let (_session, registry) = observer(&connect).await;
+        eventually(WAIT, "registration", || async {
+            (registry.topic_brokers("kept").await.unwrap().get(&2) == Some(&2)).then_some(())
+        })
+        .await;
+    }
+    // Down for longer than the session timeout, then back on the same data directory.
+    let s = std::thread::spawn(move || {
+        server.stop();
+        std::thread::sleep(Duration::from_secs(3));
+        server.restart();
+        server
+    });
+    let server = tokio::task::spawn_blocking(move || s.join().unwrap()).await.unwrap();
+    let (_session, registry) = observer(&connect).await;
+    eventually(Duration::from_secs(30), "registration back", || async {
+        let brokers = registry.brokers().await.ok()?;
+        let topics = registry.topic_brokers("kept").await.ok()?;
+        (brokers.contains_key(&2) && topics.get(&2) == Some(&2)).then_some(())
+    })
+    .await;
+    broker.stop().await;
+    drop(server);
+}
