@@ -1,6 +1,7 @@
 //! Tributary's schema registry: the service that maps the schema id carried in every event's
-//! payload back to its Avro schema (the Kafka paper's §5 "lightweight schema registry"), and
-//! the pieces every tier uses with it.
+//! payload back to its Avro schema (the Kafka paper, §5 "Kafka Usage at LinkedIn": "a schema
+//! registry service is used to map the schema id to actual schema"), and the pieces every
+//! tier uses with it.
 //!
 //! In the pipeline, the frontend agent registers its event schemas and encodes events as
 //! `0x00 | i32 schema id | Avro datum` ([`envelope`]); the mirror passes bytes through; the

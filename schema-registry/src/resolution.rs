@@ -15,7 +15,7 @@ use apache_avro::schema::{
 
 /// Resolution work allowed for one reader/writer pair. Named types referenced from many places
 /// are re-checked at each place, so a crafted schema could otherwise cost exponential time.
-const CHECK_STEPS_MAX: usize = 100_000;
+pub const CHECK_STEPS_MAX: usize = 100_000;
 
 /// Why data written with the writer's schema cannot be read with the reader's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
