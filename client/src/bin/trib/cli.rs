@@ -1,0 +1,216 @@
+//! The command line: subcommands and their flags (clap derive).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use client::OffsetTime;
+use protocol::{Acks, Codec};
+
+use crate::brokers::Brokers;
+
+#[derive(Debug, Parser)]
+#[command(name = "trib", version, about = "Produce, consume and inspect Tributary topics")]
+pub struct Cli {
+    /// Print JSON instead of text (one object per line for streams).
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Send each line of stdin as one message.
+    Produce(ProduceArgs),
+    /// Print the messages of one partition, one payload per line.
+    Consume(ConsumeArgs),
+    /// List, create or describe topics.
+    Topics {
+        #[command(subcommand)]
+        command: TopicsCommand,
+    },
+    /// Print offsets of a partition: earliest, latest, or segment starts before a time.
+    Offsets(OffsetsArgs),
+}
+
+/// Where the brokers are. One of these flags is required.
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub struct BrokerArgs {
+    /// Broker addresses, comma separated (host:port), or one load balancer's address.
+    #[arg(long, value_name = "ADDRS", value_delimiter = ',', num_args = 1)]
+    pub brokers: Vec<String>,
+}
+
+impl BrokerArgs {
+    pub fn brokers(&self) -> Brokers {
+        Brokers::Static(self.brokers.clone())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compression {
+    None,
+    Gzip,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    pub fn codec(self) -> Codec {
+        match self {
+            Compression::None => Codec::None,
+            Compression::Gzip => Codec::Gzip,
+            Compression::Lz4 => Codec::Lz4,
+            Compression::Zstd => Codec::Zstd,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    #[command(flatten)]
+    pub brokers: BrokerArgs,
+    #[arg(long)]
+    pub topic: String,
+    /// Send every message to this partition (of the first broker that has it).
+    #[arg(long, conflicts_with_all = ["key_field", "any_partition"])]
+    pub partition: Option<i32>,
+    /// Partition −1: each broker picks a partition (for a load balancer in front of brokers).
+    #[arg(long, conflicts_with = "key_field")]
+    pub any_partition: bool,
+    /// Use field N (1-based) of each line as the key: equal keys go to the same partition.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub key_field: Option<u32>,
+    /// The byte that separates fields for --key-field.
+    #[arg(long, default_value = "\t", value_parser = parse_delimiter)]
+    pub field_delimiter: u8,
+    /// 0: do not wait; 1: after the broker appended; 2: after it flushed to disk.
+    #[arg(long, default_value = "1", value_parser = parse_acks)]
+    pub acks: Acks,
+    #[arg(long, value_enum, default_value_t = Compression::None)]
+    pub compression: Compression,
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_messages: u32,
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// Report progress on stderr every second (on by default when stderr is a terminal).
+    #[arg(long)]
+    pub progress: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    #[command(flatten)]
+    pub brokers: BrokerArgs,
+    #[arg(long)]
+    pub topic: String,
+    #[arg(long, default_value_t = 0)]
+    pub partition: i32,
+    /// A byte offset, `earliest` or `latest`.
+    #[arg(long, default_value = "earliest", value_parser = parse_start)]
+    pub offset: Start,
+    /// Stop after this many messages.
+    #[arg(long, value_name = "N")]
+    pub max_messages: Option<u64>,
+    /// At the end of the log, wait for new messages instead of exiting.
+    #[arg(long)]
+    pub follow: bool,
+    /// How long to wait between polls at the end of the log, with --follow.
+    #[arg(long, default_value_t = 200)]
+    pub poll_ms: u64,
+    /// Bytes per fetch; grown automatically (up to 16 MiB) for a larger message.
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..=(16 << 20)))]
+    pub fetch_bytes: u32,
+    /// Report progress on stderr every second (on by default when stderr is a terminal).
+    #[arg(long)]
+    pub progress: bool,
+}
+
+/// Where `consume` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Offset(i64),
+    Earliest,
+    Latest,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Every topic of every broker, with its partitions.
+    List {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+    },
+    /// Create a topic (or add partitions and change its settings) on every broker given.
+    Create {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
+        partitions: i32,
+        /// Per-topic settings such as retention_ms=3600000; repeat for more.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        configs: Vec<(String, String)>,
+    },
+    /// Partitions of one topic on each broker, with their earliest and latest offsets.
+    Describe {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        topic: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct OffsetsArgs {
+    #[command(flatten)]
+    pub brokers: BrokerArgs,
+    #[arg(long)]
+    pub topic: String,
+    #[arg(long, default_value_t = 0)]
+    pub partition: i32,
+    /// `earliest`, `latest`, or ms since the epoch (segment starts modified at or before it).
+    #[arg(long, default_value = "latest", value_parser = parse_time)]
+    pub time: OffsetTime,
+    /// Most offsets to print for a time.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
+    pub max: i32,
+}
+
+fn parse_acks(s: &str) -> Result<Acks, String> {
+    match s {
+        "0" => Ok(Acks::None),
+        "1" => Ok(Acks::Written),
+        "2" => Ok(Acks::Flushed),
+        _ => Err("acks must be 0, 1 or 2".into()),
+    }
+}
+
+fn parse_start(s: &str) -> Result<Start, String> {
+    match s {
+        "earliest" => Ok(Start::Earliest),
+        "latest" => Ok(Start::Latest),
+        n => match n.parse::<i64>() {
+            Ok(offset) if offset >= 0 => Ok(Start::Offset(offset)),
+            _ => Err("expected a byte offset, earliest or latest".into()),
+        },
+    }
+}
+
+fn parse_time(s: &str) -> Result<OffsetTime, String> {
+    s.parse()
+}
+
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("expected KEY=VALUE".into()),
+    }
+}
+
+fn parse_delimiter(s: &str) -> Result<u8, String> {
+    match s.as_bytes() {
+        [b] => Ok(*b),
+        _ => Err("expected a single byte".into()),
+    }
+}
