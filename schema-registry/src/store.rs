@@ -10,6 +10,8 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::compatibility::CompatibilityLevel;
@@ -67,6 +69,8 @@ pub enum StoreError {
     RecordTooLarge(usize),
     #[error("{0}: an earlier write or fsync failed; restart the registry to recover the log")]
     Failed(PathBuf),
+    #[error("{0}: another registry process has this log open")]
+    Locked(PathBuf),
     #[error("the store's I/O thread stopped: {0}")]
     Background(String),
 }
@@ -81,7 +85,9 @@ pub struct Store {
 
 #[derive(Debug)]
 struct LogWriter {
-    file: File,
+    /// Exclusively locked while open: two processes appending to one log would interleave
+    /// their frames. The kernel drops the lock when the process dies, even by `kill -9`.
+    file: Flock<File>,
     /// Set after a failed write or fsync: what reached the disk is then unknown, so no later
     /// record may be appended behind it until a restart has re-validated the tail.
     failed: bool,
@@ -129,12 +135,17 @@ fn open_blocking(dir: &Path) -> Result<(Store, Vec<Record>), StoreError> {
     fs::create_dir_all(dir).map_err(io_err(dir))?;
     let path = dir.join(LOG_FILE_NAME);
     let existed = path.exists();
-    let mut file = OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .append(true)
         .create(true)
         .open(&path)
         .map_err(io_err(&path))?;
+    let mut file =
+        Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| match errno {
+            Errno::EWOULDBLOCK => StoreError::Locked(path.clone()),
+            _ => StoreError::Io { path: path.clone(), source: errno.into() },
+        })?;
     if !existed {
         // The new file's directory entry must be durable before any record in it is.
         File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))?;

@@ -162,3 +162,16 @@ async fn a_record_that_passes_its_checksum_but_does_not_decode_stops_the_start()
     assert!(matches!(opened, Err(RegistryError::Store(_))), "{opened:?}");
     assert_eq!(std::fs::read(&log).unwrap(), bytes, "the log must be left as it was");
 }
+
+#[tokio::test]
+async fn a_second_registry_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Registry::open(dir.path(), CompatibilityLevel::Backward).await.unwrap();
+    let second = Registry::open(dir.path(), CompatibilityLevel::Backward).await;
+    assert!(
+        matches!(second, Err(RegistryError::Store(schema_registry::store::StoreError::Locked(_)))),
+        "{second:?}"
+    );
+    drop(first);
+    Registry::open(dir.path(), CompatibilityLevel::Backward).await.unwrap();
+}
