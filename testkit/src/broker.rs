@@ -109,3 +109,53 @@ pub fn init_logging() {
         let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     }
 }
+
+/// Attempts to bind a just-released address before giving up.
+const REBIND_ATTEMPTS: u32 = 50;
+
+impl TestBroker {
+    /// Restarts on the same data directory *and the same address*, as a broker restarted by
+    /// an operator is: clients configured with its address reconnect to it.
+    pub async fn restart_on_same_addr(
+        self,
+        configure: impl FnOnce(&mut BrokerConfig),
+    ) -> TestBroker {
+        let addr = self.addr.clone();
+        let data_dir = self.stop().await;
+        TestBroker::start_at(data_dir, &addr, configure).await
+    }
+
+    /// Starts a broker on an existing data directory, listening on `addr`.
+    pub async fn start_at(
+        data_dir: TempDir,
+        addr: &str,
+        configure: impl FnOnce(&mut BrokerConfig),
+    ) -> TestBroker {
+        init_logging();
+        let mut config = test_config(data_dir.path());
+        configure(&mut config);
+        let listener = bind_with_retry(addr).await;
+        let broker = Broker::open(config).await.expect("broker opens");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), async {
+            let _ = stopped.await;
+        }));
+        let addr = addr.to_owned();
+        TestBroker { addr, broker, data_dir: Some(data_dir), stop: Some(stop), task: Some(task) }
+    }
+}
+
+/// Binds `addr`, retrying briefly while the previous listener's socket is released.
+async fn bind_with_retry(addr: &str) -> tokio::net::TcpListener {
+    let mut attempt = 0;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(_) if attempt < REBIND_ATTEMPTS => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("cannot bind {addr} again: {e}"),
+        }
+    }
+}

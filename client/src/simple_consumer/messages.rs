@@ -217,3 +217,132 @@ impl Iterator for Messages<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use protocol::{Codec, InvalidMessage};
+
+    use super::*;
+
+    fn plain_set(payloads: &[&[u8]]) -> BytesMut {
+        let mut set = BytesMut::new();
+        payloads.iter().for_each(|p| protocol::encode_message(&mut set, Codec::None, p));
+        set
+    }
+
+    fn wrapped(codec: Codec, payloads: &[&[u8]]) -> BytesMut {
+        let inner = plain_set(payloads);
+        let mut set = BytesMut::new();
+        protocol::encode_message(&mut set, codec, &compression::compress(codec, &inner).unwrap());
+        set
+    }
+
+    fn read(set: &[u8], base_offset: i64) -> Vec<Result<ConsumedMessage, ConsumerError>> {
+        FetchedMessages::new("t", 3, base_offset, Bytes::copy_from_slice(set)).iter().collect()
+    }
+
+    #[test]
+    fn plain_messages_say_where_to_resume() {
+        let set = plain_set(&[b"a", b"bb"]);
+        let got: Vec<_> = read(&set, 100).into_iter().map(Result::unwrap).collect();
+        assert_eq!(got[0], ConsumedMessage { offset: 100, next_offset: 110, payload: "a".into() });
+        assert_eq!(got[1], ConsumedMessage { offset: 110, next_offset: 121, payload: "bb".into() });
+    }
+
+    #[test]
+    fn crc_mismatch_is_an_error_and_nothing_after_it_is_yielded() {
+        let mut set = plain_set(&[b"first", b"second", b"third"]);
+        set[14 + 10] ^= 0xff; // a payload byte of the second message
+        let got = read(&set, 0);
+        assert_eq!(got.len(), 2, "the good message, then the error, then nothing");
+        assert_eq!(got[0].as_ref().unwrap().payload, "first");
+        assert!(matches!(
+            &got[1],
+            Err(ConsumerError::InvalidMessage {
+                partition: 3,
+                source: InvalidMessage::CrcMismatch { offset: 14, .. },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn partial_tail_is_dropped_and_resume_is_before_it() {
+        let set = plain_set(&[b"whole", b"cut short"]);
+        let fetched = FetchedMessages::new("t", 0, 50, set.freeze().slice(..20));
+        let mut messages = fetched.iter();
+        let payloads: Vec<_> = messages.by_ref().map(|m| m.unwrap().payload).collect();
+        assert_eq!(payloads, ["whole"]);
+        assert_eq!(messages.next_offset(), 50 + 14);
+    }
+
+    #[test]
+    fn wrapper_is_inflated_and_only_its_last_message_moves_past_it() {
+        for codec in crate::compression::SUPPORTED_CODECS {
+            let mut set = plain_set(&[b"before"]);
+            let wrapper_offset = set.len() as i64;
+            set.extend_from_slice(&wrapped(codec, &[b"x", b"y", b"z"]));
+            let wrapper_end = set.len() as i64;
+            set.extend_from_slice(&plain_set(&[b"after"]));
+            let fetched = FetchedMessages::new("t", 0, 0, set.freeze());
+            let mut messages = fetched.iter();
+            let got: Vec<_> = messages.by_ref().take(3).map(Result::unwrap).collect();
+            assert_eq!(got[1].payload, "x", "{codec:?}");
+            assert_eq!((got[1].offset, got[1].next_offset), (wrapper_offset, wrapper_offset));
+            assert_eq!(messages.next_offset(), wrapper_offset, "mid-wrapper resumes at it");
+            let rest: Vec<_> = messages.by_ref().map(Result::unwrap).collect();
+            let payloads: Vec<_> = rest.iter().map(|m| m.payload.clone()).collect();
+            assert_eq!(payloads, ["z", "after"]);
+            assert_eq!((rest[0].offset, rest[0].next_offset), (wrapper_offset, wrapper_end));
+            assert_eq!(rest[1].offset, wrapper_end);
+        }
+    }
+
+    #[test]
+    fn corrupt_inner_message_is_an_error() {
+        let mut inner = plain_set(&[b"good", b"bad"]);
+        let last = inner.len() - 1;
+        inner[last] ^= 1;
+        let mut set = BytesMut::new();
+        protocol::encode_message(
+            &mut set,
+            Codec::Gzip,
+            &compression::compress(Codec::Gzip, &inner).unwrap(),
+        );
+        let got = read(&set, 7);
+        assert_eq!(got[0].as_ref().unwrap().payload, "good");
+        assert!(matches!(
+            &got[1],
+            Err(ConsumerError::InvalidInnerMessage {
+                offset: 7,
+                source: InvalidMessage::CrcMismatch { .. },
+                ..
+            })
+        ));
+        assert_eq!(got.len(), 2);
+    }
+
+    #[test]
+    fn undecodable_or_oversized_wrappers_are_errors() {
+        let mut garbage = BytesMut::new();
+        protocol::encode_message(&mut garbage, Codec::Zstd, b"not zstd at all");
+        assert!(matches!(read(&garbage, 0).as_slice(), [Err(ConsumerError::Decompress { .. })]));
+
+        let big = vec![b'a'; 10_000];
+        let set = wrapped(Codec::Zstd, &[&big]);
+        let fetched =
+            FetchedMessages::new("t", 0, 0, set.freeze()).with_decompressed_bytes_max(1000);
+        let got: Vec<_> = fetched.iter().collect();
+        assert!(matches!(got.as_slice(), [Err(ConsumerError::Decompress { .. })]));
+
+        let nested = wrapped(Codec::Gzip, &[b"n"]); // a set of one wrapper, wrapped again
+        let mut set = BytesMut::new();
+        protocol::encode_message(
+            &mut set,
+            Codec::Gzip,
+            &compression::compress(Codec::Gzip, &nested).unwrap(),
+        );
+        assert!(matches!(read(&set, 0).as_slice(), [Err(ConsumerError::InvalidWrapper { .. })]));
+    }
+}
