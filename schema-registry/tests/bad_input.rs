@@ -182,3 +182,44 @@ async fn bad_subjects_versions_and_query_flags_are_errors_not_crashes() {
     assert_eq!(get(&format!("{base}/subjects")).await.expect_ok(), &json!(["s"]));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn deeply_nested_schemas_are_answered_not_a_stack_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    for depth in [10, 60, 126, 127, 200, 5000] {
+        let url = format!("{}/subjects/deep{depth}/versions", server.url);
+        let mut schema = "\"int\"".to_owned();
+        for _ in 0..depth {
+            schema = format!("{{\"type\":\"array\",\"items\":{schema}}}");
+        }
+        let answer = post(&url, json!({ "schema": schema })).await;
+        assert!(
+            answer.status == 200 || answer.body["error_code"] == 42201,
+            "depth {depth}: {answer:?}"
+        );
+        // Checking it against itself runs the compatibility check at that depth.
+        let check = post(
+            &format!("{}/compatibility/subjects/deep{depth}/versions", server.url),
+            json!({ "schema": schema }),
+        )
+        .await;
+        let expected =
+            if answer.status == 200 { json!({ "is_compatible": true }) } else { json!(42201) };
+        let got =
+            if check.status == 200 { check.body.clone() } else { check.body["error_code"].clone() };
+        assert_eq!(got, expected, "depth {depth}");
+    }
+    let mut record = "\"int\"".to_owned();
+    for level in 0..60 {
+        record = format!(
+            "{{\"type\":\"record\",\"name\":\"R{level}\",\"fields\":[{{\"name\":\"f\",\"type\":{record}}}]}}"
+        );
+    }
+    let answer =
+        post(&format!("{}/subjects/deep-record/versions", server.url), json!({ "schema": record }))
+            .await;
+    assert!(answer.status == 200 || answer.body["error_code"] == 42201, "{answer:?}");
+    assert_eq!(get(&format!("{}/", server.url)).await.expect_ok(), &json!({}));
+    server.stop().await;
+}

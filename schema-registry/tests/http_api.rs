@@ -428,3 +428,40 @@ async fn plain_json_and_confluent_content_types_are_both_accepted() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_registrations_agree_on_ids_and_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path()).await;
+    let base = server.url.clone();
+    put(&format!("{base}/config"), json!({ "compatibility": "NONE" })).await.expect_ok();
+    // 8 tasks register the same 4 schemas in different orders under one subject.
+    let schemas: Vec<Value> =
+        (0..4).map(|i| record(&format!("R{i}"), json!([{ "name": "a", "type": "int" }]))).collect();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (base, schemas) = (base.clone(), schemas.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for k in 0..4 {
+                let i = (k + t) % 4;
+                let id = register(&base, "shared", &schemas[i]).await.expect_ok()["id"].clone();
+                ids.push((i, id));
+            }
+            ids
+        }));
+    }
+    let mut by_schema = std::collections::BTreeMap::new();
+    for task in tasks {
+        for (i, id) in task.await.unwrap() {
+            assert_eq!(*by_schema.entry(i).or_insert(id.clone()), id, "schema {i} got two ids");
+        }
+    }
+    assert_eq!(by_schema.len(), 4);
+    assert_eq!(
+        get(&format!("{base}/subjects/shared/versions")).await.expect_ok(),
+        &json!([1, 2, 3, 4]),
+        "each schema became exactly one version"
+    );
+    server.stop().await;
+}
