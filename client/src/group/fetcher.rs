@@ -1,0 +1,124 @@
+//! One task per owned partition: fetch from the committed offset on, hand each fetch to the
+//! partition's stream through its bounded queue (backpressure: a full queue stops fetching),
+//! and wait at the end of the log for more.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::owned::{OFFSET_UNKNOWN, Owned};
+use super::stream::Chunk;
+use super::{GroupError, Inner, OffsetReset};
+use crate::{ConsumerError, OffsetTime, SimpleConsumer};
+
+/// Longest wait between attempts to reach a partition's broker.
+const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
+
+pub(crate) async fn fetch_partition(inner: Arc<Inner>, owned: Arc<Owned>, addr: String, queue: mpsc::Sender<Chunk>) {
+    let stop = owned.stop.clone();
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        _ = fetch_loop(&inner, &owned, &addr, &queue) => {}
+    }
+}
+
+async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc::Sender<Chunk>) {
+    let topic = owned.topic.as_str();
+    let partition = owned.partition.partition as i32;
+    let mut backoff_ms = 100;
+    let mut offset = owned.consumed.load(Ordering::Acquire);
+    loop {
+        let consumer = match inner.connection(addr).await {
+            Ok(consumer) => consumer,
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, retry_in_ms = backoff_ms, "cannot reach broker");
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                continue;
+            }
+        };
+        if offset == OFFSET_UNKNOWN {
+            match reset(&consumer, topic, partition, inner.config.auto_offset_reset).await {
+                Ok(start) => {
+                    tracing::info!(%topic, partition = %owned.partition, offset = start, reset = ?inner.config.auto_offset_reset, "no committed offset; starting from the reset position");
+                    offset = start;
+                    owned.consumed.store(start, Ordering::Release);
+                }
+                Err(e) => {
+                    inner.forget_connection(addr);
+                    tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot read offsets");
+                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                    backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                    continue;
+                }
+            }
+        }
+        match consumer.fetch(topic, partition, offset).await {
+            Ok(fetched) => {
+                backoff_ms = 100;
+                let mut messages = Vec::new();
+                let mut error = None;
+                for message in &fetched {
+                    match message {
+                        Ok(message) => messages.push(message),
+                        Err(e) => {
+                            error = Some(GroupError::Consumer(e));
+                            break;
+                        }
+                    }
+                }
+                if messages.is_empty() && error.is_none() {
+                    tokio::time::sleep(Duration::from_millis(inner.config.fetch_wait_ms)).await;
+                    continue;
+                }
+                if let Some(last) = messages.last() {
+                    offset = last.next_offset;
+                }
+                let corrupt = error.is_some();
+                let chunk = Chunk { owned: Arc::clone(owned), messages: messages.into_iter(), error };
+                if queue.send(chunk).await.is_err() {
+                    return; // the consumer is closing
+                }
+                if corrupt {
+                    // Nothing after a corrupt message can be trusted; the stream has the error.
+                    tracing::error!(%topic, partition = %owned.partition, offset, "corrupt message; this partition stops until the next rebalance");
+                    return;
+                }
+            }
+            Err(ConsumerError::OffsetOutOfRange { .. }) => {
+                match reset(&consumer, topic, partition, inner.config.auto_offset_reset).await {
+                    Ok(start) => {
+                        tracing::warn!(%topic, partition = %owned.partition, from = offset, to = start, "offset out of range (deleted by retention?); resetting: data was skipped");
+                        offset = start;
+                        owned.consumed.store(start, Ordering::Release);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot read offsets"),
+                }
+            }
+            Err(e) => {
+                inner.forget_connection(addr);
+                tracing::warn!(%topic, partition = %owned.partition, error = %e, retry_in_ms = backoff_ms, "fetch failed");
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+            }
+        }
+    }
+}
+
+async fn reset(consumer: &SimpleConsumer, topic: &str, partition: i32, reset: OffsetReset) -> Result<i64, ConsumerError> {
+    match reset {
+        OffsetReset::Smallest => consumer.earliest_offset(topic, partition).await,
+        OffsetReset::Largest => consumer.latest_offset(topic, partition).await,
+    }
+}
+
+impl OffsetReset {
+    pub fn as_offset_time(self) -> OffsetTime {
+        match self {
+            OffsetReset::Smallest => OffsetTime::Earliest,
+            OffsetReset::Largest => OffsetTime::Latest,
+        }
+    }
+}
