@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::owned::{OFFSET_UNKNOWN, Owned};
 use super::stream::Chunk;
 use super::{GroupError, Inner, OffsetReset};
-use crate::{ConsumerError, OffsetTime, SimpleConsumer};
+use crate::{ConsumerError, SimpleConsumer};
 
 /// Longest wait between attempts to reach a partition's broker.
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
@@ -111,14 +111,5 @@ async fn reset(consumer: &SimpleConsumer, topic: &str, partition: i32, reset: Of
     match reset {
         OffsetReset::Smallest => consumer.earliest_offset(topic, partition).await,
         OffsetReset::Largest => consumer.latest_offset(topic, partition).await,
-    }
-}
-
-impl OffsetReset {
-    pub fn as_offset_time(self) -> OffsetTime {
-        match self {
-            OffsetReset::Smallest => OffsetTime::Earliest,
-            OffsetReset::Largest => OffsetTime::Latest,
-        }
     }
 }
