@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 
 use crate::envelope::{self, EnvelopeError};
 use crate::error::RegistryError;
+use crate::registry::SubjectVersion;
 use crate::schema;
 use crate::schema_files::{self, SchemaFileError};
 
@@ -53,15 +54,6 @@ pub enum ClientError {
     Envelope(#[from] EnvelopeError),
     #[error(transparent)]
     SchemaFiles(#[from] SchemaFileError),
-}
-
-/// A subject's version as the registry returns it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct SubjectVersion {
-    pub subject: String,
-    pub version: i32,
-    pub id: i32,
-    pub schema: String,
 }
 
 #[derive(Deserialize)]

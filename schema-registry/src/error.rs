@@ -49,6 +49,8 @@ pub enum RegistryError {
     InvalidSubject(String),
     #[error("schema ids are exhausted: no id above {0} is left")]
     IdsExhausted(i32),
+    #[error("subject '{0}' has used every version number")]
+    VersionsExhausted(String),
     #[error("Error in the backend data store: {0}")]
     Store(#[from] StoreError),
 }
@@ -70,7 +72,7 @@ impl RegistryError {
             RegistryError::InvalidVersion(_) => 42202,
             RegistryError::InvalidCompatibilityLevel(_) => 42203,
             RegistryError::InvalidSubject(_) => 42208,
-            RegistryError::IdsExhausted(_) => 50001,
+            RegistryError::IdsExhausted(_) | RegistryError::VersionsExhausted(_) => 50001,
             RegistryError::Store(_) => 50001,
         }
     }

@@ -15,8 +15,8 @@ use crate::store::{Record, Store};
 /// strategies append a fully qualified record name, so leave room for that.
 pub const SUBJECT_BYTES_MAX: usize = 1024;
 
-/// One version of a subject.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One version of a subject, as the API answers it (and the client reads it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SubjectVersion {
     pub subject: String,
     pub version: i32,
@@ -101,7 +101,12 @@ impl Registry {
                 }
                 None => (state.next_id(), true),
             };
-            let version = existing.and_then(|s| s.versions.keys().next_back()).map_or(1, |v| v + 1);
+            let version = match existing.and_then(|s| s.versions.keys().next_back()) {
+                None => 1,
+                Some(&last) => last
+                    .checked_add(1)
+                    .ok_or_else(|| RegistryError::VersionsExhausted(subject.to_owned()))?,
+            };
             let record = Record::Register {
                 subject: subject.to_owned(),
                 version,

@@ -37,20 +37,6 @@ impl SchemaRequest {
 }
 
 #[derive(Serialize)]
-pub struct VersionReply {
-    subject: String,
-    version: i32,
-    id: i32,
-    schema: Arc<str>,
-}
-
-impl From<SubjectVersion> for VersionReply {
-    fn from(v: SubjectVersion) -> Self {
-        VersionReply { subject: v.subject, version: v.version, id: v.id, schema: v.schema }
-    }
-}
-
-#[derive(Serialize)]
 pub struct IdReply {
     id: i32,
 }
@@ -91,18 +77,18 @@ pub async fn lookup(
     Path(subject): Path<String>,
     flags: Flags,
     Body(request): Body<SchemaRequest>,
-) -> Result<Reply<VersionReply>, ApiError> {
+) -> Result<Reply<SubjectVersion>, ApiError> {
     let found = registry.lookup(&subject, request.avro_schema()?, flags.deleted)?;
-    Ok(Reply(found.into()))
+    Ok(Reply(found))
 }
 
 pub async fn version(
     State(registry): State<Arc<Registry>>,
     Path((subject, version)): Path<(String, String)>,
     flags: Flags,
-) -> Result<Reply<VersionReply>, ApiError> {
+) -> Result<Reply<SubjectVersion>, ApiError> {
     let selector = version.parse::<VersionSelector>()?;
-    Ok(Reply(registry.version(&subject, selector, flags.deleted)?.into()))
+    Ok(Reply(registry.version(&subject, selector, flags.deleted)?))
 }
 
 pub async fn version_schema(
