@@ -8,6 +8,7 @@ mod compression;
 mod connection;
 mod discovery;
 mod error;
+mod group;
 mod partitioner;
 mod producer;
 mod simple_consumer;
@@ -16,6 +17,10 @@ pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
 pub use connection::{Connection, ConnectionConfig};
 pub use discovery::{BrokerPartitions, BrokerSource, DiscoveryError, StaticBrokers};
 pub use error::ClientError;
+pub use group::{
+    GroupConsumer, GroupConsumerConfig, GroupError, GroupMessage, MessageStream, OffsetReset,
+    StreamId, assign,
+};
 pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{
     BlockingProducer, BufferFull, Delivery, Pending, Producer, ProducerConfig, ProducerError,

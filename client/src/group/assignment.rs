@@ -24,7 +24,10 @@ impl std::fmt::Display for StreamId {
 
 /// The partitions each stream owns. `partitions` and `streams` may come in any order and with
 /// repeats; every partition goes to exactly one stream when there is at least one stream.
-pub fn assign(partitions: &[PartitionId], streams: &[StreamId]) -> BTreeMap<StreamId, Vec<PartitionId>> {
+pub fn assign(
+    partitions: &[PartitionId],
+    streams: &[StreamId],
+) -> BTreeMap<StreamId, Vec<PartitionId>> {
     let mut partitions = partitions.to_vec();
     partitions.sort();
     partitions.dedup();
@@ -77,8 +80,12 @@ mod tests {
     }
 
     fn inputs() -> impl Strategy<Value = (Vec<PartitionId>, Vec<StreamId>)> {
-        let partitions = prop::collection::vec((0i32..4, 0u32..16).prop_map(|(b, p)| pid(b, p)), 0..40);
-        let streams = prop::collection::vec((0u8..6, 0u32..3).prop_map(|(c, s)| sid(&format!("c{c}"), s)), 1..10);
+        let partitions =
+            prop::collection::vec((0i32..4, 0u32..16).prop_map(|(b, p)| pid(b, p)), 0..40);
+        let streams = prop::collection::vec(
+            (0u8..6, 0u32..3).prop_map(|(c, s)| sid(&format!("c{c}"), s)),
+            1..10,
+        );
         (partitions, streams)
     }
 

@@ -16,7 +16,12 @@ use crate::{ConsumerError, SimpleConsumer};
 /// Longest wait between attempts to reach a partition's broker.
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
 
-pub(crate) async fn fetch_partition(inner: Arc<Inner>, owned: Arc<Owned>, addr: String, queue: mpsc::Sender<Chunk>) {
+pub(crate) async fn fetch_partition(
+    inner: Arc<Inner>,
+    owned: Arc<Owned>,
+    addr: String,
+    queue: mpsc::Sender<Chunk>,
+) {
     let stop = owned.stop.clone();
     tokio::select! {
         _ = stop.cancelled() => {}
@@ -77,7 +82,8 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
                     offset = last.next_offset;
                 }
                 let corrupt = error.is_some();
-                let chunk = Chunk { owned: Arc::clone(owned), messages: messages.into_iter(), error };
+                let chunk =
+                    Chunk { owned: Arc::clone(owned), messages: messages.into_iter(), error };
                 if queue.send(chunk).await.is_err() {
                     return; // the consumer is closing
                 }
@@ -107,7 +113,12 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
     }
 }
 
-async fn reset(consumer: &SimpleConsumer, topic: &str, partition: i32, reset: OffsetReset) -> Result<i64, ConsumerError> {
+async fn reset(
+    consumer: &SimpleConsumer,
+    topic: &str,
+    partition: i32,
+    reset: OffsetReset,
+) -> Result<i64, ConsumerError> {
     match reset {
         OffsetReset::Smallest => consumer.earliest_offset(topic, partition).await,
         OffsetReset::Largest => consumer.latest_offset(topic, partition).await,

@@ -36,8 +36,16 @@ pub enum GroupError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
-    #[error("group {group}: no stable assignment after {attempts} rebalance attempts; last, {topic} {partition} was still owned by {owner:?}")]
-    RebalanceFailed { group: String, attempts: u32, topic: String, partition: PartitionId, owner: String },
+    #[error(
+        "group {group}: no stable assignment after {attempts} rebalance attempts; last, {topic} {partition} was still owned by {owner:?}"
+    )]
+    RebalanceFailed {
+        group: String,
+        attempts: u32,
+        topic: String,
+        partition: PartitionId,
+        owner: String,
+    },
     #[error("message streams were already created for this consumer")]
     AlreadySubscribed,
 }
@@ -97,12 +105,17 @@ impl GroupConsumerConfig {
             return invalid("consumer_id must be a non-empty name without '/'");
         }
         if self.auto_commit_ms == 0 || self.queue_chunks == 0 || self.rebalance_retries == 0 {
-            return invalid("auto_commit_ms, queue_chunks and rebalance_retries must be at least 1");
+            return invalid(
+                "auto_commit_ms, queue_chunks and rebalance_retries must be at least 1",
+            );
         }
         self.fetch.validate()?;
         Ok(())
     }
 }
+
+/// Each subscribed topic's stream queues, by stream index.
+type StreamQueues = BTreeMap<String, Vec<mpsc::Sender<Chunk>>>;
 
 /// State shared by the consumer's tasks.
 pub(crate) struct Inner {
@@ -110,7 +123,7 @@ pub(crate) struct Inner {
     pub(crate) config: GroupConsumerConfig,
     consumer_id: String,
     /// Set once, by `create_message_streams`.
-    subscription: OnceLock<(Subscription, BTreeMap<String, Vec<mpsc::Sender<Chunk>>>)>,
+    subscription: OnceLock<(Subscription, StreamQueues)>,
     /// Partitions owned now. Held across a rebalance so that commits wait for it.
     owned: tokio::sync::Mutex<Vec<Arc<Owned>>>,
     connections: Mutex<HashMap<String, SimpleConsumer>>,
@@ -120,11 +133,15 @@ pub(crate) struct Inner {
 impl Inner {
     /// A connection to the broker at `addr`, shared by the fetchers of its partitions.
     pub(crate) async fn connection(&self, addr: &str) -> Result<SimpleConsumer, ConsumerError> {
-        if let Some(consumer) = self.connections.lock().unwrap_or_else(|p| p.into_inner()).get(addr) {
+        if let Some(consumer) = self.connections.lock().unwrap_or_else(|p| p.into_inner()).get(addr)
+        {
             return Ok(consumer.clone());
         }
         let consumer = SimpleConsumer::connect(addr, self.config.fetch.clone()).await?;
-        self.connections.lock().unwrap_or_else(|p| p.into_inner()).insert(addr.to_owned(), consumer.clone());
+        self.connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(addr.to_owned(), consumer.clone());
         Ok(consumer)
     }
 
@@ -140,7 +157,9 @@ impl Inner {
             if consumed < 0 || consumed == partition.committed.load(Ordering::Acquire) {
                 continue;
             }
-            self.registry.commit_offset(&self.config.group, &partition.topic, partition.partition, consumed).await?;
+            self.registry
+                .commit_offset(&self.config.group, &partition.topic, partition.partition, consumed)
+                .await?;
             partition.committed.store(consumed, Ordering::Release);
         }
         Ok(())
@@ -157,7 +176,10 @@ pub struct GroupConsumer {
 }
 
 impl GroupConsumer {
-    pub fn connect(registry: Registry, config: GroupConsumerConfig) -> Result<GroupConsumer, GroupError> {
+    pub fn connect(
+        registry: Registry,
+        config: GroupConsumerConfig,
+    ) -> Result<GroupConsumer, GroupError> {
         config.validate()?;
         let consumer_id = config.consumer_id.clone().unwrap_or_else(default_consumer_id);
         let inner = Arc::new(Inner {
@@ -183,16 +205,25 @@ impl GroupConsumer {
         topics: &BTreeMap<String, u32>,
     ) -> Result<BTreeMap<String, Vec<MessageStream>>, GroupError> {
         if topics.is_empty() || topics.values().any(|&n| n == 0) {
-            return Err(GroupError::InvalidConfig("subscribe to at least one topic with at least one stream".into()));
+            return Err(GroupError::InvalidConfig(
+                "subscribe to at least one topic with at least one stream".into(),
+            ));
         }
         let mut senders = BTreeMap::new();
         let mut streams = BTreeMap::new();
         for (topic, &count) in topics {
-            let (tx, rx): (Vec<_>, Vec<_>) = (0..count).map(|_| mpsc::channel(self.inner.config.queue_chunks)).unzip();
+            let (tx, rx): (Vec<_>, Vec<_>) =
+                (0..count).map(|_| mpsc::channel(self.inner.config.queue_chunks)).unzip();
             senders.insert(topic.clone(), tx);
-            streams.insert(topic.clone(), rx.into_iter().map(|rx| MessageStream::new(topic.clone(), rx)).collect());
+            streams.insert(
+                topic.clone(),
+                rx.into_iter().map(|rx| MessageStream::new(topic.clone(), rx)).collect(),
+            );
         }
-        self.inner.subscription.set((topics.clone(), senders)).map_err(|_| GroupError::AlreadySubscribed)?;
+        self.inner
+            .subscription
+            .set((topics.clone(), senders))
+            .map_err(|_| GroupError::AlreadySubscribed)?;
         let inner = &self.inner;
         inner.registry.register_consumer(&inner.config.group, &inner.consumer_id, topics).await?;
         tracing::info!(group = %inner.config.group, consumer = %inner.consumer_id, ?topics, "joined group");

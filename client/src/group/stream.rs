@@ -11,8 +11,8 @@ use cluster::PartitionId;
 use futures::Stream;
 use tokio::sync::mpsc;
 
-use super::owned::Owned;
 use super::GroupError;
+use super::owned::Owned;
 use crate::ConsumedMessage;
 
 /// One message as a group consumer delivers it.

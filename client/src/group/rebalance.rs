@@ -1,0 +1,223 @@
+//! Rebalancing (paper §3.3, Algorithm 1), run by every consumer when brokers, topics or group
+//! members change: commit and release what it owns, compute the assignment every member
+//! computes, claim its share with ephemeral owner nodes, and start fetching. A claim that
+//! finds another owner means that consumer has not released yet: release everything, back
+//! off, try again — a bounded number of times, then a typed error.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+use cluster::{Claim, PartitionId, SessionEvent, Watch};
+use tokio_util::sync::CancellationToken;
+
+use super::owned::{OFFSET_UNKNOWN, Owned};
+use super::{GroupError, Inner, StreamId, assign, fetcher};
+
+/// Follows the registries and rebalances after every change, until `stop`.
+pub(crate) async fn follow_changes(inner: Arc<Inner>, stop: CancellationToken) {
+    let mut session = inner.registry.coordinator().session_events();
+    let mut backoff_ms = inner.config.rebalance_backoff_ms;
+    loop {
+        // Watches are set before the next rebalance reads, so no change goes unseen.
+        let watches = match watches(&inner).await {
+            Ok(watches) => watches,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot watch the registries");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+                }
+                backoff_ms = (backoff_ms * 2).min(inner.config.rebalance_backoff_max_ms);
+                continue;
+            }
+        };
+        backoff_ms = inner.config.rebalance_backoff_ms;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = futures::future::select_all(watches) => {}
+            event = session.recv() => {
+                if !matches!(event, Ok(SessionEvent::Expired)) {
+                    continue; // a connection blip: nodes and watches are intact
+                }
+                tracing::warn!(group = %inner.config.group, "session expired; rebalancing");
+            }
+        }
+        if stop.is_cancelled() {
+            return;
+        }
+        if let Err(e) = rebalance(&inner).await {
+            tracing::error!(group = %inner.config.group, error = %e, "rebalance failed; retrying on the next change");
+            deliver_error(&inner, &e);
+        }
+    }
+}
+
+/// Watches on everything a rebalance depends on.
+async fn watches(inner: &Inner) -> Result<Vec<Watch>, GroupError> {
+    let registry = &inner.registry;
+    let (_, brokers) = registry.brokers_and_watch().await?;
+    let (_, consumers) = registry.consumers_and_watch(&inner.config.group).await?;
+    let mut watches = vec![brokers, consumers];
+    let (subscription, _) = inner.subscription.get().expect("subscribed before following changes");
+    for topic in subscription.keys() {
+        watches.push(registry.topic_brokers_and_watch(topic).await?.1);
+    }
+    Ok(watches)
+}
+
+/// Tells every stream that the group could not settle, so that no caller waits in silence.
+fn deliver_error(inner: &Inner, error: &GroupError) {
+    let Some((_, senders)) = inner.subscription.get() else { return };
+    for sender in senders.values().flatten() {
+        let chunk = super::Chunk {
+            owned: Arc::new(Owned {
+                topic: String::new(),
+                partition: PartitionId { broker: -1, partition: 0 },
+                owner: String::new(),
+                stream: 0,
+                consumed: AtomicI64::new(OFFSET_UNKNOWN),
+                committed: AtomicI64::new(OFFSET_UNKNOWN),
+                revoked: AtomicBool::new(false),
+                stop: CancellationToken::new(),
+            }),
+            messages: Vec::new().into_iter(),
+            error: Some(GroupError::InvalidConfig(format!("rebalance failed: {error}"))),
+        };
+        let _ = sender.try_send(chunk);
+    }
+}
+
+/// One rebalance, with bounded retries on ownership conflicts.
+pub(crate) async fn rebalance(inner: &Arc<Inner>) -> Result<(), GroupError> {
+    let mut owned = inner.owned.lock().await;
+    let mut backoff_ms = inner.config.rebalance_backoff_ms;
+    let retries = inner.config.rebalance_retries;
+    for attempt in 1..=retries {
+        release_all(inner, &mut owned).await?;
+        match claim_share(inner, &mut owned).await {
+            Ok(()) => {
+                let share: Vec<String> =
+                    owned.iter().map(|o| format!("{}:{}", o.topic, o.partition)).collect();
+                tracing::info!(group = %inner.config.group, consumer = %inner.consumer_id, attempt, ?share, "rebalanced");
+                return Ok(());
+            }
+            Err(Conflict { topic, partition, owner }) => {
+                release_all(inner, &mut owned).await?;
+                if attempt == retries {
+                    return Err(GroupError::RebalanceFailed {
+                        group: inner.config.group.clone(),
+                        attempts: retries,
+                        topic,
+                        partition,
+                        owner,
+                    });
+                }
+                tracing::debug!(%topic, %partition, %owner, backoff_ms, "partition still owned; backing off");
+                // Jitter keeps members that collided from colliding again in step.
+                let jitter = rand::random_range(0..=backoff_ms / 2);
+                tokio::time::sleep(Duration::from_millis(backoff_ms + jitter)).await;
+                backoff_ms = (backoff_ms * 2).min(inner.config.rebalance_backoff_max_ms);
+            }
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+/// A partition another consumer still owns.
+struct Conflict {
+    topic: String,
+    partition: PartitionId,
+    owner: String,
+}
+
+impl From<GroupError> for Conflict {
+    fn from(e: GroupError) -> Conflict {
+        // Registry failures surface as a conflict with no owner, retried like one.
+        Conflict {
+            topic: String::new(),
+            partition: PartitionId { broker: -1, partition: 0 },
+            owner: format!("(registry error: {e})"),
+        }
+    }
+}
+
+/// Computes this consumer's share of every subscribed topic and claims it.
+async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<(), Conflict> {
+    let registry = &inner.registry;
+    let group = &inner.config.group;
+    let (subscription, senders) = inner.subscription.get().expect("subscribed before rebalancing");
+    let brokers = registry.brokers().await.map_err(GroupError::from)?;
+    let members = registry.consumers(group).await.map_err(GroupError::from)?;
+    for topic in subscription.keys() {
+        let streams: Vec<StreamId> = members
+            .iter()
+            .filter_map(|(consumer, sub)| sub.get(topic).map(|&n| (consumer, n)))
+            .flat_map(|(consumer, n)| {
+                (0..n).map(move |stream| StreamId { consumer: consumer.clone(), stream })
+            })
+            .collect();
+        let mut partitions = registry.partitions(topic).await.map_err(GroupError::from)?;
+        partitions.retain(|p| brokers.contains_key(&p.broker));
+        let assignment = assign(&partitions, &streams);
+        for (stream, share) in
+            assignment.into_iter().filter(|(s, _)| s.consumer == inner.consumer_id)
+        {
+            let owner = stream.to_string();
+            for partition in share {
+                match registry
+                    .claim(group, topic, partition, &owner)
+                    .await
+                    .map_err(GroupError::from)?
+                {
+                    Claim::Claimed => {}
+                    Claim::OwnedBy(other) => {
+                        return Err(Conflict { topic: topic.clone(), partition, owner: other });
+                    }
+                }
+                let committed =
+                    registry.offset(group, topic, partition).await.map_err(GroupError::from)?;
+                let start = committed.unwrap_or(OFFSET_UNKNOWN);
+                let claimed = Arc::new(Owned {
+                    topic: topic.clone(),
+                    partition,
+                    owner: owner.clone(),
+                    stream: stream.stream,
+                    consumed: AtomicI64::new(start),
+                    committed: AtomicI64::new(start),
+                    revoked: AtomicBool::new(false),
+                    stop: CancellationToken::new(),
+                });
+                owned.push(Arc::clone(&claimed));
+                let addr = brokers[&partition.broker].addr();
+                let queue = senders[topic][stream.stream as usize].clone();
+                inner.fetchers.spawn(fetcher::fetch_partition(
+                    Arc::clone(inner),
+                    claimed,
+                    addr,
+                    queue,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops the fetchers, commits, and releases every owned partition.
+pub(crate) async fn release_all(
+    inner: &Inner,
+    owned: &mut Vec<Arc<Owned>>,
+) -> Result<(), GroupError> {
+    for partition in owned.iter() {
+        partition.revoked.store(true, Ordering::Release);
+        partition.stop.cancel();
+    }
+    let committed = inner.commit(owned).await;
+    for partition in owned.drain(..) {
+        inner
+            .registry
+            .release(&inner.config.group, &partition.topic, partition.partition, &partition.owner)
+            .await?;
+    }
+    committed
+}
