@@ -31,10 +31,23 @@ struct Args {
 
 fn main() {
     if let Err(e) = start() {
-        // One line: the error and its causes, as `error: a: b: c`.
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", one_line(&e));
         std::process::exit(1);
     }
+}
+
+/// The error and its causes as `a: b: c`, each said once: the library's messages already
+/// include their cause's text, anyhow's contexts do not.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+    }
+    line.replace('\n', " ")
 }
 
 fn start() -> anyhow::Result<()> {

@@ -125,3 +125,13 @@ fn sigterm_stops_the_service_cleanly() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+#[test]
+fn a_second_registry_on_a_data_dir_in_use_exits_with_one_line() {
+    let registry = RegistryProcess::start(BINARY);
+    let data_dir = registry.data_dir();
+    let args = ["--port", "0", "--data-dir", data_dir.to_str().unwrap()];
+    assert_one_line_error(&args, "another registry process has this log open");
+    let (_, stderr) = run_failing(&args);
+    assert_eq!(stderr.matches("another registry").count(), 1, "{stderr:?}");
+}
