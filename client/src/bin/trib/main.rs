@@ -84,10 +84,14 @@ fn usage_error(error: clap::Error) -> ExitCode {
     }
 }
 
-/// Logs to stderr at `RUST_LOG` (default: warnings).
+/// Logs to stderr at `RUST_LOG`; by default only errors, since a failure is reported anyway
+/// (`RUST_LOG=warn` shows retries and unreachable brokers as they happen).
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }

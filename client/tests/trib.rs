@@ -1,0 +1,198 @@
+//! The real `trib` binary against a broker started in the test: what a person at a terminal
+//! types, and what they see.
+
+use std::process::{Output, Stdio};
+
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use testkit::broker::TestBroker;
+
+const TRIB: &str = env!("CARGO_BIN_EXE_trib");
+
+async fn trib(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(TRIB)
+        .args(args)
+        .env_remove("RUST_LOG") // what a user sees by default
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("trib starts");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).await.unwrap();
+    drop(input);
+    child.wait_with_output().await.unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(output.status.success(), "trib failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produced_lines_come_back_from_consume() {
+    let broker = TestBroker::start().await;
+    let b = broker.addr.as_str();
+    let lines: String = (0..500).map(|i| format!("line {i}\n")).collect();
+    let produced = trib(
+        &["produce", "--brokers", b, "--topic", "cli", "--acks", "2", "--compression", "zstd"],
+        lines.as_bytes(),
+    )
+    .await;
+    stdout(&produced);
+    let consumed = trib(
+        &["consume", "--brokers", b, "--topic", "cli", "--partition", "0", "--offset", "earliest"],
+        b"",
+    )
+    .await;
+    assert_eq!(stdout(&consumed), lines);
+    let limited =
+        trib(&["consume", "--brokers", b, "--topic", "cli", "--max-messages", "3"], b"").await;
+    assert_eq!(stdout(&limited), "line 0\nline 1\nline 2\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_says_offsets_and_summaries() {
+    let broker = TestBroker::start().await;
+    let b = broker.addr.as_str();
+    let produced = trib(
+        &["--json", "produce", "--brokers", b, "--topic", "j", "--acks", "2"],
+        b"alpha\nbeta\n",
+    )
+    .await;
+    let summary: serde_json::Value = serde_json::from_str(stdout(&produced).trim()).unwrap();
+    assert_eq!((summary["topic"].as_str(), summary["messages"].as_u64()), (Some("j"), Some(2)));
+
+    let consumed = trib(&["consume", "--json", "--brokers", b, "--topic", "j"], b"").await;
+    let messages: Vec<serde_json::Value> =
+        stdout(&consumed).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        messages[0],
+        serde_json::json!({"offset": 0, "next_offset": 14, "payload": "alpha"})
+    );
+    assert_eq!(messages[1]["offset"], 14);
+
+    let offsets =
+        trib(&["offsets", "--json", "--brokers", b, "--topic", "j", "--time", "latest"], b"").await;
+    let offsets: serde_json::Value = serde_json::from_str(stdout(&offsets).trim()).unwrap();
+    assert_eq!(offsets["offsets"], serde_json::json!([27]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_are_created_listed_and_described() {
+    let broker = TestBroker::start().await;
+    let b = broker.addr.as_str();
+    let created = trib(
+        &[
+            "topics",
+            "create",
+            "--brokers",
+            b,
+            "--topic",
+            "made",
+            "--partitions",
+            "3",
+            "--config",
+            "retention_ms=3600000",
+        ],
+        b"",
+    )
+    .await;
+    assert!(stdout(&created).contains("created made with 3 partition(s)"));
+    let listed = trib(&["topics", "list", "--json", "--brokers", b], b"").await;
+    let listed: serde_json::Value = serde_json::from_str(stdout(&listed).trim()).unwrap();
+    assert_eq!(listed[0]["topic"], "made");
+    assert_eq!(listed[0]["brokers"][0]["partitions"], 3);
+    let described = trib(&["topics", "describe", "--brokers", b, "--topic", "made"], b"").await;
+    let text = stdout(&described);
+    assert_eq!(text.lines().count(), 1 + 3, "a header and one row per partition:\n{text}");
+    let bad = trib(
+        &[
+            "topics",
+            "create",
+            "--brokers",
+            b,
+            "--topic",
+            "x",
+            "--partitions",
+            "1",
+            "--config",
+            "nope=1",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid topic config"));
+}
+
+#[tokio::test]
+async fn bad_arguments_exit_2_with_one_line_on_stderr() {
+    for args in [
+        &["produce", "--topic", "t"][..],
+        &["consume", "--brokers", "127.0.0.1:1", "--topic", "t", "--offset", "soon"],
+        &["produce", "--brokers", "127.0.0.1:1", "--topic", "t", "--acks", "3"],
+        &[
+            "produce",
+            "--brokers",
+            "127.0.0.1:1",
+            "--topic",
+            "t",
+            "--partition",
+            "1",
+            "--key-field",
+            "2",
+        ],
+        &["offsets", "--brokers", "127.0.0.1:1", "--topic", "t", "--time", "yesterday"],
+        &["frobnicate"],
+    ] {
+        let output = trib(args, b"").await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("trib: error: "), "{stderr}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_broker_is_one_line_and_exit_1() {
+    let output = trib(&["offsets", "--brokers", "127.0.0.1:1", "--topic", "t"], b"").await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_produce_puts_equal_keys_in_one_partition() {
+    let broker = TestBroker::start().await;
+    broker.connect().await.create_topic("keys", 4, &[]).await.unwrap();
+    let b = broker.addr.as_str();
+    let lines: String =
+        (0..40).map(|i| format!("{}\tevent {i}\n", ["ann", "bob", "cy"][i % 3])).collect();
+    let produced = trib(
+        &["produce", "--brokers", b, "--topic", "keys", "--key-field", "1", "--acks", "2"],
+        lines.as_bytes(),
+    )
+    .await;
+    stdout(&produced);
+    let mut total = 0;
+    for partition in 0..4 {
+        let p = partition.to_string();
+        let consumed =
+            trib(&["consume", "--brokers", b, "--topic", "keys", "--partition", &p], b"").await;
+        let text = stdout(&consumed);
+        let keys: std::collections::HashSet<&str> =
+            text.lines().map(|l| l.split('\t').next().unwrap()).collect();
+        total += text.lines().count();
+        for key in keys {
+            assert_eq!(
+                text.lines().filter(|l| l.starts_with(key)).count(),
+                lines.lines().filter(|l| l.starts_with(key)).count()
+            );
+        }
+    }
+    assert_eq!(total, 40);
+}
