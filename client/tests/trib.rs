@@ -196,3 +196,27 @@ async fn keyed_produce_puts_equal_keys_in_one_partition() {
     }
     assert_eq!(total, 40);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_waits_at_the_end_of_the_log_for_new_messages() {
+    let broker = TestBroker::start().await;
+    broker.connect().await.create_topic("live", 1, &[]).await.unwrap();
+    let b = broker.addr.clone();
+    let args = ["consume", "--brokers", &b, "--topic", "live", "--follow", "--max-messages", "2"];
+    let following = tokio::spawn({
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            trib(&args, b"").await
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!following.is_finished(), "an empty log does not end a --follow consume");
+    stdout(
+        &trib(&["produce", "--brokers", &b, "--topic", "live", "--acks", "2"], b"late 1\nlate 2\n")
+            .await,
+    );
+    let output =
+        tokio::time::timeout(std::time::Duration::from_secs(10), following).await.unwrap().unwrap();
+    assert_eq!(stdout(&output), "late 1\nlate 2\n");
+}
