@@ -227,10 +227,9 @@ impl GroupConsumer {
         let inner = &self.inner;
         inner.registry.register_consumer(&inner.config.group, &inner.consumer_id, topics).await?;
         tracing::info!(group = %inner.config.group, consumer = %inner.consumer_id, ?topics, "joined group");
-        if let Err(e) = rebalance::rebalance(inner).await {
-            tracing::error!(error = %e, "first rebalance failed; retrying on the next change");
-        }
-        self.tasks.spawn(rebalance::follow_changes(Arc::clone(inner), self.stop.clone()));
+        let (first, first_done) = tokio::sync::oneshot::channel();
+        self.tasks.spawn(rebalance::follow_changes(Arc::clone(inner), self.stop.clone(), first));
+        let _ = first_done.await;
         self.tasks.spawn(auto_commit(Arc::clone(inner), self.stop.clone()));
         Ok(streams)
     }

@@ -9,17 +9,24 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use cluster::{Claim, PartitionId, SessionEvent, Watch};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::owned::{OFFSET_UNKNOWN, Owned};
 use super::{GroupError, Inner, StreamId, assign, fetcher};
 
-/// Follows the registries and rebalances after every change, until `stop`.
-pub(crate) async fn follow_changes(inner: Arc<Inner>, stop: CancellationToken) {
+/// Rebalances now and after every change of the registries, until `stop`. `first` hears
+/// when the first rebalance has run.
+pub(crate) async fn follow_changes(
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+    first: oneshot::Sender<()>,
+) {
+    let mut first = Some(first);
     let mut session = inner.registry.coordinator().session_events();
     let mut backoff_ms = inner.config.rebalance_backoff_ms;
     loop {
-        // Watches are set before the next rebalance reads, so no change goes unseen.
+        // Watches are set before the rebalance reads, so no change goes unseen.
         let watches = match watches(&inner).await {
             Ok(watches) => watches,
             Err(e) => {
@@ -33,22 +40,42 @@ pub(crate) async fn follow_changes(inner: Arc<Inner>, stop: CancellationToken) {
             }
         };
         backoff_ms = inner.config.rebalance_backoff_ms;
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = futures::future::select_all(watches) => {}
-            event = session.recv() => {
-                if !matches!(event, Ok(SessionEvent::Expired)) {
-                    continue; // a connection blip: nodes and watches are intact
-                }
-                tracing::warn!(group = %inner.config.group, "session expired; rebalancing");
+        let settled = match rebalance(&inner).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(group = %inner.config.group, error = %e, "rebalance failed; retrying");
+                deliver_error(&inner, &e);
+                false
             }
+        };
+        if let Some(first) = first.take() {
+            let _ = first.send(());
         }
-        if stop.is_cancelled() {
-            return;
-        }
-        if let Err(e) = rebalance(&inner).await {
-            tracing::error!(group = %inner.config.group, error = %e, "rebalance failed; retrying on the next change");
-            deliver_error(&inner, &e);
+        // A failed rebalance is tried again after a pause even if nothing changes.
+        let retry = async {
+            if settled {
+                std::future::pending::<()>().await
+            } else {
+                tokio::time::sleep(Duration::from_millis(inner.config.rebalance_backoff_max_ms))
+                    .await
+            }
+        };
+        tokio::pin!(retry);
+        let mut changed = futures::future::select_all(watches);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = &mut changed => break,
+                _ = &mut retry => break,
+                event = session.recv() => {
+                    if matches!(event, Ok(SessionEvent::Expired)) {
+                        tracing::warn!(group = %inner.config.group, "session expired; rebalancing");
+                        break;
+                    }
+                    // A connection blip: nodes and watches are intact; keep waiting.
+                    continue;
+                }
+            }
         }
     }
 }
