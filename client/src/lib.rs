@@ -11,6 +11,7 @@ mod error;
 mod group;
 mod partitioner;
 mod producer;
+mod registry_brokers;
 mod simple_consumer;
 
 pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
@@ -25,6 +26,7 @@ pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{
     BlockingProducer, BufferFull, Delivery, Pending, Producer, ProducerConfig, ProducerError,
 };
+pub use registry_brokers::RegistryBrokers;
 pub use simple_consumer::{
     ConsumedMessage, ConsumerError, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages,
     OffsetTime, PartitionOffset, SimpleConsumer, SimpleConsumerConfig,

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use client::{GroupConsumer, GroupConsumerConfig, StreamId, assign};
-use cluster::{BrokerInfo, Coordinator, Embedded, PartitionId, Registry, ZooKeeper, ZooKeeperConfig};
+use cluster::{
+    BrokerInfo, Coordinator, Embedded, PartitionId, Registry, ZooKeeper, ZooKeeperConfig,
+};
 use protocol::Acks;
 use testkit::broker::{TestBroker, message_set};
 use testkit::eventually;
@@ -75,7 +77,10 @@ impl Cluster {
                 let registry = Registry::new(session.clone());
                 for (id, broker) in brokers.iter().enumerate() {
                     let port = broker.addr.rsplit(':').next().unwrap().parse().unwrap();
-                    registry.register_broker(id as i32, &BrokerInfo { host: "127.0.0.1".into(), port }).await.unwrap();
+                    registry
+                        .register_broker(id as i32, &BrokerInfo { host: "127.0.0.1".into(), port })
+                        .await
+                        .unwrap();
                     registry.register_topic(TOPIC, id as i32, 4).await.unwrap();
                 }
                 Some(session)
@@ -83,8 +88,10 @@ impl Cluster {
         };
         let cluster = Cluster { brokers, service, _registrations: registrations };
         let registry = cluster.registry().await;
-        eventually(WAIT, "8 partitions registered", || async { (registry.partitions(TOPIC).await.unwrap().len() == 8).then_some(()) })
-            .await;
+        eventually(WAIT, "8 partitions registered", || async {
+            (registry.partitions(TOPIC).await.unwrap().len() == 8).then_some(())
+        })
+        .await;
         cluster
     }
 
@@ -99,7 +106,10 @@ impl Cluster {
         config.auto_commit_ms = 100;
         config.fetch_wait_ms = 20;
         let consumer = GroupConsumer::connect(self.registry().await, config).unwrap();
-        let mut streams = consumer.create_message_streams(&BTreeMap::from([(TOPIC.to_owned(), 1)])).await.unwrap();
+        let mut streams = consumer
+            .create_message_streams(&BTreeMap::from([(TOPIC.to_owned(), 1)]))
+            .await
+            .unwrap();
         (consumer, streams.remove(TOPIC).unwrap())
     }
 
@@ -107,7 +117,9 @@ impl Cluster {
         for (i, payload) in payloads.iter().enumerate() {
             let broker = &self.brokers[i % 2];
             let conn = broker.connect().await;
-            conn.produce(TOPIC, (i / 2 % 4) as i32, Acks::Flushed, message_set(&[payload])).await.unwrap();
+            conn.produce(TOPIC, (i / 2 % 4) as i32, Acks::Flushed, message_set(&[payload]))
+                .await
+                .unwrap();
         }
     }
 }
@@ -115,7 +127,8 @@ impl Cluster {
 /// Waits until every partition has exactly the owner Algorithm 1 gives it for `members`.
 async fn assert_assignment(registry: &Registry, members: &[&str]) {
     let partitions = registry.partitions(TOPIC).await.unwrap();
-    let streams: Vec<StreamId> = members.iter().map(|m| StreamId { consumer: (*m).into(), stream: 0 }).collect();
+    let streams: Vec<StreamId> =
+        members.iter().map(|m| StreamId { consumer: (*m).into(), stream: 0 }).collect();
     let expected: BTreeMap<PartitionId, String> = assign(&partitions, &streams)
         .into_iter()
         .flat_map(|(stream, share)| share.into_iter().map(move |p| (p, stream.to_string())))
@@ -124,7 +137,8 @@ async fn assert_assignment(registry: &Registry, members: &[&str]) {
     let what = format!("assignment for {members:?}");
     eventually(WAIT, &what, || async {
         let owners = registry.owners(GROUP, TOPIC).await.unwrap();
-        let members_now: Vec<String> = registry.consumers(GROUP).await.unwrap().into_keys().collect();
+        let members_now: Vec<String> =
+            registry.consumers(GROUP).await.unwrap().into_keys().collect();
         (owners == expected && members_now == members).then_some(())
     })
     .await;
@@ -170,7 +184,10 @@ async fn a_crashed_consumer_loses_nothing(zookeeper: bool) {
     drain(s2, Arc::clone(&seen));
     let registry = cluster.registry().await;
     assert_assignment(&registry, &["c1", "c2"]).await;
-    eventually(WAIT, "first half consumed", || async { (seen.lock().unwrap().len() >= 200).then_some(()) }).await;
+    eventually(WAIT, "first half consumed", || async {
+        (seen.lock().unwrap().len() >= 200).then_some(())
+    })
+    .await;
     cluster.produce(&payloads[200..300]).await;
     // c1 dies: no commit, no release; its session ends with it.
     drop(c1);
@@ -183,7 +200,11 @@ async fn a_crashed_consumer_loses_nothing(zookeeper: bool) {
     })
     .await;
     let total = seen.lock().unwrap().len();
-    assert!(total < 2 * payloads.len(), "duplicates are bounded: {total} deliveries of {}", payloads.len());
+    assert!(
+        total < 2 * payloads.len(),
+        "duplicates are bounded: {total} deliveries of {}",
+        payloads.len()
+    );
     c2.close().await.unwrap();
 }
 

@@ -1,30 +1,60 @@
-//! Where `trib` finds brokers. One variant today — addresses given with `--brokers`; another
-//! source (a coordination service) becomes another variant here, and every subcommand that
-//! takes [`crate::cli::BrokerArgs`] gets it.
+//! Where `trib` finds brokers: addresses given with `--brokers`, or the broker registry of a
+//! ZooKeeper cluster given with `--zookeeper`. Every subcommand that takes
+//! [`crate::cli::BrokerArgs`] works with either.
 
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use client::{BrokerPartitions, BrokerSource, Connection, StaticBrokers};
+use client::{BrokerPartitions, BrokerSource, Connection, RegistryBrokers, StaticBrokers};
+use cluster::{Registry, ZooKeeper, ZooKeeperConfig};
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Brokers {
     /// Broker (or load balancer) addresses.
     Static(Vec<String>),
+    /// The registries of a cluster in ZooKeeper.
+    Registry(Registry),
 }
 
 impl Brokers {
+    /// Opens a ZooKeeper session on `connect` (`host:port[,…][/chroot]`).
+    pub async fn zookeeper(connect: &str) -> anyhow::Result<Brokers> {
+        let session = ZooKeeper::connect(ZooKeeperConfig::new(connect))
+            .await
+            .with_context(|| format!("cannot reach ZooKeeper at {connect}"))?;
+        Ok(Brokers::Registry(Registry::new(session)))
+    }
+
+    /// The cluster's registries, for subcommands that only make sense with ZooKeeper.
+    pub fn registry(&self) -> anyhow::Result<&Registry> {
+        match self {
+            Brokers::Registry(registry) => Ok(registry),
+            Brokers::Static(_) => {
+                bail!("this needs --zookeeper: consumer groups live in ZooKeeper")
+            }
+        }
+    }
+
     /// The discovery source a producer uses.
     pub fn source(&self) -> Arc<dyn BrokerSource> {
         match self {
             Brokers::Static(addrs) => Arc::new(StaticBrokers::new(addrs.clone())),
+            Brokers::Registry(registry) => Arc::new(RegistryBrokers::new(registry.clone())),
         }
     }
 
-    /// Every broker address, in the order given.
-    pub fn addrs(&self) -> &[String] {
+    /// Every broker address: in the order given, or by broker id.
+    pub async fn addrs(&self) -> anyhow::Result<Vec<String>> {
         match self {
-            Brokers::Static(addrs) => addrs,
+            Brokers::Static(addrs) => Ok(addrs.clone()),
+            Brokers::Registry(registry) => {
+                let brokers =
+                    registry.brokers().await.context("cannot read the broker registry")?;
+                if brokers.is_empty() {
+                    bail!("no broker is registered");
+                }
+                Ok(brokers.values().map(|b| b.addr()).collect())
+            }
         }
     }
 
@@ -48,8 +78,9 @@ impl Brokers {
 
     /// Connections to every broker given; an unreachable one is an error.
     pub async fn connect_all(&self) -> anyhow::Result<Vec<Connection>> {
-        let mut connections = Vec::with_capacity(self.addrs().len());
-        for addr in self.addrs() {
+        let addrs = self.addrs().await?;
+        let mut connections = Vec::with_capacity(addrs.len());
+        for addr in &addrs {
             connections.push(Connection::connect(addr).await?);
         }
         Ok(connections)

@@ -29,6 +29,27 @@ pub enum Command {
     },
     /// Print offsets of a partition: earliest, latest, or segment starts before a time.
     Offsets(OffsetsArgs),
+    /// List consumer groups, or describe one: owners, committed offsets, log ends and lag.
+    Groups {
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupsCommand {
+    /// Every consumer group in the registry.
+    List {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+    },
+    /// Per partition of each topic the group reads: owner, committed offset, log end, lag.
+    Describe {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        group: String,
+    },
 }
 
 /// Where the brokers are. One of these flags is required.
@@ -38,11 +59,17 @@ pub struct BrokerArgs {
     /// Broker addresses, comma separated (host:port), or one load balancer's address.
     #[arg(long, value_name = "ADDRS", value_delimiter = ',', num_args = 1)]
     pub brokers: Vec<String>,
+    /// Find brokers (and consumer groups) in ZooKeeper: host:port[,host:port…][/chroot].
+    #[arg(long, value_name = "ZK")]
+    pub zookeeper: Option<String>,
 }
 
 impl BrokerArgs {
-    pub fn brokers(&self) -> Brokers {
-        Brokers::Static(self.brokers.clone())
+    pub async fn brokers(&self) -> anyhow::Result<Brokers> {
+        match &self.zookeeper {
+            Some(connect) => Brokers::zookeeper(connect).await,
+            None => Ok(Brokers::Static(self.brokers.clone())),
+        }
     }
 }
 
@@ -103,6 +130,19 @@ pub struct ConsumeArgs {
     pub brokers: BrokerArgs,
     #[arg(long)]
     pub topic: String,
+    /// Consume as a member of this group (needs --zookeeper): partitions are shared with the
+    /// group's other members and offsets committed to ZooKeeper.
+    #[arg(long, requires = "zookeeper", conflicts_with_all = ["partition", "offset"])]
+    pub group: Option<String>,
+    /// With --group: where a group with no committed offset starts.
+    #[arg(long, value_parser = ["smallest", "largest"], default_value = "smallest", requires = "group")]
+    pub auto_offset_reset: String,
+    /// With --group: commit consumed offsets this often.
+    #[arg(long, default_value_t = 1000, requires = "group", value_parser = clap::value_parser!(u64).range(1..))]
+    pub auto_commit_ms: u64,
+    /// With --group and without --follow: stop after this long without a new message.
+    #[arg(long, default_value_t = 3000, requires = "group")]
+    pub idle_ms: u64,
     #[arg(long, default_value_t = 0)]
     pub partition: i32,
     /// A byte offset, `earliest` or `latest`.

@@ -5,13 +5,21 @@
 use std::io::Write;
 use std::time::Duration;
 
-use client::{SimpleConsumer, SimpleConsumerConfig};
+use std::collections::BTreeMap;
+
+use client::{
+    GroupConsumer, GroupConsumerConfig, OffsetReset, SimpleConsumer, SimpleConsumerConfig,
+};
+use futures::StreamExt;
 
 use crate::cli::{ConsumeArgs, Start};
 use crate::progress::Progress;
 
 pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
-    let conn = args.brokers.brokers().connect_for(&args.topic, args.partition).await?;
+    if let Some(group) = &args.group {
+        return run_group(&args, group, json).await;
+    }
+    let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
     let config =
         SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..SimpleConsumerConfig::default() };
     let consumer = SimpleConsumer::with_connection(conn, config)?;
@@ -73,5 +81,91 @@ fn printed(result: std::io::Result<()>) -> anyhow::Result<bool> {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
         Err(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+    }
+}
+
+/// Consumes `args.topic` as a member of `group`: prints what the rebalance gives this member
+/// until `--max-messages`, `--idle-ms` without a message (unless `--follow`), or SIGINT/SIGTERM;
+/// then commits, releases its partitions and leaves the group.
+async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Result<()> {
+    let brokers = args.brokers.brokers().await?;
+    let registry = brokers.registry()?.clone();
+    let mut config = GroupConsumerConfig::new(group);
+    config.auto_commit_ms = args.auto_commit_ms;
+    config.auto_offset_reset = if args.auto_offset_reset == "largest" {
+        OffsetReset::Largest
+    } else {
+        OffsetReset::Smallest
+    };
+    config.fetch.fetch_bytes = args.fetch_bytes;
+    let consumer = GroupConsumer::connect(registry, config)?;
+    let mut streams =
+        consumer.create_message_streams(&BTreeMap::from([(args.topic.clone(), 1)])).await?;
+    let mut messages = futures::stream::select_all(streams.remove(&args.topic).unwrap_or_default());
+    let limit = args.max_messages.unwrap_or(u64::MAX);
+    let mut progress = Progress::new("consumed", args.progress);
+    let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
+    let idle = Duration::from_millis(args.idle_ms);
+    let stop = shutdown_signal();
+    tokio::pin!(stop);
+    let outcome = loop {
+        if progress.messages >= limit {
+            break Ok(());
+        }
+        let next = async {
+            if args.follow {
+                Some(messages.next().await)
+            } else {
+                tokio::time::timeout(idle, messages.next()).await.ok()
+            }
+        };
+        let message = tokio::select! {
+            _ = &mut stop => break Ok(()),
+            next = next => match next {
+                None | Some(None) => break Ok(()), // idle, or the consumer closed
+                Some(Some(message)) => message,
+            },
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => break Err(anyhow::Error::new(e)),
+        };
+        let written = if json {
+            let value = serde_json::json!({
+                "partition": message.partition.to_string(),
+                "offset": message.offset,
+                "next_offset": message.next_offset,
+                "payload": String::from_utf8_lossy(&message.payload),
+            });
+            writeln!(out, "{value}")
+        } else {
+            out.write_all(&message.payload).and_then(|()| out.write_all(b"\n"))
+        };
+        // Flushed per message: a reader of the output sees each message as it is consumed.
+        match printed(written.and_then(|()| out.flush())) {
+            Ok(true) => progress.add(message.payload.len()),
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    drop(messages);
+    consumer.close().await?;
+    if progress.messages > 0 && args.progress {
+        eprintln!("trib: {}", progress.summary());
+    }
+    outcome
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
     }
 }

@@ -1,5 +1,6 @@
 //! `trib`: Tributary at a terminal. Produces stdin lines to a topic, prints a partition's
-//! messages, lists and creates topics and reads offsets, against brokers given by address.
+//! messages or consumes as a member of a group, lists and creates topics, reads offsets and
+//! describes consumer groups, against brokers given by address or found in ZooKeeper.
 //!
 //! Exit codes: 0 success, 1 a failure while running (unreachable broker, broker error),
 //! 2 bad arguments — each reported on one line of stderr.
@@ -7,6 +8,7 @@
 mod brokers;
 mod cli;
 mod consume;
+mod groups;
 mod offsets;
 mod produce;
 mod progress;
@@ -53,6 +55,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Consume(args) => consume::run(args, json).await,
         Command::Topics { command } => topics::run(command, json).await,
         Command::Offsets(args) => offsets::run(args, json).await,
+        Command::Groups { command } => groups::run(command, json).await,
     }
 }
 

@@ -6,7 +6,7 @@ use client::{SimpleConsumer, SimpleConsumerConfig};
 use crate::cli::OffsetsArgs;
 
 pub async fn run(args: OffsetsArgs, json: bool) -> anyhow::Result<()> {
-    let conn = args.brokers.brokers().connect_for(&args.topic, args.partition).await?;
+    let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
     let consumer = SimpleConsumer::with_connection(conn, SimpleConsumerConfig::default())?;
     let offsets = consumer.offsets(&args.topic, args.partition, args.time, args.max).await?;
     if json {

@@ -31,7 +31,7 @@ pub async fn run(args: ProduceArgs, json: bool) -> anyhow::Result<()> {
         partitioner,
         ..ProducerConfig::default()
     };
-    let producer = Producer::new(config, args.brokers.brokers().source())?;
+    let producer = Producer::new(config, args.brokers.brokers().await?.source())?;
     let mut progress = Progress::new("produced", args.progress);
     let sent = send_lines(&producer, &args, &mut progress).await;
     producer.close().await;

@@ -10,9 +10,9 @@ use crate::cli::TopicsCommand;
 
 pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
     match command {
-        TopicsCommand::List { brokers } => list(&brokers.brokers(), json).await,
+        TopicsCommand::List { brokers } => list(&brokers.brokers().await?, json).await,
         TopicsCommand::Create { brokers, topic, partitions, configs } => {
-            let brokers = brokers.brokers();
+            let brokers = brokers.brokers().await?;
             let configs: Vec<(&str, &str)> =
                 configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             for conn in brokers.connect_all().await? {
@@ -20,7 +20,7 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
                     .await
                     .with_context(|| format!("cannot create {topic} on {}", conn.addr()))?;
             }
-            let addrs = brokers.addrs();
+            let addrs = brokers.addrs().await?;
             if json {
                 println!("{}", json!({"topic": topic, "partitions": partitions, "brokers": addrs}));
             } else {
@@ -29,7 +29,7 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
             Ok(())
         }
         TopicsCommand::Describe { brokers, topic } => {
-            describe(&brokers.brokers(), &topic, json).await
+            describe(&brokers.brokers().await?, &topic, json).await
         }
     }
 }

@@ -1,0 +1,168 @@
+//! `trib` against brokers found in a real ZooKeeper: producing by registry discovery, a group
+//! consumer killed with SIGKILL mid-stream losing nothing, and `trib groups`.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use testkit::broker::TestBroker;
+use testkit::zookeeper::ZooKeeperServer;
+
+const TRIB: &str = env!("CARGO_BIN_EXE_trib");
+
+fn produce(zk: &str, payloads: &[String]) {
+    let mut child = Command::new(TRIB)
+        .args(["produce", "--zookeeper", zk, "--topic", "events", "--acks", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    for p in payloads {
+        writeln!(stdin, "{p}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn group_consumer(zk: &str, out: &std::path::Path, follow: bool) -> Child {
+    let mut args = vec![
+        "consume",
+        "--zookeeper",
+        zk,
+        "--group",
+        "g",
+        "--topic",
+        "events",
+        "--auto-commit-ms",
+        "200",
+    ];
+    if follow {
+        args.push("--follow");
+    }
+    Command::new(TRIB)
+        .args(&args)
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect()
+}
+
+fn trib_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(TRIB).args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
+    let zk = ZooKeeperServer::shared().connect_string();
+    let mut brokers = Vec::new();
+    for id in 0..2 {
+        let zk = zk.clone();
+        let broker = TestBroker::start_with(move |c| {
+            c.broker_id = id;
+            c.zookeeper = Some(zk);
+            c.flush_messages = 1;
+        })
+        .await;
+        broker.connect().await.create_topic("events", 4, &[]).await.unwrap();
+        brokers.push(broker);
+    }
+    let zk_for_blocking = zk.clone();
+    tokio::task::spawn_blocking(move || {
+        let zk = zk_for_blocking;
+        // Wait for both brokers' topic registrations before producing by discovery.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let described = trib_json(&["topics", "list", "--zookeeper", &zk]);
+            let partitions: i64 = described
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["topic"] == "events")
+                .flat_map(|t| {
+                    t["brokers"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|b| b["partitions"].as_i64().unwrap())
+                })
+                .sum();
+            if partitions == 8 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "brokers never registered: {described}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let payloads: Vec<String> = (0..600).map(|i| format!("event-{i}")).collect();
+        produce(&zk, &payloads[..300]);
+
+        let dir = tempfile::tempdir().unwrap();
+        let (first, second) = (dir.path().join("first.out"), dir.path().join("second.out"));
+        let mut victim = group_consumer(&zk, &first, true);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lines(&first).len() < 150 {
+            assert!(
+                Instant::now() < deadline,
+                "first consumer stalled: {}",
+                std::fs::read_to_string(first.with_extension("err")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        victim.kill().unwrap(); // SIGKILL: no commit, no release
+        victim.wait().unwrap();
+        produce(&zk, &payloads[300..]);
+
+        // The next member waits out the dead one's session, takes every partition from the
+        // committed offsets, and leaves cleanly after 3 s without new messages.
+        let mut survivor = group_consumer(&zk, &second, false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = survivor.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "second consumer never finished");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let err = std::fs::read_to_string(second.with_extension("err")).unwrap();
+        assert!(status.success(), "{err}");
+        let (a, b) = (lines(&first), lines(&second));
+        let seen: BTreeSet<&String> = a.iter().chain(&b).collect();
+        let expected: BTreeSet<&String> = payloads.iter().collect();
+        let missing: Vec<_> = expected.difference(&seen).collect();
+        assert!(
+            missing.is_empty(),
+            "lost {} messages, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        );
+        let duplicates = a.len() + b.len() - payloads.len();
+        assert!(
+            duplicates <= a.len(),
+            "at most what the dead consumer read is read again: {duplicates}"
+        );
+
+        // The group as an operator sees it: every partition committed to its log end.
+        let groups = trib_json(&["groups", "list", "--zookeeper", &zk]);
+        assert_eq!(groups, serde_json::json!(["g"]));
+        let described = trib_json(&["groups", "describe", "--zookeeper", &zk, "--group", "g"]);
+        let partitions = described["partitions"].as_array().unwrap();
+        assert_eq!(partitions.len(), 8, "{described}");
+        for p in partitions {
+            assert_eq!(p["lag"], 0, "{described}");
+            assert!(p["owner"].is_null(), "released on clean exit: {described}");
+        }
+        assert!(described["members"].as_array().unwrap().is_empty());
+    })
+    .await
+    .unwrap();
+    drop(brokers);
+}
