@@ -37,16 +37,14 @@ pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
         let mut messages = fetched.iter();
         for message in messages.by_ref() {
             let message = message?;
-            let written = if json {
-                let value = serde_json::json!({
-                    "offset": message.offset,
-                    "next_offset": message.next_offset,
-                    "payload": String::from_utf8_lossy(&message.payload),
-                });
-                writeln!(out, "{value}")
-            } else {
-                out.write_all(&message.payload).and_then(|()| out.write_all(b"\n"))
-            };
+            let written = write_message(
+                &mut out,
+                json,
+                None,
+                message.offset,
+                message.next_offset,
+                &message.payload,
+            );
             if !printed(written)? {
                 return Ok(());
             }
@@ -73,6 +71,30 @@ pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
         eprintln!("trib: {}", progress.summary());
     }
     Ok(())
+}
+
+/// One message: its payload and a newline, or with `--json` one object per line (with the
+/// group's `broker-partition` name when consuming as a group).
+fn write_message(
+    out: &mut impl Write,
+    json: bool,
+    partition: Option<String>,
+    offset: i64,
+    next_offset: i64,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    if !json {
+        return out.write_all(payload).and_then(|()| out.write_all(b"\n"));
+    }
+    let mut value = serde_json::json!({
+        "offset": offset,
+        "next_offset": next_offset,
+        "payload": String::from_utf8_lossy(payload),
+    });
+    if let Some(partition) = partition {
+        value["partition"] = partition.into();
+    }
+    writeln!(out, "{value}")
 }
 
 /// `Ok(false)` when stdout was closed (`trib consume … | head`): stop quietly.
@@ -130,17 +152,15 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
             Ok(message) => message,
             Err(e) => break Err(anyhow::Error::new(e)),
         };
-        let written = if json {
-            let value = serde_json::json!({
-                "partition": message.partition.to_string(),
-                "offset": message.offset,
-                "next_offset": message.next_offset,
-                "payload": String::from_utf8_lossy(&message.payload),
-            });
-            writeln!(out, "{value}")
-        } else {
-            out.write_all(&message.payload).and_then(|()| out.write_all(b"\n"))
-        };
+        let partition = Some(message.partition.to_string());
+        let written = write_message(
+            &mut out,
+            json,
+            partition,
+            message.offset,
+            message.next_offset,
+            &message.payload,
+        );
         // Flushed per message: a reader of the output sees each message as it is consumed.
         match printed(written.and_then(|()| out.flush())) {
             Ok(true) => progress.add(message.payload.len()),
