@@ -43,6 +43,21 @@ struct Outgoing {
     reply: Option<(ApiKey, Reply)>,
 }
 
+/// The response to a request queued with [`Connection::enqueue`].
+pub struct PendingResponse {
+    rx: oneshot::Receiver<Result<Response, ClientError>>,
+    connection: Connection,
+}
+
+impl PendingResponse {
+    pub async fn wait(self) -> Result<Response, ClientError> {
+        match self.rx.await {
+            Ok(result) => result,
+            Err(_) => Err(self.connection.closed_error()),
+        }
+    }
+}
+
 /// A pipelined connection to one broker. Cheap to share: `&self` methods may run concurrently
 /// and their requests go out, and are answered, in the order they were queued.
 #[derive(Clone)]
@@ -100,6 +115,16 @@ impl Connection {
 
     /// Sends any request; `None` for requests the broker does not answer (`acks` 0).
     pub async fn send(&self, request: Request) -> Result<Option<Response>, ClientError> {
+        match self.enqueue(request).await? {
+            Some(pending) => pending.wait().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Queues a request and returns once it is queued (waiting only for queue space), with a
+    /// handle on its response: many requests can be in flight without a task per request.
+    /// `None` for requests the broker does not answer (`acks` 0).
+    pub async fn enqueue(&self, request: Request) -> Result<Option<PendingResponse>, ClientError> {
         let mut buf = BytesMut::new();
         request.encode(&mut buf)?;
         let frame = buf.freeze();
@@ -113,10 +138,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         let outgoing = Outgoing { frame, reply: Some((request.api_key(), tx)) };
         self.queue.send(outgoing).await.map_err(|_| self.closed_error())?;
-        match rx.await {
-            Ok(result) => result.map(Some),
-            Err(_) => Err(self.closed_error()),
-        }
+        Ok(Some(PendingResponse { rx, connection: self.clone() }))
     }
 
     async fn call(&self, request: Request) -> Result<Response, ClientError> {

@@ -15,7 +15,7 @@ mod registry_brokers;
 mod simple_consumer;
 
 pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
-pub use connection::{Connection, ConnectionConfig};
+pub use connection::{Connection, ConnectionConfig, PendingResponse};
 pub use discovery::{BrokerPartitions, BrokerSource, DiscoveryError, StaticBrokers};
 pub use error::ClientError;
 pub use group::{
