@@ -1,0 +1,186 @@
+//! Tributary under the benchmark: the release `broker` binary (found beside this binary, or
+//! given with `--broker-bin`), a pipelined connection with `acks` 1 for the producer, and
+//! 4 MiB fetches with CRC checks for the consumer.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use client::{Connection, ConnectionConfig, PendingResponse};
+use protocol::{Acks, Codec, MessageSetIter, ProduceRequest, Request};
+
+use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
+use crate::service::{Service, free_port};
+
+/// Produce requests in flight before `send` waits for the oldest answer.
+const IN_FLIGHT_MAX: usize = 512;
+/// Bytes per fetch.
+const FETCH_BYTES: i32 = 4 << 20;
+/// Fsync (and make visible) within this long; also every 10,000 messages, the default.
+const FLUSH_MS: u64 = 10;
+
+pub struct Tributary {
+    pub broker_bin: PathBuf,
+}
+
+impl Tributary {
+    /// The `broker` binary beside the running one, as `cargo build --release` leaves them.
+    pub fn beside_this_binary() -> BenchResult<PathBuf> {
+        let exe = std::env::current_exe()?;
+        Ok(exe.with_file_name("broker"))
+    }
+}
+
+#[async_trait]
+impl Launcher for Tributary {
+    fn name(&self) -> &'static str {
+        "tributary"
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "`{}`: one partition, producer acks 1 (answered once appended), {IN_FLIGHT_MAX} requests in flight; \
+             fsync every 10,000 messages or {FLUSH_MS} ms (data is visible to consumers once flushed); consumer fetches of {} MiB, every CRC checked",
+            self.broker_bin.display(),
+            FETCH_BYTES >> 20
+        )
+    }
+
+    async fn start(&self, dir: &Path) -> BenchResult<Box<dyn Running>> {
+        if !self.broker_bin.is_file() {
+            bail!(
+                "no broker binary at {} (build it: cargo build --release -p broker)",
+                self.broker_bin.display()
+            );
+        }
+        let port = free_port()?;
+        let data = dir.join("data");
+        let mut command = Command::new(&self.broker_bin);
+        command
+            .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
+            .arg(&data)
+            .args(["--flush-ms", &FLUSH_MS.to_string(), "--num-partitions", "1"])
+            .env("RUST_LOG", "warn");
+        let service = Service::start(
+            "tributary",
+            command,
+            &dir.join("broker.log"),
+            port,
+            Duration::from_secs(30),
+        )?;
+        Ok(Box::new(RunningTributary { service, addr: format!("127.0.0.1:{port}"), data }))
+    }
+}
+
+struct RunningTributary {
+    service: Service,
+    addr: String,
+    data: PathBuf,
+}
+
+async fn connect(addr: &str) -> BenchResult<Connection> {
+    let config =
+        ConnectionConfig { in_flight_max: IN_FLIGHT_MAX * 2, ..ConnectionConfig::default() };
+    Connection::connect_with(addr, config).await.context("connecting to the broker")
+}
+
+#[async_trait]
+impl Running for RunningTributary {
+    async fn producer(&self, stream: &str) -> BenchResult<Box<dyn Producer>> {
+        let conn = connect(&self.addr).await?;
+        conn.create_topic(stream, 1, &[]).await?;
+        Ok(Box::new(TributaryProducer {
+            conn,
+            topic: stream.to_owned(),
+            in_flight: VecDeque::new(),
+            set: BytesMut::new(),
+        }))
+    }
+
+    async fn consumer(&self, stream: &str) -> BenchResult<Box<dyn Consumer>> {
+        let conn = connect(&self.addr).await?;
+        Ok(Box::new(TributaryConsumer { conn, topic: stream.to_owned(), offset: 0 }))
+    }
+
+    fn disk_bytes(&self) -> BenchResult<u64> {
+        dir_bytes(&self.data)
+    }
+
+    async fn stop(mut self: Box<Self>) -> BenchResult<()> {
+        self.service.stop(Duration::from_secs(30))
+    }
+}
+
+struct TributaryProducer {
+    conn: Connection,
+    topic: String,
+    in_flight: VecDeque<PendingResponse>,
+    set: BytesMut,
+}
+
+impl TributaryProducer {
+    async fn wait_oldest(&mut self) -> BenchResult<()> {
+        if let Some(oldest) = self.in_flight.pop_front() {
+            oldest.wait().await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Producer for TributaryProducer {
+    async fn send(&mut self, messages: &[Bytes]) -> BenchResult<()> {
+        for m in messages {
+            protocol::encode_message(&mut self.set, Codec::None, m);
+        }
+        let messages = self.set.split().freeze();
+        let request = Request::Produce(ProduceRequest {
+            topic: self.topic.clone(),
+            partition: 0,
+            acks: Acks::Written,
+            messages,
+        });
+        let pending = self.conn.enqueue(request).await?.context("acks 1 is always answered")?;
+        self.in_flight.push_back(pending);
+        while self.in_flight.len() > IN_FLIGHT_MAX {
+            self.wait_oldest().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> BenchResult<()> {
+        while !self.in_flight.is_empty() {
+            self.wait_oldest().await?;
+        }
+        Ok(())
+    }
+}
+
+struct TributaryConsumer {
+    conn: Connection,
+    topic: String,
+    offset: i64,
+}
+
+#[async_trait]
+impl Consumer for TributaryConsumer {
+    async fn receive(&mut self) -> BenchResult<Vec<Bytes>> {
+        let set = self.conn.fetch(&self.topic, 0, self.offset, FETCH_BYTES).await?;
+        if set.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            return Ok(Vec::new());
+        }
+        let mut messages = MessageSetIter::new(&set, self.offset);
+        let mut payloads = Vec::with_capacity(set.len() / 200 + 1);
+        for message in messages.by_ref() {
+            let (_, message) = message?;
+            payloads.push(set.slice_ref(message.payload));
+        }
+        self.offset = messages.next_offset();
+        Ok(payloads)
+    }
+}
