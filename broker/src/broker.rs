@@ -137,33 +137,80 @@ impl Broker {
         acks: Acks,
         set: &Bytes,
     ) -> Result<(i32, i64), ErrorCode> {
-        protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
-        let summary =
-            protocol::validate_message_set(set, self.config.max_message_bytes).map_err(|e| {
-                tracing::debug!(%topic, partition, error = %e, "rejected message set");
-                match e {
-                    InvalidMessage::TooLarge { .. } => ErrorCode::MessageTooLarge,
-                    _ => ErrorCode::InvalidMessage,
+        let mut results = self.produce_run(topic, partition, acks, std::slice::from_ref(set)).await;
+        results.pop().expect("one result per set")
+    }
+
+    /// Appends MessageSets bound for one partition, pipelined back to back by one client,
+    /// with a single write: each set is validated whole and gets its own result, as if each
+    /// had come alone.
+    pub async fn produce_run(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        sets: &[Bytes],
+    ) -> Vec<Result<(i32, i64), ErrorCode>> {
+        let fail_all = |code| sets.iter().map(|_| Err(code)).collect();
+        if protocol::validate_topic_name(topic).is_err() {
+            return fail_all(ErrorCode::InvalidTopicName);
+        }
+        let mut results: Vec<Result<(i32, i64), ErrorCode>> = Vec::with_capacity(sets.len());
+        let mut valid: Vec<&[u8]> = Vec::with_capacity(sets.len());
+        let mut messages = 0;
+        for set in sets {
+            match protocol::validate_message_set(set, self.config.max_message_bytes) {
+                Ok(summary) => {
+                    messages += summary.messages as u64;
+                    valid.push(set);
+                    results.push(Ok((0, 0)));
                 }
-            })?;
-        let topic = self.topic_for_produce(topic).await?;
+                Err(e) => {
+                    tracing::debug!(%topic, partition, error = %e, "rejected message set");
+                    results.push(Err(match e {
+                        InvalidMessage::TooLarge { .. } => ErrorCode::MessageTooLarge,
+                        _ => ErrorCode::InvalidMessage,
+                    }));
+                }
+            }
+        }
+        if valid.is_empty() {
+            return results;
+        }
+        let topic = match self.topic_for_produce(topic).await {
+            Ok(topic) => topic,
+            Err(code) => return fail_all(code),
+        };
         let partition = match partition {
             protocol::ANY_PARTITION => {
-                let i = rand::random_range(0..topic.partitions.len());
-                &topic.partitions[i]
+                &topic.partitions[rand::random_range(0..topic.partitions.len())]
             }
-            p => partition_of(&topic, p)?,
+            p => match partition_of(&topic, p) {
+                Ok(partition) => partition,
+                Err(code) => return fail_all(code),
+            },
         };
-        let appended = partition.append(set, summary.messages as u64).map_err(|e| {
-            tracing::error!(error = %e, "append failed");
-            ErrorCode::Unknown
-        })?;
-        Metrics::add(&self.metrics.messages_in, summary.messages as u64);
-        Metrics::add(&self.metrics.bytes_in, set.len() as u64);
+        let appended = match partition.append(&valid, messages) {
+            Ok(appended) => appended,
+            Err(e) => {
+                tracing::error!(error = %e, "append failed");
+                return fail_all(ErrorCode::Unknown);
+            }
+        };
+        let bytes: usize = valid.iter().map(|s| s.len()).sum();
+        Metrics::add(&self.metrics.messages_in, messages);
+        Metrics::add(&self.metrics.bytes_in, bytes as u64);
+        Metrics::add(&self.metrics.appends, 1);
         if acks == Acks::Flushed {
             partition.wait_flushed(appended.end).await;
         }
-        Ok((partition.index() as i32, appended.offset as i64))
+        let mut offset = appended.offset;
+        let mut valid = valid.iter();
+        for result in results.iter_mut().filter(|r| r.is_ok()) {
+            *result = Ok((partition.index() as i32, offset as i64));
+            offset += valid.next().expect("one valid set per ok result").len() as u64;
+        }
+        results
     }
 
     async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {

@@ -18,12 +18,14 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
-use crate::log::FileSlice;
+use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
 use crate::metrics::Metrics;
 use crate::sendfile::send_slice;
 
 /// Read buffer growth per read; a frame's declared size is never reserved up front.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Bytes of pipelined produces to one partition appended with one write, at most.
+const RUN_BYTES_MAX: usize = 1 << 20;
 /// Output buffered before it is written even though more requests are waiting.
 const OUTPUT_BYTES_MAX: usize = 256 << 10;
 
@@ -73,35 +75,101 @@ impl Connection {
         }
     }
 
-    /// Handles every complete request in the input buffer.
+    /// Handles every complete request in the input buffer. Produces to one partition that a
+    /// client pipelined back to back are appended together (one write for the run), each
+    /// still validated and answered on its own.
     async fn handle_buffered(&mut self) -> io::Result<Next> {
-        let max_request_bytes = self.broker.config().max_request_bytes as usize;
-        while self.input.len() >= FRAME_SIZE_BYTES {
-            let size = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
-            if size > max_request_bytes || size < 2 {
-                tracing::debug!(size, max_request_bytes, "closing connection: bad frame size");
-                return Ok(self.reject(ErrorCode::InvalidRequest));
-            }
-            if self.input.len() < FRAME_SIZE_BYTES + size {
-                break;
-            }
-            self.input.advance(FRAME_SIZE_BYTES);
-            let frame = self.input.split_to(size).freeze();
-            let request = match Request::decode(frame) {
-                Ok(request) => request,
-                Err(e) => {
-                    tracing::debug!(error = %e, "closing connection: undecodable request");
-                    return Ok(self.reject(ErrorCode::InvalidRequest));
-                }
+        let mut carried: Option<Request> = None;
+        loop {
+            let request = match carried.take() {
+                Some(request) => request,
+                None => match self.next_request() {
+                    Ok(Some(request)) => request,
+                    Ok(None) => return Ok(Next::Continue),
+                    Err(close) => return Ok(close),
+                },
             };
-            if let Next::Close = self.handle(request).await? {
+            let next = match request {
+                Request::Produce(first) if first.partition >= 0 => {
+                    let mut run_bytes = first.messages.len();
+                    let mut run = vec![first];
+                    let mut after_run = Next::Continue;
+                    while run.len() < SETS_PER_WRITE_MAX && run_bytes < RUN_BYTES_MAX {
+                        match self.next_request() {
+                            Ok(Some(Request::Produce(p)))
+                                if p.topic == run[0].topic
+                                    && p.partition == run[0].partition
+                                    && p.acks == run[0].acks =>
+                            {
+                                run_bytes += p.messages.len();
+                                run.push(p);
+                            }
+                            Ok(Some(other)) => {
+                                carried = Some(other);
+                                break;
+                            }
+                            Ok(None) => break,
+                            Err(close) => {
+                                after_run = close;
+                                break;
+                            }
+                        }
+                    }
+                    self.handle_produce_run(run).await;
+                    after_run
+                }
+                request => self.handle(request).await?,
+            };
+            if let Next::Close = next {
                 return Ok(Next::Close);
             }
             if self.output.len() >= OUTPUT_BYTES_MAX {
                 self.flush_output().await?;
             }
         }
-        Ok(Next::Continue)
+    }
+
+    /// The next complete request in the input buffer, if there is one. A frame that cannot be
+    /// trusted is answered with an error, and `Err` says to close.
+    fn next_request(&mut self) -> Result<Option<Request>, Next> {
+        let max_request_bytes = self.broker.config().max_request_bytes as usize;
+        if self.input.len() < FRAME_SIZE_BYTES {
+            return Ok(None);
+        }
+        let size = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
+        if size > max_request_bytes || size < 2 {
+            tracing::debug!(size, max_request_bytes, "closing connection: bad frame size");
+            return Err(self.reject(ErrorCode::InvalidRequest));
+        }
+        if self.input.len() < FRAME_SIZE_BYTES + size {
+            return Ok(None);
+        }
+        self.input.advance(FRAME_SIZE_BYTES);
+        let frame = self.input.split_to(size).freeze();
+        match Request::decode(frame) {
+            Ok(request) => Ok(Some(request)),
+            Err(e) => {
+                tracing::debug!(error = %e, "closing connection: undecodable request");
+                Err(self.reject(ErrorCode::InvalidRequest))
+            }
+        }
+    }
+
+    /// Appends a run of produces to one partition and answers each (unless `acks` is 0).
+    async fn handle_produce_run(&mut self, run: Vec<protocol::ProduceRequest>) {
+        let broker = Arc::clone(&self.broker);
+        Metrics::add(&broker.metrics().produce_requests, run.len() as u64);
+        let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
+        let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
+        let results = broker.produce_run(topic, partition, acks, &sets).await;
+        if acks != Acks::None {
+            for result in results {
+                let result = result.map(|(partition, offset)| {
+                    Response::Produce(ProduceResponse { partition, offset })
+                });
+                self.respond(result);
+            }
+        }
     }
 
     /// Answers a request that cannot be trusted with an error, then closes: after a bad frame
@@ -125,16 +193,7 @@ impl Connection {
     async fn handle(&mut self, request: Request) -> io::Result<Next> {
         let broker = Arc::clone(&self.broker);
         match request {
-            Request::Produce(p) => {
-                Metrics::add(&broker.metrics().produce_requests, 1);
-                let result = broker.produce(&p.topic, p.partition, p.acks, &p.messages).await;
-                if p.acks != Acks::None {
-                    let result = result.map(|(partition, offset)| {
-                        Response::Produce(ProduceResponse { partition, offset })
-                    });
-                    self.respond(result);
-                }
-            }
+            Request::Produce(p) => self.handle_produce_run(vec![p]).await,
             Request::MultiProduce(m) => {
                 Metrics::add(&broker.metrics().produce_requests, 1);
                 let mut parts = Vec::with_capacity(m.entries.len());

@@ -10,6 +10,9 @@ pub struct Metrics {
     pub produce_requests: AtomicU64,
     pub messages_in: AtomicU64,
     pub bytes_in: AtomicU64,
+    /// Writes to a log: fewer than produce requests when pipelined produces to one partition
+    /// are appended together.
+    pub appends: AtomicU64,
     pub fetch_requests: AtomicU64,
     /// Message bytes sent to consumers, all of them by `sendfile(2)`.
     pub bytes_sent_by_sendfile: AtomicU64,

@@ -295,3 +295,48 @@ fn the_encoder_refuses_what_the_wire_cannot_carry() {
     let request = produce(&"t".repeat(70_000), Bytes::new());
     assert!(request.encode(&mut BytesMut::new()).is_err());
 }
+
+#[tokio::test]
+async fn pipelined_produces_are_answered_each_even_when_one_is_bad() {
+    let broker = TestBroker::start_with(|c| c.flush_messages = 1).await;
+    let conn = broker.connect().await;
+    conn.create_topic("run", 1, &[]).await.unwrap();
+    // Queued back to back without waiting, so the broker sees them in one read.
+    let mut pending = Vec::new();
+    for i in 0..200u32 {
+        let mut set = message_set(&[format!("m{i:03}")]).to_vec();
+        if i == 57 {
+            let last = set.len() - 1;
+            set[last] ^= 1;
+        }
+        let request = Request::Produce(protocol::ProduceRequest {
+            topic: "run".into(),
+            partition: 0,
+            acks: Acks::Written,
+            messages: set.into(),
+        });
+        pending.push(conn.enqueue(request).await.unwrap().unwrap());
+    }
+    let mut offsets = Vec::new();
+    for (i, answer) in pending.into_iter().enumerate() {
+        match answer.wait().await {
+            Ok(protocol::Response::Produce(p)) => offsets.push(p.offset),
+            Err(e) if i == 57 => assert_eq!(e.code(), Some(ErrorCode::InvalidMessage)),
+            other => panic!("request {i}: {other:?}"),
+        }
+    }
+    // 199 messages of 13 bytes each, at consecutive offsets, the bad one left out.
+    assert_eq!(offsets.len(), 199);
+    assert!(offsets.iter().enumerate().all(|(i, &o)| o == 13 * i as i64), "{offsets:?}");
+    let set = testkit::eventually(Duration::from_secs(5), "all visible", || async {
+        let set = conn.fetch("run", 0, 0, 1 << 20).await.unwrap();
+        (set.len() == 199 * 13).then_some(set)
+    })
+    .await;
+    let payloads: Vec<Vec<u8>> = messages_of(&set, 0).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(payloads[56], b"m056");
+    assert_eq!(payloads[57], b"m058");
+    let metrics = broker.broker.metrics();
+    let appends = broker::Metrics::get(&metrics.appends);
+    assert!(appends < 100, "pipelined produces share writes: {appends} appends for 199 sets");
+}

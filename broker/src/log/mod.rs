@@ -7,5 +7,5 @@ mod segment;
 
 pub use durable::write_durably;
 pub use manager::{CreateError, Created, LogManager, Topic};
-pub use partition::{Appended, FileSlice, LogError, Partition};
+pub use partition::{Appended, FileSlice, LogError, Partition, SETS_PER_WRITE_MAX};
 pub use segment::{ScanResult, Segment, scan_valid_prefix};
