@@ -14,7 +14,7 @@ use protocol::{
     MetadataResponse, MultiFetchRequest, MultiProduceRequest, MultiProduceResponse, OffsetsRequest,
     ProducePartition, ProduceRequest, ProduceResponse, Request, Response,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, oneshot};
@@ -286,11 +286,13 @@ async fn write_requests(
 }
 
 async fn read_responses(
-    mut read: OwnedReadHalf,
+    read: OwnedReadHalf,
     mut pending: mpsc::Receiver<(ApiKey, Reply)>,
     response_bytes_max: u32,
     closed: Arc<Mutex<Option<String>>>,
 ) {
+    // Buffered: many small pipelined responses arrive in one read.
+    let mut read = BufReader::with_capacity(64 << 10, read);
     let reason = loop {
         let size = match read.read_u32().await {
             Ok(size) => size,
