@@ -8,6 +8,7 @@
 //! `IN_FLIGHT_MESSAGES_MAX` messages unacknowledged.
 
 pub mod nats;
+pub mod rabbitmq;
 pub mod redis;
 
 use std::path::Path;
@@ -29,7 +30,7 @@ const RECEIVE_WAIT: Duration = Duration::from_millis(100);
 
 /// The peers in report order.
 pub fn all() -> Vec<Box<dyn Launcher>> {
-    vec![Box::new(redis::Redis), Box::new(nats::Nats)]
+    vec![Box::new(redis::Redis), Box::new(nats::Nats), Box::new(rabbitmq::RabbitMq)]
 }
 
 /// The installed version of a Debian package, for `describe`.
