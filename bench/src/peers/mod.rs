@@ -7,6 +7,7 @@
 //! system's own periodic or grouped sync). Every producer keeps at most
 //! `IN_FLIGHT_MESSAGES_MAX` messages unacknowledged.
 
+pub mod activemq;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
@@ -30,7 +31,12 @@ const RECEIVE_WAIT: Duration = Duration::from_millis(100);
 
 /// The peers in report order.
 pub fn all() -> Vec<Box<dyn Launcher>> {
-    vec![Box::new(redis::Redis), Box::new(nats::Nats), Box::new(rabbitmq::RabbitMq)]
+    vec![
+        Box::new(redis::Redis),
+        Box::new(nats::Nats),
+        Box::new(rabbitmq::RabbitMq),
+        Box::new(activemq::ActiveMq),
+    ]
 }
 
 /// The installed version of a Debian package, for `describe`.
