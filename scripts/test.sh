@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Tributary test on a fresh machine: installs what the tests need when it is
-# missing (rustfmt, clippy, Debian's zookeeper), then checks formatting and lints and runs
-# the whole workspace's tests.
+# missing (rustfmt, clippy, Debian's zookeeper and the benchmark's peers), then checks
+# formatting and lints and runs the whole workspace's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,10 +15,15 @@ for component in rustfmt clippy; do
   fi
 done
 
-# Debian packages the tests run for real: ZooKeeper (with Java) for the coordination tests.
+# Debian packages the tests run for real: ZooKeeper (with Java) for the coordination tests,
+# and the benchmark's peers for its smoke test.
 missing=()
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+[ -f /usr/share/activemq/bin/activemq.jar ] || missing+=(activemq)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   sudo_cmd=()

@@ -11,7 +11,7 @@
 mod ceiling;
 mod growth;
 mod peer;
-// TEMP mod peers;
+mod peers;
 mod progress;
 mod report;
 mod service;
@@ -40,7 +40,7 @@ struct Cli {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     batch: u64,
     /// Systems to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "tributary,rabbitmq,activemq,nats,redis")]
+    #[arg(long, value_delimiter = ',', default_value = "tributary,redis,nats,rabbitmq,activemq")]
     systems: Vec<String>,
     /// A small run (about a minute) that checks every system moves exactly N messages.
     #[arg(long)]
@@ -107,11 +107,11 @@ fn launchers(cli: &Cli) -> BenchResult<Vec<Box<dyn Launcher>>> {
         None => tributary::Tributary::beside_this_binary()?,
     };
     let mut all: Vec<Box<dyn Launcher>> = vec![Box::new(tributary::Tributary { broker_bin })];
-    // TEMP all.extend(peers::all());
+    all.extend(peers::all());
     for name in &cli.systems {
         anyhow::ensure!(
             all.iter().any(|l| l.name() == name),
-            "unknown system {name:?} (known: tributary, rabbitmq, activemq, nats, redis)"
+            "unknown system {name:?} (known: tributary, redis, nats, rabbitmq, activemq)"
         );
     }
     all.retain(|l| cli.systems.iter().any(|s| s == l.name()));

@@ -225,7 +225,7 @@ impl Report {
         const W: f64 = 900.0;
         const H: f64 = 360.0;
         let ran: Vec<&SystemResult> = self.systems.iter().filter(|s| s.error.is_none()).collect();
-        let modes: [(&str, &str, fn(&SystemResult) -> Option<Throughput>); 3] = [
+        let modes: [Mode; 3] = [
             ("produce 1/req", "#8da0cb", |s| s.produce_single),
             ("produce batch", "#66c2a5", |s| s.produce_batch),
             ("consume", "#fc8d62", |s| s.consume_batch),
@@ -362,10 +362,13 @@ impl Report {
     }
 }
 
+/// A bar series of the chart: label, colour, and the result it plots.
+type Mode = (&'static str, &'static str, fn(&SystemResult) -> Option<Throughput>);
+
 fn human(v: f64) -> String {
     match v {
-        v if v >= 1e6 => format!("{}M", v / 1e6),
-        v if v >= 1e3 => format!("{}k", v / 1e3),
-        v => format!("{v}"),
+        v if v >= 1e6 => format!("{:.1}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.1}k", v / 1e3),
+        v => format!("{v:.0}"),
     }
 }

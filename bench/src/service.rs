@@ -58,10 +58,6 @@ impl Service {
         }
     }
 
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     /// SIGTERM, then SIGKILL if it has not exited within `grace`.
     pub fn stop(&mut self, grace: Duration) -> BenchResult<()> {
         let Some(mut child) = self.child.take() else { return Ok(()) };
@@ -87,6 +83,24 @@ impl Drop for Service {
             let _ = child.wait();
         }
     }
+}
+
+/// [`Service::start`] off the async runtime: it polls the port with blocking sleeps.
+pub async fn start_service(
+    name: &'static str,
+    command: Command,
+    log: &Path,
+    port: u16,
+    ready_within: Duration,
+) -> BenchResult<Service> {
+    let log = log.to_path_buf();
+    tokio::task::spawn_blocking(move || Service::start(name, command, &log, port, ready_within))
+        .await?
+}
+
+/// [`Service::stop`] off the async runtime: it waits for the process with blocking sleeps.
+pub async fn stop_service(mut service: Service, grace: Duration) -> BenchResult<()> {
+    tokio::task::spawn_blocking(move || service.stop(grace)).await?
 }
 
 /// The last lines of a log, for an error message.

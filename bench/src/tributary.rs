@@ -14,7 +14,7 @@ use client::{Connection, ConnectionConfig, PendingResponse};
 use protocol::{Acks, Codec, MessageSetIter, ProduceRequest, Request};
 
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
-use crate::service::{Service, free_port};
+use crate::service::{Service, free_port, start_service, stop_service};
 
 /// Produce requests in flight before `send` waits for the oldest answer.
 const IN_FLIGHT_MAX: usize = 512;
@@ -65,13 +65,9 @@ impl Launcher for Tributary {
             .arg(&data)
             .args(["--flush-ms", &FLUSH_MS.to_string(), "--num-partitions", "1"])
             .env("RUST_LOG", "warn");
-        let service = Service::start(
-            "tributary",
-            command,
-            &dir.join("broker.log"),
-            port,
-            Duration::from_secs(30),
-        )?;
+        let log = dir.join("broker.log");
+        let service =
+            start_service("tributary", command, &log, port, Duration::from_secs(30)).await?;
         Ok(Box::new(RunningTributary { service, addr: format!("127.0.0.1:{port}"), data }))
     }
 }
@@ -110,8 +106,8 @@ impl Running for RunningTributary {
         dir_bytes(&self.data)
     }
 
-    async fn stop(mut self: Box<Self>) -> BenchResult<()> {
-        self.service.stop(Duration::from_secs(30))
+    async fn stop(self: Box<Self>) -> BenchResult<()> {
+        stop_service(self.service, Duration::from_secs(30)).await
     }
 }
 

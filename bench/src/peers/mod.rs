@@ -12,12 +12,10 @@ pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::peer::{BenchResult, Launcher};
-use crate::service::Service;
+use crate::peer::Launcher;
 
 /// Messages a producer may have sent without their acknowledgement: enough that throughput is
 /// not bound by the round trip (1000 single-message requests, or 20 batches of 50).
@@ -48,22 +46,4 @@ fn package_version(package: &str) -> String {
         }
         _ => format!("{package} (not installed)"),
     }
-}
-
-/// `Service::start` off the async runtime: it polls the port with blocking sleeps.
-async fn start_service(
-    name: &'static str,
-    command: Command,
-    log: &Path,
-    port: u16,
-    ready_within: Duration,
-) -> BenchResult<Service> {
-    let log = log.to_path_buf();
-    tokio::task::spawn_blocking(move || Service::start(name, command, &log, port, ready_within))
-        .await?
-}
-
-/// `Service::stop` off the async runtime: it waits for the process with blocking sleeps.
-async fn stop_service(mut service: Service, grace: Duration) -> BenchResult<()> {
-    tokio::task::spawn_blocking(move || service.stop(grace)).await?
 }

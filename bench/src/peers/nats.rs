@@ -16,12 +16,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 
-use super::{
-    IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version, start_service,
-    stop_service,
-};
+use super::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version};
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port};
+use crate::service::{start_service, stop_service};
 
 pub struct Nats;
 

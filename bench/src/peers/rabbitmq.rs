@@ -26,12 +26,10 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Publishe
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{
-    IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version, start_service,
-    stop_service,
-};
+use super::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version};
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port};
+use crate::service::{start_service, stop_service};
 
 const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 const CTL: &str = "/usr/lib/rabbitmq/bin/rabbitmqctl";

@@ -14,12 +14,10 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 
-use super::{
-    IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version, start_service,
-    stop_service,
-};
+use super::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version};
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port};
+use crate::service::{start_service, stop_service};
 
 /// The field each stream entry carries its payload in.
 const FIELD: &str = "d";

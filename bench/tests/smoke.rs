@@ -1,0 +1,45 @@
+//! `tributary-bench --quick` as a smoke test: every system starts, and every workload moves
+//! exactly the messages it should. Speed is not checked here; the full run's report is.
+
+use std::process::Command;
+
+#[test]
+fn quick_run_moves_exactly_n_messages_through_every_system() {
+    let bench = env!("CARGO_BIN_EXE_tributary-bench");
+    // `cargo test --workspace` builds the broker binary beside this one.
+    let broker = std::path::Path::new(bench).with_file_name("broker");
+    assert!(
+        broker.is_file(),
+        "no broker binary at {}: build it with cargo build -p broker",
+        broker.display()
+    );
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(bench)
+        .args(["--quick", "--messages", "5000", "--out"])
+        .arg(out.path())
+        .arg("--broker-bin")
+        .arg(&broker)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let systems = results["systems"].as_array().unwrap();
+    let names: Vec<&str> = systems.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tributary", "redis", "nats", "rabbitmq", "activemq"]);
+    for system in systems {
+        let name = &system["name"];
+        assert!(system["error"].is_null(), "{name}: {}\n{stderr}", system["error"]);
+        for step in ["produce_single", "consume_single", "produce_batch", "consume_batch"] {
+            assert_eq!(system[step]["messages"], 5000, "{name} {step}");
+            assert_eq!(system[step]["bytes"], 5000 * 200, "{name} {step}");
+        }
+        assert!(system["latency"]["messages"].as_u64().unwrap() > 0, "{name}");
+    }
+    assert_eq!(results["log_growth"].as_array().unwrap().len(), 2);
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("| tributary |"));
+    let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("rabbitmq"));
+}
