@@ -222,6 +222,8 @@ async fn run_system(launcher: &dyn Launcher, dir: &std::path::Path, plan: &Plan)
         let p = Progress::new(format!("{name}: produce, 1 message per request"));
         result.produce_single =
             Some(workload::produce(running.as_ref(), "single", n, bytes, 1, &p).await?);
+        // Measured before anything is consumed: queues delete what their consumers acknowledge.
+        result.disk_bytes_per_message = Some(running.disk_bytes()? as f64 / n as f64);
         let p = Progress::new(format!("{name}: consume the 1/request stream"));
         result.consume_single =
             Some(workload::consume(running.as_ref(), "single", n, bytes, &p).await?);
@@ -231,7 +233,6 @@ async fn run_system(launcher: &dyn Launcher, dir: &std::path::Path, plan: &Plan)
         let p = Progress::new(format!("{name}: consume the batch stream"));
         result.consume_batch =
             Some(workload::consume(running.as_ref(), "batch", n, bytes, &p).await?);
-        result.disk_bytes_per_message = Some(running.disk_bytes()? as f64 / (2 * n) as f64);
         eprintln!("bench: {name}: latency at {}/s for {:?} …", plan.latency_rate, plan.latency);
         result.latency = Some(
             workload::latency(running.as_ref(), "latency", plan.latency_rate, plan.latency, bytes)

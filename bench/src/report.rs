@@ -107,7 +107,9 @@ impl Report {
             md,
             "One producer and one consumer against one server on 127.0.0.1; {} messages of {} bytes per mode; \
              \"1/req\" sends one message per request, \"batch\" sends {} per request in each system's own batching. \
-             Consumer throughput reads back everything the batch-mode producer sent. Rates are messages per second.\n",
+             Consumer throughput reads back everything the batch-mode producer sent. Rates are messages per second. \
+             Payloads are pseudo-random (incompressible); disk bytes per message are measured after the first N \
+             messages are stored and before any is consumed.\n",
             self.messages, self.message_bytes, self.batch
         );
         let _ = writeln!(md, "![throughput](throughput.svg)\n");

@@ -28,12 +28,28 @@ impl Throughput {
     }
 }
 
-/// A payload of `bytes` whose first 8 bytes hold `sequence`, so the consumer can check order.
+/// Distinct payloads a producer cycles through, so that no system's compression (Redis's
+/// LZF, a peer's page compression) finds repeats that real events would not have.
+const PAYLOAD_POOL: usize = 4096;
+
+/// A payload of `bytes` of pseudo-random, incompressible content that starts with `sequence`.
 pub fn payload(sequence: u64, bytes: usize) -> Bytes {
     let mut buf = BytesMut::with_capacity(bytes);
     buf.extend_from_slice(&sequence.to_be_bytes()[..bytes.min(8)]);
-    buf.resize(bytes, b'x');
+    fill_random(&mut buf, bytes, sequence);
     buf.freeze()
+}
+
+/// Appends xorshift bytes to `buf` until it holds `bytes`.
+fn fill_random(buf: &mut BytesMut, bytes: usize, seed: u64) {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    while buf.len() < bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let take = (bytes - buf.len()).min(8);
+        buf.extend_from_slice(&state.to_le_bytes()[..take]);
+    }
 }
 
 /// Sends `count` messages of `message_bytes` in requests of `batch`, and waits for every
@@ -48,12 +64,17 @@ pub async fn produce(
 ) -> BenchResult<Throughput> {
     let mut producer = running.producer(stream).await?;
     // Payloads are made before the clock starts: the benchmark measures the system.
-    let template: Vec<Bytes> = (0..batch as u64).map(|i| payload(i, message_bytes)).collect();
+    let pool_len = PAYLOAD_POOL.max(batch);
+    let pool: Vec<Bytes> = (0..pool_len as u64).map(|i| payload(i, message_bytes)).collect();
     let started = Instant::now();
-    let mut sent = 0u64;
+    let (mut sent, mut at) = (0u64, 0usize);
     while sent < count {
         let n = (count - sent).min(batch as u64) as usize;
-        producer.send(&template[..n]).await?;
+        if at + n > pool_len {
+            at = 0;
+        }
+        producer.send(&pool[at..at + n]).await?;
+        at += n;
         sent += n as u64;
         progress.tick(sent, count);
     }
@@ -143,7 +164,7 @@ pub async fn latency(
         tokio::time::sleep_until(due.into()).await;
         let mut m = BytesMut::with_capacity(message_bytes);
         m.extend_from_slice(&(origin.elapsed().as_nanos() as u64).to_be_bytes());
-        m.resize(message_bytes.max(8), b'x');
+        fill_random(&mut m, message_bytes.max(8), i);
         producer.send(&[m.freeze()]).await?;
     }
     producer.flush().await?;
