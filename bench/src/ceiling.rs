@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::peer::BenchResult;
 
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Ceilings {
     /// Single-core memcpy, MB/s.
     pub memcpy_mb_per_s: f64,

@@ -62,6 +62,9 @@ struct Cli {
     /// Where systems keep their data while they run; a temporary directory by default.
     #[arg(long)]
     work_dir: Option<PathBuf>,
+    /// Run nothing: write report.md and throughput.svg again from a run's results.json.
+    #[arg(long, value_name = "RESULTS_JSON")]
+    render: Option<PathBuf>,
 }
 
 /// What one run does, after `--quick` and the explicit flags are applied.
@@ -142,6 +145,15 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> BenchResult<()> {
+    if let Some(results) = &cli.render {
+        let text = std::fs::read_to_string(results)
+            .with_context(|| format!("reading {}", results.display()))?;
+        let report: Report = serde_json::from_str(&text)
+            .with_context(|| format!("parsing {}", results.display()))?;
+        report.write(&cli.out)?;
+        println!("{}", report.table());
+        return Ok(());
+    }
     let plan = cli.plan();
     let launchers = launchers(&cli)?;
     let temp = tempfile_dir(cli.work_dir.as_deref())?;

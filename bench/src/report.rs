@@ -4,13 +4,13 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ceiling::Ceilings;
 use crate::peer::BenchResult;
 use crate::workload::{Latency, Throughput};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct SystemResult {
     pub name: String,
     pub description: String,
@@ -24,14 +24,14 @@ pub struct SystemResult {
     pub latency: Option<Latency>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct GrowthPoint {
     pub log_bytes: u64,
     pub produce: Throughput,
     pub consume: Throughput,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub date: String,
     pub machine: String,
@@ -330,7 +330,23 @@ impl Report {
                 gb - gh + 4.0,
                 human(max_rate)
             );
-            for (name, color, f) in [("produce batch", "#66c2a5", 0), ("consume", "#fc8d62", 1)] {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">0</text>",
+                left - 6.0,
+                gb + 4.0
+            );
+            let series = [("produce batch", "#66c2a5", 0), ("consume the whole log", "#fc8d62", 1)];
+            for (j, (name, color, _)) in series.iter().enumerate() {
+                let (x, yy) = (W - 200.0, oy + 40.0 + j as f64 * 16.0);
+                let _ = writeln!(
+                    svg,
+                    "<rect x=\"{x}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{yy:.1}\">{name}</text>",
+                    yy - 9.0,
+                    x + 14.0
+                );
+            }
+            for (name, color, f) in series {
                 let points: Vec<String> = self
                     .log_growth
                     .iter()

@@ -11,7 +11,7 @@ use crate::peer::{BenchResult, Running};
 use crate::progress::Progress;
 
 /// Messages and bytes moved in a time.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Throughput {
     pub messages: u64,
     pub bytes: u64,
@@ -122,7 +122,7 @@ pub async fn consume(
 }
 
 /// End-to-end latency percentiles in microseconds.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Latency {
     pub rate_per_second: u64,
     pub messages: u64,
