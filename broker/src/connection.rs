@@ -29,6 +29,9 @@ const RUN_BYTES_MAX: usize = 1 << 20;
 /// Output buffered before it is written even though more requests are waiting.
 const OUTPUT_BYTES_MAX: usize = 256 << 10;
 
+/// A frame with a bad size or an undecodable body.
+struct BadFrame;
+
 /// What to do after a request.
 enum Next {
     Continue,
@@ -86,14 +89,14 @@ impl Connection {
                 None => match self.next_request() {
                     Ok(Some(request)) => request,
                     Ok(None) => return Ok(Next::Continue),
-                    Err(close) => return Ok(close),
+                    Err(BadFrame) => return Ok(self.reject(ErrorCode::InvalidRequest)),
                 },
             };
             let next = match request {
                 Request::Produce(first) if first.partition >= 0 => {
                     let mut run_bytes = first.messages.len();
                     let mut run = vec![first];
-                    let mut after_run = Next::Continue;
+                    let mut bad_frame_after_run = false;
                     while run.len() < SETS_PER_WRITE_MAX && run_bytes < RUN_BYTES_MAX {
                         match self.next_request() {
                             Ok(Some(Request::Produce(p)))
@@ -109,14 +112,19 @@ impl Connection {
                                 break;
                             }
                             Ok(None) => break,
-                            Err(close) => {
-                                after_run = close;
+                            Err(BadFrame) => {
+                                bad_frame_after_run = true;
                                 break;
                             }
                         }
                     }
+                    // Answered in order: the run's answers, then the bad frame's error.
                     self.handle_produce_run(run).await;
-                    after_run
+                    if bad_frame_after_run {
+                        self.reject(ErrorCode::InvalidRequest)
+                    } else {
+                        Next::Continue
+                    }
                 }
                 request => self.handle(request).await?,
             };
@@ -129,9 +137,9 @@ impl Connection {
         }
     }
 
-    /// The next complete request in the input buffer, if there is one. A frame that cannot be
-    /// trusted is answered with an error, and `Err` says to close.
-    fn next_request(&mut self) -> Result<Option<Request>, Next> {
+    /// The next complete request in the input buffer, if there is one; `Err` for a frame that
+    /// cannot be trusted, which the caller answers with an error (in its turn) before closing.
+    fn next_request(&mut self) -> Result<Option<Request>, BadFrame> {
         let max_request_bytes = self.broker.config().max_request_bytes as usize;
         if self.input.len() < FRAME_SIZE_BYTES {
             return Ok(None);
@@ -139,7 +147,7 @@ impl Connection {
         let size = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
         if size > max_request_bytes || size < 2 {
             tracing::debug!(size, max_request_bytes, "closing connection: bad frame size");
-            return Err(self.reject(ErrorCode::InvalidRequest));
+            return Err(BadFrame);
         }
         if self.input.len() < FRAME_SIZE_BYTES + size {
             return Ok(None);
@@ -150,7 +158,7 @@ impl Connection {
             Ok(request) => Ok(Some(request)),
             Err(e) => {
                 tracing::debug!(error = %e, "closing connection: undecodable request");
-                Err(self.reject(ErrorCode::InvalidRequest))
+                Err(BadFrame)
             }
         }
     }

@@ -340,3 +340,31 @@ async fn pipelined_produces_are_answered_each_even_when_one_is_bad() {
     let appends = broker::Metrics::get(&metrics.appends);
     assert!(appends < 100, "pipelined produces share writes: {appends} appends for 199 sets");
 }
+
+#[tokio::test]
+async fn a_bad_frame_after_pipelined_produces_is_answered_after_them() {
+    let broker = TestBroker::start().await;
+    let mut bytes = Vec::new();
+    for i in 0..3 {
+        let mut frame = BytesMut::new();
+        produce("order", message_set(&[format!("m{i}")])).encode(&mut frame).unwrap();
+        bytes.extend_from_slice(&frame);
+    }
+    bytes.extend_from_slice(&frame(&[0, 99]));
+    let mut stream = TcpStream::connect(&broker.addr).await.unwrap();
+    stream.write_all(&bytes).await.unwrap();
+    let mut answers = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answers))
+        .await
+        .unwrap()
+        .unwrap();
+    // Four answers in request order: three produce acknowledgements, then the error; then EOF.
+    let mut errors = Vec::new();
+    let mut rest = &answers[..];
+    while rest.len() >= 6 {
+        let size = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        errors.push(i16::from_be_bytes([rest[4], rest[5]]));
+        rest = &rest[4 + size..];
+    }
+    assert_eq!(errors, [0, 0, 0, ErrorCode::InvalidRequest.as_i16()]);
+}

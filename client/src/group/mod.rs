@@ -48,6 +48,10 @@ pub enum GroupError {
     },
     #[error("message streams were already created for this consumer")]
     AlreadySubscribed,
+    /// Delivered to every stream when a rebalance fails, so that no reader waits in silence;
+    /// the consumer tries again after a pause and on the next change.
+    #[error("rebalance failed: {0}")]
+    Rebalance(String),
 }
 
 /// Where a group with no committed offset for a partition starts; also where a consumer

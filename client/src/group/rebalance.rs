@@ -109,7 +109,7 @@ fn deliver_error(inner: &Inner, error: &GroupError) {
                 stop: CancellationToken::new(),
             }),
             messages: Vec::new().into_iter(),
-            error: Some(GroupError::InvalidConfig(format!("rebalance failed: {error}"))),
+            error: Some(GroupError::Rebalance(error.to_string())),
         };
         let _ = sender.try_send(chunk);
     }
