@@ -123,15 +123,33 @@ impl ZooKeeper {
     /// joins the same session and closes it. The supervisor then opens a new session and
     /// creates this process's ephemeral nodes again. For failure tests and operators' drills.
     pub async fn expire(&self) -> Result<(), CoordError> {
+        const ATTEMPTS: u32 = 5;
         let session = self.client().session().clone();
-        let twin = zk::Client::connector()
-            .with_session(session)
-            .with_session_timeout(Duration::from_millis(self.inner.config.session_timeout_ms))
-            .connect(&self.inner.hosts)
-            .await
-            .map_err(|e| map_error("/", e))?;
-        drop(twin);
-        Ok(())
+        let mut last = None;
+        // Joining a session gives up after one failed attempt (the client has no deadline of
+        // its own for it), so a busy server gets a few tries.
+        for _ in 0..ATTEMPTS {
+            let joined = zk::Client::connector()
+                .with_session(session.clone())
+                .with_session_timeout(Duration::from_millis(self.inner.config.session_timeout_ms))
+                .connect(&self.inner.hosts)
+                .await;
+            match joined {
+                Ok(twin) => {
+                    // Closing the twin closes the session; wait until the server has done it.
+                    let mut state = twin.state_watcher();
+                    drop(twin);
+                    let closed = async { while !state.changed().await.is_terminated() {} };
+                    if tokio::time::timeout(Duration::from_secs(10), closed).await.is_ok() {
+                        return Ok(());
+                    }
+                    last = Some(CoordError::Unavailable("the session did not close".into()));
+                }
+                Err(e) => last = Some(map_error("/", e)),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Err(last.expect("at least one attempt"))
     }
 
     fn client(&self) -> zk::Client {

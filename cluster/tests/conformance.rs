@@ -151,8 +151,11 @@ async fn ephemeral_nodes_come_back_after_the_session_expires(service: Service) {
     assert_eq!(within("node removed by expiry", watch).await, WatchEvent::Deleted);
     within("expired event", async {
         loop {
-            if events.recv().await.unwrap() == SessionEvent::Expired {
-                return;
+            match events.recv().await {
+                Ok(SessionEvent::Expired) => return,
+                // Connection blips may outrun a slow reader; only the expiry matters here.
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(closed) => panic!("session events ended: {closed}"),
             }
         }
     })
