@@ -132,6 +132,9 @@ pub(crate) struct Inner {
     owned: tokio::sync::Mutex<Vec<Arc<Owned>>>,
     connections: Mutex<HashMap<String, SimpleConsumer>>,
     fetchers: TaskTracker,
+    /// Stops every task of the consumer; each owned partition's token is a child of it, so a
+    /// dropped consumer's fetchers end with it (and with them its session).
+    pub(crate) stop: CancellationToken,
 }
 
 impl Inner {
@@ -176,7 +179,6 @@ impl Inner {
 pub struct GroupConsumer {
     inner: Arc<Inner>,
     tasks: TaskTracker,
-    stop: CancellationToken,
 }
 
 impl GroupConsumer {
@@ -194,8 +196,9 @@ impl GroupConsumer {
             owned: tokio::sync::Mutex::new(Vec::new()),
             connections: Mutex::new(HashMap::new()),
             fetchers: TaskTracker::new(),
+            stop: CancellationToken::new(),
         });
-        Ok(GroupConsumer { inner, tasks: TaskTracker::new(), stop: CancellationToken::new() })
+        Ok(GroupConsumer { inner, tasks: TaskTracker::new() })
     }
 
     pub fn consumer_id(&self) -> &str {
@@ -232,9 +235,9 @@ impl GroupConsumer {
         inner.registry.register_consumer(&inner.config.group, &inner.consumer_id, topics).await?;
         tracing::info!(group = %inner.config.group, consumer = %inner.consumer_id, ?topics, "joined group");
         let (first, first_done) = tokio::sync::oneshot::channel();
-        self.tasks.spawn(rebalance::follow_changes(Arc::clone(inner), self.stop.clone(), first));
+        self.tasks.spawn(rebalance::follow_changes(Arc::clone(inner), inner.stop.clone(), first));
         let _ = first_done.await;
-        self.tasks.spawn(auto_commit(Arc::clone(inner), self.stop.clone()));
+        self.tasks.spawn(auto_commit(Arc::clone(inner), inner.stop.clone()));
         Ok(streams)
     }
 
@@ -253,7 +256,7 @@ impl GroupConsumer {
     /// Leaves the group cleanly: commits, releases every partition and unregisters, so the
     /// others rebalance at once. Streams end after their queued messages.
     pub async fn close(self) -> Result<(), GroupError> {
-        self.stop.cancel();
+        self.inner.stop.cancel();
         self.tasks.close();
         self.tasks.wait().await;
         let inner = &self.inner;
@@ -266,10 +269,7 @@ impl GroupConsumer {
 
 impl Drop for GroupConsumer {
     fn drop(&mut self) {
-        self.stop.cancel();
-        if let Ok(owned) = self.inner.owned.try_lock() {
-            owned.iter().for_each(|o| o.stop.cancel());
-        }
+        self.inner.stop.cancel();
     }
 }
 

@@ -213,7 +213,7 @@ async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<
                     consumed: AtomicI64::new(start),
                     committed: AtomicI64::new(start),
                     revoked: AtomicBool::new(false),
-                    stop: CancellationToken::new(),
+                    stop: inner.stop.child_token(),
                 });
                 owned.push(Arc::clone(&claimed));
                 let addr = brokers[&partition.broker].addr();
