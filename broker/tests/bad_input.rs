@@ -173,10 +173,12 @@ async fn fetch_sizes_and_offsets_are_checked() {
 
 #[tokio::test]
 async fn topic_names_never_reach_outside_the_data_directory() {
-    let broker = TestBroker::start().await;
+    // The data directory inside a folder of this test's own, so that a file created beside
+    // it would show (the system temp dir has other tests' files coming and going).
+    let outer = tempfile::tempdir().unwrap();
+    let data_dir = outer.path().join("data");
+    let broker = TestBroker::start_with(|c| c.data_dir = data_dir.clone()).await;
     let conn = broker.connect().await;
-    let parent = broker.data_dir().parent().unwrap().to_owned();
-    let before: Vec<_> = std::fs::read_dir(&parent).unwrap().map(|e| e.unwrap().path()).collect();
     for topic in ["../escape", "..", ".", "a/b", "/etc", "", "sp ace", "ü", &"x".repeat(250)] {
         let err = conn.produce(topic, 0, Acks::Written, message_set(&[b"x"])).await.unwrap_err();
         assert_eq!(err.code(), Some(ErrorCode::InvalidTopicName), "{topic:?}");
@@ -185,10 +187,11 @@ async fn topic_names_never_reach_outside_the_data_directory() {
         let err = conn.fetch(topic, 0, 0, 100).await.unwrap_err();
         assert_eq!(err.code(), Some(ErrorCode::InvalidTopicName), "{topic:?}");
     }
-    let after: Vec<_> = std::fs::read_dir(&parent).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(before.len(), after.len(), "nothing created beside the data directory");
+    let beside: Vec<_> =
+        std::fs::read_dir(outer.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(beside, ["data"], "nothing created beside the data directory");
     let inside: Vec<_> =
-        std::fs::read_dir(broker.data_dir()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        std::fs::read_dir(&data_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(inside.iter().all(|n| n == ".topics" || n == ".lock"), "{inside:?}");
 }
 
