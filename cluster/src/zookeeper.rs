@@ -132,6 +132,11 @@ impl ZooKeeper {
             let joined = zk::Client::connector()
                 .with_session(session.clone())
                 .with_session_timeout(Duration::from_millis(self.inner.config.session_timeout_ms))
+                // A busy server may take longer to answer than the default, derived from the
+                // session timeout, allows.
+                .with_connection_timeout(Duration::from_millis(
+                    self.inner.config.connect_timeout_ms,
+                ))
                 .connect(&self.inner.hosts)
                 .await;
             match joined {
