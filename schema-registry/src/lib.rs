@@ -13,6 +13,7 @@
 //! change in an fsynced, checksummed append-only log ([`store`]) before acknowledging it.
 
 pub mod api;
+pub mod audit;
 pub mod client;
 pub mod compatibility;
 pub mod config;

@@ -149,3 +149,53 @@ fn answers_http(addr: SocketAddr) -> bool {
     let _ = stream.take(64 * 1024).read_to_end(&mut response);
     response.starts_with(b"HTTP/1.1 200")
 }
+
+/// A registry served in-process (over HTTP on a free loopback port) with the pipeline's shipped
+/// schemas registered (`schema-registry/schemas/`), for tests of the services that use one:
+/// the agent, the loader, the audit. Stops when dropped.
+pub struct TestRegistry {
+    url: String,
+    _dir: TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl TestRegistry {
+    /// Starts the registry and waits until the shipped schemas are registered.
+    pub async fn start() -> TestRegistry {
+        let dir = tempfile::tempdir().expect("temporary directory for the registry");
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the registry");
+        let addr = listener.local_addr().expect("registry address");
+        let config = schema_registry::Config {
+            data_dir: dir.path().join("data"),
+            register_schemas: Some(shipped_schemas_dir()),
+            ..schema_registry::Config::default()
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stopped.await;
+            };
+            if let Err(e) = schema_registry::run(listener, config, shutdown).await {
+                panic!("the in-process registry failed: {e}");
+            }
+        });
+        let url = format!("http://{addr}");
+        let client = schema_registry::RegistryClient::new(&url).expect("registry client");
+        crate::eventually(START_TIMEOUT, "the registry to serve the shipped schemas", || async {
+            client.latest(schema_registry::audit::AUDIT_SUBJECT).await.ok()
+        })
+        .await;
+        TestRegistry { url, _dir: dir, _stop: stop }
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// The directory of the pipeline's event schemas, shipped with the schema registry.
+pub fn shipped_schemas_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas")
+}

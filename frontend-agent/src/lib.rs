@@ -1,0 +1,1 @@
+//! Frontend agent (in progress).

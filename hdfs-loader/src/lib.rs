@@ -1,0 +1,1 @@
+//! HDFS loader (in progress).
