@@ -27,24 +27,45 @@ struct Cli {
     /// Partitions of a topic created without an explicit count.
     #[arg(long, value_name = "N")]
     num_partitions: Option<u32>,
+    /// Create an unknown topic on its first produce.
+    #[arg(long, value_name = "BOOL")]
+    auto_create_topics: Option<bool>,
+    /// Largest request accepted, checked before anything is allocated.
+    #[arg(long, value_name = "B")]
+    max_request_bytes: Option<u32>,
+    /// Largest message (its bytes after the length field).
+    #[arg(long, value_name = "B")]
+    max_message_bytes: Option<u32>,
+    /// Connections beyond this many are closed at once.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<u32>,
     /// Flush a partition after this many messages...
     #[arg(long, value_name = "N")]
     flush_messages: Option<u64>,
     /// ...or when its oldest unflushed message is this old.
     #[arg(long, value_name = "MS")]
     flush_ms: Option<u64>,
-    /// Roll to a new segment file at this size.
+    /// Roll to a new segment file at this size...
     #[arg(long, value_name = "B")]
     segment_bytes: Option<u64>,
+    /// ...or when the last segment is this old.
+    #[arg(long, value_name = "MS")]
+    segment_ms: Option<u64>,
     /// Delete segments last modified longer ago than this.
     #[arg(long, value_name = "MS")]
     retention_ms: Option<u64>,
+    /// Delete head segments while a partition is larger than this.
+    #[arg(long, value_name = "B")]
+    retention_bytes: Option<u64>,
     /// How often to look for segments to delete.
     #[arg(long, value_name = "MS")]
     retention_check_ms: Option<u64>,
     /// Register in this ZooKeeper (`host:port[,host:port…][/chroot]`); standalone without it.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
+    /// ZooKeeper session timeout.
+    #[arg(long, value_name = "MS")]
+    zookeeper_session_timeout_ms: Option<u64>,
 }
 
 impl Cli {
@@ -62,12 +83,25 @@ impl Cli {
             port,
             data_dir,
             num_partitions,
+            auto_create_topics,
+            max_request_bytes,
+            max_message_bytes,
+            max_connections,
             flush_messages,
             flush_ms,
             segment_bytes,
+            segment_ms,
             retention_ms,
-            retention_check_ms
+            retention_check_ms,
+            zookeeper_session_timeout_ms
         );
+        // Optional in the file too: a flag sets them, its absence keeps the file's value.
+        if self.zookeeper.is_some() {
+            config.zookeeper = self.zookeeper;
+        }
+        if self.retention_bytes.is_some() {
+            config.retention_bytes = self.retention_bytes;
+        }
         config.validate()?;
         Ok(config)
     }

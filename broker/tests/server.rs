@@ -225,3 +225,72 @@ fn flags_override_the_config_file() {
     });
     assert!(data.join("x-2").is_dir());
 }
+
+#[test]
+fn limit_and_log_flags_are_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("data");
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--auto-create-topics",
+        "false",
+        "--max-message-bytes",
+        "64",
+        "--max-request-bytes",
+        "4096",
+        "--max-connections",
+        "2",
+        "--segment-bytes",
+        "100",
+        "--segment-ms",
+        "3600000",
+        "--retention-bytes",
+        "250",
+        "--retention-check-ms",
+        "100",
+        "--flush-messages",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _process = Process::spawn(broker_bin().as_ref(), &args, port, &dir.path().join("log"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    runtime.block_on(async {
+        let conn = client::Connection::connect(&addr).await.unwrap();
+        // --auto-create-topics false: an unknown topic is refused.
+        let err = conn.produce("unknown", 0, Acks::Written, message_set(&[b"x"])).await;
+        assert!(format!("{err:?}").contains("UnknownTopic"), "{err:?}");
+        conn.create_topic("t", 1, &[]).await.unwrap();
+        // --max-message-bytes 64.
+        let err = conn.produce("t", 0, Acks::Written, message_set(&[[7u8; 100]])).await;
+        assert!(format!("{err:?}").contains("MessageTooLarge"), "{err:?}");
+        // --segment-bytes 100 rolls after each 50-byte message pair; --retention-bytes 250
+        // then deletes head segments.
+        for _ in 0..20 {
+            conn.produce("t", 0, Acks::Written, message_set(&[[1u8; 41]])).await.unwrap();
+        }
+        testkit::eventually(Duration::from_secs(15), "retention by size", || async {
+            let bytes: u64 = std::fs::read_dir(data.join("t-0"))
+                .unwrap()
+                .map(|e| e.unwrap().metadata().unwrap().len())
+                .sum();
+            (bytes <= 350).then_some(())
+        })
+        .await;
+        // --max-request-bytes 4096: a larger request closes the connection.
+        let big = conn.produce("t", 0, Acks::Written, message_set(&[[0u8; 60]; 80])).await;
+        assert!(big.is_err(), "a request over --max-request-bytes must be refused");
+        // --max-connections 2: a third connection is closed at once.
+        let _second = client::Connection::connect(&addr).await.unwrap();
+        let _third = client::Connection::connect(&addr).await.unwrap();
+        let _fourth = client::Connection::connect(&addr).await.unwrap();
+        let refused = _fourth.metadata(&[]).await;
+        assert!(refused.is_err(), "over --max-connections, got {refused:?}");
+    });
+}

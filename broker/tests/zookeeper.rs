@@ -162,3 +162,44 @@ async fn registration_comes_back_after_zookeeper_restarts() {
     broker.stop().await;
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zookeeper_flags_register_a_broker_started_from_the_command_line() {
+    let server = ZooKeeperServer::shared();
+    let connect = format!("{}/flag-registration", server.connect_string());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args: Vec<String> = [
+        "--broker-id",
+        "5",
+        "--port",
+        &port.to_string(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--zookeeper",
+        &connect,
+        "--zookeeper-session-timeout-ms",
+        "2000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let broker =
+        Process::spawn(env!("CARGO_BIN_EXE_broker").as_ref(), &args, port, &dir.path().join("log"));
+    let (_session, registry) = observer(&connect).await;
+    let brokers = eventually(WAIT, "the broker's node", || async {
+        let brokers = registry.brokers().await.unwrap();
+        (!brokers.is_empty()).then_some(brokers)
+    })
+    .await;
+    assert_eq!(brokers.get(&5), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    // The session timeout flag is applied too: after kill -9 the node goes within ~2 s, far
+    // sooner than the 6 s default.
+    broker.signal(nix::sys::signal::Signal::SIGKILL);
+    let killed = Instant::now();
+    eventually(WAIT, "the killed broker's node to vanish", || async {
+        registry.brokers().await.unwrap().is_empty().then_some(())
+    })
+    .await;
+    assert!(killed.elapsed() < Duration::from_millis(5_500), "took {:?}", killed.elapsed());
+}
