@@ -1,0 +1,3 @@
+//! `tributary`: see the crate docs.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! Multi-process deployment (in progress).
