@@ -41,6 +41,8 @@ pub struct Broker {
     stop: CancellationToken,
     /// Set once the broker is serving, when it registers in ZooKeeper.
     registration: OnceLock<Arc<Registration>>,
+    /// A coordination session to register in instead of connecting to `config.zookeeper`.
+    coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
 }
 
 impl Broker {
@@ -57,6 +59,7 @@ impl Broker {
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             registration: OnceLock::new(),
+            coordinator: OnceLock::new(),
         });
         for partition in broker.logs.partitions() {
             broker.start_flusher(partition);
@@ -87,18 +90,32 @@ impl Broker {
         &self.logs
     }
 
-    /// Registers this broker, listening on `port`, and its topics in ZooKeeper, if the
-    /// configuration names one.
+    /// Makes the broker register in `session` when it starts serving, instead of in the
+    /// ZooKeeper of its configuration: how the all-in-one launcher puts brokers in its embedded
+    /// coordination backend. Call it before [`crate::serve`]; a second call is ignored.
+    pub fn register_in(&self, session: Arc<dyn cluster::Coordinator>) {
+        let _ = self.coordinator.set(session);
+    }
+
+    /// Registers this broker, listening on `port`, and its topics in the coordination session
+    /// given to [`Broker::register_in`], or else in ZooKeeper if the configuration names one.
     pub(crate) async fn register(&self, port: u16) -> Result<(), BrokerError> {
-        let Some(connect) = &self.config.zookeeper else { return Ok(()) };
         let info = cluster::BrokerInfo { host: self.config.host.clone(), port };
-        let registration = Registration::register(
-            connect,
-            self.config.zookeeper_session_timeout_ms,
-            self.config.broker_id,
-            info,
-        )
-        .await?;
+        let registration = match (self.coordinator.get(), &self.config.zookeeper) {
+            (Some(session), _) => {
+                Registration::register_in(Arc::clone(session), self.config.broker_id, info).await?
+            }
+            (None, Some(connect)) => {
+                Registration::register(
+                    connect,
+                    self.config.zookeeper_session_timeout_ms,
+                    self.config.broker_id,
+                    info,
+                )
+                .await?
+            }
+            (None, None) => return Ok(()),
+        };
         for topic in self.logs.topics() {
             registration.register_topic(&topic.name, topic.partitions.len() as u32).await;
         }

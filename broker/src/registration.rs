@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use cluster::{BrokerInfo, Registry, RegistryError, ZooKeeper, ZooKeeperConfig};
+use cluster::{BrokerInfo, Coordinator, Registry, RegistryError, ZooKeeper, ZooKeeperConfig};
 
 pub(crate) struct Registration {
     broker_id: i32,
     registry: Registry,
     /// Held so the session lives as long as the registration.
-    _session: Arc<ZooKeeper>,
+    _session: Arc<dyn Coordinator>,
 }
 
 impl Registration {
@@ -24,9 +24,19 @@ impl Registration {
         let mut config = ZooKeeperConfig::new(connect);
         config.session_timeout_ms = session_timeout_ms;
         let session = ZooKeeper::connect(config).await?;
+        tracing::info!(zookeeper = %connect, "connected to ZooKeeper");
+        Registration::register_in(session, broker_id, info).await
+    }
+
+    /// Registers the broker in a session the caller opened (e.g. on the embedded backend).
+    pub(crate) async fn register_in(
+        session: Arc<dyn Coordinator>,
+        broker_id: i32,
+        info: BrokerInfo,
+    ) -> Result<Registration, RegistryError> {
         let registry = Registry::new(session.clone());
         registry.register_broker(broker_id, &info).await?;
-        tracing::info!(zookeeper = %connect, broker_id, addr = %info.addr(), "registered broker");
+        tracing::info!(broker_id, addr = %info.addr(), "registered broker");
         Ok(Registration { broker_id, registry, _session: session })
     }
 

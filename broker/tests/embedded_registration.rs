@@ -1,0 +1,47 @@
+//! A broker registered in the embedded coordination backend, as the all-in-one launcher runs it.
+
+use std::time::Duration;
+
+use broker::{Broker, serve};
+use cluster::{BrokerInfo, Embedded, Registry};
+use protocol::Acks;
+use testkit::broker::{message_set, test_config};
+use testkit::eventually;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_registers_in_an_embedded_session() {
+    let embedded = Embedded::new();
+    let observer = Registry::new(embedded.session("/tributary/live-a").unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.broker_id = 4;
+    let broker = Broker::open(config).await.unwrap();
+    broker.register_in(embedded.session("/tributary/live-a").unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, broker, async move {
+        let _ = stopped.await;
+    }));
+
+    let brokers = eventually(Duration::from_secs(10), "the broker's node", || async {
+        let brokers = observer.brokers().await.unwrap();
+        (!brokers.is_empty()).then_some(brokers)
+    })
+    .await;
+    assert_eq!(brokers.get(&4), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+    conn.produce("views", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
+    eventually(Duration::from_secs(10), "the topic's node", || async {
+        (observer.topic_brokers("views").await.unwrap().get(&4) == Some(&1)).then_some(())
+    })
+    .await;
+    // Another chroot of the same backend is another cluster: it does not see the broker.
+    let other = Registry::new(embedded.session("/tributary/live-b").unwrap());
+    assert!(other.brokers().await.unwrap().is_empty());
+
+    drop(conn);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    assert!(observer.brokers().await.unwrap().is_empty(), "a clean stop unregisters");
+}
