@@ -19,8 +19,8 @@ pub use connection::{Connection, ConnectionConfig, PendingResponse};
 pub use discovery::{BrokerPartitions, BrokerSource, DiscoveryError, StaticBrokers};
 pub use error::ClientError;
 pub use group::{
-    GroupConsumer, GroupConsumerConfig, GroupError, GroupMessage, MessageStream, OffsetReset,
-    StreamId, assign,
+    CommitPolicy, GroupConsumer, GroupConsumerConfig, GroupError, GroupMessage, MessageStream,
+    OffsetReset, StreamId, assign,
 };
 pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use protocol::MessageSetIter;
 use tokio::sync::mpsc;
 
 use super::owned::{OFFSET_UNKNOWN, Owned};
 use super::stream::Chunk;
 use super::{GroupError, Inner, OffsetReset};
-use crate::{ConsumerError, SimpleConsumer};
+use crate::{ConsumedMessage, ConsumerError, FetchedMessages, SimpleConsumer};
 
 /// Longest wait between attempts to reach a partition's broker.
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
@@ -63,17 +64,7 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
         match consumer.fetch(topic, partition, offset).await {
             Ok(fetched) => {
                 backoff_ms = 100;
-                let mut messages = Vec::new();
-                let mut error = None;
-                for message in &fetched {
-                    match message {
-                        Ok(message) => messages.push(message),
-                        Err(e) => {
-                            error = Some(GroupError::Consumer(e));
-                            break;
-                        }
-                    }
-                }
+                let (messages, error) = split(&fetched, inner.config.framed);
                 if messages.is_empty() && error.is_none() {
                     tokio::time::sleep(Duration::from_millis(inner.config.fetch_wait_ms)).await;
                     continue;
@@ -111,6 +102,43 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
             }
         }
     }
+}
+
+/// The messages of a fetch — inflated, or whole as stored when `framed` — and the error that
+/// ended them, if one was corrupt.
+fn split(fetched: &FetchedMessages, framed: bool) -> (Vec<ConsumedMessage>, Option<GroupError>) {
+    let mut messages = Vec::new();
+    if !framed {
+        for message in fetched {
+            match message {
+                Ok(message) => messages.push(message),
+                Err(e) => return (messages, Some(GroupError::Consumer(e))),
+            }
+        }
+        return (messages, None);
+    }
+    let set = fetched.bytes();
+    let mut position = 0;
+    for message in MessageSetIter::new(set, fetched.base_offset()) {
+        match message {
+            Ok((offset, message)) => {
+                let end = position + message.size_bytes();
+                let payload = set.slice(position..end);
+                position = end;
+                messages.push(ConsumedMessage {
+                    offset,
+                    next_offset: offset + payload.len() as i64,
+                    payload,
+                });
+            }
+            Err(source) => {
+                let (topic, partition) = (fetched.topic().to_owned(), fetched.partition());
+                let error = ConsumerError::InvalidMessage { topic, partition, source };
+                return (messages, Some(GroupError::Consumer(error)));
+            }
+        }
+    }
+    (messages, None)
 }
 
 async fn reset(

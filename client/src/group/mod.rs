@@ -54,6 +54,18 @@ pub enum GroupError {
     Rebalance(String),
 }
 
+/// Which offsets a consumer commits (every `auto_commit_ms`, on
+/// [`GroupConsumer::commit_offsets`], and before it gives a partition up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitPolicy {
+    /// What the streams handed out: a message counts as done once taken.
+    #[default]
+    Taken,
+    /// Only what the caller marked with [`GroupConsumer::mark_done`]: for a caller that
+    /// finishes a message after taking it (the mirror, once the target acknowledged it).
+    Marked,
+}
+
 /// Where a group with no committed offset for a partition starts; also where a consumer
 /// resumes when its offset is gone (deleted by retention).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +83,11 @@ pub struct GroupConsumerConfig {
     pub consumer_id: Option<String>,
     /// Commit consumed offsets this often.
     pub auto_commit_ms: u64,
+    pub commit: CommitPolicy,
+    /// Deliver every message whole, as stored: `payload` is the framed message (length, CRC,
+    /// magic, attributes, payload) and a compressed wrapper comes as one message, not inflated.
+    /// For copying messages byte for byte.
+    pub framed: bool,
     pub auto_offset_reset: OffsetReset,
     /// Fetched chunks waiting in each stream's queue: the prefetch, and the bound on memory.
     pub queue_chunks: usize,
@@ -90,6 +107,8 @@ impl GroupConsumerConfig {
             group: group.into(),
             consumer_id: None,
             auto_commit_ms: 10_000,
+            commit: CommitPolicy::Taken,
+            framed: false,
             auto_offset_reset: OffsetReset::Smallest,
             queue_chunks: 4,
             fetch_wait_ms: 100,
@@ -224,7 +243,9 @@ impl GroupConsumer {
             senders.insert(topic.clone(), tx);
             streams.insert(
                 topic.clone(),
-                rx.into_iter().map(|rx| MessageStream::new(topic.clone(), rx)).collect(),
+                rx.into_iter()
+                    .map(|rx| MessageStream::new(topic.clone(), rx, self.inner.config.commit))
+                    .collect(),
             );
         }
         self.inner
@@ -245,6 +266,16 @@ impl GroupConsumer {
     pub async fn commit_offsets(&self) -> Result<(), GroupError> {
         let owned = self.inner.owned.lock().await;
         self.inner.commit(&owned).await
+    }
+
+    /// With [`CommitPolicy::Marked`]: everything of `topic` `partition` before `next_offset` is
+    /// done and may be committed. A mark for a partition this consumer no longer owns is
+    /// ignored; marks never move an offset back.
+    pub async fn mark_done(&self, topic: &str, partition: PartitionId, next_offset: i64) {
+        let owned = self.inner.owned.lock().await;
+        if let Some(owned) = owned.iter().find(|o| o.topic == topic && o.partition == partition) {
+            owned.consumed.fetch_max(next_offset, Ordering::AcqRel);
+        }
     }
 
     /// `(topic, partition, stream)` of every partition this consumer owns now.

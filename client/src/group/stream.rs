@@ -11,8 +11,8 @@ use cluster::PartitionId;
 use futures::Stream;
 use tokio::sync::mpsc;
 
-use super::GroupError;
 use super::owned::Owned;
+use super::{CommitPolicy, GroupError};
 use crate::ConsumedMessage;
 
 /// One message as a group consumer delivers it.
@@ -38,19 +38,24 @@ pub(crate) struct Chunk {
 /// Messages of one stream. It never ends while its consumer runs: at the end of the log it
 /// waits for more. It ends (`None`) once the consumer is closed.
 ///
-/// Taking a message from the stream marks it consumed; the consumer commits consumed
-/// offsets every `auto_commit_ms`, on [`super::GroupConsumer::commit_offsets`], and before it
+/// Taking a message from the stream marks it consumed (with [`CommitPolicy::Taken`]; with
+/// [`CommitPolicy::Marked`] the caller marks it); the consumer commits consumed offsets every `auto_commit_ms`, on [`super::GroupConsumer::commit_offsets`], and before it
 /// gives a partition up. A consumer that dies leaves what it consumed since its last commit
 /// to be delivered again: at-least-once.
 pub struct MessageStream {
     topic: String,
+    commit: CommitPolicy,
     queue: mpsc::Receiver<Chunk>,
     current: Option<Chunk>,
 }
 
 impl MessageStream {
-    pub(crate) fn new(topic: String, queue: mpsc::Receiver<Chunk>) -> MessageStream {
-        MessageStream { topic, queue, current: None }
+    pub(crate) fn new(
+        topic: String,
+        queue: mpsc::Receiver<Chunk>,
+        commit: CommitPolicy,
+    ) -> MessageStream {
+        MessageStream { topic, commit, queue, current: None }
     }
 
     pub fn topic(&self) -> &str {
@@ -66,7 +71,9 @@ impl MessageStream {
                 return None;
             }
             if let Some(message) = chunk.messages.next() {
-                chunk.owned.consumed.store(message.next_offset, Ordering::Release);
+                if self.commit == CommitPolicy::Taken {
+                    chunk.owned.consumed.store(message.next_offset, Ordering::Release);
+                }
                 return Some(Ok(GroupMessage {
                     topic: chunk.owned.topic.clone(),
                     partition: chunk.owned.partition,

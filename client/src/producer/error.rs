@@ -18,6 +18,8 @@ pub enum ProducerError {
     InvalidTopic { topic: String },
     #[error("message of {bytes} bytes for topic {topic} exceeds the limit of {limit_bytes}")]
     MessageTooLarge { topic: String, bytes: usize, limit_bytes: usize },
+    #[error("invalid message for topic {topic}: {reason}")]
+    InvalidMessage { topic: String, reason: String },
     #[error("producer buffer full ({limit} reached) sending to topic {topic}")]
     BufferFull { topic: String, limit: String },
     #[error("producer is closed")]

@@ -22,8 +22,8 @@ mod routes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::BytesMut;
-use protocol::Codec;
+use bytes::{Bytes, BytesMut};
+use protocol::{Codec, MessageSetIter};
 use tokio::sync::{Semaphore, TryAcquireError, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -109,11 +109,46 @@ impl Producer {
         key: Option<&[u8]>,
         payload: &[u8],
     ) -> Result<Pending, ProducerError> {
+        let mut message = BytesMut::with_capacity(MESSAGE_OVERHEAD_BYTES + payload.len());
+        protocol::encode_message(&mut message, Codec::None, payload);
+        self.enqueue_message(topic, key, message.freeze()).await
+    }
+
+    /// Like [`Producer::enqueue`] for a message already framed (length, CRC, magic,
+    /// [attributes], payload) — a compressed wrapper included — which is sent byte for byte.
+    /// For copying messages between clusters; needs `compression` `None`, since a wrapper
+    /// must not be wrapped again.
+    pub async fn enqueue_framed(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        message: Bytes,
+    ) -> Result<Pending, ProducerError> {
+        if self.inner.config.compression != Codec::None {
+            let reason = "framed messages need compression None".to_owned();
+            return Err(ProducerError::InvalidConfig { reason });
+        }
+        let mut messages = MessageSetIter::new(&message, 0);
+        let whole = matches!(messages.next(), Some(Ok((_, m))) if m.size_bytes() == message.len());
+        if !whole {
+            let reason = format!("not exactly one valid framed message ({} bytes)", message.len());
+            return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
+        }
+        self.enqueue_message(topic, key, message).await
+    }
+
+    /// Accepts one encoded message into its partition's batch.
+    async fn enqueue_message(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        message: Bytes,
+    ) -> Result<Pending, ProducerError> {
         let inner = &self.inner;
         let config = &inner.config;
         protocol::validate_topic_name(topic)
             .map_err(|_| ProducerError::InvalidTopic { topic: topic.to_owned() })?;
-        let bytes = MESSAGE_OVERHEAD_BYTES + payload.len();
+        let bytes = message.len();
         if bytes > config.message_bytes_max {
             let limit_bytes = config.message_bytes_max;
             return Err(ProducerError::MessageTooLarge {
@@ -142,10 +177,8 @@ impl Producer {
                 Err(TryAcquireError::Closed) => return Err(ProducerError::Closed),
             },
         };
-        let mut message = BytesMut::with_capacity(bytes);
-        protocol::encode_message(&mut message, Codec::None, payload);
         let (reply, pending) = oneshot::channel();
-        let record = Record { message: message.freeze(), reply, _permit: permit };
+        let record = Record { message, reply, _permit: permit };
         let queue = self.queue_for(topic, target)?;
         let command = Command::Record(record);
         match config.buffer_full {
