@@ -1,0 +1,539 @@
+//! The topology file (`deploy/local.toml`): which processes run, on which ports, with which
+//! settings. Every key is documented in `deploy/local.toml`; this module parses it, fills the
+//! defaults and checks it before anything starts, naming the offending key in its error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Where every process listens: the deployment is loopback-only.
+pub const HOST: &str = "127.0.0.1";
+
+/// A bad topology file. Each message names the key it is about.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopologyError {
+    #[error("cannot read topology file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: line {line}: {message}")]
+    Syntax { path: PathBuf, line: usize, message: String },
+    #[error("{path}: key `{key}`: {message}")]
+    Key { path: PathBuf, key: String, message: String },
+}
+
+/// The parsed and checked topology. Relative paths are already resolved against the directory
+/// of the topology file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Pids, logs, generated configs and every process's data live under it.
+    pub run_dir: PathBuf,
+    /// How long `up` waits for one process to become ready.
+    #[serde(default = "defaults::ready_timeout_ms")]
+    pub ready_timeout_ms: u64,
+    /// How long `down` waits after SIGTERM before SIGKILL.
+    #[serde(default = "defaults::stop_timeout_ms")]
+    pub stop_timeout_ms: u64,
+    /// Audit window of every tier (agents, mirror, loader, audit service).
+    #[serde(default = "defaults::audit_window_ms")]
+    pub audit_window_ms: u64,
+    #[serde(default)]
+    pub binaries: Binaries,
+    #[serde(default)]
+    pub zookeeper: ZooKeeper,
+    #[serde(default)]
+    pub seaweedfs: SeaweedFs,
+    #[serde(default)]
+    pub schema_registry: Service,
+    /// Settings every broker gets (`config`, `settings`); ports are per cluster.
+    #[serde(default)]
+    pub broker: Service,
+    /// Live clusters by name, each with brokers, a load balancer, an agent and a simulator.
+    pub live: BTreeMap<String, LiveCluster>,
+    pub analytics: Analytics,
+    #[serde(default)]
+    pub agent: Service,
+    #[serde(default)]
+    pub simulator: Simulator,
+    #[serde(default)]
+    pub mirror: Service,
+    #[serde(default)]
+    pub loader: Loader,
+    #[serde(default)]
+    pub audit: Service,
+}
+
+/// Where the programs are.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binaries {
+    /// Directory of `broker`, `schema-registry`, `frontend-agent`, `mirror`, `hdfs-loader` and
+    /// `audit`; unset: the directory of the running `tributary`.
+    pub dir: Option<PathBuf>,
+    #[serde(default = "defaults::java")]
+    pub java: String,
+    #[serde(default = "defaults::zookeeper_classpath")]
+    pub zookeeper_classpath: String,
+    #[serde(default = "defaults::weed")]
+    pub weed: String,
+    #[serde(default = "defaults::haproxy")]
+    pub haproxy: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZooKeeper {
+    #[serde(default = "defaults::zookeeper_port")]
+    pub port: u16,
+    /// ZooKeeper's clock; sessions may last 2 to 20 ticks.
+    #[serde(default = "defaults::tick_ms")]
+    pub tick_ms: u64,
+    /// Every cluster's chroot is `{chroot_prefix}/{cluster name}`.
+    #[serde(default = "defaults::chroot_prefix")]
+    pub chroot_prefix: String,
+    #[serde(default = "defaults::heap_mb")]
+    pub heap_mb: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeaweedFs {
+    #[serde(default = "defaults::s3_port")]
+    pub s3_port: u16,
+    /// The other ports `weed mini` opens: master, volume, filer and admin, HTTP and gRPC each,
+    /// and the S3 gRPC port, taken consecutively from this one (nine ports).
+    #[serde(default = "defaults::seaweedfs_base_port")]
+    pub base_port: u16,
+    /// The bucket created at start; the loader writes under `s3://{bucket}/{loader.prefix}`.
+    #[serde(default = "defaults::bucket")]
+    pub bucket: String,
+}
+
+/// Settings of one kind of service: a base config file and single keys over it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// A config file of the service (see `deploy/configs/`) that the generated one starts from.
+    pub config: Option<PathBuf>,
+    /// Keys of the service's config file, over `config`'s.
+    #[serde(default)]
+    pub settings: toml::Table,
+    /// The service's HTTP port (agents, audit) or metrics port (mirror), where it has one.
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveCluster {
+    /// One broker per port, ids 0, 1, ….
+    pub broker_ports: Vec<u16>,
+    /// The HAProxy in front of this cluster's brokers.
+    pub lb_port: u16,
+    /// This cluster's frontend agent's HTTP port.
+    pub agent_port: u16,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Analytics {
+    #[serde(default = "defaults::analytics_name")]
+    pub name: String,
+    pub broker_ports: Vec<u16>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Simulator {
+    /// Events per second each simulator sends to its live cluster's agent; 0 runs none.
+    #[serde(default = "defaults::simulator_rate")]
+    pub rate: u32,
+    #[serde(default = "defaults::simulator_topics")]
+    pub topics: Vec<String>,
+    /// How long a simulator runs, e.g. `"1h"`.
+    #[serde(default = "defaults::simulator_duration")]
+    pub duration: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Loader {
+    /// Key prefix inside the bucket.
+    #[serde(default = "defaults::loader_prefix")]
+    pub prefix: String,
+    /// Pause between two load runs, e.g. `"1m"`.
+    #[serde(default = "defaults::loader_interval")]
+    pub interval: String,
+    pub config: Option<PathBuf>,
+    #[serde(default)]
+    pub settings: toml::Table,
+}
+
+mod defaults {
+    pub fn ready_timeout_ms() -> u64 {
+        30_000
+    }
+    pub fn stop_timeout_ms() -> u64 {
+        15_000
+    }
+    pub fn audit_window_ms() -> u64 {
+        60_000
+    }
+    pub fn java() -> String {
+        "java".into()
+    }
+    pub fn zookeeper_classpath() -> String {
+        "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar".into()
+    }
+    pub fn weed() -> String {
+        "weed".into()
+    }
+    pub fn haproxy() -> String {
+        "haproxy".into()
+    }
+    pub fn zookeeper_port() -> u16 {
+        2181
+    }
+    pub fn tick_ms() -> u64 {
+        2000
+    }
+    pub fn chroot_prefix() -> String {
+        "/tributary".into()
+    }
+    pub fn heap_mb() -> u32 {
+        256
+    }
+    pub fn s3_port() -> u16 {
+        8333
+    }
+    pub fn seaweedfs_base_port() -> u16 {
+        18330
+    }
+    pub fn bucket() -> String {
+        "tributary".into()
+    }
+    pub fn analytics_name() -> String {
+        "analytics".into()
+    }
+    pub fn simulator_rate() -> u32 {
+        100
+    }
+    pub fn simulator_topics() -> Vec<String> {
+        vec!["page-view".into(), "click".into(), "search".into()]
+    }
+    pub fn simulator_duration() -> String {
+        "24h".into()
+    }
+    pub fn loader_prefix() -> String {
+        "warehouse".into()
+    }
+    pub fn loader_interval() -> String {
+        "1m".into()
+    }
+}
+
+impl Default for ZooKeeper {
+    fn default() -> Self {
+        ZooKeeper {
+            port: defaults::zookeeper_port(),
+            tick_ms: defaults::tick_ms(),
+            chroot_prefix: defaults::chroot_prefix(),
+            heap_mb: defaults::heap_mb(),
+        }
+    }
+}
+
+impl Default for SeaweedFs {
+    fn default() -> Self {
+        SeaweedFs {
+            s3_port: defaults::s3_port(),
+            base_port: defaults::seaweedfs_base_port(),
+            bucket: defaults::bucket(),
+        }
+    }
+}
+
+impl Default for Simulator {
+    fn default() -> Self {
+        Simulator {
+            rate: defaults::simulator_rate(),
+            topics: defaults::simulator_topics(),
+            duration: defaults::simulator_duration(),
+        }
+    }
+}
+
+impl Default for Loader {
+    fn default() -> Self {
+        Loader {
+            prefix: defaults::loader_prefix(),
+            interval: defaults::loader_interval(),
+            config: None,
+            settings: toml::Table::new(),
+        }
+    }
+}
+
+/// Ports of `weed mini` besides S3, consecutive from `base_port`.
+pub const SEAWEEDFS_EXTRA_PORTS: u16 = 9;
+
+impl Topology {
+    /// Reads, parses and checks a topology file.
+    pub fn load(path: &Path) -> Result<Topology, TopologyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| TopologyError::Read { path: path.to_owned(), source })?;
+        let mut topology = Topology::parse(path, &text)?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        // Absolute, because processes run with the run directory as their working directory
+        // and a pid's command line is matched against these paths.
+        let base = std::path::absolute(base)
+            .map_err(|source| TopologyError::Read { path: path.to_owned(), source })?;
+        topology.resolve_paths(&base);
+        topology.validate(path)?;
+        Ok(topology)
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<Topology, TopologyError> {
+        let table: toml::Table = toml::from_str(text).map_err(|e: toml::de::Error| {
+            let line = e.span().map_or(1, |span| text[..span.start].matches('\n').count() + 1);
+            TopologyError::Syntax {
+                path: path.to_owned(),
+                line,
+                message: e.message().replace('\n', " "),
+            }
+        })?;
+        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+            let key = e.path().to_string();
+            TopologyError::Key {
+                path: path.to_owned(),
+                key: if key == "." { "(top level)".into() } else { key },
+                message: e.into_inner().to_string().replace('\n', " "),
+            }
+        })
+    }
+
+    fn resolve_paths(&mut self, base: &Path) {
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut self.run_dir);
+        if let Some(dir) = &mut self.binaries.dir {
+            resolve(dir);
+        }
+        for service in [
+            &mut self.schema_registry,
+            &mut self.broker,
+            &mut self.agent,
+            &mut self.mirror,
+            &mut self.audit,
+        ] {
+            if let Some(config) = &mut service.config {
+                resolve(config);
+            }
+        }
+        if let Some(config) = &mut self.loader.config {
+            resolve(config);
+        }
+        if let Some(toml::Value::String(dir)) =
+            self.schema_registry.settings.get_mut("register_schemas")
+        {
+            let mut p = PathBuf::from(&*dir);
+            resolve(&mut p);
+            *dir = p.display().to_string();
+        }
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), TopologyError> {
+        let err = |key: &str, message: String| TopologyError::Key {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        if self.run_dir.as_os_str().is_empty() {
+            return Err(err("run_dir", "must not be empty".into()));
+        }
+        for (key, value) in [
+            ("ready_timeout_ms", self.ready_timeout_ms),
+            ("stop_timeout_ms", self.stop_timeout_ms),
+            ("audit_window_ms", self.audit_window_ms),
+            ("zookeeper.tick_ms", self.zookeeper.tick_ms),
+        ] {
+            if value == 0 {
+                return Err(err(key, "must be greater than 0".into()));
+            }
+        }
+        if !self.zookeeper.chroot_prefix.starts_with('/')
+            || self.zookeeper.chroot_prefix.ends_with('/')
+        {
+            return Err(err(
+                "zookeeper.chroot_prefix",
+                format!(
+                    "{:?} must start with `/` and not end with one",
+                    self.zookeeper.chroot_prefix
+                ),
+            ));
+        }
+        if self.live.is_empty() {
+            return Err(err("live", "name at least one live cluster".into()));
+        }
+        let mut names = BTreeSet::new();
+        for name in self.live.keys().chain([&self.analytics.name]) {
+            let key = if *name == self.analytics.name {
+                "analytics.name".to_owned()
+            } else {
+                format!("live.{name}")
+            };
+            if name.is_empty()
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(err(
+                    &key,
+                    format!("cluster name {name:?} may hold only A-Z a-z 0-9 - _"),
+                ));
+            }
+            if !names.insert(name) {
+                return Err(err(&key, format!("cluster name {name:?} is used twice")));
+            }
+        }
+        for (name, live) in &self.live {
+            if live.broker_ports.is_empty() {
+                return Err(err(
+                    &format!("live.{name}.broker_ports"),
+                    "name at least one port".into(),
+                ));
+            }
+        }
+        if self.analytics.broker_ports.is_empty() {
+            return Err(err("analytics.broker_ports", "name at least one port".into()));
+        }
+        if self.simulator.topics.is_empty() {
+            return Err(err("simulator.topics", "name at least one topic".into()));
+        }
+        for (key, value) in [
+            ("simulator.duration", &self.simulator.duration),
+            ("loader.interval", &self.loader.interval),
+        ] {
+            parse_duration_ms(value).map_err(|message| err(key, message))?;
+        }
+        if self.seaweedfs.bucket.is_empty()
+            || !self
+                .seaweedfs
+                .bucket
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            return Err(err(
+                "seaweedfs.bucket",
+                format!("{:?} is not an S3 bucket name (a-z 0-9 -)", self.seaweedfs.bucket),
+            ));
+        }
+        // Two processes on one port would make the second fail to start halfway through `up`.
+        let mut ports: BTreeMap<u16, String> = BTreeMap::new();
+        for (key, port) in self.ports() {
+            if port == 0 {
+                return Err(err(&key, "a fixed port is needed (0 is not one)".into()));
+            }
+            if let Some(other) = ports.insert(port, key.clone()) {
+                return Err(err(&key, format!("port {port} is also `{other}`")));
+            }
+        }
+        for (key, service) in [
+            ("schema_registry", &self.schema_registry),
+            ("broker", &self.broker),
+            ("agent", &self.agent),
+            ("mirror", &self.mirror),
+            ("audit", &self.audit),
+        ] {
+            if let Some(config) = &service.config
+                && !config.is_file()
+            {
+                return Err(err(
+                    &format!("{key}.config"),
+                    format!("{} is not a file", config.display()),
+                ));
+            }
+        }
+        if let Some(config) = &self.loader.config
+            && !config.is_file()
+        {
+            return Err(err("loader.config", format!("{} is not a file", config.display())));
+        }
+        Ok(())
+    }
+
+    /// Every port the topology uses, with the key that sets it.
+    fn ports(&self) -> Vec<(String, u16)> {
+        let mut ports = vec![
+            ("zookeeper.port".to_owned(), self.zookeeper.port),
+            ("seaweedfs.s3_port".to_owned(), self.seaweedfs.s3_port),
+            ("schema_registry.port".to_owned(), self.schema_registry_port()),
+            ("mirror.port".to_owned(), self.mirror_port()),
+            ("audit.port".to_owned(), self.audit_port()),
+        ];
+        for i in 0..SEAWEEDFS_EXTRA_PORTS {
+            ports.push((
+                "seaweedfs.base_port".to_owned(),
+                self.seaweedfs.base_port.saturating_add(i),
+            ));
+        }
+        for (name, live) in &self.live {
+            for (i, port) in live.broker_ports.iter().enumerate() {
+                ports.push((format!("live.{name}.broker_ports[{i}]"), *port));
+            }
+            ports.push((format!("live.{name}.lb_port"), live.lb_port));
+            ports.push((format!("live.{name}.agent_port"), live.agent_port));
+        }
+        for (i, port) in self.analytics.broker_ports.iter().enumerate() {
+            ports.push((format!("analytics.broker_ports[{i}]"), *port));
+        }
+        ports
+    }
+
+    pub fn schema_registry_port(&self) -> u16 {
+        self.schema_registry.port.unwrap_or(8081)
+    }
+
+    pub fn mirror_port(&self) -> u16 {
+        self.mirror.port.unwrap_or(8501)
+    }
+
+    pub fn audit_port(&self) -> u16 {
+        self.audit.port.unwrap_or(8600)
+    }
+
+    /// `127.0.0.1:{port}{chroot_prefix}/{cluster}`: where a cluster's brokers register.
+    pub fn zookeeper_connect(&self, cluster: &str) -> String {
+        format!("{HOST}:{}{}/{cluster}", self.zookeeper.port, self.zookeeper.chroot_prefix)
+    }
+
+    /// Directory of the component binaries.
+    pub fn binaries_dir(&self) -> std::io::Result<PathBuf> {
+        match &self.binaries.dir {
+            Some(dir) => Ok(dir.clone()),
+            None => {
+                let exe = std::env::current_exe()?;
+                Ok(exe.parent().map(Path::to_owned).unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// Parses `500ms`, `10s`, `5m`, `1h` (or a bare number of milliseconds) into milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 5m, 1h)"))?;
+    let factor = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{text:?} has an unknown unit (ms, s, m, h)")),
+    };
+    number.checked_mul(factor).ok_or_else(|| format!("{text:?} is too long"))
+}
