@@ -21,7 +21,8 @@ pub use message::{Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, encode_messa
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
-    MultiProduceRequest, OffsetsRequest, ProducePartition, ProduceRequest, Request,
+    MultiFetchWaitRequest, MultiProduceRequest, OffsetsRequest, ProducePartition, ProduceRequest,
+    Request,
 };
 pub use response::{
     CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse, MultiFetchResponse,

@@ -19,6 +19,7 @@ pub enum ApiKey {
     Offsets = 4,
     Metadata = 5,
     CreateTopic = 6,
+    MultiFetchWait = 7,
 }
 
 impl ApiKey {
@@ -31,6 +32,7 @@ impl ApiKey {
             4 => ApiKey::Offsets,
             5 => ApiKey::Metadata,
             6 => ApiKey::CreateTopic,
+            7 => ApiKey::MultiFetchWait,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -82,6 +84,15 @@ pub struct MultiFetchRequest {
     pub fetches: Vec<FetchRequest>,
 }
 
+/// A long poll: a multifetch that the broker answers once `min_bytes` are visible over all
+/// its parts, or once `max_wait_ms` has passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiFetchWaitRequest {
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub fetches: Vec<FetchRequest>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducePartition {
     pub topic: String,
@@ -127,6 +138,7 @@ pub enum Request {
     Offsets(OffsetsRequest),
     Metadata(MetadataRequest),
     CreateTopic(CreateTopicRequest),
+    MultiFetchWait(MultiFetchWaitRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -144,6 +156,7 @@ impl Request {
             Request::Offsets(_) => ApiKey::Offsets,
             Request::Metadata(_) => ApiKey::Metadata,
             Request::CreateTopic(_) => ApiKey::CreateTopic,
+            Request::MultiFetchWait(_) => ApiKey::MultiFetchWait,
         }
     }
 
@@ -170,13 +183,13 @@ impl Request {
             }
             ApiKey::Fetch => Request::Fetch(fetch(&mut r)?),
             ApiKey::MultiFetch => {
-                let count = usize::from(r.u16("fetch count")?);
-                let mut fetches = Vec::with_capacity(r.capacity_for(count, FETCH_BYTES_MIN));
-                for _ in 0..count {
-                    fetches.push(fetch(&mut r)?);
-                }
-                Request::MultiFetch(MultiFetchRequest { fetches })
+                Request::MultiFetch(MultiFetchRequest { fetches: fetches(&mut r)? })
             }
+            ApiKey::MultiFetchWait => Request::MultiFetchWait(MultiFetchWaitRequest {
+                max_wait_ms: r.i32("max_wait_ms")?,
+                min_bytes: r.i32("min_bytes")?,
+                fetches: fetches(&mut r)?,
+            }),
             ApiKey::MultiProduce => {
                 let acks = Acks::decode(&mut r)?;
                 let count = usize::from(r.u16("produce count")?);
@@ -225,6 +238,9 @@ impl Request {
             Request::Produce(p) => str_len(&p.topic) + 4 + 1 + 4 + p.messages.len(),
             Request::Fetch(f) => fetch_len(f),
             Request::MultiFetch(m) => 2 + m.fetches.iter().map(fetch_len).sum::<usize>(),
+            Request::MultiFetchWait(m) => {
+                4 + 4 + 2 + m.fetches.iter().map(fetch_len).sum::<usize>()
+            }
             Request::MultiProduce(m) => {
                 let entry = |e: &ProducePartition| str_len(&e.topic) + 4 + 4 + e.messages.len();
                 1 + 2 + m.entries.iter().map(entry).sum::<usize>()
@@ -253,9 +269,11 @@ impl Request {
                 put_set(buf, &p.messages);
             }
             Request::Fetch(f) => put_fetch(buf, f),
-            Request::MultiFetch(m) => {
-                buf.put_u16(m.fetches.len() as u16);
-                m.fetches.iter().for_each(|f| put_fetch(buf, f));
+            Request::MultiFetch(m) => put_fetches(buf, &m.fetches),
+            Request::MultiFetchWait(m) => {
+                buf.put_i32(m.max_wait_ms);
+                buf.put_i32(m.min_bytes);
+                put_fetches(buf, &m.fetches);
             }
             Request::MultiProduce(m) => {
                 buf.put_u8(m.acks as u8);
@@ -295,6 +313,7 @@ impl Request {
             Request::Produce(p) => vec![&p.topic],
             Request::Fetch(f) => vec![&f.topic],
             Request::MultiFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
+            Request::MultiFetchWait(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
             Request::MultiProduce(m) => m.entries.iter().map(|e| e.topic.as_str()).collect(),
             Request::Offsets(o) => vec![&o.topic],
             Request::Metadata(m) => m.topics.iter().map(String::as_str).collect(),
@@ -307,6 +326,7 @@ impl Request {
         }
         let count = match self {
             Request::MultiFetch(m) => m.fetches.len(),
+            Request::MultiFetchWait(m) => m.fetches.len(),
             Request::MultiProduce(m) => m.entries.len(),
             Request::Metadata(m) => m.topics.len(),
             Request::CreateTopic(c) => c.configs.len(),
@@ -330,6 +350,21 @@ fn fetch(r: &mut Reader) -> Result<FetchRequest, DecodeError> {
         offset: r.i64("offset")?,
         max_bytes: r.i32("max_bytes")?,
     })
+}
+
+/// `u16 count, count × fetch`.
+fn fetches(r: &mut Reader) -> Result<Vec<FetchRequest>, DecodeError> {
+    let count = usize::from(r.u16("fetch count")?);
+    let mut fetches = Vec::with_capacity(r.capacity_for(count, FETCH_BYTES_MIN));
+    for _ in 0..count {
+        fetches.push(fetch(r)?);
+    }
+    Ok(fetches)
+}
+
+fn put_fetches(buf: &mut BytesMut, fetches: &[FetchRequest]) {
+    buf.put_u16(fetches.len() as u16);
+    fetches.iter().for_each(|f| put_fetch(buf, f));
 }
 
 fn fetch_len(f: &FetchRequest) -> usize {

@@ -98,6 +98,7 @@ impl Response {
     }
 
     /// Decodes the body (after `error`) of a successful response to a request of type `key`.
+    /// A `MULTIFETCH_WAIT` is answered like a `MULTIFETCH`.
     pub fn decode(key: ApiKey, body: Bytes) -> Result<Response, DecodeError> {
         let mut r = Reader::new(body);
         let response = match key {
@@ -109,7 +110,7 @@ impl Response {
                 let n = r.remaining();
                 Response::Fetch(FetchResponse { messages: r.bytes("message set", n)? })
             }
-            ApiKey::MultiFetch => {
+            ApiKey::MultiFetch | ApiKey::MultiFetchWait => {
                 let count = r.remaining() / FETCH_PART_BYTES_MIN;
                 let mut parts = Vec::with_capacity(count);
                 while r.remaining() > 0 {

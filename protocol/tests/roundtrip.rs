@@ -46,6 +46,10 @@ fn request() -> impl Strategy<Value = Request> {
     );
     let multi_fetch = prop::collection::vec(fetch(), 0..5)
         .prop_map(|fetches| Request::MultiFetch(MultiFetchRequest { fetches }));
+    let multi_fetch_wait = (any::<i32>(), any::<i32>(), prop::collection::vec(fetch(), 0..5))
+        .prop_map(|(max_wait_ms, min_bytes, fetches)| {
+            Request::MultiFetchWait(MultiFetchWaitRequest { max_wait_ms, min_bytes, fetches })
+        });
     let multi_produce = (
         acks(),
         prop::collection::vec((topic(), any::<i32>(), message_set()), 0..4),
@@ -76,7 +80,8 @@ fn request() -> impl Strategy<Value = Request> {
         multi_produce,
         offsets,
         metadata,
-        create
+        create,
+        multi_fetch_wait
     ]
 }
 
@@ -167,7 +172,7 @@ proptest! {
     }
 
     #[test]
-    fn response_decoder_never_panics(key in 0u16..7, bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+    fn response_decoder_never_panics(key in 0u16..8, bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Response::decode(ApiKey::from_u16(key).unwrap(), Bytes::from(bytes));
     }
 
@@ -204,6 +209,33 @@ fn forged_counts_do_not_allocate() {
     // A multifetch claiming 65535 entries in a 4-byte body fails without reserving for them.
     let body = Bytes::from_static(&[0, 2, 0xff, 0xff]);
     assert!(matches!(Request::decode(body), Err(DecodeError::Truncated { .. })));
+}
+
+#[test]
+fn multifetch_wait_has_the_designed_layout() {
+    let request = Request::MultiFetchWait(MultiFetchWaitRequest {
+        max_wait_ms: 500,
+        min_bytes: 1,
+        fetches: vec![FetchRequest { topic: "t".into(), partition: 2, offset: 9, max_bytes: 64 }],
+    });
+    let mut buf = BytesMut::new();
+    request.encode(&mut buf).unwrap();
+    #[rustfmt::skip]
+    let expected: &[u8] = &[
+        0, 0, 0, 31, // size
+        0, 7, // type
+        0, 0, 1, 244, // max_wait_ms
+        0, 0, 0, 1, // min_bytes
+        0, 1, // count
+        0, 1, b't', 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 64,
+    ];
+    assert_eq!(&buf[..], expected);
+    // Answered like a multifetch.
+    let parts = vec![FetchPart { error: ErrorCode::None, messages: Bytes::new() }];
+    let mut buf = BytesMut::new();
+    Response::MultiFetch(MultiFetchResponse { parts: parts.clone() }).encode(&mut buf);
+    let decoded = Response::decode(ApiKey::MultiFetchWait, buf.freeze().slice(6..)).unwrap();
+    assert_eq!(decoded, Response::MultiFetch(MultiFetchResponse { parts }));
 }
 
 #[test]
