@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use protocol::{Acks, ErrorCode, FetchRequest, InvalidMessage};
 use thiserror::Error;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -36,6 +37,8 @@ pub struct Broker {
     config: BrokerConfig,
     logs: Arc<LogManager>,
     metrics: Metrics,
+    /// Slots for long-poll fetches waiting for data (`max_parked_fetches`).
+    parked: Arc<Semaphore>,
     /// Flusher and retention tasks.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -53,6 +56,7 @@ impl Broker {
         let for_open = config.clone();
         let logs = tokio::task::spawn_blocking(move || LogManager::open(&for_open)).await??;
         let broker = Arc::new(Broker {
+            parked: Arc::new(Semaphore::new(config.max_parked_fetches as usize)),
             config,
             logs: Arc::new(logs),
             metrics: Metrics::default(),
@@ -311,6 +315,35 @@ impl Broker {
                 ErrorCode::Unknown
             }
         })
+    }
+
+    /// A watch of the visible end of a long-poll fetch's partition; an error for a fetch that
+    /// is answered with one at once.
+    pub(crate) fn watch_fetch(
+        &self,
+        fetch: &FetchRequest,
+    ) -> Result<watch::Receiver<u64>, ErrorCode> {
+        if fetch.max_bytes <= 0 {
+            return Err(ErrorCode::InvalidFetchSize);
+        }
+        let partition = self.partition(&fetch.topic, fetch.partition)?;
+        let visible = partition.watch_visible();
+        let end = *visible.borrow();
+        let offset = u64::try_from(fetch.offset).map_err(|_| ErrorCode::OffsetOutOfRange)?;
+        if offset < partition.start_offset() || offset > end {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        Ok(visible)
+    }
+
+    /// A slot for a long-poll fetch to wait in, if fewer than `max_parked_fetches` wait.
+    pub(crate) fn try_park(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.parked).try_acquire_owned().ok()
+    }
+
+    /// Long-poll fetches waiting for data now.
+    pub fn parked_fetches(&self) -> usize {
+        self.config.max_parked_fetches as usize - self.parked.available_permits()
     }
 
     /// `OFFSETS`: the visible end, the start, or segment bases by modification time.

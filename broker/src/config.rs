@@ -44,6 +44,11 @@ pub struct BrokerConfig {
     /// Largest `length` of one message (the bytes after its length field).
     pub max_message_bytes: u32,
     pub max_connections: u32,
+    /// Long-poll fetches (`MULTIFETCH_WAIT`) waiting for data at once, over all connections;
+    /// one more is answered at once with what is visible.
+    pub max_parked_fetches: u32,
+    /// The longest a long-poll fetch waits, whatever `max_wait_ms` it asks for.
+    pub max_fetch_wait_ms: u64,
     pub retention_check_ms: u64,
     /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
     pub zookeeper: Option<String>,
@@ -82,6 +87,8 @@ impl Default for BrokerConfig {
             max_request_bytes: 100 << 20,
             max_message_bytes: 1 << 20,
             max_connections: 4096,
+            max_parked_fetches: 1024,
+            max_fetch_wait_ms: 30_000,
             retention_check_ms: 5 * 60 * 1000,
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
@@ -176,6 +183,10 @@ impl BrokerConfig {
     /// Parses [`BrokerConfig::listen_addr`] when it is a literal IP address.
     pub fn socket_addr(&self) -> Option<SocketAddr> {
         self.listen_addr().parse().ok()
+    }
+
+    pub fn max_fetch_wait(&self) -> Duration {
+        Duration::from_millis(self.max_fetch_wait_ms)
     }
 
     pub fn retention_check_interval(&self) -> Duration {

@@ -4,17 +4,25 @@
 //! output buffer that is written when no more complete requests are buffered, so pipelined
 //! requests share system calls. Fetch data skips the buffer: the header goes out, then the
 //! segment bytes by `sendfile`.
+//!
+//! A long-poll fetch (`MULTIFETCH_WAIT`) that finds too little data parks the connection: it
+//! waits on the watches of its partitions' visible ends, which the append (or the flush) that
+//! makes data visible wakes. Responses stay in request order, so the requests behind it wait
+//! too; while parked the connection still reads, to notice a client that hangs up.
 
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use protocol::{
-    Acks, ErrorCode, FRAME_SIZE_BYTES, MetadataResponse, MultiProduceResponse, OffsetsResponse,
-    ProducePart, ProduceResponse, Request, Response, encode_response_header,
+    Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MetadataResponse, MultiFetchWaitRequest,
+    MultiProduceResponse, OffsetsResponse, ProducePart, ProduceResponse, Request, Response,
+    encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
@@ -28,6 +36,9 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 const RUN_BYTES_MAX: usize = 1 << 20;
 /// Output buffered before it is written even though more requests are waiting.
 const OUTPUT_BYTES_MAX: usize = 256 << 10;
+/// Pipelined request bytes read while a long-poll fetch waits; beyond them the connection
+/// stops reading until the fetch is answered.
+const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
 
 /// A frame with a bad size or an undecodable body.
 struct BadFrame;
@@ -35,7 +46,10 @@ struct BadFrame;
 /// What to do after a request.
 enum Next {
     Continue,
+    /// Send what is buffered, then close.
     Close,
+    /// The client hung up while a long-poll fetch waited: close without answering.
+    Gone,
 }
 
 pub(crate) struct Connection {
@@ -43,24 +57,34 @@ pub(crate) struct Connection {
     input: BytesMut,
     output: BytesMut,
     broker: Arc<Broker>,
+    /// Shutdown: a waiting long-poll fetch is answered at once.
+    stop: CancellationToken,
 }
 
 impl Connection {
-    pub(crate) fn new(stream: TcpStream, broker: Arc<Broker>) -> Connection {
+    pub(crate) fn new(
+        stream: TcpStream,
+        broker: Arc<Broker>,
+        stop: CancellationToken,
+    ) -> Connection {
         let _ = stream.set_nodelay(true);
         Connection {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
             output: BytesMut::with_capacity(READ_CHUNK_BYTES),
             broker,
+            stop,
         }
     }
 
     /// Serves requests until the client closes, sends something unusable, or `stop` fires.
-    pub(crate) async fn run(mut self, stop: CancellationToken) -> io::Result<()> {
+    pub(crate) async fn run(mut self) -> io::Result<()> {
+        let stop = self.stop.clone();
         loop {
-            if let Next::Close = self.handle_buffered().await? {
-                return self.flush_output().await;
+            match self.handle_buffered().await? {
+                Next::Continue => {}
+                Next::Close => return self.flush_output().await,
+                Next::Gone => return Ok(()),
             }
             self.flush_output().await?;
             self.input.reserve(READ_CHUNK_BYTES);
@@ -128,8 +152,8 @@ impl Connection {
                 }
                 request => self.handle(request).await?,
             };
-            if let Next::Close = next {
-                return Ok(Next::Close);
+            if !matches!(next, Next::Continue) {
+                return Ok(next);
             }
             if self.output.len() >= OUTPUT_BYTES_MAX {
                 self.flush_output().await?;
@@ -227,21 +251,17 @@ impl Connection {
                 }
                 Err(error) => self.respond(Err(error)),
             },
-            Request::MultiFetch(m) => {
-                let parts: Vec<_> = m.fetches.iter().map(|f| broker.plan_fetch(f)).collect();
-                let part_len = |p: &Result<Option<FileSlice>, ErrorCode>| match p {
-                    Ok(Some(slice)) => slice.len as usize,
-                    _ => 0,
-                };
-                let body_len: usize =
-                    parts.iter().map(|p| FRAME_SIZE_BYTES + 2 + part_len(p)).sum();
-                encode_response_header(&mut self.output, body_len, ErrorCode::None);
-                for part in &parts {
-                    let error = part.as_ref().err().copied().unwrap_or(ErrorCode::None);
-                    encode_response_header(&mut self.output, part_len(part), error);
-                    if let Ok(slice) = part {
-                        self.send(slice.as_ref()).await?;
+            Request::MultiFetch(m) => self.multi_fetch(&m.fetches).await?,
+            Request::MultiFetchWait(m) => {
+                if m.max_wait_ms < 0 {
+                    self.respond(Err(ErrorCode::InvalidRequest));
+                } else if m.min_bytes < 0 {
+                    self.respond(Err(ErrorCode::InvalidFetchSize));
+                } else {
+                    if let Next::Gone = self.wait_for_data(&m).await? {
+                        return Ok(Next::Gone);
                     }
+                    self.multi_fetch(&m.fetches).await?;
                 }
             }
             Request::Offsets(o) => {
@@ -259,6 +279,90 @@ impl Connection {
             }
         }
         Ok(Next::Continue)
+    }
+
+    /// Answers a multifetch: each part's header, then its bytes by `sendfile`.
+    async fn multi_fetch(&mut self, fetches: &[FetchRequest]) -> io::Result<()> {
+        let parts: Vec<_> = fetches.iter().map(|f| self.broker.plan_fetch(f)).collect();
+        let part_len = |p: &Result<Option<FileSlice>, ErrorCode>| match p {
+            Ok(Some(slice)) => slice.len as usize,
+            _ => 0,
+        };
+        let body_len: usize = parts.iter().map(|p| FRAME_SIZE_BYTES + 2 + part_len(p)).sum();
+        encode_response_header(&mut self.output, body_len, ErrorCode::None);
+        for part in &parts {
+            let error = part.as_ref().err().copied().unwrap_or(ErrorCode::None);
+            encode_response_header(&mut self.output, part_len(part), error);
+            if let Ok(slice) = part {
+                self.send(slice.as_ref()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until `min_bytes` are visible over the fetch's parts, `max_wait_ms` (at most
+    /// `max_fetch_wait_ms`) has passed, or the broker shuts down. Returns at once when a part
+    /// will be answered with an error, when enough is visible already, or when
+    /// `max_parked_fetches` fetches wait already. Woken only by changes of the visible ends:
+    /// no polling.
+    async fn wait_for_data(&mut self, request: &MultiFetchWaitRequest) -> io::Result<Next> {
+        let max_wait = Duration::from_millis(request.max_wait_ms as u64)
+            .min(self.broker.config().max_fetch_wait());
+        let min_bytes = request.min_bytes as u64;
+        let mut watches = Vec::with_capacity(request.fetches.len());
+        for fetch in &request.fetches {
+            match self.broker.watch_fetch(fetch) {
+                Ok(watch) => watches.push((watch, fetch.offset as u64, fetch.max_bytes as u64)),
+                Err(_) => return Ok(Next::Continue), // the answer carries the error
+            }
+        }
+        let visible = |watches: &[(watch::Receiver<u64>, u64, u64)]| -> u64 {
+            watches
+                .iter()
+                .map(|(watch, offset, max_bytes)| {
+                    watch.borrow().saturating_sub(*offset).min(*max_bytes)
+                })
+                .sum()
+        };
+        if max_wait.is_zero() || visible(&watches) >= min_bytes {
+            return Ok(Next::Continue);
+        }
+        let Some(_slot) = self.broker.try_park() else {
+            Metrics::add(&self.broker.metrics().fetches_not_parked, 1);
+            return Ok(Next::Continue);
+        };
+        Metrics::add(&self.broker.metrics().fetches_parked, 1);
+        // Answers to earlier requests go out now, not after the wait.
+        self.flush_output().await?;
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let changed = async {
+                if watches.is_empty() {
+                    return std::future::pending().await;
+                }
+                let changes = watches.iter_mut().map(|(watch, _, _)| Box::pin(watch.changed()));
+                futures::future::select_all(changes).await.0
+            };
+            let reading = self.input.len() < PARKED_INPUT_BYTES_MAX;
+            if reading {
+                self.input.reserve(READ_CHUNK_BYTES);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Ok(Next::Continue),
+                _ = self.stop.cancelled() => return Ok(Next::Continue),
+                changed = changed => {
+                    // A partition that went away has nothing more to wait for.
+                    if changed.is_err() || visible(&watches) >= min_bytes {
+                        return Ok(Next::Continue);
+                    }
+                }
+                read = self.stream.read_buf(&mut self.input), if reading => {
+                    if read? == 0 {
+                        return Ok(Next::Gone);
+                    }
+                }
+            }
+        }
     }
 
     /// Writes what is buffered, then the slice's bytes straight from the file.

@@ -39,6 +39,12 @@ struct Cli {
     /// Connections beyond this many are closed at once.
     #[arg(long, value_name = "N")]
     max_connections: Option<u32>,
+    /// Long-poll fetches waiting for data at once; one more is answered at once.
+    #[arg(long, value_name = "N")]
+    max_parked_fetches: Option<u32>,
+    /// The longest a long-poll fetch waits, whatever it asks for.
+    #[arg(long, value_name = "MS")]
+    max_fetch_wait_ms: Option<u64>,
     /// Flush a partition after this many messages...
     #[arg(long, value_name = "N")]
     flush_messages: Option<u64>,
@@ -87,6 +93,8 @@ impl Cli {
             max_request_bytes,
             max_message_bytes,
             max_connections,
+            max_parked_fetches,
+            max_fetch_wait_ms,
             flush_messages,
             flush_ms,
             segment_bytes,

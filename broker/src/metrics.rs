@@ -14,6 +14,10 @@ pub struct Metrics {
     /// are appended together.
     pub appends: AtomicU64,
     pub fetch_requests: AtomicU64,
+    /// Long-poll fetches that waited for data.
+    pub fetches_parked: AtomicU64,
+    /// Long-poll fetches answered at once because `max_parked_fetches` were waiting.
+    pub fetches_not_parked: AtomicU64,
     /// Message bytes sent to consumers, all of them by `sendfile(2)`.
     pub bytes_sent_by_sendfile: AtomicU64,
     pub sendfile_calls: AtomicU64,

@@ -72,10 +72,9 @@ pub async fn serve(
             continue;
         };
         Metrics::add(&broker.metrics().connections_accepted, 1);
-        let connection = Connection::new(stream, Arc::clone(&broker));
-        let stop = stop.clone();
+        let connection = Connection::new(stream, Arc::clone(&broker), stop.clone());
         connections.spawn(async move {
-            if let Err(e) = connection.run(stop).await {
+            if let Err(e) = connection.run().await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
             drop(permit);

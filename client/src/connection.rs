@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use protocol::{
     Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, MetadataRequest,
-    MetadataResponse, MultiFetchRequest, MultiProduceRequest, MultiProduceResponse, OffsetsRequest,
-    ProducePartition, ProduceRequest, ProduceResponse, Request, Response,
+    MetadataResponse, MultiFetchRequest, MultiFetchWaitRequest, MultiProduceRequest,
+    MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest, ProduceResponse,
+    Request, Response,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
@@ -201,6 +202,22 @@ impl Connection {
         match self.call(Request::MultiFetch(MultiFetchRequest { fetches })).await? {
             Response::MultiFetch(m) => Ok(m.parts),
             other => Err(unexpected(ApiKey::MultiFetch, &other)),
+        }
+    }
+
+    /// `MULTIFETCH_WAIT`: a long poll, answered once `min_bytes` are visible over all parts or
+    /// once `max_wait_ms` has passed. Requests queued behind it on this connection wait too.
+    pub async fn multi_fetch_wait(
+        &self,
+        max_wait_ms: i32,
+        min_bytes: i32,
+        fetches: Vec<FetchRequest>,
+    ) -> Result<Vec<FetchPart>, ClientError> {
+        let request =
+            Request::MultiFetchWait(MultiFetchWaitRequest { max_wait_ms, min_bytes, fetches });
+        match self.call(request).await? {
+            Response::MultiFetch(m) => Ok(m.parts),
+            other => Err(unexpected(ApiKey::MultiFetchWait, &other)),
         }
     }
 

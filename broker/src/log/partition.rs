@@ -249,6 +249,12 @@ impl Partition {
         *self.flushed.borrow()
     }
 
+    /// A watch of the visible end, for fetches that wait for data: it changes when data
+    /// becomes visible, and never moves back.
+    pub fn watch_visible(&self) -> watch::Receiver<u64> {
+        self.flushed.subscribe()
+    }
+
     /// The end of the log, flushed or not.
     pub fn end(&self) -> u64 {
         self.state().end
