@@ -1,0 +1,219 @@
+//! The JSON API, and the views of the ledger the dashboard renders too:
+//!
+//! - `GET /api/summary`: readiness and verdict totals (what a launcher or a check reads);
+//! - `GET /api/topics`: per topic, its windows' verdicts;
+//! - `GET /api/windows?topic=T[&from=MS&to=MS]`: per window, counts per tier and the verdict;
+//! - `GET /api/window?topic=T&start=MS`: one window with every host's count, short hosts first.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use schema_registry::audit::Tier;
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{Clock, HostCount, Ledger, Verdict, WindowReport};
+use crate::state::{Shared, lock};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
+    #[error("{0}")]
+    BadQuery(String),
+    #[error("no counts for topic {0:?}")]
+    UnknownTopic(String),
+    #[error("no counts for topic {topic:?} in the window starting at {start}")]
+    UnknownWindow { topic: String, start: i64 },
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnknownTopic(_) | ApiError::UnknownWindow { .. } => StatusCode::NOT_FOUND,
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> ApiError {
+        ApiError::BadQuery(rejection.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), Json(serde_json::json!({ "error": self.to_string() }))).into_response()
+    }
+}
+
+/// Verdict totals over every window in the history.
+#[derive(Debug, Serialize)]
+pub(crate) struct Summary {
+    /// False while `_audit` and the live clusters are still read to the end they had on start;
+    /// every window is `open` until then.
+    pub caught_up: bool,
+    pub window_ms: i64,
+    pub grace_ms: i64,
+    /// The tier every other is compared with (`agent` when agents report).
+    pub reference_tier: Option<&'static str>,
+    /// Tiers that report, in pipeline order.
+    pub tiers: Vec<&'static str>,
+    pub topics: usize,
+    pub windows: BTreeMap<&'static str, u64>,
+    pub missing_events: BTreeMap<&'static str, i64>,
+    pub duplicate_events: BTreeMap<&'static str, i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct TopicSummary {
+    pub topic: String,
+    pub windows: u64,
+    pub complete: u64,
+    pub loss: u64,
+    pub duplication: u64,
+    pub open: u64,
+    /// Events missing / duplicated at any tier, summed over decided windows.
+    pub missing_events: i64,
+    pub duplicate_events: i64,
+    /// The newest window's start.
+    pub latest_window_start: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WindowDetail {
+    pub topic: String,
+    pub reference_tier: Option<&'static str>,
+    #[serde(flatten)]
+    pub report: WindowReport,
+    /// The tiers that take part, in pipeline order.
+    #[serde(skip)]
+    pub order: Vec<&'static str>,
+    /// Every tier's hosts, those short of their usual share first.
+    pub hosts: BTreeMap<&'static str, Vec<HostCount>>,
+}
+
+pub(crate) fn topic_summary(ledger: &Ledger, topic: &str, clock: Clock) -> TopicSummary {
+    let reports = ledger.windows(topic, i64::MIN, i64::MAX, clock);
+    let mut summary = TopicSummary {
+        topic: topic.to_owned(),
+        windows: reports.len() as u64,
+        complete: 0,
+        loss: 0,
+        duplication: 0,
+        open: 0,
+        missing_events: 0,
+        duplicate_events: 0,
+        latest_window_start: reports.last().map(|r| r.window_start),
+    };
+    for report in &reports {
+        match report.verdict {
+            Verdict::Complete => summary.complete += 1,
+            Verdict::Loss => summary.loss += 1,
+            Verdict::Duplication => summary.duplication += 1,
+            Verdict::Open => summary.open += 1,
+        }
+        summary.missing_events += report.missing.values().sum::<i64>();
+        summary.duplicate_events += report.duplicate.values().sum::<i64>();
+    }
+    summary
+}
+
+pub(crate) fn summary(shared: &Shared) -> Summary {
+    let clock = shared.clock();
+    let ledger = lock(&shared.ledger);
+    let mut summary = Summary {
+        caught_up: clock.caught_up,
+        window_ms: ledger.window_ms(),
+        grace_ms: clock.grace_ms,
+        reference_tier: ledger.reference_tier().map(Tier::as_str),
+        tiers: ledger.active_tiers().into_iter().map(Tier::as_str).collect(),
+        topics: 0,
+        windows: Verdict::ALL.iter().map(|v| (v.as_str(), 0)).collect(),
+        missing_events: BTreeMap::new(),
+        duplicate_events: BTreeMap::new(),
+    };
+    for topic in ledger.topics() {
+        summary.topics += 1;
+        for report in ledger.windows(topic, i64::MIN, i64::MAX, clock) {
+            *summary.windows.entry(report.verdict.as_str()).or_default() += 1;
+            for (tier, n) in report.missing {
+                *summary.missing_events.entry(tier).or_default() += n;
+            }
+            for (tier, n) in report.duplicate {
+                *summary.duplicate_events.entry(tier).or_default() += n;
+            }
+        }
+    }
+    summary
+}
+
+pub(crate) fn window_detail(
+    shared: &Shared,
+    topic: &str,
+    start: i64,
+) -> Result<WindowDetail, ApiError> {
+    let clock = shared.clock();
+    let ledger = lock(&shared.ledger);
+    let report = ledger
+        .window(topic, start, clock)
+        .ok_or_else(|| ApiError::UnknownWindow { topic: topic.to_owned(), start })?;
+    let tiers = ledger.active_tiers();
+    let hosts =
+        tiers.iter().map(|tier| (tier.as_str(), ledger.hosts(topic, start, *tier))).collect();
+    Ok(WindowDetail {
+        topic: topic.to_owned(),
+        reference_tier: ledger.reference_tier().map(Tier::as_str),
+        report,
+        order: tiers.into_iter().map(Tier::as_str).collect(),
+        hosts,
+    })
+}
+
+pub(crate) async fn get_summary(State(shared): State<Arc<Shared>>) -> Json<Summary> {
+    Json(summary(&shared))
+}
+
+pub(crate) async fn get_topics(State(shared): State<Arc<Shared>>) -> Json<Vec<TopicSummary>> {
+    let clock = shared.clock();
+    let ledger = lock(&shared.ledger);
+    Json(ledger.topics().map(|topic| topic_summary(&ledger, topic, clock)).collect())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WindowsQuery {
+    topic: String,
+    from: Option<i64>,
+    to: Option<i64>,
+}
+
+pub(crate) async fn get_windows(
+    State(shared): State<Arc<Shared>>,
+    query: Result<Query<WindowsQuery>, QueryRejection>,
+) -> Result<Json<Vec<WindowReport>>, ApiError> {
+    let Query(query) = query?;
+    let clock = shared.clock();
+    let ledger = lock(&shared.ledger);
+    if !ledger.has_topic(&query.topic) {
+        return Err(ApiError::UnknownTopic(query.topic));
+    }
+    let (from, to) = (query.from.unwrap_or(i64::MIN), query.to.unwrap_or(i64::MAX));
+    Ok(Json(ledger.windows(&query.topic, from, to, clock)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WindowQuery {
+    topic: String,
+    start: i64,
+}
+
+pub(crate) async fn get_window(
+    State(shared): State<Arc<Shared>>,
+    query: Result<Query<WindowQuery>, QueryRejection>,
+) -> Result<Json<WindowDetail>, ApiError> {
+    let Query(query) = query?;
+    Ok(Json(window_detail(&shared, &query.topic, query.start)?))
+}

@@ -1,0 +1,208 @@
+//! The audit service's settings: a TOML file whose keys are the binary's flag names with `_`
+//! for `-`. The connection settings (`zookeeper`, `live`, `registry`, `http`) are for the
+//! binary, which connects and binds; the library is handed those already built.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path}: {source}")]
+    Parse { path: String, source: Box<toml::de::Error> },
+    #[error("{key} must be positive, got {value}")]
+    NotPositive { key: &'static str, value: i64 },
+    #[error("{key} must not be negative, got {value}")]
+    Negative { key: &'static str, value: i64 },
+    #[error("{key} must be at least {min}, got {value}")]
+    TooSmall { key: &'static str, min: u32, value: u32 },
+    #[error("live cluster {0:?} is not NAME=CONNECT (e.g. dc-a=127.0.0.1:2181/tributary/live-a)")]
+    BadLive(String),
+    #[error("live cluster name {0:?} is given twice")]
+    DuplicateLive(String),
+    #[error("live cluster name {0:?} must be 1-64 characters of A-Z a-z 0-9 . _ -")]
+    BadLiveName(String),
+}
+
+/// One live cluster: the name its counts carry as `host`, and its ZooKeeper connect string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveCluster {
+    pub name: String,
+    pub connect: String,
+}
+
+impl std::str::FromStr for LiveCluster {
+    type Err = ConfigError;
+
+    /// `NAME=host:port[,host:port…][/chroot]`.
+    fn from_str(s: &str) -> Result<LiveCluster, ConfigError> {
+        let (name, connect) = s.split_once('=').ok_or_else(|| ConfigError::BadLive(s.into()))?;
+        let valid_name = (1..=64).contains(&name.len())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !valid_name {
+            return Err(ConfigError::BadLiveName(name.into()));
+        }
+        if connect.is_empty() {
+            return Err(ConfigError::BadLive(s.into()));
+        }
+        Ok(LiveCluster { name: name.into(), connect: connect.into() })
+    }
+}
+
+/// The smallest fetch the client accepts.
+const FETCH_BYTES_MIN: u32 = 64;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// ZooKeeper of the analytics cluster, whose `_audit` topic is read (binary only).
+    pub zookeeper: Option<String>,
+    /// Live clusters to count, each `NAME=CONNECT` (binary only).
+    pub live: Vec<String>,
+    /// Schema registry URL, to decode `_audit` records (binary only).
+    pub registry: Option<String>,
+    /// `HOST:PORT` the dashboard listens on (binary only).
+    pub http: String,
+    /// Window length; must equal the window of every tier's records.
+    pub window_ms: i64,
+    /// How long after a window closes its counts may still grow before a shortfall is loss.
+    pub grace_ms: i64,
+    /// Windows that ended longer ago than this are forgotten.
+    pub history_ms: i64,
+    /// Windows shown per topic on the overview page.
+    pub dashboard_windows: usize,
+    /// The dashboard reloads itself this often.
+    pub refresh_s: u64,
+    /// Wait at the end of a partition before fetching again.
+    pub fetch_wait_ms: u64,
+    /// Bytes asked for per fetch.
+    pub fetch_bytes: u32,
+    /// Look for new brokers, topics and partitions at least this often (watches also trigger).
+    pub discovery_ms: u64,
+    /// Longest pause between retries of a failed fetch or registry read (doubling from 100 ms).
+    pub retry_backoff_max_ms: u64,
+    /// Give verdicts after this long even if a source could not be read to its end by then.
+    pub catch_up_max_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            zookeeper: None,
+            live: Vec::new(),
+            registry: None,
+            http: "127.0.0.1:8090".into(),
+            window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
+            grace_ms: 900_000,
+            history_ms: 7 * 24 * 3_600_000,
+            dashboard_windows: 12,
+            refresh_s: 10,
+            fetch_wait_ms: 200,
+            fetch_bytes: 1 << 20,
+            discovery_ms: 5_000,
+            retry_backoff_max_ms: 5_000,
+            catch_up_max_ms: 120_000,
+        }
+    }
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        toml::from_str(&text)
+            .map_err(|source| ConfigError::Parse { path: shown, source: Box::new(source) })
+    }
+
+    /// The live clusters, parsed.
+    pub fn live_clusters(&self) -> Result<Vec<LiveCluster>, ConfigError> {
+        let mut clusters: Vec<LiveCluster> = Vec::with_capacity(self.live.len());
+        for entry in &self.live {
+            let cluster: LiveCluster = entry.parse()?;
+            if clusters.iter().any(|c| c.name == cluster.name) {
+                return Err(ConfigError::DuplicateLive(cluster.name));
+            }
+            clusters.push(cluster);
+        }
+        Ok(clusters)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("window_ms", self.window_ms),
+            ("history_ms", self.history_ms),
+            ("dashboard_windows", self.dashboard_windows as i64),
+            ("refresh_s", self.refresh_s as i64),
+            ("discovery_ms", self.discovery_ms as i64),
+            ("retry_backoff_max_ms", self.retry_backoff_max_ms as i64),
+        ];
+        for (key, value) in positive {
+            if value <= 0 {
+                return Err(ConfigError::NotPositive { key, value });
+            }
+        }
+        for (key, value) in [("grace_ms", self.grace_ms)] {
+            if value < 0 {
+                return Err(ConfigError::Negative { key, value });
+            }
+        }
+        if self.fetch_bytes < FETCH_BYTES_MIN {
+            return Err(ConfigError::TooSmall {
+                key: "fetch_bytes",
+                min: FETCH_BYTES_MIN,
+                value: self.fetch_bytes,
+            });
+        }
+        self.live_clusters()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_follow_design() {
+        let config = Config::default();
+        config.validate().unwrap();
+        assert_eq!(config.window_ms, 600_000);
+    }
+
+    #[test]
+    fn live_clusters_parse_and_reject_bad_entries() {
+        let config = Config {
+            live: vec!["dc-a=127.0.0.1:2181/tributary/live-a".into(), "dc-b=zk:2181".into()],
+            ..Config::default()
+        };
+        let clusters = config.live_clusters().unwrap();
+        assert_eq!(
+            clusters[0],
+            LiveCluster { name: "dc-a".into(), connect: "127.0.0.1:2181/tributary/live-a".into() }
+        );
+        let bad = |entry: &str| Config { live: vec![entry.into()], ..Config::default() }.validate();
+        assert!(matches!(bad("no-equals"), Err(ConfigError::BadLive(_))));
+        assert!(matches!(bad("dc a=zk:2181"), Err(ConfigError::BadLiveName(_))));
+        assert!(matches!(bad("dc-a="), Err(ConfigError::BadLive(_))));
+        let twice = Config { live: vec!["a=z:1".into(), "a=z:2".into()], ..Config::default() };
+        assert!(matches!(twice.validate(), Err(ConfigError::DuplicateLive(_))));
+    }
+
+    #[test]
+    fn bad_numbers_are_typed_errors() {
+        let zero_window = Config { window_ms: 0, ..Config::default() };
+        assert!(matches!(
+            zero_window.validate(),
+            Err(ConfigError::NotPositive { key: "window_ms", .. })
+        ));
+        let negative_grace = Config { grace_ms: -1, ..Config::default() };
+        assert!(matches!(
+            negative_grace.validate(),
+            Err(ConfigError::Negative { key: "grace_ms", .. })
+        ));
+    }
+}

@@ -1,0 +1,527 @@
+//! The dashboard: server-rendered HTML with inline SVG, no script.
+//!
+//! - `/`: every topic × its recent windows, one row per tier, each cell coloured by that tier's
+//!   verdict and showing how many events it lacks or has too many;
+//! - `/topics/{topic}`: the counts of every tier over time as a chart, and the windows as a table;
+//! - `/topics/{topic}/windows/{start}`: one window, each tier against the reference, and the
+//!   hosts whose counts fall short of their usual share.
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use schema_registry::audit::Tier;
+
+use crate::api::{self, ApiError, TopicSummary};
+use crate::html::{self, Status, chip, escape, number, page};
+use crate::ledger::{Clock, Ledger, Verdict, WindowReport};
+use crate::state::{Shared, lock};
+
+/// Windows drawn in a topic's chart at most.
+const CHART_WINDOWS_MAX: usize = 48;
+
+fn status(shared: &Shared, clock: Clock) -> Status {
+    Status {
+        caught_up: clock.caught_up,
+        window_ms: shared.config.window_ms,
+        grace_ms: clock.grace_ms,
+        now_ms: clock.now_ms,
+    }
+}
+
+/// Windows shorter than a minute are labelled to the second.
+fn seconds(shared: &Shared) -> bool {
+    shared.config.window_ms % 60_000 != 0
+}
+
+fn error_page(shared: &Shared, error: ApiError) -> Response {
+    let clock = shared.clock();
+    let body = format!(
+        r#"<p class="crumbs"><a href="/">All topics</a></p><h2>Not found</h2><p class="note">{}</p>"#,
+        escape(&error.to_string())
+    );
+    let html = page("not found", shared.config.refresh_s, &status(shared, clock), &body);
+    (error.status(), Html(html)).into_response()
+}
+
+fn cards(counts: [(Verdict, u64); 4], missing: i64, duplicate: i64) -> String {
+    let mut out = String::from(r#"<div class="cards">"#);
+    for (verdict, n) in counts {
+        let _ = write!(
+            out,
+            r#"<div class="card {v}" data-card="{v}"><div class="n">{n}</div><div class="l">{s} {v} windows</div></div>"#,
+            v = verdict.as_str(),
+            s = html::symbol(verdict),
+            n = number(n as i64)
+        );
+    }
+    let _ = write!(
+        out,
+        r#"<div class="card"><div class="n">{}</div><div class="l">events missing</div></div><div class="card"><div class="n">{}</div><div class="l">events duplicated</div></div></div>"#,
+        number(missing),
+        number(duplicate)
+    );
+    out
+}
+
+fn topic_cards(summary: &TopicSummary) -> String {
+    cards(
+        [
+            (Verdict::Complete, summary.complete),
+            (Verdict::Loss, summary.loss),
+            (Verdict::Duplication, summary.duplication),
+            (Verdict::Open, summary.open),
+        ],
+        summary.missing_events,
+        summary.duplicate_events,
+    )
+}
+
+fn topic_href(topic: &str) -> String {
+    format!("/topics/{}", escape(topic))
+}
+
+fn window_href(topic: &str, start: i64) -> String {
+    format!("/topics/{}/windows/{start}", escape(topic))
+}
+
+/// The text of one tier's cell: what it lacks or has too many, or the verdict's symbol.
+fn cell_text(report: &WindowReport, tier: &str, verdict: Verdict) -> String {
+    match verdict {
+        Verdict::Loss => format!("−{}", number(report.missing.get(tier).copied().unwrap_or(0))),
+        Verdict::Duplication => {
+            format!("+{}", number(report.duplicate.get(tier).copied().unwrap_or(0)))
+        }
+        other => html::symbol(other).to_owned(),
+    }
+}
+
+pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> {
+    let clock = shared.clock();
+    let summary = api::summary(&shared);
+    let ledger = lock(&shared.ledger);
+    let tiers = ledger.active_tiers();
+    let starts = ledger.recent_window_starts(shared.config.dashboard_windows);
+    let secs = seconds(&shared);
+
+    let mut body = cards(
+        [
+            (Verdict::Complete, summary.windows.get("complete").copied().unwrap_or(0)),
+            (Verdict::Loss, summary.windows.get("loss").copied().unwrap_or(0)),
+            (Verdict::Duplication, summary.windows.get("duplication").copied().unwrap_or(0)),
+            (Verdict::Open, summary.windows.get("open").copied().unwrap_or(0)),
+        ],
+        summary.missing_events.values().sum(),
+        summary.duplicate_events.values().sum(),
+    );
+    body.push_str(&html::legend());
+    if starts.is_empty() {
+        body.push_str(r#"<div class="panel"><p class="note">No counts yet: nothing has been read from <code>_audit</code> or the live clusters.</p></div>"#);
+        drop(ledger);
+        return Html(page("overview", shared.config.refresh_s, &status(&shared, clock), &body));
+    }
+
+    body.push_str(r#"<div class="panel"><table class="grid" id="overview"><thead><tr><th style="text-align:left">Topic</th><th style="text-align:left">Tier</th>"#);
+    let mut last_date = String::new();
+    for start in &starts {
+        let (date, time) = html::utc_parts(*start, secs);
+        let date_label = if date != last_date { date[5..].to_owned() } else { String::new() };
+        last_date = date;
+        let _ = write!(body, "<th>{time}<small>{date_label}&nbsp;</small></th>");
+    }
+    body.push_str("</tr></thead><tbody>");
+
+    for topic in ledger.topics() {
+        let reports: Vec<Option<WindowReport>> =
+            starts.iter().map(|start| ledger.window(topic, *start, clock)).collect();
+        let topic_summary = api::topic_summary(&ledger, topic, clock);
+        let flagged = topic_summary.loss + topic_summary.duplication;
+        let sub = if flagged > 0 {
+            format!("{} flagged", number(flagged as i64))
+        } else {
+            format!("{} windows", number(topic_summary.windows as i64))
+        };
+        for (row, tier) in tiers.iter().enumerate() {
+            let tier_name = tier.as_str();
+            body.push_str(if row == 0 { r#"<tr class="first">"# } else { "<tr>" });
+            if row == 0 {
+                let _ = write!(
+                    body,
+                    r#"<td class="topic" rowspan="{}" data-topic="{t}"><a href="{href}">{t}</a><span class="sub">{sub}</span></td>"#,
+                    tiers.len(),
+                    t = escape(topic),
+                    href = topic_href(topic),
+                );
+            }
+            let label = if row == 0 { format!("{tier_name} (sent)") } else { tier_name.to_owned() };
+            let _ = write!(body, r#"<td class="tier">{label}</td>"#);
+            for (start, report) in starts.iter().zip(&reports) {
+                let Some(report) = report else {
+                    body.push_str(r#"<td class="none">·</td>"#);
+                    continue;
+                };
+                let count = report.tiers.get(tier_name).copied().unwrap_or(0);
+                if row == 0 {
+                    let _ = write!(body, r#"<td class="ref">{}</td>"#, number(count));
+                    continue;
+                }
+                let verdict = report.tier_verdicts.get(tier_name).copied().unwrap_or(Verdict::Open);
+                let reference = report.tiers.get(tiers[0].as_str()).copied().unwrap_or(0);
+                let _ = write!(
+                    body,
+                    r#"<td><a class="cell {v}" href="{href}" data-topic="{t}" data-tier="{tier_name}" data-window="{start}" data-verdict="{v}" title="{tier_name}: {c} of {r} — {v}">{text}</a></td>"#,
+                    v = verdict.as_str(),
+                    href = window_href(topic, *start),
+                    t = escape(topic),
+                    c = number(count),
+                    r = number(reference),
+                    text = cell_text(report, tier_name, verdict),
+                );
+            }
+            body.push_str("</tr>");
+        }
+    }
+    body.push_str("</tbody></table></div>");
+    let _ = write!(
+        body,
+        r#"<p class="note">Each tier is compared with the {} tier. Click a topic for its chart, a cell for the window's hosts.</p>"#,
+        summary.reference_tier.unwrap_or("agent")
+    );
+    drop(ledger);
+    Html(page("overview", shared.config.refresh_s, &status(&shared, clock), &body))
+}
+
+/// How each tier is drawn in the chart: colour, dash pattern and marker.
+fn tier_style(tier: Tier) -> (&'static str, &'static str, &'static str) {
+    match tier {
+        Tier::Agent => ("#1F2933", "", "circle"),
+        Tier::Live => ("#56B4E9", "7 4", "square"),
+        Tier::Mirror => ("#E69F00", "2 3", "triangle"),
+        Tier::Loader => ("#CC79A7", "10 3 2 3", "diamond"),
+    }
+}
+
+fn marker(shape: &str, x: f64, y: f64, colour: &str) -> String {
+    match shape {
+        "square" => format!(
+            r#"<rect x="{:.1}" y="{:.1}" width="7" height="7" fill="{colour}"/>"#,
+            x - 3.5,
+            y - 3.5
+        ),
+        "triangle" => format!(
+            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
+            x,
+            y - 4.5,
+            x - 4.5,
+            y + 3.5,
+            x + 4.5,
+            y + 3.5
+        ),
+        "diamond" => format!(
+            r#"<polygon points="{:.1},{:.1} {:.1},{:.1} {:.1},{:.1} {:.1},{:.1}" fill="{colour}"/>"#,
+            x,
+            y - 5.0,
+            x + 5.0,
+            y,
+            x,
+            y + 5.0,
+            x - 5.0,
+            y
+        ),
+        _ => format!(r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.8" fill="{colour}"/>"#),
+    }
+}
+
+/// A round axis maximum at or above `max`: 1, 2 or 5 times a power of ten.
+fn nice_max(max: i64) -> i64 {
+    let mut step = 1i64;
+    loop {
+        for factor in [1, 2, 5] {
+            let candidate = step.saturating_mul(factor);
+            if candidate >= max || candidate == i64::MAX {
+                return candidate.max(1);
+            }
+        }
+        step = step.saturating_mul(10);
+    }
+}
+
+/// Counts per tier over the windows, as an SVG line chart; flagged windows get a band.
+fn chart(ledger: &Ledger, topic: &str, reports: &[WindowReport], secs: bool) -> String {
+    let (width, height) = (1100.0_f64, 320.0_f64);
+    let (left, right, top, bottom) = (70.0, 20.0, 16.0, 44.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let tiers = ledger.active_tiers();
+    let max = reports.iter().flat_map(|r| r.tiers.values().copied()).max().unwrap_or(0);
+    let y_max = nice_max(max.max(1)) as f64;
+    let n = reports.len().max(1);
+    let step = plot_w / n as f64;
+    let x_of = |i: usize| left + step * (i as f64 + 0.5);
+    let y_of = |v: i64| top + plot_h - plot_h * (v as f64 / y_max);
+
+    let mut svg = format!(
+        r#"<svg id="chart" role="img" aria-label="events per tier and window for {t}" viewBox="0 0 {width} {height}" width="100%" style="max-width:{width}px" xmlns="http://www.w3.org/2000/svg">"#,
+        t = escape(topic)
+    );
+    // Bands behind flagged windows.
+    for (i, report) in reports.iter().enumerate() {
+        let colour = match report.verdict {
+            Verdict::Loss => "#D55E00",
+            Verdict::Duplication => "#0072B2",
+            _ => continue,
+        };
+        let _ = write!(
+            svg,
+            r#"<rect class="band" data-window="{}" data-verdict="{}" x="{:.1}" y="{top}" width="{:.1}" height="{plot_h}" fill="{colour}" fill-opacity="0.13"/>"#,
+            report.window_start,
+            report.verdict.as_str(),
+            left + step * i as f64,
+            step
+        );
+    }
+    // Horizontal grid and y labels.
+    for k in 0..=4 {
+        let value = (y_max * k as f64 / 4.0).round() as i64;
+        let y = y_of(value);
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#E3E7EC"/><text x="{:.1}" y="{:.1}" font-size="12" fill="#5F6B7A" text-anchor="end">{}</text>"##,
+            left + plot_w,
+            left - 8.0,
+            y + 4.0,
+            number(value)
+        );
+    }
+    // X labels, thinned to about ten.
+    let every = n.div_ceil(10).max(1);
+    for (i, report) in reports.iter().enumerate().filter(|(i, _)| i % every == 0) {
+        let (_, time) = html::utc_parts(report.window_start, secs);
+        let _ = write!(
+            svg,
+            r##"<text x="{:.1}" y="{:.1}" font-size="12" fill="#5F6B7A" text-anchor="middle">{time}</text>"##,
+            x_of(i),
+            top + plot_h + 20.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#9AA5B1"/><text x="{:.1}" y="{:.1}" font-size="12" fill="#5F6B7A" text-anchor="middle">window start (UTC)</text>"##,
+        left + plot_w,
+        top + plot_h,
+        top + plot_h,
+        left + plot_w / 2.0,
+        height - 4.0
+    );
+    // One line per tier, drawn downstream first so the reference stays on top.
+    for tier in tiers.iter().rev() {
+        let (colour, dash, shape) = tier_style(*tier);
+        let points: Vec<(f64, f64)> = reports
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (x_of(i), y_of(r.tiers.get(tier.as_str()).copied().unwrap_or(0))))
+            .collect();
+        let path: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let _ = write!(
+            svg,
+            r#"<polyline class="series" data-tier="{}" points="{}" fill="none" stroke="{colour}" stroke-width="2.4" stroke-dasharray="{dash}" stroke-linejoin="round"/>"#,
+            tier.as_str(),
+            path.join(" ")
+        );
+        for (x, y) in points {
+            svg.push_str(&marker(shape, x, y, colour));
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn chart_legend(tiers: &[Tier]) -> String {
+    let mut out = String::from(r#"<div class="chart-legend">"#);
+    for tier in tiers {
+        let (colour, dash, shape) = tier_style(*tier);
+        let _ = write!(
+            out,
+            r#"<span><svg width="34" height="12"><line x1="1" x2="33" y1="6" y2="6" stroke="{colour}" stroke-width="2.4" stroke-dasharray="{dash}"/>{}</svg>{}</span>"#,
+            marker(shape, 17.0, 6.0, colour),
+            tier.as_str()
+        );
+    }
+    out.push_str(r##"<span><svg width="20" height="12"><rect width="20" height="12" fill="#D55E00" fill-opacity="0.13"/></svg>loss window</span></div>"##);
+    out
+}
+
+pub(crate) async fn topic_page(
+    State(shared): State<Arc<Shared>>,
+    Path(topic): Path<String>,
+) -> Response {
+    let clock = shared.clock();
+    let secs = seconds(&shared);
+    let ledger = lock(&shared.ledger);
+    if !ledger.has_topic(&topic) {
+        drop(ledger);
+        return error_page(&shared, ApiError::UnknownTopic(topic));
+    }
+    let all = ledger.windows(&topic, i64::MIN, i64::MAX, clock);
+    let shown = &all[all.len().saturating_sub(CHART_WINDOWS_MAX)..];
+    let tiers = ledger.active_tiers();
+    let summary = api::topic_summary(&ledger, &topic, clock);
+
+    let mut body = format!(
+        r#"<p class="crumbs"><a href="/">All topics</a> / {t}</p><h2>{t}</h2>"#,
+        t = escape(&topic)
+    );
+    body.push_str(&topic_cards(&summary));
+    let _ = write!(
+        body,
+        r#"<h2>Events per window and tier</h2><div class="panel">{}"#,
+        chart_legend(&tiers)
+    );
+    body.push_str(&chart(&ledger, &topic, shown, secs));
+    body.push_str("</div>");
+
+    body.push_str(r#"<h2>Windows</h2><table class="list" id="windows"><thead><tr><th>Window (UTC)</th><th>Verdict</th>"#);
+    for tier in &tiers {
+        let _ = write!(body, "<th>{}</th>", tier.as_str());
+    }
+    body.push_str("<th>Missing</th><th>Duplicated</th><th></th></tr></thead><tbody>");
+    for report in shown.iter().rev() {
+        let flagged = matches!(report.verdict, Verdict::Loss | Verdict::Duplication);
+        let _ = write!(
+            body,
+            r#"<tr{} data-window="{}" data-verdict="{}"><td>{}</td><td>{}</td>"#,
+            if flagged { r#" class="flag""# } else { "" },
+            report.window_start,
+            report.verdict.as_str(),
+            html::utc(report.window_start, secs),
+            chip(report.verdict)
+        );
+        for tier in &tiers {
+            let count = report.tiers.get(tier.as_str()).copied().unwrap_or(0);
+            let short = report.missing.contains_key(tier.as_str());
+            let _ = write!(
+                body,
+                "<td{}>{}</td>",
+                if short { r#" class="short""# } else { "" },
+                number(count)
+            );
+        }
+        let _ = write!(
+            body,
+            r#"<td>{}</td><td>{}</td><td><a href="{}">hosts →</a></td></tr>"#,
+            number(report.missing.values().sum()),
+            number(report.duplicate.values().sum()),
+            window_href(&topic, report.window_start)
+        );
+    }
+    body.push_str("</tbody></table>");
+    drop(ledger);
+    Html(page(&topic, shared.config.refresh_s, &status(&shared, clock), &body)).into_response()
+}
+
+pub(crate) async fn window_page(
+    State(shared): State<Arc<Shared>>,
+    Path((topic, start)): Path<(String, i64)>,
+) -> Response {
+    let clock = shared.clock();
+    let secs = seconds(&shared);
+    let detail = match api::window_detail(&shared, &topic, start) {
+        Ok(detail) => detail,
+        Err(e) => return error_page(&shared, e),
+    };
+    let report = &detail.report;
+    let reference = detail.reference_tier;
+    let reference_count = reference.and_then(|t| report.tiers.get(t)).copied().unwrap_or(0);
+    let t = escape(&topic);
+    let mut body = format!(
+        r#"<p class="crumbs"><a href="/">All topics</a> / <a href="{href}">{t}</a> / window</p><h2>{t} · {from} – {to} UTC &nbsp;{chip}</h2>"#,
+        href = topic_href(&topic),
+        from = html::utc(start, secs),
+        to = html::utc_parts(start + report.window_ms, secs).1,
+        chip = chip(report.verdict),
+    );
+
+    body.push_str(r#"<table class="list" id="tiers"><thead><tr><th>Tier</th><th>Events</th><th>Against the reference</th><th>Verdict</th></tr></thead><tbody>"#);
+    for tier in &detail.order {
+        let count = &report.tiers.get(tier).copied().unwrap_or(0);
+        let verdict = report.tier_verdicts.get(tier).copied();
+        let difference = count - reference_count;
+        let against = match (Some(*tier) == reference, difference) {
+            (true, _) => "reference".to_owned(),
+            (false, 0) => "equal".to_owned(),
+            (false, d) if d < 0 => format!("{} missing", number(-d)),
+            (false, d) => format!("{} extra", number(d)),
+        };
+        let _ = write!(
+            body,
+            r#"<tr{} data-tier="{tier}"><td>{tier}</td><td>{}</td><td>{against}</td><td>{}</td></tr>"#,
+            if verdict == Some(Verdict::Loss) { r#" class="flag""# } else { "" },
+            number(*count),
+            verdict.map(chip).unwrap_or_default(),
+        );
+    }
+    body.push_str("</tbody></table>");
+
+    body.push_str(r#"<h2>Hosts that fall short</h2>"#);
+    let short_tiers: Vec<&str> =
+        detail.order.iter().copied().filter(|t| report.missing.contains_key(t)).collect();
+    if short_tiers.is_empty() {
+        body.push_str(r#"<p class="note">No tier lacks events in this window.</p>"#);
+    } else {
+        body.push_str(r#"<table class="list" id="short-hosts"><thead><tr><th>Tier</th><th>Host</th><th>Events</th><th>Usual share</th><th>Short by</th></tr></thead><tbody>"#);
+        let mut any = false;
+        for tier in &short_tiers {
+            for host in detail.hosts.get(tier).into_iter().flatten().filter(|h| h.short_by > 0) {
+                any = true;
+                let _ = write!(
+                    body,
+                    r#"<tr class="flag" data-tier="{tier}" data-host="{h}"><td>{tier}</td><td>{h}</td><td>{}</td><td>{}</td><td class="short">{}</td></tr>"#,
+                    number(host.count),
+                    number(host.expected),
+                    number(host.short_by),
+                    h = escape(&host.host),
+                );
+            }
+            if detail.hosts.get(tier).is_none_or(Vec::is_empty) {
+                any = true;
+                let _ = write!(
+                    body,
+                    r#"<tr class="flag" data-tier="{tier}"><td>{tier}</td><td colspan="3">no host of this tier reported this window</td><td class="short">{}</td></tr>"#,
+                    number(report.missing.get(tier).copied().unwrap_or(0))
+                );
+            }
+        }
+        if !any {
+            body.push_str(r#"<tr><td colspan="5">Every host carried its usual share; the shortfall is spread thin.</td></tr>"#);
+        }
+        body.push_str("</tbody></table>");
+    }
+
+    body.push_str("<h2>Every host</h2>");
+    for tier in &detail.order {
+        let hosts = detail.hosts.get(tier).map(Vec::as_slice).unwrap_or_default();
+        let _ = write!(
+            body,
+            r#"<h3 class="note">{tier}</h3><table class="list" data-hosts="{tier}"><thead><tr><th>Host</th><th>Events</th><th>Usual share</th></tr></thead><tbody>"#
+        );
+        for host in hosts {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&host.host),
+                number(host.count),
+                number(host.expected)
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    Html(page(&topic, shared.config.refresh_s, &status(&shared, clock), &body)).into_response()
+}
+
+pub(crate) async fn not_found(State(shared): State<Arc<Shared>>) -> Response {
+    let mut response = error_page(&shared, ApiError::BadQuery("no such page".into()));
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
