@@ -1,0 +1,395 @@
+//! The agent: validation and encoding, the spool, the shipper, the audit publisher and the
+//! file tailers, started together and shut down together. HTTP, tailing and Rust callers all
+//! come in through [`Agent::send_batch`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use client::{BrokerSource, Partitioner, Producer, ProducerConfig, RegistryBrokers, StaticBrokers};
+use cluster::{Coordinator, Registry};
+use protocol::Acks;
+use schema_registry::RegistryClient;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ConfigError};
+use crate::event::{self, EventError, HeaderDefaults, Schemas};
+use crate::metrics::Metrics;
+use crate::spool::{NewEvent, Spool, SpoolError, SpoolOptions};
+use crate::{audit, ship, tail};
+
+/// Where the live brokers are.
+#[derive(Clone)]
+pub enum Brokers {
+    /// Broker or load-balancer addresses: events go to partition −1 of any of them.
+    Addrs(Vec<String>),
+    /// The broker registry of the live cluster (ZooKeeper or the embedded backend).
+    Cluster(Arc<dyn Coordinator>),
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    #[error("cannot start the producer: {0}")]
+    Producer(#[from] client::ProducerError),
+}
+
+/// Why events were not accepted. Nothing of a refused call is accepted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// Event `index` of the call is invalid (HTTP 400).
+    #[error("event {index}: {source}")]
+    Invalid { index: usize, source: EventError },
+    /// The topic's schema cannot be had right now (HTTP 503).
+    #[error("{0}")]
+    Unavailable(EventError),
+    /// The spool is full under `block` (HTTP 503 with Retry-After).
+    #[error("the spool is full; retry in {retry_after_ms} ms")]
+    Full { retry_after_ms: u64 },
+    #[error(transparent)]
+    Spool(SpoolError),
+    #[error("the agent is shutting down")]
+    ShuttingDown,
+}
+
+struct Inner {
+    config: Config,
+    spool: Arc<Spool>,
+    schemas: Schemas,
+    defaults: HeaderDefaults,
+    metrics: Arc<Metrics>,
+    producer: Producer,
+    registry: Arc<RegistryClient>,
+    closed: AtomicBool,
+    /// Stops the tailers (first, on shutdown).
+    stop_input: CancellationToken,
+    /// Stops shipping, audit publication and checkpoints (after the drain).
+    stop: CancellationToken,
+    inputs: Mutex<Vec<JoinHandle<()>>>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A running agent; clones share it.
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<Inner>,
+}
+
+impl Agent {
+    /// Opens the spool (replaying what it holds) and starts shipping, auditing and tailing.
+    pub async fn start(
+        config: Config,
+        brokers: Brokers,
+        registry: Arc<RegistryClient>,
+    ) -> Result<Agent, AgentError> {
+        config.validate()?;
+        let metrics = Arc::new(Metrics::default());
+        let host = config.host();
+        let options = SpoolOptions {
+            dir: config.spool_dir.clone(),
+            max_bytes: config.spool_max_bytes,
+            segment_bytes: config.segment_bytes(),
+            full: config.spool_full,
+            host: host.clone(),
+            window_ms: config.audit_window_ms,
+        };
+        let spool_metrics = Arc::clone(&metrics);
+        let spool = tokio::task::spawn_blocking(move || Spool::open(options, spool_metrics))
+            .await
+            .expect("opening the spool does not panic")?;
+        let spool = Arc::new(spool);
+        let (source, partitioner): (Arc<dyn BrokerSource>, _) = match brokers {
+            Brokers::Addrs(addrs) => (
+                Arc::new(StaticBrokers::new(addrs).with_connect_timeout_ms(3_000)),
+                Partitioner::Any,
+            ),
+            Brokers::Cluster(coordinator) => {
+                (Arc::new(RegistryBrokers::new(Registry::new(coordinator))), Partitioner::Random)
+            }
+        };
+        let producer = Producer::new(producer_config(&config, partitioner)?, source)?;
+        let inner = Arc::new(Inner {
+            schemas: Schemas::new(Arc::clone(&registry), config.schema_refresh_ms),
+            defaults: HeaderDefaults { server: host, service: config.service.clone() },
+            spool: Arc::clone(&spool),
+            metrics: Arc::clone(&metrics),
+            producer: producer.clone(),
+            registry: Arc::clone(&registry),
+            closed: AtomicBool::new(false),
+            stop_input: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            inputs: Mutex::new(Vec::new()),
+            workers: Mutex::new(Vec::new()),
+            config,
+        });
+        let agent = Agent { inner };
+        let stop = agent.inner.stop.clone();
+        let config = &agent.inner.config;
+        let workers = vec![
+            tokio::spawn(ship::run(
+                Arc::clone(&spool),
+                producer.clone(),
+                Arc::clone(&metrics),
+                config.retry_backoff_max_ms,
+                stop.clone(),
+            )),
+            tokio::spawn(audit::run(
+                Arc::clone(&spool),
+                producer,
+                registry,
+                Arc::clone(&metrics),
+                config.audit_publish_ms,
+                stop.clone(),
+            )),
+            tokio::spawn(checkpoints(Arc::clone(&spool), config.spool_ack_sync_ms, stop)),
+        ];
+        *lock(&agent.inner.workers) = workers;
+        let tailers = config
+            .tails()?
+            .into_iter()
+            .map(|spec| {
+                let tailer = tail::Tailer::new(agent.clone(), spec, config.tail_poll_ms);
+                tokio::spawn(tailer.run(agent.inner.stop_input.clone()))
+            })
+            .collect();
+        *lock(&agent.inner.inputs) = tailers;
+        Ok(agent)
+    }
+
+    /// Validates and spools one event (a JSON object in the topic's schema); returns once it
+    /// is durably spooled.
+    pub async fn send(&self, topic: &str, event: &Value) -> Result<(), SendError> {
+        self.send_batch(topic, std::slice::from_ref(event)).await.map(|_| ())
+    }
+
+    /// Validates every event, then spools them all durably, or none: the first invalid event
+    /// refuses the whole call. Returns how many were accepted.
+    pub async fn send_batch(&self, topic: &str, events: &[Value]) -> Result<usize, SendError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(SendError::ShuttingDown);
+        }
+        let reject = |index: usize, source: EventError| {
+            if source.is_bad_event() {
+                Metrics::add(&inner.metrics.rejected, events.len() as u64);
+                Metrics::add(&inner.metrics.rejected_requests, 1);
+                SendError::Invalid { index, source }
+            } else {
+                SendError::Unavailable(source)
+            }
+        };
+        let schema = inner.schemas.get(topic).await.map_err(|e| reject(0, e))?;
+        let topic: Arc<str> = Arc::from(topic);
+        let now_ms = crate::now_ms();
+        let max_bytes = inner.config.max_event_bytes;
+        let mut spooled = Vec::with_capacity(events.len());
+        for (index, event) in events.iter().enumerate() {
+            let encoded = event::encode_event(&schema, event, &inner.defaults, now_ms, max_bytes)
+                .map_err(|e| reject(index, e))?;
+            spooled.push(NewEvent {
+                topic: Arc::clone(&topic),
+                time_ms: encoded.time_ms,
+                payload: encoded.payload,
+            });
+        }
+        self.spool_events(spooled).await
+    }
+
+    /// Like [`Agent::send_batch`], but an invalid event is left out (and counted as rejected)
+    /// instead of refusing the call: for tailed files, where a bad line must not stop the rest.
+    /// Returns how many were accepted and the invalid ones.
+    pub(crate) async fn send_valid(
+        &self,
+        topic: &str,
+        events: &[Value],
+    ) -> Result<(usize, Vec<(usize, EventError)>), SendError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(SendError::ShuttingDown);
+        }
+        let schema = match inner.schemas.get(topic).await {
+            Ok(schema) => schema,
+            Err(e) if e.is_bad_event() => {
+                Metrics::add(&inner.metrics.rejected, events.len() as u64);
+                return Err(SendError::Invalid { index: 0, source: e });
+            }
+            Err(e) => return Err(SendError::Unavailable(e)),
+        };
+        let topic: Arc<str> = Arc::from(topic);
+        let now_ms = crate::now_ms();
+        let mut spooled = Vec::with_capacity(events.len());
+        let mut invalid = Vec::new();
+        for (index, event) in events.iter().enumerate() {
+            match event::encode_event(
+                &schema,
+                event,
+                &inner.defaults,
+                now_ms,
+                inner.config.max_event_bytes,
+            ) {
+                Ok(encoded) => spooled.push(NewEvent {
+                    topic: Arc::clone(&topic),
+                    time_ms: encoded.time_ms,
+                    payload: encoded.payload,
+                }),
+                Err(e) => invalid.push((index, e)),
+            }
+        }
+        Metrics::add(&inner.metrics.rejected, invalid.len() as u64);
+        Ok((self.spool_events(spooled).await?, invalid))
+    }
+
+    /// Spools already-validated events.
+    async fn spool_events(&self, events: Vec<NewEvent>) -> Result<usize, SendError> {
+        let inner = &self.inner;
+        let count = events.len();
+        if count == 0 {
+            return Ok(0);
+        }
+        match inner.spool.append(events).await {
+            Ok(_) => {
+                Metrics::add(&inner.metrics.accepted, count as u64);
+                inner.metrics.request_events.observe(count as u64);
+                Ok(count)
+            }
+            Err(SpoolError::Full { retry_after_ms, .. }) => {
+                Metrics::add(&inner.metrics.refused_full, 1);
+                Err(SendError::Full { retry_after_ms })
+            }
+            Err(SpoolError::Closed) => Err(SendError::ShuttingDown),
+            Err(e) => Err(SendError::Spool(e)),
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// Events accepted (durably spooled) since start.
+    pub fn accepted(&self) -> u64 {
+        Metrics::get(&self.inner.metrics.accepted)
+    }
+
+    /// Events acknowledged by a broker since start.
+    pub fn acknowledged(&self) -> u64 {
+        Metrics::get(&self.inner.metrics.acknowledged)
+    }
+
+    /// Events in the spool not yet acknowledged (replayed ones included).
+    pub fn unacknowledged(&self) -> u64 {
+        self.inner.spool.unacknowledged()
+    }
+
+    /// The cumulative audit count of `topic` in the window starting at `window_start`.
+    pub fn audit_count(&self, topic: &str, window_start: i64) -> i64 {
+        self.inner.spool.audit_count(topic, window_start)
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Stops taking events, waits up to `drain_timeout_ms` for the spool to be acknowledged
+    /// (what is left is shipped on the next start), publishes the audit counts a last time,
+    /// and closes the spool. Calling it again does nothing.
+    pub async fn shutdown(&self) -> Result<(), AgentError> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        inner.stop_input.cancel();
+        for task in std::mem::take(&mut *lock(&inner.inputs)) {
+            let _ = task.await;
+        }
+        let deadline = Instant::now() + Duration::from_millis(inner.config.drain_timeout_ms);
+        while inner.spool.unacknowledged() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = inner.spool.unacknowledged();
+        if left > 0 {
+            tracing::warn!(
+                unacknowledged = left,
+                "shutting down with events left in the spool; they ship on the next start"
+            );
+        }
+        inner.stop.cancel();
+        for task in std::mem::take(&mut *lock(&inner.workers)) {
+            let _ = task.await;
+        }
+        let last_publish =
+            audit::publish(&inner.spool, &inner.producer, &inner.registry, &inner.metrics);
+        match tokio::time::timeout(FINAL_STEP_TIMEOUT, last_publish).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot publish the last audit counts; they are kept for the next start")
+            }
+            Err(_) => tracing::warn!(
+                "publishing the last audit counts timed out; they are kept for the next start"
+            ),
+        }
+        if tokio::time::timeout(FINAL_STEP_TIMEOUT, inner.producer.close()).await.is_err() {
+            tracing::warn!("closing the producer timed out");
+        }
+        let spool = Arc::clone(&inner.spool);
+        tokio::task::spawn_blocking(move || spool.close())
+            .await
+            .expect("closing the spool does not panic")?;
+        Ok(())
+    }
+}
+
+/// Longest wait for each of the last audit publication and the producer's close.
+const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn producer_config(
+    config: &Config,
+    partitioner: Partitioner,
+) -> Result<ProducerConfig, ConfigError> {
+    let message_bytes_max = config.max_event_bytes + 64;
+    Ok(ProducerConfig {
+        acks: if config.acks == 2 { Acks::Flushed } else { Acks::Written },
+        batch_messages: config.batch_messages,
+        batch_bytes: config.batch_bytes,
+        linger_ms: config.linger_ms,
+        compression: config.codec()?,
+        partitioner,
+        buffer_bytes: (64 << 20).max(message_bytes_max * 2),
+        message_bytes_max,
+        retries_max: 2,
+        retry_backoff_ms: 50,
+        retry_backoff_max_ms: 1_000,
+        connect_timeout_ms: 3_000,
+        request_timeout_ms: 10_000,
+        metadata_refresh_ms: 10_000,
+        ..ProducerConfig::default()
+    })
+}
+
+/// Makes acknowledgements durable every `every_ms` and frees acknowledged segments.
+async fn checkpoints(spool: Arc<Spool>, every_ms: u64, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let spool = Arc::clone(&spool);
+        match tokio::task::spawn_blocking(move || spool.checkpoint()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "cannot checkpoint the spool"),
+            Err(e) => tracing::error!(error = %e, "the checkpoint task panicked"),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,98 @@
+//! The spool's checkpoint, `{dir}/acked`: the acknowledged floor, the acknowledged seqs above
+//! it and the audit counts they produced, taken under one lock so that they agree. Written as
+//! `crc32 (8 hex digits) \n json` to a staged file, fsynced, renamed over the old one, and the
+//! directory fsynced.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Shared, SpoolError};
+
+const FILE: &str = "acked";
+const STAGED: &str = "acked.tmp";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct Checkpoint {
+    pub floor: u64,
+    pub acked_above: BTreeSet<u64>,
+    pub window_ms: i64,
+    /// `(topic, window_start, cumulative count)`.
+    pub audit: Vec<(String, i64, i64)>,
+}
+
+/// The last checkpoint, or an empty one for a new spool. A damaged file is logged and
+/// ignored: everything in the spool is then shipped again (duplicates, never loss).
+pub(super) fn read(dir: &Path) -> Result<Checkpoint, SpoolError> {
+    let path = dir.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Checkpoint::default()),
+        Err(e) => return Err(SpoolError::io("read", &path)(e)),
+    };
+    let parsed = text.split_once('\n').and_then(|(crc, json)| {
+        let crc = u32::from_str_radix(crc, 16).ok()?;
+        (crc32fast::hash(json.as_bytes()) == crc).then_some(json)?;
+        serde_json::from_str::<Checkpoint>(json).ok()
+    });
+    Ok(parsed.unwrap_or_else(|| {
+        tracing::error!(path = %path.display(), "the spool checkpoint is damaged: shipping the whole spool again");
+        Checkpoint::default()
+    }))
+}
+
+/// Writes a checkpoint of the current state if it changed, then deletes the segments wholly
+/// below its floor (never the one being written).
+pub(super) fn write_and_clean(shared: &Shared) -> Result<(), SpoolError> {
+    let checkpoint = {
+        let mut state = shared.lock();
+        if !state.dirty {
+            return Ok(());
+        }
+        state.dirty = false;
+        Checkpoint {
+            floor: state.floor,
+            acked_above: state.acked_above.clone(),
+            window_ms: state.audit.window_ms(),
+            audit: state
+                .audit
+                .all()
+                .into_iter()
+                .map(|r| (r.topic, r.window_start, r.count))
+                .collect(),
+        }
+    };
+    if let Err(e) = write(&shared.options.dir, &checkpoint) {
+        shared.lock().dirty = true;
+        return Err(e);
+    }
+    let mut state = shared.lock();
+    while state.segments.len() > 1
+        && state.segments.front().is_some_and(|s| s.end <= checkpoint.floor)
+    {
+        let segment = state.segments.pop_front().expect("front exists");
+        state.total_bytes -= segment.bytes;
+        let path = shared.segment_path(segment.base);
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::error!(path = %path.display(), error = %e, "cannot delete an acknowledged spool segment");
+        }
+    }
+    shared.metrics.spool_bytes.store(state.total_bytes, Ordering::Relaxed);
+    Ok(())
+}
+
+fn write(dir: &Path, checkpoint: &Checkpoint) -> Result<(), SpoolError> {
+    let json = serde_json::to_string(checkpoint).expect("a checkpoint serializes");
+    let staged = dir.join(STAGED);
+    let path = dir.join(FILE);
+    let mut file = File::create(&staged).map_err(SpoolError::io("create", &staged))?;
+    file.write_all(format!("{:08x}\n{json}", crc32fast::hash(json.as_bytes())).as_bytes())
+        .map_err(SpoolError::io("write", &staged))?;
+    file.sync_all().map_err(SpoolError::io("fsync", &staged))?;
+    std::fs::rename(&staged, &path).map_err(SpoolError::io("rename", &staged))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(SpoolError::io("fsync directory", dir))
+}

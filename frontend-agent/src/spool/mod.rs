@@ -1,0 +1,326 @@
+//! The durable spool: every accepted event is on disk before the caller hears "accepted",
+//! and leaves only once a broker acknowledged it.
+//!
+//! ```text
+//! append ─▶ writer thread (group fsync) ─▶ {dir}/segments/{first_seq:020}.spool ─▶ SpoolReader ─▶ shipper
+//!                                                                                   acks ─▶ checkpoint
+//! ```
+//!
+//! Events get contiguous sequence numbers. Acknowledgements arrive out of order (one batch per
+//! partition in flight), so the spool keeps the *floor* (every seq below it is acknowledged or
+//! dropped) plus the acknowledged seqs above it. The checkpoint — floor, those seqs and the
+//! audit counts they produced, in one file written durably — is what survives a `kill -9`:
+//! on restart only events it does not list are shipped again, and the audit counts resume
+//! where they were. Segments entirely below the checkpointed floor are deleted.
+//!
+//! The spool is bounded by `max_bytes` of segment files; when an append does not fit,
+//! [`SpoolFull::Block`] refuses it and [`SpoolFull::DropOldest`] deletes the oldest segment.
+
+mod checkpoint;
+mod reader;
+pub mod record;
+mod writer;
+
+use std::collections::{BTreeSet, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use schema_registry::audit::{AuditCounts, AuditRecord, Tier};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::SpoolFull;
+use crate::metrics::Metrics;
+pub use reader::SpoolReader;
+pub use record::SpoolRecord;
+
+/// Requests queued for the writer thread at most.
+const APPENDS_QUEUED_MAX: usize = 1024;
+/// What a refused append suggests as Retry-After.
+pub const RETRY_AFTER_MS: u64 = 1_000;
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpoolError {
+    #[error("the spool is full ({max_bytes} bytes); retry in {retry_after_ms} ms")]
+    Full { max_bytes: u64, retry_after_ms: u64 },
+    #[error("spool {op} {path}: {source}")]
+    Io { op: &'static str, path: PathBuf, source: Arc<io::Error> },
+    #[error("spool segment {path} is corrupt: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("the spool has stopped after an earlier error: {0}")]
+    Failed(String),
+    #[error("the spool is closed")]
+    Closed,
+}
+
+impl SpoolError {
+    pub(crate) fn io<'a>(
+        op: &'static str,
+        path: &'a Path,
+    ) -> impl FnOnce(io::Error) -> SpoolError + 'a {
+        move |source| SpoolError::Io { op, path: path.to_owned(), source: Arc::new(source) }
+    }
+}
+
+/// How the spool is set up.
+#[derive(Debug, Clone)]
+pub struct SpoolOptions {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub segment_bytes: u64,
+    pub full: SpoolFull,
+    /// The audit's host and window.
+    pub host: String,
+    pub window_ms: i64,
+}
+
+/// An event to spool.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub topic: Arc<str>,
+    pub time_ms: i64,
+    pub payload: Vec<u8>,
+}
+
+/// One segment file: records `base..end`.
+#[derive(Debug, Clone)]
+struct Segment {
+    base: u64,
+    end: u64,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Oldest first; the last is the one being written.
+    segments: VecDeque<Segment>,
+    total_bytes: u64,
+    next_seq: u64,
+    /// Every seq below is acknowledged or dropped.
+    floor: u64,
+    acked_above: BTreeSet<u64>,
+    audit: AuditCounts,
+    /// The acknowledgement state changed since the last checkpoint.
+    dirty: bool,
+    /// Set when the writer hit an I/O error: the spool takes nothing more.
+    failed: Option<String>,
+}
+
+impl State {
+    fn is_done(&self, seq: u64) -> bool {
+        seq < self.floor || self.acked_above.contains(&seq)
+    }
+
+    fn advance_floor(&mut self) {
+        while self.acked_above.remove(&self.floor) {
+            self.floor += 1;
+        }
+    }
+}
+
+/// What the writer thread and the readers share.
+struct Shared {
+    segments_dir: PathBuf,
+    options: SpoolOptions,
+    state: Mutex<State>,
+    /// Every seq below the value is written and fsynced.
+    durable: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn segment_path(&self, base: u64) -> PathBuf {
+        segment_path(&self.segments_dir, base)
+    }
+}
+
+fn segment_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.spool"))
+}
+
+struct Append {
+    events: Vec<NewEvent>,
+    reply: oneshot::Sender<Result<u64, SpoolError>>,
+}
+
+/// The spool of one agent. Open one per directory.
+pub struct Spool {
+    shared: Arc<Shared>,
+    appends: Mutex<Option<mpsc::Sender<Append>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Spool {
+    /// Opens (or creates) the spool in `options.dir`, recovering from a crash: a torn tail is
+    /// cut off, and acknowledged segments are deleted.
+    pub fn open(options: SpoolOptions, metrics: Arc<Metrics>) -> Result<Spool, SpoolError> {
+        let segments_dir = options.dir.join("segments");
+        std::fs::create_dir_all(&segments_dir).map_err(SpoolError::io("create", &segments_dir))?;
+        let checkpoint = checkpoint::read(&options.dir)?;
+        let mut audit = AuditCounts::new(Tier::Agent, options.host.clone(), options.window_ms)
+            .map_err(|e| SpoolError::Failed(e.to_string()))?;
+        if checkpoint.window_ms == options.window_ms {
+            for (topic, window_start, count) in &checkpoint.audit {
+                audit.add(topic, *window_start, *count);
+            }
+        } else if !checkpoint.audit.is_empty() {
+            tracing::warn!(
+                old_window_ms = checkpoint.window_ms,
+                "audit window changed since the last run: earlier counts are not resumed"
+            );
+        }
+        let mut segments = writer::recover(&segments_dir)?;
+        let last_end = segments.back().map_or(0, |s| s.end);
+        let next_seq = last_end.max(checkpoint.floor);
+        let mut floor = checkpoint.floor;
+        // Segments wholly acknowledged before the crash go now.
+        while segments.front().is_some_and(|s| s.end <= floor) {
+            let segment = segments.pop_front().expect("front exists");
+            let path = segment_path(&segments_dir, segment.base);
+            std::fs::remove_file(&path).map_err(SpoolError::io("delete", &path))?;
+        }
+        floor = floor.max(segments.front().map_or(next_seq, |s| s.base));
+        let mut acked_above = checkpoint.acked_above;
+        acked_above.retain(|&seq| seq > floor && seq < next_seq);
+        let unacked = next_seq - floor - acked_above.len() as u64;
+        if unacked > 0 {
+            tracing::info!(
+                unacked,
+                floor,
+                next_seq,
+                "replaying unacknowledged events from the spool"
+            );
+        }
+        // Always write into a fresh segment; an empty last one is reused.
+        if segments.back().is_some_and(|s| s.base == next_seq) {
+            segments.pop_back();
+        }
+        let file = writer::create_segment(&segments_dir, next_seq)?;
+        segments.push_back(Segment { base: next_seq, end: next_seq, bytes: 0 });
+        let total_bytes = segments.iter().map(|s| s.bytes).sum();
+        metrics.spool_bytes.store(total_bytes, std::sync::atomic::Ordering::Relaxed);
+        let mut state = State {
+            segments,
+            total_bytes,
+            next_seq,
+            floor,
+            acked_above,
+            audit,
+            dirty: false,
+            failed: None,
+        };
+        state.advance_floor();
+        let (durable, _) = watch::channel(next_seq);
+        let shared =
+            Arc::new(Shared { segments_dir, options, state: Mutex::new(state), durable, metrics });
+        let (appends, queue) = mpsc::channel(APPENDS_QUEUED_MAX);
+        let thread_shared = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("spool-writer".into())
+            .spawn(move || writer::run(thread_shared, queue, file, next_seq))
+            .map_err(SpoolError::io("start the writer thread for", &shared.segments_dir))?;
+        Ok(Spool { shared, appends: Mutex::new(Some(appends)), writer: Mutex::new(Some(writer)) })
+    }
+
+    /// Writes `events` durably (fsynced) and returns the seq of the first. All or nothing:
+    /// a full spool (policy `block`) refuses the whole call.
+    pub async fn append(&self, events: Vec<NewEvent>) -> Result<u64, SpoolError> {
+        let sender = self.appends.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let sender = sender.ok_or(SpoolError::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        sender.send(Append { events, reply }).await.map_err(|_| SpoolError::Closed)?;
+        answer.await.map_err(|_| SpoolError::Closed)?
+    }
+
+    /// A reader from the oldest unacknowledged event.
+    pub fn reader(&self) -> SpoolReader {
+        let floor = self.shared.lock().floor;
+        SpoolReader::new(Arc::clone(&self.shared), floor)
+    }
+
+    /// Watches the durable end (every seq below it is on disk).
+    pub fn durable(&self) -> watch::Receiver<u64> {
+        self.shared.durable.subscribe()
+    }
+
+    /// The oldest seq neither acknowledged nor dropped.
+    pub fn floor(&self) -> u64 {
+        self.shared.lock().floor
+    }
+
+    /// Events spooled and not yet acknowledged (nor dropped).
+    pub fn unacknowledged(&self) -> u64 {
+        let state = self.shared.lock();
+        state.next_seq - state.floor - state.acked_above.len() as u64
+    }
+
+    /// Keeps the records that still need shipping.
+    pub fn retain_undone(&self, records: &mut Vec<SpoolRecord>) {
+        let state = self.shared.lock();
+        records.retain(|r| !state.is_done(r.seq));
+    }
+
+    /// Marks records acknowledged by a broker and counts them for the audit (each seq once).
+    pub fn acknowledge(&self, records: &[(u64, Arc<str>, i64)]) {
+        let mut state = self.shared.lock();
+        let mut counted = 0;
+        for (seq, topic, time_ms) in records {
+            if state.is_done(*seq) {
+                continue;
+            }
+            state.acked_above.insert(*seq);
+            state.audit.add(topic, *time_ms, 1);
+            counted += 1;
+        }
+        if counted > 0 {
+            state.advance_floor();
+            state.dirty = true;
+        }
+        drop(state);
+        Metrics::add(&self.shared.metrics.acknowledged, counted);
+    }
+
+    /// Audit records whose counts changed since last taken.
+    pub fn take_audit_changes(&self) -> Vec<AuditRecord> {
+        self.shared.lock().audit.take_changed()
+    }
+
+    /// Hands back audit records whose publication failed; also forgets long-closed windows.
+    pub fn audit_publish_failed(&self, records: &[AuditRecord]) {
+        self.shared.lock().audit.mark_changed(records);
+    }
+
+    /// Forgets published windows that ended before `before_ms`.
+    pub fn forget_audit_before(&self, before_ms: i64) {
+        let mut state = self.shared.lock();
+        state.audit.forget_published_before(before_ms);
+    }
+
+    /// The cumulative audit count of `topic` in the window starting at `window_start`.
+    pub fn audit_count(&self, topic: &str, window_start: i64) -> i64 {
+        self.shared.lock().audit.count(topic, window_start)
+    }
+
+    /// Makes the acknowledgement state durable, then deletes segments it covers. Blocking:
+    /// call from a blocking context.
+    pub fn checkpoint(&self) -> Result<(), SpoolError> {
+        checkpoint::write_and_clean(&self.shared)
+    }
+
+    /// Stops the writer (appends after this fail with [`SpoolError::Closed`]) and writes a
+    /// last checkpoint. Blocking.
+    pub fn close(&self) -> Result<(), SpoolError> {
+        drop(self.appends.lock().unwrap_or_else(PoisonError::into_inner).take());
+        if let Some(writer) = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            if writer.join().is_err() {
+                tracing::error!("the spool writer thread panicked");
+            }
+        }
+        self.checkpoint()
+    }
+}

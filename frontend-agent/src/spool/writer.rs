@@ -1,0 +1,261 @@
+//! The spool's writer thread: takes every append waiting, writes them, fsyncs once (group
+//! commit), then answers them all. Also crash recovery of the segment files.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::record::{self, Next};
+use super::{Append, Segment, Shared, SpoolError, State, segment_path};
+use crate::config::SpoolFull;
+use crate::metrics::Metrics;
+
+/// Appends taken into one group commit at most.
+const APPENDS_PER_SYNC_MAX: usize = 256;
+
+/// Scans every segment in `dir`, oldest first, and cuts the spool at the first torn or
+/// corrupt record: the tail of the last segment after a crash mid-write, or damage, which is
+/// logged with what is lost.
+pub(super) fn recover(dir: &Path) -> Result<VecDeque<Segment>, SpoolError> {
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(SpoolError::io("list", dir))? {
+        let entry = entry.map_err(SpoolError::io("list", dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        match name.strip_suffix(".spool").and_then(|stem| stem.parse::<u64>().ok()) {
+            Some(base) => bases.push(base),
+            None if name.ends_with(".spool") => {
+                tracing::warn!(file = %name, "ignoring a spool file with a malformed name");
+            }
+            None => {}
+        }
+    }
+    bases.sort_unstable();
+    let mut segments = VecDeque::new();
+    let mut cut = false;
+    for base in bases {
+        let path = segment_path(dir, base);
+        if cut {
+            tracing::error!(path = %path.display(), "deleting a spool segment after a corrupt one");
+            std::fs::remove_file(&path).map_err(SpoolError::io("delete", &path))?;
+            continue;
+        }
+        let file = File::open(&path).map_err(SpoolError::io("open", &path))?;
+        let mut input = BufReader::new(file);
+        let mut topics = Vec::new();
+        let (mut end, mut bytes) = (base, 0u64);
+        loop {
+            match record::read(&mut input, &mut topics).map_err(SpoolError::io("read", &path))? {
+                Next::Record(r) if r.seq == end => {
+                    end += 1;
+                    bytes += r.size_bytes() as u64;
+                }
+                Next::Record(_) => {
+                    tracing::error!(path = %path.display(), expected_seq = end, "spool record out of sequence: cutting here");
+                    cut = true;
+                    break;
+                }
+                Next::End => break,
+                Next::Invalid(reason) => {
+                    tracing::warn!(path = %path.display(), reason, valid_bytes = bytes, "cutting the spool at a torn or corrupt record");
+                    cut = true;
+                    break;
+                }
+            }
+        }
+        if cut {
+            let file = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(SpoolError::io("open", &path))?;
+            file.set_len(bytes).map_err(SpoolError::io("truncate", &path))?;
+            file.sync_all().map_err(SpoolError::io("fsync", &path))?;
+        }
+        if segments.back().is_some_and(|s: &Segment| s.end != base) {
+            return Err(SpoolError::Corrupt {
+                path,
+                reason: "a gap in sequence numbers between segments".into(),
+            });
+        }
+        segments.push_back(Segment { base, end, bytes });
+    }
+    Ok(segments)
+}
+
+/// Creates (or empties) segment `base` and makes its name durable.
+pub(super) fn create_segment(dir: &Path, base: u64) -> Result<File, SpoolError> {
+    let path = segment_path(dir, base);
+    let file = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(SpoolError::io("create", &path))?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(SpoolError::io("fsync directory", dir))?;
+    Ok(file)
+}
+
+/// The thread's loop, until every sender is gone.
+pub(super) fn run(shared: Arc<Shared>, mut queue: mpsc::Receiver<Append>, file: File, base: u64) {
+    let mut writer = Writer { shared, file, base, buf: Vec::with_capacity(1 << 20) };
+    while let Some(first) = queue.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < APPENDS_PER_SYNC_MAX {
+            match queue.try_recv() {
+                Ok(append) => batch.push(append),
+                Err(_) => break,
+            }
+        }
+        writer.commit(batch);
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    file: File,
+    /// First seq of the segment being written.
+    base: u64,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// Writes every admitted append of `batch` with one fsync, then answers each.
+    fn commit(&mut self, batch: Vec<Append>) {
+        let mut admitted: Vec<(oneshot::Sender<Result<u64, SpoolError>>, u64, u64)> = Vec::new();
+        let mut result = Ok(());
+        for append in batch {
+            if let Some(reason) = self.shared.lock().failed.clone() {
+                let _ = append.reply.send(Err(SpoolError::Failed(reason)));
+                continue;
+            }
+            let bytes: u64 = append
+                .events
+                .iter()
+                .map(|e| record::encoded_size(&e.topic, &e.payload) as u64)
+                .sum();
+            let first = match self.admit(bytes, append.events.len() as u64) {
+                Ok(first) => first,
+                Err(e) => {
+                    let _ = append.reply.send(Err(e));
+                    continue;
+                }
+            };
+            for (i, event) in append.events.iter().enumerate() {
+                record::encode(
+                    &mut self.buf,
+                    first + i as u64,
+                    event.time_ms,
+                    &event.topic,
+                    &event.payload,
+                );
+            }
+            admitted.push((append.reply, first, append.events.len() as u64));
+            if self
+                .shared
+                .lock()
+                .segments
+                .back()
+                .is_some_and(|s| s.bytes >= self.shared.options.segment_bytes)
+            {
+                result = self.roll();
+                if result.is_err() {
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            result = self.write_and_sync();
+        }
+        match result {
+            Ok(()) => {
+                let next_seq = self.shared.lock().next_seq;
+                self.shared.durable.send_replace(next_seq);
+                for (reply, first, count) in admitted {
+                    Metrics::add(&self.shared.metrics.spooled, count);
+                    let _ = reply.send(Ok(first));
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the spool cannot write: refusing events from now on");
+                self.shared.lock().failed = Some(e.to_string());
+                for (reply, _, _) in admitted {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Reserves room and `count` seqs, dropping the oldest segments under `drop-oldest`.
+    fn admit(&self, bytes: u64, count: u64) -> Result<u64, SpoolError> {
+        let options = &self.shared.options;
+        let mut state = self.shared.lock();
+        let full = SpoolError::Full {
+            max_bytes: options.max_bytes,
+            retry_after_ms: super::RETRY_AFTER_MS,
+        };
+        while state.total_bytes + bytes > options.max_bytes {
+            if options.full == SpoolFull::Block || state.segments.len() < 2 {
+                return Err(full);
+            }
+            self.drop_oldest(&mut state);
+        }
+        let first = state.next_seq;
+        state.next_seq += count;
+        state.total_bytes += bytes;
+        let active = state.segments.back_mut().expect("an active segment");
+        active.end += count;
+        active.bytes += bytes;
+        self.shared.metrics.spool_bytes.store(state.total_bytes, Ordering::Relaxed);
+        Ok(first)
+    }
+
+    /// Deletes the oldest segment; its unacknowledged events are lost and counted.
+    fn drop_oldest(&self, state: &mut State) {
+        let segment = state.segments.pop_front().expect("at least two segments");
+        let dropped = (segment.base.max(state.floor)..segment.end)
+            .filter(|s| !state.acked_above.contains(s))
+            .count() as u64;
+        state.total_bytes -= segment.bytes;
+        state.floor = state.floor.max(segment.end);
+        let floor = state.floor;
+        state.acked_above.retain(|&seq| seq >= floor);
+        state.advance_floor();
+        state.dirty = true;
+        Metrics::add(&self.shared.metrics.dropped, dropped);
+        tracing::warn!(
+            dropped,
+            first_seq = segment.base,
+            end_seq = segment.end,
+            "spool full: dropped the oldest segment (events lost)"
+        );
+        let path = self.shared.segment_path(segment.base);
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::error!(path = %path.display(), error = %e, "cannot delete a dropped spool segment");
+        }
+    }
+
+    fn write_and_sync(&mut self) -> Result<(), SpoolError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let path = self.shared.segment_path(self.base);
+        self.file.write_all(&self.buf).map_err(SpoolError::io("write", &path))?;
+        self.buf.clear();
+        self.file.sync_data().map_err(SpoolError::io("fsync", &path))
+    }
+
+    /// Closes the active segment and starts the next.
+    fn roll(&mut self) -> Result<(), SpoolError> {
+        self.write_and_sync()?;
+        let next = self.shared.lock().next_seq;
+        self.file = create_segment(&self.shared.segments_dir, next)?;
+        self.base = next;
+        self.shared.lock().segments.push_back(Segment { base: next, end: next, bytes: 0 });
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! `--tail FILE=TOPIC`: follows a file of newline-delimited JSON events. The read position
+//! (the file's inode and byte offset) is kept in `{spool_dir}/tail/`, written only after the
+//! lines before it are durably spooled, so a restart neither skips a line nor reads one again
+//! (short of a crash between the two, which duplicates, never loses). A file renamed away by
+//! rotation is read to its end before the new file at the path is followed from its start; a
+//! file truncated in place is followed from its start.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{Agent, SendError};
+use crate::config::TailSpec;
+use crate::metrics::Metrics;
+
+/// Bytes read from a file per step at most.
+const CHUNK_BYTES_MAX: usize = 4 << 20;
+/// Longest pause before retrying a spool that is full or a registry that is down.
+const RETRY_MS_MAX: u64 = 5_000;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    inode: u64,
+    offset: u64,
+}
+
+struct Open {
+    file: File,
+    inode: u64,
+    offset: u64,
+}
+
+pub(crate) struct Tailer {
+    agent: Agent,
+    spec: TailSpec,
+    poll: Duration,
+    position_path: PathBuf,
+}
+
+impl Tailer {
+    pub(crate) fn new(agent: Agent, spec: TailSpec, poll_ms: u64) -> Tailer {
+        let name: String = spec
+            .file
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .collect();
+        let position_path = agent.config().spool_dir.join("tail").join(format!("{name}.pos"));
+        Tailer { agent, spec, poll: Duration::from_millis(poll_ms), position_path }
+    }
+
+    pub(crate) async fn run(self, stop: CancellationToken) {
+        let mut saved = self.read_position();
+        let mut current: Option<Open> = None;
+        let mut retry_ms = self.poll.as_millis() as u64;
+        loop {
+            if current.is_none() {
+                current = self.open(saved);
+            }
+            let Some(open) = current.as_mut() else {
+                if !self.pause(&stop, self.poll).await {
+                    return;
+                }
+                continue;
+            };
+            let (lines, consumed) = match read_lines(open) {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot read a tailed file");
+                    current = None;
+                    if !self.pause(&stop, self.poll).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if consumed > 0 {
+                if !self.ship(&lines, &stop, &mut retry_ms).await {
+                    return; // stopped before the lines were spooled: they are read again next start
+                }
+                open.offset += consumed;
+                saved = Position { inode: open.inode, offset: open.offset };
+                if let Err(e) = self.write_position(saved) {
+                    tracing::error!(path = %self.position_path.display(), error = %e, "cannot save the tail position");
+                }
+                continue;
+            }
+            // At the end of what is there: has the file been rotated or truncated?
+            match std::fs::metadata(&self.spec.file) {
+                Ok(meta) if meta.ino() != open.inode => {
+                    tracing::info!(file = %self.spec.file.display(), "tailed file rotated: following the new one");
+                    current = None;
+                    continue;
+                }
+                Ok(meta) if meta.len() < open.offset => {
+                    tracing::info!(file = %self.spec.file.display(), "tailed file truncated: reading from its start");
+                    open.offset = 0;
+                    continue;
+                }
+                _ => {}
+            }
+            if !self.pause(&stop, self.poll).await {
+                return;
+            }
+        }
+    }
+
+    /// Sleeps `d`; false when stopped.
+    async fn pause(&self, stop: &CancellationToken, d: Duration) -> bool {
+        tokio::select! {
+            () = stop.cancelled() => false,
+            () = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// Opens the file at the path, at the saved offset if it is the same file.
+    fn open(&self, saved: Position) -> Option<Open> {
+        let file = File::open(&self.spec.file).ok()?;
+        let meta = file.metadata().ok()?;
+        let offset =
+            if meta.ino() == saved.inode && saved.offset <= meta.len() { saved.offset } else { 0 };
+        Some(Open { file, inode: meta.ino(), offset })
+    }
+
+    /// Spools `lines`, retrying while the spool is full or the registry is down; invalid
+    /// lines are logged, counted and skipped. False if stopped first.
+    async fn ship(&self, lines: &[String], stop: &CancellationToken, retry_ms: &mut u64) -> bool {
+        let mut events = Vec::with_capacity(lines.len());
+        for line in lines {
+            match serde_json::from_str::<Value>(line) {
+                Ok(event) => events.push(event),
+                Err(e) => {
+                    Metrics::add(&self.agent.metrics().rejected, 1);
+                    tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping a line that is not JSON");
+                }
+            }
+        }
+        loop {
+            match self.agent.send_valid(&self.spec.topic, &events).await {
+                Ok((_, invalid)) => {
+                    for (index, e) in invalid {
+                        tracing::warn!(file = %self.spec.file.display(), index, error = %e, "skipping an invalid event");
+                    }
+                    *retry_ms = self.poll.as_millis() as u64;
+                    return true;
+                }
+                Err(SendError::Invalid { source, .. }) => {
+                    tracing::warn!(file = %self.spec.file.display(), error = %source, "skipping lines for a topic that cannot take them");
+                    return true;
+                }
+                Err(SendError::ShuttingDown) => return false,
+                Err(e) => {
+                    tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot spool tailed lines; retrying");
+                }
+            }
+            if !self.pause(stop, Duration::from_millis(*retry_ms)).await {
+                return false;
+            }
+            *retry_ms = (*retry_ms * 2).min(RETRY_MS_MAX);
+        }
+    }
+
+    fn read_position(&self) -> Position {
+        std::fs::read(&self.position_path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Staged file, fsync, rename, fsync the directory.
+    fn write_position(&self, position: Position) -> std::io::Result<()> {
+        let dir = self.position_path.parent().expect("the position file is in a directory");
+        std::fs::create_dir_all(dir)?;
+        let staged = self.position_path.with_extension("tmp");
+        let mut file = File::create(&staged)?;
+        file.write_all(&serde_json::to_vec(&position).expect("a position serializes"))?;
+        file.sync_all()?;
+        std::fs::rename(&staged, &self.position_path)?;
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// Complete lines from the offset on (at most [`CHUNK_BYTES_MAX`]) and the bytes they span;
+/// blank lines are skipped. A line longer than the chunk is skipped whole.
+fn read_lines(open: &mut Open) -> std::io::Result<(Vec<String>, u64)> {
+    open.file.seek(SeekFrom::Start(open.offset))?;
+    let mut chunk = Vec::with_capacity(64 << 10);
+    (&mut open.file).take(CHUNK_BYTES_MAX as u64).read_to_end(&mut chunk)?;
+    let Some(last_newline) = chunk.iter().rposition(|&b| b == b'\n') else {
+        if chunk.len() == CHUNK_BYTES_MAX {
+            tracing::warn!(
+                bytes = chunk.len(),
+                "skipping a tailed line longer than the read limit"
+            );
+            return Ok((Vec::new(), chunk.len() as u64));
+        }
+        return Ok((Vec::new(), 0));
+    };
+    let complete = &chunk[..=last_newline];
+    let lines = complete
+        .split(|&b| b == b'\n')
+        .map(|line| String::from_utf8_lossy(line).trim().to_owned())
+        .filter(|line| !line.is_empty())
+        .collect();
+    Ok((lines, complete.len() as u64))
+}
