@@ -1,0 +1,215 @@
+//! What the audit tests share: clusters of a real broker registered in a real ZooKeeper, real
+//! `_audit` records and events produced into them, and the service run in-process or as a
+//! binary.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use apache_avro::types::Value;
+use audit::{AuditError, Config};
+use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use protocol::Acks;
+use schema_registry::RegistryClient;
+use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord, Tier};
+use serde_json::Value as Json;
+use testkit::broker::{TestBroker, message_set};
+use testkit::zookeeper::ZooKeeperServer;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const WAIT: Duration = Duration::from_secs(30);
+pub const WINDOW_MS: i64 = 1_000;
+
+/// A window start an hour ago, aligned: closed, and well inside the history.
+pub fn past_window(index: i64) -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let base = (now - 3_600_000).div_euclid(WINDOW_MS) * WINDOW_MS;
+    base + index * WINDOW_MS
+}
+
+/// A window a day from now: open.
+pub fn future_window() -> i64 {
+    past_window(25 * 3_600)
+}
+
+/// Small windows, no grace, quick retries: what every test runs with.
+pub fn test_config() -> Config {
+    Config {
+        window_ms: WINDOW_MS,
+        grace_ms: 0,
+        fetch_wait_ms: 20,
+        discovery_ms: 300,
+        retry_backoff_max_ms: 500,
+        catch_up_max_ms: 60_000,
+        refresh_s: 5,
+        ..Config::default()
+    }
+}
+
+/// One cluster: a broker registered in its own chroot of the shared ZooKeeper.
+pub struct Cluster {
+    pub connect: String,
+    pub coordinator: Arc<dyn Coordinator>,
+    pub broker: TestBroker,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let connect = ZooKeeperServer::shared().connect_string();
+        let broker = TestBroker::start_with(|c| {
+            c.zookeeper = Some(connect.clone());
+            c.zookeeper_session_timeout_ms = 2_000;
+        })
+        .await;
+        let coordinator = ZooKeeper::connect(ZooKeeperConfig::new(&connect))
+            .await
+            .expect("ZooKeeper session for the audit service");
+        Cluster { connect, coordinator, broker }
+    }
+}
+
+pub fn record(tier: Tier, host: &str, topic: &str, window_start: i64, count: i64) -> AuditRecord {
+    AuditRecord {
+        tier,
+        host: host.into(),
+        topic: topic.into(),
+        window_start,
+        window_ms: WINDOW_MS,
+        count,
+    }
+}
+
+/// Publishes `records` to `_audit` as every tier does: encoded with the registered schema.
+pub async fn produce_audit(registry: &RegistryClient, cluster: &Cluster, records: &[AuditRecord]) {
+    let latest = registry.latest(AUDIT_SUBJECT).await.expect("_audit schema registered");
+    let schema = registry.schema(latest.id).await.expect("_audit schema");
+    let payloads: Vec<Vec<u8>> =
+        records.iter().map(|r| r.encode(latest.id, &schema).expect("encodes")).collect();
+    let conn = cluster.broker.connect().await;
+    conn.produce(AUDIT_TOPIC, 0, Acks::Written, message_set(&payloads))
+        .await
+        .expect("_audit records produced");
+}
+
+/// Produces page-view events into `topic` of `cluster`, one per entry of `times_ms`.
+pub async fn produce_events(
+    registry: &RegistryClient,
+    cluster: &Cluster,
+    topic: &str,
+    times_ms: &[i64],
+) {
+    let latest = registry.latest("page-view-value").await.expect("page-view schema registered");
+    let mut payloads = Vec::new();
+    for (i, time) in times_ms.iter().enumerate() {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        let header = Value::Record(vec![
+            ("time".into(), Value::Long(*time)),
+            ("server".into(), Value::String("web-1".into())),
+            ("service".into(), Value::String("frontend".into())),
+            ("id".into(), Value::Fixed(16, id.to_vec())),
+        ]);
+        let event = Value::Record(vec![
+            ("header".into(), header),
+            ("member_id".into(), Value::Union(0, Box::new(Value::Null))),
+            ("page_key".into(), Value::String("feed".into())),
+            ("url".into(), Value::String("/feed".into())),
+            ("referrer".into(), Value::Union(0, Box::new(Value::Null))),
+            ("duration_ms".into(), Value::Int(12)),
+        ]);
+        payloads.push(registry.encode(latest.id, event).await.expect("event encodes"));
+    }
+    let conn = cluster.broker.connect().await;
+    conn.produce(topic, 0, Acks::Written, message_set(&payloads)).await.expect("events produced");
+}
+
+/// Produces raw payloads (not events) into `topic`.
+pub async fn produce_raw(cluster: &Cluster, topic: &str, payloads: &[&[u8]]) {
+    let conn = cluster.broker.connect().await;
+    conn.produce(topic, 0, Acks::Written, message_set(payloads)).await.expect("produced");
+}
+
+/// The audit service run in this process, as the launcher runs it.
+pub struct Audit {
+    pub url: String,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), AuditError>>,
+    http: reqwest::Client,
+}
+
+impl Audit {
+    pub async fn start(
+        config: Config,
+        analytics: &Cluster,
+        live: &[(&str, &Cluster)],
+        registry_url: &str,
+    ) -> Audit {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let live =
+            live.iter().map(|(name, c)| (name.to_string(), Arc::clone(&c.coordinator))).collect();
+        let registry = RegistryClient::new(registry_url).expect("registry client");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(audit::run(
+            config,
+            Arc::clone(&analytics.coordinator),
+            live,
+            registry,
+            listener,
+            stop.clone(),
+        ));
+        Audit { url, stop, task, http: reqwest::Client::new() }
+    }
+
+    /// Shuts down and waits until it has.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let result = tokio::time::timeout(WAIT, self.task).await.expect("stops in time");
+        result.expect("task").expect("clean shutdown");
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let response = self.http.get(format!("{}{path}", self.url)).send().await.expect("GET");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    pub async fn json(&self, path: &str) -> Json {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).expect("JSON")
+    }
+
+    /// The windows of `topic`, once the service has caught up and knows the topic.
+    pub async fn windows(&self, topic: &str) -> Vec<Json> {
+        self.wait_caught_up().await;
+        let (status, body) = self.get(&format!("/api/windows?topic={topic}")).await;
+        if status != 200 {
+            return Vec::new();
+        }
+        serde_json::from_str::<Vec<Json>>(&body).expect("JSON")
+    }
+
+    pub async fn wait_caught_up(&self) {
+        testkit::eventually(WAIT, "the audit service to catch up", || async {
+            self.json("/api/summary").await["caught_up"].as_bool().unwrap().then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until `check` holds for the window of `topic` starting at `start`; returns it.
+    pub async fn wait_window(
+        &self,
+        topic: &str,
+        start: i64,
+        what: &str,
+        check: impl Fn(&Json) -> bool,
+    ) -> Json {
+        testkit::eventually(WAIT, what, || async {
+            self.windows(topic).await.into_iter().find(|w| w["window_start"] == start && check(w))
+        })
+        .await
+    }
+}
