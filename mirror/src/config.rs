@@ -1,0 +1,177 @@
+//! What a mirror is configured with. Every field has a default; [`Config::validate`] checks
+//! them together and compiles the topic filter.
+
+use regex::Regex;
+use schema_registry::audit::WINDOW_MS_DEFAULT;
+use serde::Deserialize;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("group must be a non-empty name without '/', not {0:?}")]
+    Group(String),
+    #[error("{flag} is not a valid regular expression: {source}")]
+    Regex { flag: &'static str, source: Box<regex::Error> },
+    #[error("{field} must be between {min} and {max}, not {value}")]
+    OutOfRange { field: &'static str, value: i64, min: i64, max: i64 },
+    #[error("host_name must not be empty")]
+    HostName,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Consumer group on every source cluster.
+    pub group: String,
+    /// Copy only topics whose whole name matches this regular expression (all by default).
+    pub include: Option<String>,
+    /// Skip topics whose whole name matches this regular expression.
+    pub exclude: Option<String>,
+    /// Partitions per target broker of a topic the mirror creates on the target.
+    pub partitions: u32,
+    /// Host named in the audit records; the machine's hostname by default.
+    pub host_name: Option<String>,
+    /// Source offsets acknowledged by the target are committed this often.
+    pub commit_ms: u64,
+    /// Messages taken from one source stream and not yet acknowledged by the target, at most:
+    /// the mirror's memory bound besides the producer's buffer.
+    pub inflight_messages: usize,
+    /// Bytes of messages sent to the target and not yet acknowledged, at most.
+    pub buffer_bytes: usize,
+    /// Audit windows, aligned to this length.
+    pub audit_window_ms: i64,
+    /// Changed audit counts are published this often (and on shutdown).
+    pub audit_publish_ms: u64,
+    /// Lag and rates in `/metrics` are refreshed this often.
+    pub metrics_refresh_ms: u64,
+    /// On shutdown, wait this long for the target to acknowledge what is in flight.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            group: "mirror".into(),
+            include: None,
+            exclude: None,
+            partitions: 8,
+            host_name: None,
+            commit_ms: 1_000,
+            inflight_messages: 20_000,
+            buffer_bytes: 64 << 20,
+            audit_window_ms: WINDOW_MS_DEFAULT,
+            audit_publish_ms: 5_000,
+            metrics_refresh_ms: 5_000,
+            drain_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Config {
+    /// Checks every field and compiles the topic filter.
+    pub fn validate(&self) -> Result<TopicFilter, ConfigError> {
+        if self.group.is_empty() || self.group.contains('/') {
+            return Err(ConfigError::Group(self.group.clone()));
+        }
+        if self.host_name.as_deref() == Some("") {
+            return Err(ConfigError::HostName);
+        }
+        let range = |field, value: i64, min, max| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange { field, value, min, max })
+            }
+        };
+        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        range("partitions", i64::from(self.partitions), 1, 10_000)?;
+        range("commit_ms", as_i64(self.commit_ms), 1, 3_600_000)?;
+        range("inflight_messages", as_i64(self.inflight_messages as u64), 1, 1_000_000)?;
+        range("buffer_bytes", as_i64(self.buffer_bytes as u64), 2 << 20, u32::MAX.into())?;
+        range("audit_window_ms", self.audit_window_ms, 1_000, 86_400_000)?;
+        range("audit_publish_ms", as_i64(self.audit_publish_ms), 10, 3_600_000)?;
+        range("metrics_refresh_ms", as_i64(self.metrics_refresh_ms), 10, 3_600_000)?;
+        range("drain_timeout_ms", as_i64(self.drain_timeout_ms), 0, 3_600_000)?;
+        Ok(TopicFilter {
+            include: whole_name("include", self.include.as_deref())?,
+            exclude: whole_name("exclude", self.exclude.as_deref())?,
+        })
+    }
+
+    /// The host named in audit records.
+    pub fn host(&self) -> String {
+        if let Some(host) = &self.host_name {
+            return host.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        match host.trim() {
+            "" => "localhost".into(),
+            host => host.into(),
+        }
+    }
+}
+
+fn whole_name(flag: &'static str, pattern: Option<&str>) -> Result<Option<Regex>, ConfigError> {
+    pattern
+        .map(|p| Regex::new(&format!("^(?:{p})$")))
+        .transpose()
+        .map_err(|source| ConfigError::Regex { flag, source: Box::new(source) })
+}
+
+/// Which topics are copied.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    include: Option<Regex>,
+    exclude: Option<Regex>,
+}
+
+impl TopicFilter {
+    pub fn copies(&self, topic: &str) -> bool {
+        self.include.as_ref().is_none_or(|r| r.is_match(topic))
+            && !self.exclude.as_ref().is_some_and(|r| r.is_match(topic))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_matches_whole_names_include_then_exclude() {
+        let config = Config {
+            include: Some("page-.*|_audit".into()),
+            exclude: Some(".*-test".into()),
+            ..Config::default()
+        };
+        let filter = config.validate().unwrap();
+        assert!(filter.copies("page-view"));
+        assert!(filter.copies("_audit"));
+        assert!(!filter.copies("page-view-test"));
+        assert!(!filter.copies("my-page-view"), "include matches the whole name");
+        assert!(Config::default().validate().unwrap().copies("anything"));
+    }
+
+    #[test]
+    fn bad_settings_are_typed_errors() {
+        let bad = |config: Config| config.validate().unwrap_err();
+        assert!(matches!(
+            bad(Config { group: "a/b".into(), ..Config::default() }),
+            ConfigError::Group(_)
+        ));
+        assert!(matches!(
+            bad(Config { include: Some("(".into()), ..Config::default() }),
+            ConfigError::Regex { flag: "include", .. }
+        ));
+        assert!(matches!(
+            bad(Config { partitions: 0, ..Config::default() }),
+            ConfigError::OutOfRange { field: "partitions", .. }
+        ));
+        assert!(matches!(
+            bad(Config { host_name: Some(String::new()), ..Config::default() }),
+            ConfigError::HostName
+        ));
+        let parsed: Config = toml::from_str("group = \"g\"\npartitions = 2").unwrap();
+        assert_eq!(parsed, Config { group: "g".into(), partitions: 2, ..Config::default() });
+    }
+}

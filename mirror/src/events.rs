@@ -1,0 +1,113 @@
+//! What the mirror reads of a message it copies: only the `header.time` of each event, for
+//! the audit and the record age. A framed message is either one event or a compressed
+//! wrapper of several, inflated here to count them; the bytes sent on are never touched.
+
+use client::CompressionError;
+use protocol::MessageSetIter;
+
+/// Bytes of the envelope before the Avro datum: magic byte and schema id.
+const ENVELOPE_PREFIX_BYTES: usize = 5;
+/// Bytes one wrapper may inflate to when counting its events.
+const INFLATED_BYTES_MAX: usize = 64 << 20;
+
+/// The events of one framed message: how many, and the `header.time` of each (ms since the
+/// epoch), `None` for a payload that is not an event envelope.
+pub(crate) fn for_each_event(
+    framed: &[u8],
+    mut event: impl FnMut(Option<i64>),
+) -> Result<(), CompressionError> {
+    let Some(Ok((_, message))) = MessageSetIter::new(framed, 0).next() else {
+        // The group consumer checked the message before handing it out.
+        event(None);
+        return Ok(());
+    };
+    if !message.is_compressed() {
+        event(header_time(message.payload));
+        return Ok(());
+    }
+    let inner = client::decompress(message.codec(), message.payload, INFLATED_BYTES_MAX)?;
+    for inner in MessageSetIter::new(&inner, 0) {
+        match inner {
+            Ok((_, message)) => event(header_time(message.payload)),
+            Err(_) => break,
+        }
+    }
+    Ok(())
+}
+
+/// `header.time` of an event: the zig-zag varint right after the envelope prefix
+/// (`DESIGN.md`, "Event envelope"), read without the schema.
+pub(crate) fn header_time(payload: &[u8]) -> Option<i64> {
+    if payload.first() != Some(&0) {
+        return None;
+    }
+    let datum = payload.get(ENVELOPE_PREFIX_BYTES..)?;
+    let mut raw: u64 = 0;
+    for (i, &byte) in datum.iter().take(10).enumerate() {
+        raw |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+    use protocol::Codec;
+
+    use super::*;
+
+    fn envelope(time: i64) -> Vec<u8> {
+        let mut payload = vec![0, 0, 0, 0, 7];
+        let mut zigzag = ((time << 1) ^ (time >> 63)) as u64;
+        loop {
+            let byte = (zigzag & 0x7f) as u8;
+            zigzag >>= 7;
+            if zigzag == 0 {
+                payload.push(byte);
+                break;
+            }
+            payload.push(byte | 0x80);
+        }
+        payload.extend_from_slice(b"\x06web\x06svc");
+        payload
+    }
+
+    fn times(framed: &[u8]) -> Vec<Option<i64>> {
+        let mut seen = Vec::new();
+        for_each_event(framed, |t| seen.push(t)).unwrap();
+        seen
+    }
+
+    #[test]
+    fn reads_the_time_of_a_plain_event_and_of_each_event_in_a_wrapper() {
+        let mut plain = BytesMut::new();
+        protocol::encode_message(&mut plain, Codec::None, &envelope(1_700_000_000_123));
+        assert_eq!(times(&plain), [Some(1_700_000_000_123)]);
+
+        let mut inner = BytesMut::new();
+        for t in [1, -5, 1 << 40] {
+            protocol::encode_message(&mut inner, Codec::None, &envelope(t));
+        }
+        protocol::encode_message(&mut inner, Codec::None, b"not an event");
+        for codec in client::SUPPORTED_CODECS {
+            let mut wrapper = BytesMut::new();
+            protocol::encode_message(
+                &mut wrapper,
+                codec,
+                &client::compress(codec, &inner).unwrap(),
+            );
+            assert_eq!(times(&wrapper), [Some(1), Some(-5), Some(1 << 40), None], "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn payloads_that_are_not_events_have_no_time() {
+        assert_eq!(header_time(b""), None);
+        assert_eq!(header_time(b"\x01\0\0\0\x07\x02"), None, "wrong magic");
+        assert_eq!(header_time(b"\0\0\0"), None, "truncated prefix");
+        assert_eq!(header_time(b"\0\0\0\0\x07\x80\x80"), None, "truncated varint");
+    }
+}
