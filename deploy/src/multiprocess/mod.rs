@@ -218,7 +218,8 @@ impl Deployment {
 
     fn print_summary(&self, out: &mut dyn Write) -> Result<(), DeployError> {
         let t = &self.topology;
-        say(out, format_args!("\nrun directory   {}", t.run_dir.display()))?;
+        say(out, format_args!("\ndashboard       {}", plan::dashboard_url(t)))?;
+        say(out, format_args!("run directory   {}", t.run_dir.display()))?;
         say(out, format_args!("zookeeper       {}:{}", topology::HOST, t.zookeeper.port))?;
         for cluster in t.live.keys().chain([&t.analytics.name]) {
             say(out, format_args!("  cluster       {}", t.zookeeper_connect(cluster)))?;
@@ -226,6 +227,7 @@ impl Deployment {
         say(out, format_args!("schema registry {}", plan::registry_url(t)))?;
         for (name, live) in &t.live {
             say(out, format_args!("load balancer   {name}: {}:{}", topology::HOST, live.lb_port))?;
+            say(out, format_args!("frontend agent  {name}: {}", plan::agent_url(live.agent_port)))?;
         }
         say(
             out,

@@ -115,6 +115,11 @@ pub fn plan(topology: &Topology, binaries: &Path) -> Vec<Component> {
     for (name, live) in &topology.live {
         components.push(load_balancer(topology, name, live.lb_port, &live.broker_ports));
     }
+    for (name, live) in &topology.live {
+        components.push(agent(topology, binaries, name, live.lb_port, live.agent_port));
+    }
+    components.push(mirror(topology, binaries));
+    components.push(audit(topology, binaries));
     components
 }
 
@@ -345,4 +350,88 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
         ours: false,
         retry_on: None,
     }
+}
+
+fn agent(
+    topology: &Topology,
+    binaries: &Path,
+    cluster: &str,
+    lb_port: u16,
+    port: u16,
+) -> Component {
+    let name = format!("agent-{cluster}");
+    let derived = table([
+        ("registry", registry_url(topology).into()),
+        // Through the load balancer, partition -1: any live broker takes any batch.
+        ("brokers", toml::Value::Array(vec![format!("{HOST}:{lb_port}").into()])),
+        ("http", format!("{HOST}:{port}").into()),
+        ("spool_dir", display(&data_dir(topology, &name)).into()),
+        // Each agent's audit counts are its own: (tier, host, topic, window) names a count.
+        ("host_name", name.clone().into()),
+        ("audit_window_ms", window_ms(topology)),
+    ]);
+    let mut component = service(
+        topology,
+        &name,
+        binaries.join("frontend-agent"),
+        "agent",
+        &topology.agent,
+        derived,
+    );
+    component.args.insert(0, "serve".into());
+    component.address = agent_url(port);
+    component
+}
+
+/// A frontend agent's base URL.
+pub fn agent_url(port: u16) -> String {
+    format!("http://{HOST}:{port}")
+}
+
+fn window_ms(topology: &Topology) -> toml::Value {
+    i64::try_from(topology.audit_window_ms).unwrap_or(i64::MAX).into()
+}
+
+fn audit(topology: &Topology, binaries: &Path) -> Component {
+    let live = topology
+        .live
+        .keys()
+        .map(|name| toml::Value::from(format!("{name}={}", topology.zookeeper_connect(name))))
+        .collect();
+    let derived = table([
+        ("zookeeper", topology.zookeeper_connect(&topology.analytics.name).into()),
+        ("live", toml::Value::Array(live)),
+        ("registry", registry_url(topology).into()),
+        ("http", format!("{HOST}:{}", topology.audit_port()).into()),
+        ("window_ms", window_ms(topology)),
+    ]);
+    let mut component =
+        service(topology, "audit", binaries.join("audit"), "audit", &topology.audit, derived);
+    component.address = dashboard_url(topology);
+    component
+}
+
+/// The audit dashboard's URL.
+pub fn dashboard_url(topology: &Topology) -> String {
+    format!("http://{HOST}:{}/", topology.audit_port())
+}
+
+fn mirror(topology: &Topology, binaries: &Path) -> Component {
+    let sources = topology
+        .live
+        .keys()
+        .map(|name| toml::Value::from(format!("{name}={}", topology.zookeeper_connect(name))))
+        .collect();
+    let derived = table([
+        ("source", toml::Value::Array(sources)),
+        ("target", topology.zookeeper_connect(&topology.analytics.name).into()),
+        ("registry", registry_url(topology).into()),
+        ("metrics", format!("{HOST}:{}", topology.mirror_port()).into()),
+        ("host_name", "mirror".into()),
+        ("audit_window_ms", window_ms(topology)),
+    ]);
+    let mut component =
+        service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, derived);
+    component.address = format!("http://{HOST}:{}/metrics", topology.mirror_port());
+    component
 }

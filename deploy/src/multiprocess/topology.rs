@@ -303,12 +303,15 @@ impl Topology {
             }
         })?;
         serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-            let key = e.path().to_string();
-            TopologyError::Key {
-                path: path.to_owned(),
-                key: if key == "." { "(top level)".into() } else { key },
-                message: e.into_inner().to_string().replace('\n', " "),
+            let mut key = e.path().to_string();
+            let message = e.into_inner().to_string().trim().replace('\n', " ");
+            // A missing key is reported at the table that lacks it: name the key itself.
+            if let Some(field) =
+                message.strip_prefix("missing field `").and_then(|rest| rest.split_once('`'))
+            {
+                key = if key == "." { field.0.to_owned() } else { format!("{key}.{}", field.0) };
             }
+            TopologyError::Key { path: path.to_owned(), key, message }
         })
     }
 
@@ -374,6 +377,14 @@ impl Topology {
                     self.zookeeper.chroot_prefix
                 ),
             ));
+        }
+        for (key, port, instead) in [
+            ("broker.port", self.broker.port, "live.NAME.broker_ports and analytics.broker_ports"),
+            ("agent.port", self.agent.port, "live.NAME.agent_port"),
+        ] {
+            if port.is_some() {
+                return Err(err(key, format!("ports are per cluster: set {instead}")));
+            }
         }
         if self.live.is_empty() {
             return Err(err("live", "name at least one live cluster".into()));
