@@ -93,11 +93,23 @@ pub async fn produce_audit(registry: &RegistryClient, cluster: &Cluster, records
         .expect("_audit records produced");
 }
 
-/// Produces page-view events into `topic` of `cluster`, one per entry of `times_ms`.
+/// Produces page-view events into partition 0 of `topic` of `cluster`, one per entry of
+/// `times_ms`.
 pub async fn produce_events(
     registry: &RegistryClient,
     cluster: &Cluster,
     topic: &str,
+    times_ms: &[i64],
+) {
+    produce_events_to(registry, cluster, topic, 0, times_ms).await;
+}
+
+/// Produces page-view events into `partition` of `topic`, one per entry of `times_ms`.
+pub async fn produce_events_to(
+    registry: &RegistryClient,
+    cluster: &Cluster,
+    topic: &str,
+    partition: i32,
     times_ms: &[i64],
 ) {
     let latest = registry.latest("page-view-value").await.expect("page-view schema registered");
@@ -122,7 +134,9 @@ pub async fn produce_events(
         payloads.push(registry.encode(latest.id, event).await.expect("event encodes"));
     }
     let conn = cluster.broker.connect().await;
-    conn.produce(topic, 0, Acks::Written, message_set(&payloads)).await.expect("events produced");
+    conn.produce(topic, partition, Acks::Written, message_set(&payloads))
+        .await
+        .expect("events produced");
 }
 
 /// Produces raw payloads (not events) into `topic`.

@@ -1,0 +1,126 @@
+//! The live tier: the service counts the events present in each live cluster by their
+//! `header.time`, per cluster name, and reconciles them with the agents' `_audit` counts.
+
+mod common;
+
+use common::{
+    Audit, Cluster, past_window, produce_audit, produce_events, produce_events_to, produce_raw,
+    record, test_config,
+};
+use schema_registry::RegistryClient;
+use schema_registry::audit::Tier::{Agent, Mirror};
+use serde_json::json;
+use testkit::registry::TestRegistry;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_clusters_are_counted_by_header_time_and_a_restart_counts_the_same() {
+    let registry_server = TestRegistry::start().await;
+    let registry = RegistryClient::new(registry_server.url()).unwrap();
+    let analytics = Cluster::start().await;
+    let (dc_a, dc_b) = (Cluster::start().await, Cluster::start().await);
+    let (w0, w1) = (past_window(0), past_window(1));
+
+    // dc-a holds 3 events of w0 and 2 of w1; dc-b 1 of w1. The agents sent 3 + 4.
+    produce_events(&registry, &dc_a, "page-view", &[w0, w0 + 500, w0 + 999, w1 + 1, w1 + 2]).await;
+    produce_events(&registry, &dc_b, "page-view", &[w1 + 700]).await;
+    // Neither internal topics nor messages without an event header are counted.
+    produce_events(&registry, &dc_a, "_internal", &[w0, w0]).await;
+    produce_raw(&dc_a, "page-view", &[b"not an event"]).await;
+    produce_audit(
+        &registry,
+        &analytics,
+        &[
+            record(Agent, "web-1", "page-view", w0, 3),
+            record(Agent, "web-1", "page-view", w1, 4),
+            record(Mirror, "mirror-1", "page-view", w0, 3),
+            record(Mirror, "mirror-1", "page-view", w1, 3),
+        ],
+    )
+    .await;
+
+    let live = [("dc-a", &dc_a), ("dc-b", &dc_b)];
+    let audit = Audit::start(test_config(), &analytics, &live, registry_server.url()).await;
+    audit
+        .wait_window("page-view", w1, "both live clusters counted", |w| w["tiers"]["live"] == 3)
+        .await;
+    let windows = audit.windows("page-view").await;
+    assert_eq!(windows[0]["tiers"], json!({"agent": 3, "live": 3, "mirror": 3}));
+    assert_eq!(windows[0]["verdict"], "complete");
+    assert_eq!(windows[1]["tiers"], json!({"agent": 4, "live": 3, "mirror": 3}));
+    assert_eq!(windows[1]["verdict"], "loss");
+    assert_eq!(windows[1]["missing"], json!({"live": 1, "mirror": 1}));
+    let topics = audit.json("/api/topics").await;
+    assert_eq!(topics.as_array().unwrap().len(), 1, "_internal is not counted: {topics}");
+
+    // The live tier's hosts are the clusters' names.
+    let detail = audit.json(&format!("/api/window?topic=page-view&start={w1}")).await;
+    let hosts: Vec<(&str, i64)> = detail["hosts"]["live"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["host"].as_str().unwrap(), h["count"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(hosts.len(), 2);
+    assert!(hosts.contains(&("dc-a", 2)) && hosts.contains(&("dc-b", 1)), "{hosts:?}");
+
+    let (_, metrics) = audit.get("/metrics").await;
+    for line in [
+        r#"audit_live_events_total{cluster="dc-a"} 5"#,
+        r#"audit_live_events_total{cluster="dc-b"} 1"#,
+        r#"audit_live_unreadable_total{cluster="dc-a"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+
+    // Events that arrive later are counted, in a topic seen for the first time too.
+    produce_events(&registry, &dc_b, "page-view", &[w1 + 800]).await;
+    produce_events(&registry, &dc_b, "click", &[w0]).await;
+    produce_audit(&registry, &analytics, &[record(Mirror, "mirror-1", "page-view", w1, 4)]).await;
+    audit.wait_window("page-view", w1, "the late event", |w| w["verdict"] == "complete").await;
+    audit.wait_window("click", w0, "a new live topic", |w| w["tiers"]["live"] == 1).await;
+    let before = (audit.windows("page-view").await, audit.windows("click").await);
+    audit.stop().await;
+
+    // Restarted, the service recounts the live clusters from their earliest offsets: the same
+    // counts and verdicts, and no double counting.
+    let restarted = Audit::start(test_config(), &analytics, &live, registry_server.url()).await;
+    restarted.wait_caught_up().await;
+    let after = (restarted.windows("page-view").await, restarted.windows("click").await);
+    assert_eq!(after, before);
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_added_later_and_a_new_broker_are_found() {
+    let registry_server = TestRegistry::start().await;
+    let registry = RegistryClient::new(registry_server.url()).unwrap();
+    let analytics = Cluster::start().await;
+    let dc_a = Cluster::start().await;
+    let w0 = past_window(0);
+    let audit =
+        Audit::start(test_config(), &analytics, &[("dc-a", &dc_a)], registry_server.url()).await;
+    audit.wait_caught_up().await;
+
+    // A topic with two partitions appears after the start; events land in both.
+    let conn = dc_a.broker.connect().await;
+    conn.create_topic("search", 2, &[]).await.unwrap();
+    produce_events(&registry, &dc_a, "search", &[w0, w0]).await;
+    produce_events_to(&registry, &dc_a, "search", 1, &[w0 + 10]).await;
+    audit.wait_window("search", w0, "both partitions counted", |w| w["tiers"]["live"] == 3).await;
+
+    // A second broker joins the live cluster with events of its own.
+    let second = testkit::broker::TestBroker::start_with(|c| {
+        c.broker_id = 1;
+        c.zookeeper = Some(dc_a.connect.clone());
+        c.zookeeper_session_timeout_ms = 2_000;
+    })
+    .await;
+    let joined = Cluster {
+        connect: dc_a.connect.clone(),
+        coordinator: dc_a.coordinator.clone(),
+        broker: second,
+    };
+    produce_events(&registry, &joined, "search", &[w0]).await;
+    audit.wait_window("search", w0, "the new broker's events", |w| w["tiers"]["live"] == 4).await;
+    audit.stop().await;
+}
