@@ -1,0 +1,243 @@
+//! The commit protocol of DESIGN.md ("Loader commit protocol"), per partition:
+//!
+//! 1. **Read the chain.** Commit records are keyed by their start offset; each starts where the
+//!    previous one ended, so the record with the highest start ends the chain and its `end` is
+//!    the committed offset.
+//! 2. **Roll forward.** The last record's files may not all have moved out of staging (the
+//!    run that wrote it died after committing). They are moved now; every earlier record's
+//!    files are in place, because its successor was written only after this same step.
+//! 3. **Stage** the new range's files under `_staging/`, invisible to readers of the topic.
+//! 4. **Commit** with a conditional put (`PutMode::Create`) of the record at the range's start:
+//!    of two writers of one range exactly one wins; the loser deletes its staged files.
+//! 5. **Publish**: move the files to their place under the topic (a rename: atomic on a local
+//!    filesystem, a server-side copy on S3), so no file is visible before a record names it.
+//!
+//! A run that dies before step 4 leaves only staged files, which no record names: they are
+//! rolled back (deleted) once older than the staging grace period.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cluster::PartitionId;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::layout;
+
+/// One file a commit record names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedFile {
+    /// Final path, under the topic's prefix.
+    pub path: String,
+    /// Where it was staged before the commit.
+    pub staged: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// `_commits/{topic}/{broker}-{partition}/{start:020}.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    pub topic: String,
+    pub partition: String,
+    /// First offset of the range (inclusive).
+    pub start: i64,
+    /// Offset after the range: where the next commit starts.
+    pub end: i64,
+    pub rows: u64,
+    /// Rows committed in this partition so far, this record included.
+    #[serde(default)]
+    pub rows_total: u64,
+    pub files: Vec<CommittedFile>,
+    /// Messages written to the bad-records directory instead of the files.
+    #[serde(default)]
+    pub bad_records: u64,
+    /// Loader host that committed (its audit counts include this record's windows).
+    pub host: String,
+    pub run_id: String,
+    pub committed_at_ms: i64,
+    /// The largest `header.time` committed so far in this partition (this record or earlier).
+    pub max_time_ms: i64,
+    /// The reader schema id the files were written with.
+    pub schema_id: i32,
+    pub window_ms: i64,
+    /// Rows per audit window (window start → rows with `header.time` in it).
+    pub windows: BTreeMap<i64, i64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CommitError {
+    #[error("object store at {path}: {source}")]
+    Store {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("commit record {path} is not valid: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error("commit record {path} names {file}, which is neither staged nor in place")]
+    MissingFile { path: String, file: String },
+}
+
+fn store_error(path: &Path) -> impl FnOnce(object_store::Error) -> CommitError + '_ {
+    move |source| CommitError::Store { path: path.to_string(), source }
+}
+
+/// The result of a conditional commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    Won,
+    /// Another writer committed a record at this start first.
+    Fenced,
+}
+
+/// The commit records of one partition.
+pub struct PartitionCommits {
+    store: Arc<dyn ObjectStore>,
+    topic: String,
+    partition: PartitionId,
+}
+
+impl PartitionCommits {
+    pub fn new(store: Arc<dyn ObjectStore>, topic: &str, partition: PartitionId) -> Self {
+        PartitionCommits { store, topic: topic.to_owned(), partition }
+    }
+
+    /// Start offsets of every record, ascending.
+    pub async fn starts(&self) -> Result<Vec<i64>, CommitError> {
+        let dir = layout::commits_dir(&self.topic, self.partition);
+        let metas: Vec<_> =
+            self.store.list(Some(&dir)).try_collect().await.map_err(store_error(&dir))?;
+        let mut starts: Vec<i64> =
+            metas.iter().filter_map(|meta| layout::commit_start(&meta.location)).collect();
+        starts.sort_unstable();
+        Ok(starts)
+    }
+
+    pub async fn read(&self, start: i64) -> Result<CommitRecord, CommitError> {
+        let path = layout::commit_path(&self.topic, self.partition, start);
+        let bytes = self.store.get(&path).await.map_err(store_error(&path))?;
+        let bytes = bytes.bytes().await.map_err(store_error(&path))?;
+        let record: CommitRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| CommitError::Corrupt { path: path.to_string(), reason: e.to_string() })?;
+        if record.start != start || record.end < record.start {
+            let reason = format!("range [{}, {}) under key {start}", record.start, record.end);
+            return Err(CommitError::Corrupt { path: path.to_string(), reason });
+        }
+        Ok(record)
+    }
+
+    /// The record that ends the chain, if any.
+    pub async fn last(&self) -> Result<Option<CommitRecord>, CommitError> {
+        match self.starts().await?.last() {
+            Some(&start) => Ok(Some(self.read(start).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every record, in offset order (for audit counts and status).
+    pub async fn all(&self, concurrency: usize) -> Result<Vec<CommitRecord>, CommitError> {
+        let starts = self.starts().await?;
+        futures::stream::iter(starts.into_iter().map(|start| self.read(start)))
+            .buffered(concurrency.max(1))
+            .try_collect()
+            .await
+    }
+
+    /// Step 2: moves the files of `record` that are still staged into place.
+    pub async fn roll_forward(&self, record: &CommitRecord) -> Result<(), CommitError> {
+        for file in &record.files {
+            publish(&*self.store, &file.staged, &file.path, &self.topic).await?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: writes `record` unless a record with its start exists.
+    pub async fn commit(&self, record: &CommitRecord) -> Result<Committed, CommitError> {
+        let path = layout::commit_path(&self.topic, self.partition, record.start);
+        let json = serde_json::to_vec_pretty(record).expect("a commit record serializes");
+        let options = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        match self.store.put_opts(&path, PutPayload::from(json), options).await {
+            Ok(_) => Ok(Committed::Won),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(Committed::Fenced),
+            Err(source) => Err(CommitError::Store { path: path.to_string(), source }),
+        }
+    }
+
+    /// Deletes staged files older than `grace_ms` that `keep` (the last record) does not name:
+    /// leftovers of runs that died before their commit, or after moving their files.
+    pub async fn clean_staging(
+        &self,
+        keep: Option<&CommitRecord>,
+        grace_ms: u64,
+        now_ms: i64,
+    ) -> Result<usize, CommitError> {
+        let dir = layout::staging_dir(&self.topic, self.partition);
+        let metas: Vec<_> =
+            self.store.list(Some(&dir)).try_collect().await.map_err(store_error(&dir))?;
+        let named: Vec<&str> =
+            keep.map(|r| r.files.iter().map(|f| f.staged.as_str()).collect()).unwrap_or_default();
+        let mut deleted = 0;
+        for meta in metas {
+            let age_ms = now_ms - meta.last_modified.timestamp_millis();
+            if age_ms < grace_ms as i64 || named.contains(&meta.location.as_ref()) {
+                continue;
+            }
+            match self.store.delete(&meta.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                Err(source) => {
+                    return Err(CommitError::Store { path: meta.location.into(), source });
+                }
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes the staged files of a run that lost its commit or failed before it.
+    pub async fn discard(&self, staged: &[String]) {
+        for path in staged {
+            if let Err(e) = self.store.delete(&Path::from(path.as_str())).await {
+                tracing::warn!(topic = %self.topic, partition = %self.partition, %path, error = %e,
+                    "cannot delete a staged file; it is removed after the staging grace period");
+            }
+        }
+    }
+}
+
+/// Moves one committed file from `staged` to `path` unless it is there already. Safe to run
+/// concurrently with another loader doing the same: whoever finds the staged file gone checks
+/// that the final one exists.
+async fn publish(
+    store: &dyn ObjectStore,
+    staged: &str,
+    path: &str,
+    topic: &str,
+) -> Result<(), CommitError> {
+    let (staged_path, final_path) = (Path::from(staged), Path::from(path));
+    if !path.starts_with(&format!("{topic}/")) {
+        let reason = format!("file {path} is outside the topic's prefix");
+        return Err(CommitError::Corrupt { path: staged.to_owned(), reason });
+    }
+    match store.head(&final_path).await {
+        Ok(_) => {
+            // In place already; a copy that the move left behind goes with the grace period.
+            return Ok(());
+        }
+        Err(object_store::Error::NotFound { .. }) => {}
+        Err(source) => return Err(CommitError::Store { path: path.to_owned(), source }),
+    }
+    match store.rename(&staged_path, &final_path).await {
+        Ok(()) => Ok(()),
+        Err(object_store::Error::NotFound { .. }) => match store.head(&final_path).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotFound { .. }) => {
+                Err(CommitError::MissingFile { path: staged.to_owned(), file: path.to_owned() })
+            }
+            Err(source) => Err(CommitError::Store { path: path.to_owned(), source }),
+        },
+        Err(source) => Err(CommitError::Store { path: path.to_owned(), source }),
+    }
+}

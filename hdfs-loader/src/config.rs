@@ -1,0 +1,173 @@
+//! The loader's settings. Every field has a default; the binary fills them from `--config FILE`
+//! (TOML, keys as the flag names with `_` for `-`) and flags.
+
+use std::path::PathBuf;
+
+use regex::Regex;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Regex (whole name) of the topics to load; every topic when unset. Topics starting with
+    /// `_` (such as `_audit`) are loaded only when the pattern names them literally.
+    pub topics: Option<String>,
+    /// Consumer group whose owner nodes share partitions between loaders.
+    pub group: String,
+    /// This loader's name in owner nodes, commit records and audit counts; the hostname if unset.
+    pub host_name: Option<String>,
+    /// A partition's run commits after at most this many messages and goes on.
+    pub max_messages_per_commit: u64,
+    /// Rows per Parquet row group.
+    pub row_group_rows: usize,
+    /// Rows per Arrow batch handed to the Parquet writer.
+    pub batch_rows: usize,
+    /// Partitions loaded at once.
+    pub partitions_in_parallel: usize,
+    /// Bytes asked for per fetch.
+    pub fetch_bytes: u32,
+    /// zstd level of the Parquet pages.
+    pub zstd_level: i32,
+    /// Write messages that cannot be decoded here (and count them) instead of stopping.
+    pub bad_records: Option<PathBuf>,
+    /// Audit window.
+    pub window_ms: i64,
+    /// Publish `loader` counts to `_audit` after each commit round.
+    pub audit: bool,
+    /// Staged files not named by a commit are deleted once older than this.
+    pub staging_grace_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            topics: None,
+            group: "hdfs-loader".into(),
+            host_name: None,
+            max_messages_per_commit: 5_000_000,
+            row_group_rows: 1 << 20,
+            batch_rows: 8192,
+            partitions_in_parallel: 4,
+            fetch_bytes: 1 << 20,
+            zstd_level: 3,
+            bad_records: None,
+            window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
+            audit: true,
+            staging_grace_ms: 3_600_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("topics: {0}")]
+    BadTopics(#[from] regex::Error),
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: &'static str },
+    #[error("cannot read {path}: {reason}")]
+    File { path: PathBuf, reason: String },
+}
+
+impl Config {
+    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::File { path: path.to_owned(), reason: e.to_string() })?;
+        toml::from_str(&text)
+            .map_err(|e| ConfigError::File { path: path.to_owned(), reason: e.to_string() })
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason| Err(ConfigError::Invalid { field, reason });
+        self.topic_filter()?;
+        if self.group.is_empty() || self.group.contains('/') {
+            return invalid("group", "must be a non-empty name without '/'");
+        }
+        if self.host_name.as_deref().is_some_and(|h| h.is_empty() || h.contains('/')) {
+            return invalid("host_name", "must be a non-empty name without '/'");
+        }
+        if self.max_messages_per_commit == 0 {
+            return invalid("max_messages_per_commit", "must be at least 1");
+        }
+        if self.row_group_rows == 0 || self.batch_rows == 0 {
+            return invalid("row_group_rows", "row_group_rows and batch_rows must be at least 1");
+        }
+        if !(1..=256).contains(&self.partitions_in_parallel) {
+            return invalid("partitions_in_parallel", "must be between 1 and 256");
+        }
+        if !(64..=1 << 30).contains(&self.fetch_bytes) {
+            return invalid("fetch_bytes", "must be between 64 and 2^30");
+        }
+        if !(1..=22).contains(&self.zstd_level) {
+            return invalid("zstd_level", "must be between 1 and 22");
+        }
+        if self.window_ms <= 0 {
+            return invalid("window_ms", "must be positive");
+        }
+        Ok(())
+    }
+
+    /// The compiled topic selection.
+    pub fn topic_filter(&self) -> Result<TopicFilter, ConfigError> {
+        let pattern = match &self.topics {
+            Some(pattern) => Some((Regex::new(&format!("^(?:{pattern})$"))?, pattern.clone())),
+            None => None,
+        };
+        Ok(TopicFilter { pattern })
+    }
+
+    /// `host_name`, or this machine's hostname.
+    pub fn host(&self) -> String {
+        self.host_name.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into())
+        })
+    }
+}
+
+/// Which topics a run loads.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    pattern: Option<(Regex, String)>,
+}
+
+impl TopicFilter {
+    pub fn selects(&self, topic: &str) -> bool {
+        match &self.pattern {
+            None => !topic.starts_with('_'),
+            Some((regex, text)) => {
+                regex.is_match(topic) && (!topic.starts_with('_') || text.contains(topic))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn underscore_topics_are_loaded_only_when_named() {
+        let all = Config::default().topic_filter().unwrap();
+        assert!(all.selects("page-view") && !all.selects("_audit"));
+        let pattern = Config { topics: Some(".*".into()), ..Config::default() };
+        assert!(!pattern.topic_filter().unwrap().selects("_audit"));
+        let named = Config { topics: Some("page-view|_audit".into()), ..Config::default() };
+        let named = named.topic_filter().unwrap();
+        assert!(named.selects("_audit") && named.selects("page-view") && !named.selects("click"));
+        let partial = Config { topics: Some("page".into()), ..Config::default() };
+        assert!(!partial.topic_filter().unwrap().selects("page-view"), "matches whole names");
+    }
+
+    #[test]
+    fn validate_names_the_bad_field() {
+        let bad = Config { max_messages_per_commit: 0, ..Config::default() };
+        assert!(bad.validate().unwrap_err().to_string().starts_with("max_messages_per_commit"));
+        let bad = Config { topics: Some("(".into()), ..Config::default() };
+        assert!(matches!(bad.validate(), Err(ConfigError::BadTopics(_))));
+        Config::default().validate().unwrap();
+    }
+}

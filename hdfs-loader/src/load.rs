@@ -1,0 +1,471 @@
+//! Loads one partition: from its committed offset to the log end seen at the start, in
+//! commits of at most `max_messages_per_commit` messages, each staged as Parquet (one file
+//! per hour of `header.time`), committed conditionally and then moved into place.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use apache_avro::Schema;
+use arrow::array::{ArrayBuilder, ArrayRef, Int32Builder, Int64Builder, StringBuilder};
+use arrow::datatypes::{DataType, Field, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use client::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
+use cluster::PartitionId;
+use object_store::ObjectStore;
+use object_store::buffered::BufWriter;
+use parquet::arrow::AsyncArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use schema_registry::RegistryClient;
+use schema_registry::audit::window_start;
+use tokio_util::sync::CancellationToken;
+
+use crate::columns::{Column, RecordShape};
+use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
+use crate::decode::{BadRecord, Decoded, Schemas};
+use crate::layout::{self, Hour};
+use crate::{Config, LoadError};
+
+/// What a topic's partitions share during a run.
+pub struct TopicContext {
+    pub topic: String,
+    pub reader_id: i32,
+    pub reader: Arc<Schema>,
+    pub shape: Arc<RecordShape>,
+    pub arrow: SchemaRef,
+}
+
+impl TopicContext {
+    pub fn new(
+        topic: &str,
+        reader_id: i32,
+        reader: Arc<Schema>,
+    ) -> Result<TopicContext, LoadError> {
+        let shape = RecordShape::of(&reader)
+            .map_err(|source| LoadError::Schema { topic: topic.to_owned(), source })?;
+        let mut fields: Vec<Field> = shape.fields().iter().map(|f| (**f).clone()).collect();
+        fields.push(Field::new("_partition", DataType::Utf8, false));
+        fields.push(Field::new("_offset", DataType::Int64, false));
+        fields.push(Field::new("_schema_id", DataType::Int32, false));
+        Ok(TopicContext {
+            topic: topic.to_owned(),
+            reader_id,
+            reader,
+            shape: Arc::new(shape),
+            arrow: Arc::new(arrow::datatypes::Schema::new(fields)),
+        })
+    }
+}
+
+/// What one partition's load did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct PartitionLoad {
+    pub topic: String,
+    pub partition: String,
+    /// Committed offset before the run.
+    pub start: i64,
+    /// Committed offset after it.
+    pub end: i64,
+    pub rows: u64,
+    pub commits: u64,
+    pub bad_records: u64,
+    /// Set when another loader committed a range first.
+    pub fenced: bool,
+    /// The commit records this load wrote (for audit counts).
+    #[serde(skip)]
+    pub records: Vec<CommitRecord>,
+}
+
+pub struct PartitionLoader<'a> {
+    pub config: &'a Config,
+    pub host: &'a str,
+    pub run_id: &'a str,
+    pub store: Arc<dyn ObjectStore>,
+    pub registry: Arc<RegistryClient>,
+    pub topic: &'a TopicContext,
+    pub partition: PartitionId,
+    pub broker_addr: String,
+    pub shutdown: CancellationToken,
+}
+
+/// Rows of one hour being written to one staged file.
+struct HourFile {
+    staged: object_store::path::Path,
+    columns: Vec<Column>,
+    partitions: StringBuilder,
+    offsets: Int64Builder,
+    schema_ids: Int32Builder,
+    writer: AsyncArrowWriter<BufWriter>,
+    rows: u64,
+}
+
+/// A staged range, ready to commit.
+struct Chunk {
+    end: i64,
+    rows: u64,
+    bad_records: u64,
+    files: Vec<CommittedFile>,
+    windows: BTreeMap<i64, i64>,
+    max_time_ms: i64,
+    /// The message the chunk stopped at, undecodable, when no bad-records directory is set.
+    stopped_at: Option<(i64, BadRecord)>,
+}
+
+impl PartitionLoader<'_> {
+    pub async fn load(&self) -> Result<PartitionLoad, LoadError> {
+        let topic = self.topic.topic.as_str();
+        let commits = PartitionCommits::new(Arc::clone(&self.store), topic, self.partition);
+        let last = commits.last().await?;
+        if let Some(last) = &last {
+            commits.roll_forward(last).await?;
+        }
+        let removed =
+            commits.clean_staging(last.as_ref(), self.config.staging_grace_ms, now_ms()).await?;
+        if removed > 0 {
+            tracing::info!(%topic, partition = %self.partition, removed, "rolled back staged files of runs that died before committing");
+        }
+        let consumer_config =
+            SimpleConsumerConfig { fetch_bytes: self.config.fetch_bytes, ..Default::default() };
+        let consumer = SimpleConsumer::connect(&self.broker_addr, consumer_config)
+            .await
+            .map_err(|e| self.consumer_error(e))?;
+        let p = self.partition.partition as i32;
+        let log_end = consumer.latest_offset(topic, p).await.map_err(|e| self.consumer_error(e))?;
+        let mut offset = match &last {
+            Some(last) => last.end,
+            None => consumer.earliest_offset(topic, p).await.map_err(|e| self.consumer_error(e))?,
+        };
+        let mut load = PartitionLoad {
+            topic: topic.to_owned(),
+            partition: self.partition.to_string(),
+            start: offset,
+            end: offset,
+            ..PartitionLoad::default()
+        };
+        let mut rows_total = last.as_ref().map_or(0, |r| r.rows_total);
+        let mut max_time_ms = last.as_ref().map_or(i64::MIN, |r| r.max_time_ms);
+        let mut schemas = Schemas::new(
+            Arc::clone(&self.registry),
+            self.topic.reader_id,
+            Arc::clone(&self.topic.reader),
+        );
+        while offset < log_end && !self.shutdown.is_cancelled() {
+            let chunk = match self.stage(&consumer, &mut schemas, offset, log_end).await {
+                Ok(chunk) => chunk,
+                Err(ConsumerOrLoad::OutOfRange) => {
+                    let earliest = consumer
+                        .earliest_offset(topic, p)
+                        .await
+                        .map_err(|e| self.consumer_error(e))?;
+                    tracing::warn!(%topic, partition = %self.partition, offset, earliest,
+                        "the committed offset is no longer in the log (retention); going on from the earliest");
+                    if earliest <= offset {
+                        return Err(LoadError::OffsetOutOfRange {
+                            topic: topic.to_owned(),
+                            partition: self.partition.to_string(),
+                            offset,
+                        });
+                    }
+                    offset = earliest;
+                    continue;
+                }
+                Err(ConsumerOrLoad::Load(e)) => return Err(e),
+            };
+            if chunk.end == offset && chunk.stopped_at.is_none() {
+                break; // nothing visible past the committed offset after all
+            }
+            let stopped_at = chunk.stopped_at.clone();
+            let advanced = chunk.end > offset;
+            if advanced {
+                max_time_ms = max_time_ms.max(chunk.max_time_ms);
+                rows_total += chunk.rows;
+                let record = CommitRecord {
+                    topic: topic.to_owned(),
+                    partition: self.partition.to_string(),
+                    start: offset,
+                    end: chunk.end,
+                    rows: chunk.rows,
+                    rows_total,
+                    files: chunk.files,
+                    bad_records: chunk.bad_records,
+                    host: self.host.to_owned(),
+                    run_id: self.run_id.to_owned(),
+                    committed_at_ms: now_ms(),
+                    max_time_ms,
+                    schema_id: self.topic.reader_id,
+                    window_ms: self.config.window_ms,
+                    windows: chunk.windows,
+                };
+                match commits.commit(&record).await? {
+                    Committed::Won => {
+                        commits.roll_forward(&record).await?;
+                        tracing::debug!(%topic, partition = %self.partition, start = record.start, end = record.end, rows = record.rows, "committed");
+                        offset = record.end;
+                        load.end = offset;
+                        load.rows += record.rows;
+                        load.bad_records += record.bad_records;
+                        load.commits += 1;
+                        load.records.push(record);
+                    }
+                    Committed::Fenced => {
+                        let staged: Vec<String> =
+                            record.files.iter().map(|f| f.staged.clone()).collect();
+                        commits.discard(&staged).await;
+                        tracing::info!(%topic, partition = %self.partition, start = offset,
+                            "another loader committed this range first; leaving the partition to it");
+                        load.fenced = true;
+                        return Ok(load);
+                    }
+                }
+            }
+            if let Some((at, reason)) = stopped_at {
+                return Err(LoadError::BadRecord {
+                    topic: topic.to_owned(),
+                    partition: self.partition.to_string(),
+                    offset: at,
+                    reason: reason.0,
+                });
+            }
+        }
+        Ok(load)
+    }
+
+    fn consumer_error(&self, source: ConsumerError) -> LoadError {
+        LoadError::Broker {
+            topic: self.topic.topic.clone(),
+            partition: self.partition.to_string(),
+            source,
+        }
+    }
+
+    /// Reads from `start` and stages files until the log end, the commit size or a message
+    /// that cannot be decoded.
+    async fn stage(
+        &self,
+        consumer: &SimpleConsumer,
+        schemas: &mut Schemas,
+        start: i64,
+        log_end: i64,
+    ) -> Result<Chunk, ConsumerOrLoad> {
+        let topic = self.topic.topic.as_str();
+        let p = self.partition.partition as i32;
+        let partition_label = self.partition.to_string();
+        let mut files: BTreeMap<Hour, HourFile> = BTreeMap::new();
+        let mut chunk = Chunk {
+            end: start,
+            rows: 0,
+            bad_records: 0,
+            files: Vec::new(),
+            windows: BTreeMap::new(),
+            max_time_ms: i64::MIN,
+            stopped_at: None,
+        };
+        let mut messages_count: u64 = 0;
+        'fetching: while chunk.end < log_end && !self.shutdown.is_cancelled() {
+            let fetched = match consumer.fetch(topic, p, chunk.end).await {
+                Ok(fetched) => fetched,
+                Err(ConsumerError::OffsetOutOfRange { .. }) if chunk.end == start => {
+                    return Err(ConsumerOrLoad::OutOfRange);
+                }
+                Err(e) => return Err(ConsumerOrLoad::Load(self.consumer_error(e))),
+            };
+            if fetched.is_empty() {
+                break;
+            }
+            let mut messages = Vec::new();
+            for message in fetched.iter() {
+                messages.push(message.map_err(|e| ConsumerOrLoad::Load(self.consumer_error(e)))?);
+            }
+            schemas.prefetch(messages.iter().map(|m| &m.payload[..])).await.map_err(|source| {
+                ConsumerOrLoad::Load(LoadError::Registry { topic: topic.to_owned(), source })
+            })?;
+            // Decode the whole fetch first, so that a bad message inside a compressed wrapper
+            // drops the wrapper's earlier messages too: a commit ends between wrappers.
+            let decoder = schemas.decoder();
+            let mut decoded: Vec<(i64, Decoded)> = Vec::with_capacity(messages.len());
+            let mut end = chunk.end;
+            let mut stop = false;
+            for message in &messages {
+                match decoder.decode(&message.payload) {
+                    Ok(event) => decoded.push((message.offset, event)),
+                    Err(reason) => match &self.config.bad_records {
+                        Some(dir) => {
+                            write_bad_record(
+                                dir,
+                                topic,
+                                &partition_label,
+                                message.offset,
+                                &message.payload,
+                                &reason,
+                            )
+                            .await
+                            .map_err(ConsumerOrLoad::Load)?;
+                            chunk.bad_records += 1;
+                        }
+                        None => {
+                            decoded.retain(|(offset, _)| *offset < message.offset);
+                            end = message.offset;
+                            chunk.stopped_at = Some((message.offset, reason));
+                            stop = true;
+                            break;
+                        }
+                    },
+                }
+                messages_count += 1;
+                end = message.next_offset;
+                let top_level_end = message.next_offset > message.offset;
+                if top_level_end
+                    && (messages_count >= self.config.max_messages_per_commit || end >= log_end)
+                {
+                    stop = true;
+                    break;
+                }
+            }
+            drop(decoder);
+            for (offset, event) in decoded {
+                let hour = Hour::of(event.time_ms);
+                let file = match files.get_mut(&hour) {
+                    Some(file) => file,
+                    None => {
+                        let file = self.open(hour, start).map_err(ConsumerOrLoad::Load)?;
+                        files.entry(hour).or_insert(file)
+                    }
+                };
+                self.topic.shape.append(&mut file.columns, &event.value).map_err(|source| {
+                    ConsumerOrLoad::Load(LoadError::Convert {
+                        topic: topic.to_owned(),
+                        partition: partition_label.clone(),
+                        offset,
+                        source,
+                    })
+                })?;
+                file.partitions.append_value(&partition_label);
+                file.offsets.append_value(offset);
+                file.schema_ids.append_value(event.schema_id);
+                file.rows += 1;
+                chunk.rows += 1;
+                *chunk
+                    .windows
+                    .entry(window_start(event.time_ms, self.config.window_ms))
+                    .or_default() += 1;
+                chunk.max_time_ms = chunk.max_time_ms.max(event.time_ms);
+                if file.offsets.len() >= self.config.batch_rows {
+                    self.flush_batch(file).await.map_err(ConsumerOrLoad::Load)?;
+                }
+            }
+            chunk.end = end;
+            if stop {
+                break 'fetching;
+            }
+        }
+        for (hour, mut file) in files {
+            self.flush_batch(&mut file).await.map_err(ConsumerOrLoad::Load)?;
+            let parquet_error = |e| ConsumerOrLoad::Load(self.parquet_error(e));
+            file.writer.finish().await.map_err(parquet_error)?;
+            let bytes = file.writer.bytes_written() as u64;
+            file.writer.close().await.map_err(parquet_error)?;
+            let name = layout::data_file_name(topic, self.partition, start, chunk.end);
+            chunk.files.push(CommittedFile {
+                path: layout::data_path(topic, hour, &name).to_string(),
+                staged: file.staged.to_string(),
+                rows: file.rows,
+                bytes,
+            });
+        }
+        Ok(chunk)
+    }
+
+    fn open(&self, hour: Hour, start: i64) -> Result<HourFile, LoadError> {
+        let topic = self.topic.topic.as_str();
+        let name = format!("{start:020}.parquet");
+        let staged = layout::staging_path(topic, self.partition, self.run_id, hour, &name);
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(self.config.zstd_level).expect("level validated"),
+            ))
+            .set_max_row_group_row_count(Some(self.config.row_group_rows))
+            .set_created_by(format!("tributary hdfs-loader {}", env!("CARGO_PKG_VERSION")))
+            .build();
+        let sink = BufWriter::new(Arc::clone(&self.store), staged.clone());
+        let writer =
+            AsyncArrowWriter::try_new(sink, Arc::clone(&self.topic.arrow), Some(properties))
+                .map_err(|e| self.parquet_error(e))?;
+        let capacity = self.config.batch_rows;
+        Ok(HourFile {
+            staged,
+            columns: self.topic.shape.builders(capacity),
+            partitions: StringBuilder::with_capacity(capacity, capacity * 4),
+            offsets: Int64Builder::with_capacity(capacity),
+            schema_ids: Int32Builder::with_capacity(capacity),
+            writer,
+            rows: 0,
+        })
+    }
+
+    async fn flush_batch(&self, file: &mut HourFile) -> Result<(), LoadError> {
+        if file.offsets.is_empty() {
+            return Ok(());
+        }
+        let topic = &self.topic.topic;
+        let convert = |source| LoadError::Convert {
+            topic: topic.clone(),
+            partition: self.partition.to_string(),
+            offset: -1,
+            source,
+        };
+        let mut arrays: Vec<ArrayRef> = file
+            .columns
+            .iter_mut()
+            .map(Column::finish)
+            .collect::<Result<_, _>>()
+            .map_err(convert)?;
+        arrays.push(Arc::new(file.partitions.finish()));
+        arrays.push(Arc::new(file.offsets.finish()));
+        arrays.push(Arc::new(file.schema_ids.finish()));
+        let batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
+            .map_err(|e| convert(e.into()))?;
+        file.writer.write(&batch).await.map_err(|e| self.parquet_error(e))
+    }
+
+    fn parquet_error(&self, source: parquet::errors::ParquetError) -> LoadError {
+        LoadError::Parquet {
+            topic: self.topic.topic.clone(),
+            partition: self.partition.to_string(),
+            source,
+        }
+    }
+}
+
+enum ConsumerOrLoad {
+    /// The start offset is no longer in the log.
+    OutOfRange,
+    Load(LoadError),
+}
+
+/// Writes an undecodable message to `{dir}/{topic}/{partition}/{offset:020}.bin` with the
+/// reason beside it (`.txt`). Idempotent: a re-run writes the same names.
+async fn write_bad_record(
+    dir: &std::path::Path,
+    topic: &str,
+    partition: &str,
+    offset: i64,
+    payload: &[u8],
+    reason: &BadRecord,
+) -> Result<(), LoadError> {
+    let dir: PathBuf = dir.join(topic).join(partition);
+    let io = |source| LoadError::BadRecordsDir { path: dir.clone(), source };
+    tokio::fs::create_dir_all(&dir).await.map_err(io)?;
+    tokio::fs::write(dir.join(format!("{offset:020}.bin")), payload).await.map_err(io)?;
+    tokio::fs::write(dir.join(format!("{offset:020}.txt")), format!("{reason}\n"))
+        .await
+        .map_err(io)?;
+    tracing::warn!(%topic, %partition, offset, %reason, "wrote an undecodable message to the bad-records directory");
+    Ok(())
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,256 @@
+//! One run over every selected topic's partitions (`run`), and the same at an interval
+//! (`serve`). Partitions are shared between loaders through owner nodes of the consumer-group
+//! layout (`/consumers/{group}/owners/…`, claimed for this host for the length of a round);
+//! the conditional commits fence loaders that share one anyway.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{Claim, Coordinator, PartitionId, Registry};
+use futures::StreamExt;
+use object_store::ObjectStore;
+use schema_registry::RegistryClient;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::LoaderAudit;
+use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
+use crate::{Config, LoadError};
+
+/// What one run did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub partitions: Vec<PartitionLoad>,
+    /// Partitions another loader owned, as `topic/broker-partition`.
+    pub skipped: Vec<String>,
+    /// Failures, one line each (topic, partition, offset, reason); the run went on with the
+    /// other partitions.
+    pub errors: Vec<String>,
+    pub rows: u64,
+    pub audit_records_published: usize,
+}
+
+/// The loader: what a run needs, kept across the rounds of `serve`.
+pub struct Loader {
+    config: Config,
+    host: String,
+    cluster: Registry,
+    store: Arc<dyn ObjectStore>,
+    registry: Arc<RegistryClient>,
+    audit: Option<LoaderAudit>,
+    /// Topics whose committed counts the audit has loaded.
+    audited_topics: Vec<String>,
+}
+
+impl Loader {
+    pub fn new(
+        config: Config,
+        coordinator: Arc<dyn Coordinator>,
+        store: Arc<dyn ObjectStore>,
+        registry: Arc<RegistryClient>,
+    ) -> Result<Loader, LoadError> {
+        config.validate()?;
+        let host = config.host();
+        let cluster = Registry::new(coordinator);
+        let audit = if config.audit {
+            Some(LoaderAudit::new(&host, config.window_ms, cluster.clone())?)
+        } else {
+            None
+        };
+        Ok(Loader { config, host, cluster, store, registry, audit, audited_topics: Vec::new() })
+    }
+
+    /// Loads every selected partition to the log end seen when its load starts.
+    pub async fn run(&mut self, shutdown: &CancellationToken) -> Result<RunSummary, LoadError> {
+        let run_id = format!("{:x}-{:08x}", crate::load::now_ms(), rand::random::<u32>());
+        let mut summary = RunSummary { run_id: run_id.clone(), ..RunSummary::default() };
+        let filter = self.config.topic_filter()?;
+        let brokers = self.cluster.brokers().await?;
+        let mut topics = Vec::new();
+        for topic in self.cluster.topics().await? {
+            if !filter.selects(&topic) {
+                continue;
+            }
+            let subject = format!("{topic}-value");
+            let latest = match self.registry.latest(&subject).await {
+                Ok(latest) => latest,
+                Err(source) => {
+                    summary
+                        .errors
+                        .push(LoadError::Registry { topic: topic.clone(), source }.to_string());
+                    continue;
+                }
+            };
+            let reader = self
+                .registry
+                .schema(latest.id)
+                .await
+                .map_err(|source| LoadError::Registry { topic: topic.clone(), source })?;
+            match TopicContext::new(&topic, latest.id, reader) {
+                Ok(context) => topics.push(Arc::new(context)),
+                Err(e) => summary.errors.push(e.to_string()),
+            }
+        }
+        // Counts of what this host committed before must be in place before any new commit.
+        if let Some(audit) = &mut self.audit {
+            for context in &topics {
+                if !self.audited_topics.contains(&context.topic) {
+                    audit.load_topic(&*self.store, &context.topic).await?;
+                    self.audited_topics.push(context.topic.clone());
+                }
+            }
+        }
+        let mut work = Vec::new();
+        for context in &topics {
+            for partition in self.cluster.partitions(&context.topic).await? {
+                match brokers.get(&partition.broker) {
+                    Some(info) => work.push((Arc::clone(context), partition, info.addr())),
+                    None => summary.errors.push(format!(
+                        "{}/{partition}: broker {} is not registered",
+                        context.topic, partition.broker
+                    )),
+                }
+            }
+        }
+        let this = &*self;
+        let results: Vec<(String, PartitionId, Result<Option<PartitionLoad>, LoadError>)> =
+            futures::stream::iter(work.into_iter().map(|(context, partition, addr)| {
+                let run_id = run_id.clone();
+                async move {
+                    let result =
+                        this.load_owned(&context, partition, addr, &run_id, shutdown).await;
+                    (context.topic.clone(), partition, result)
+                }
+            }))
+            .buffer_unordered(self.config.partitions_in_parallel)
+            .collect()
+            .await;
+        for (topic, partition, result) in results {
+            match result {
+                Ok(Some(load)) => {
+                    if let Some(audit) = &mut self.audit {
+                        load.records.iter().for_each(|r| audit.count(r));
+                    }
+                    summary.rows += load.rows;
+                    summary.partitions.push(load);
+                }
+                Ok(None) => summary.skipped.push(format!("{topic}/{partition}")),
+                Err(e) => {
+                    tracing::error!(%topic, %partition, error = %e, "partition load failed");
+                    summary.errors.push(e.to_string());
+                }
+            }
+        }
+        summary.partitions.sort_by(|a, b| (&a.topic, &a.partition).cmp(&(&b.topic, &b.partition)));
+        if let Some(audit) = &mut self.audit {
+            match audit.publish(&self.registry).await {
+                Ok(published) => summary.audit_records_published = published,
+                Err(e) => {
+                    tracing::warn!(error = %e, "audit counts not published; kept for the next round");
+                    summary.errors.push(e.to_string());
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Claims `partition` for this host, loads it, and releases it. `None`: another loader owns it.
+    async fn load_owned(
+        &self,
+        context: &TopicContext,
+        partition: PartitionId,
+        broker_addr: String,
+        run_id: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<PartitionLoad>, LoadError> {
+        let group = &self.config.group;
+        match self.cluster.claim(group, &context.topic, partition, &self.host).await? {
+            Claim::Claimed => {}
+            Claim::OwnedBy(owner) => {
+                tracing::debug!(topic = %context.topic, %partition, %owner, "owned by another loader");
+                return Ok(None);
+            }
+        }
+        let loader = PartitionLoader {
+            config: &self.config,
+            host: &self.host,
+            run_id,
+            store: Arc::clone(&self.store),
+            registry: Arc::clone(&self.registry),
+            topic: context,
+            partition,
+            broker_addr,
+            shutdown: shutdown.clone(),
+        };
+        let result = loader.load().await;
+        if let Err(e) = self.cluster.release(group, &context.topic, partition, &self.host).await {
+            tracing::warn!(topic = %context.topic, %partition, error = %e, "cannot release the partition; its owner node goes with the session");
+        }
+        result.map(Some)
+    }
+
+    /// Runs rounds every `interval` until `shutdown`; a failed round is logged and retried at
+    /// the next one.
+    pub async fn serve(&mut self, interval: Duration, shutdown: &CancellationToken) {
+        loop {
+            match self.run(shutdown).await {
+                Ok(summary) => {
+                    for error in &summary.errors {
+                        tracing::error!(%error, "round failed for a partition");
+                    }
+                    tracing::info!(
+                        rows = summary.rows,
+                        partitions = summary.partitions.len(),
+                        "round done"
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "round failed"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(interval) => {}
+            }
+        }
+        self.close().await;
+    }
+
+    pub async fn close(&self) {
+        if let Some(audit) = &self.audit {
+            audit.close().await;
+        }
+    }
+
+    /// The audit count this loader holds for `topic` in the window starting at `window_start`.
+    pub fn audit_count(&self, topic: &str, window_start: i64) -> Option<i64> {
+        self.audit.as_ref().map(|a| a.count_of(topic, window_start))
+    }
+}
+
+/// One run (the hourly job): loads every selected partition to its log end and returns.
+pub async fn run_once(
+    config: &Config,
+    coordinator: Arc<dyn Coordinator>,
+    store: Arc<dyn ObjectStore>,
+    registry: Arc<RegistryClient>,
+    shutdown: CancellationToken,
+) -> Result<RunSummary, LoadError> {
+    let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
+    let summary = loader.run(&shutdown).await;
+    loader.close().await;
+    summary
+}
+
+/// Runs continuously, a round every `interval`, until `shutdown`; returns after the round in
+/// progress has committed what it staged.
+pub async fn serve(
+    config: &Config,
+    coordinator: Arc<dyn Coordinator>,
+    store: Arc<dyn ObjectStore>,
+    registry: Arc<RegistryClient>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> Result<(), LoadError> {
+    let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
+    loader.serve(interval, &shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! `status`: per topic and partition the committed offset, the log end, the lag and the last
+//! commit time; per `dt`/`hr` the files there and whether every partition has committed
+//! events past the hour's end (the hour is complete).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use client::{SimpleConsumer, SimpleConsumerConfig};
+use cluster::{PartitionId, Registry};
+use futures::TryStreamExt;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use serde::Serialize;
+
+use crate::LoadError;
+use crate::commit::PartitionCommits;
+use crate::layout::{self, Hour};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub topics: Vec<TopicStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicStatus {
+    pub topic: String,
+    /// Rows committed over all partitions.
+    pub rows: u64,
+    pub partitions: Vec<PartitionStatus>,
+    pub hours: Vec<HourStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionStatus {
+    /// `{broker}-{partition}`.
+    pub partition: String,
+    /// Next offset to load; `None` before the first commit.
+    pub committed_offset: Option<i64>,
+    /// The broker's visible log end; `None` without a cluster or when the broker is away.
+    pub log_end: Option<i64>,
+    /// Bytes of log not loaded yet.
+    pub lag: Option<i64>,
+    pub last_commit_ms: Option<i64>,
+    pub rows: u64,
+    /// Largest `header.time` committed.
+    pub max_time_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HourStatus {
+    pub dt: String,
+    pub hr: String,
+    pub files: usize,
+    /// Every partition has committed an event at or after the hour's end.
+    pub complete: bool,
+}
+
+/// The status of every topic with commits in `store` and, given the cluster, every topic of
+/// the cluster not starting with `_`.
+pub async fn status(
+    store: Arc<dyn ObjectStore>,
+    cluster: Option<&Registry>,
+) -> Result<Status, LoadError> {
+    let commits_root = Path::from(layout::COMMITS);
+    let listing = store
+        .list_with_delimiter(Some(&commits_root))
+        .await
+        .map_err(|source| LoadError::Store { path: commits_root.to_string(), source })?;
+    let mut topics: BTreeMap<String, BTreeMap<PartitionId, Option<String>>> = BTreeMap::new();
+    for prefix in listing.common_prefixes {
+        if let Some(topic) = prefix.filename() {
+            topics.entry(topic.to_owned()).or_default();
+        }
+    }
+    let brokers = match cluster {
+        Some(cluster) => {
+            for topic in cluster.topics().await? {
+                if !topic.starts_with('_') {
+                    topics.entry(topic).or_default();
+                }
+            }
+            cluster.brokers().await?
+        }
+        None => BTreeMap::new(),
+    };
+    let mut result = Vec::new();
+    for (topic, mut partitions) in topics {
+        let dir = Path::from(format!("{}/{topic}", layout::COMMITS));
+        let listing = store
+            .list_with_delimiter(Some(&dir))
+            .await
+            .map_err(|source| LoadError::Store { path: dir.to_string(), source })?;
+        for prefix in listing.common_prefixes {
+            if let Some(partition) = prefix.filename().and_then(|p| p.parse().ok()) {
+                partitions.insert(partition, None);
+            }
+        }
+        if let Some(cluster) = cluster {
+            for partition in cluster.partitions(&topic).await? {
+                partitions.insert(partition, brokers.get(&partition.broker).map(|b| b.addr()));
+            }
+        }
+        result.push(topic_status(&store, &topic, partitions).await?);
+    }
+    Ok(Status { topics: result })
+}
+
+async fn topic_status(
+    store: &Arc<dyn ObjectStore>,
+    topic: &str,
+    partitions: BTreeMap<PartitionId, Option<String>>,
+) -> Result<TopicStatus, LoadError> {
+    let mut statuses = Vec::new();
+    for (partition, addr) in partitions {
+        let last = PartitionCommits::new(Arc::clone(store), topic, partition).last().await?;
+        let committed = last.as_ref().map(|r| r.end);
+        let mut log_end = None;
+        let mut lag = None;
+        if let Some(addr) = addr {
+            match partition_ends(&addr, topic, partition.partition as i32).await {
+                Ok((earliest, end)) => {
+                    log_end = Some(end);
+                    lag = Some((end - committed.unwrap_or(earliest)).max(0));
+                }
+                Err(e) => {
+                    tracing::warn!(%topic, %partition, error = %e, "cannot ask the broker for the log end")
+                }
+            }
+        }
+        statuses.push(PartitionStatus {
+            partition: partition.to_string(),
+            committed_offset: committed,
+            log_end,
+            lag,
+            last_commit_ms: last.as_ref().map(|r| r.committed_at_ms),
+            rows: last.as_ref().map_or(0, |r| r.rows_total),
+            max_time_ms: last.as_ref().map(|r| r.max_time_ms).filter(|t| *t != i64::MIN),
+        });
+    }
+    let prefix = Path::from(topic);
+    let files: Vec<_> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| LoadError::Store { path: prefix.to_string(), source })?;
+    let mut hours: BTreeMap<Hour, usize> = BTreeMap::new();
+    for meta in files {
+        let parts: Vec<_> = meta.location.parts().collect();
+        if let [_, dt, hr, _] = parts.as_slice() {
+            if let Some(hour) = Hour::parse(dt.as_ref(), hr.as_ref()) {
+                *hours.entry(hour).or_default() += 1;
+            }
+        }
+    }
+    let passed = |hour: Hour| {
+        !statuses.is_empty()
+            && statuses.iter().all(|p| p.max_time_ms.is_some_and(|t| t >= hour.end_ms()))
+    };
+    let hours = hours
+        .into_iter()
+        .map(|(hour, files)| {
+            let dir = hour.dir();
+            let (dt, hr) = dir.split_once('/').expect("dt=…/hr=…");
+            HourStatus {
+                dt: dt[3..].to_owned(),
+                hr: hr[3..].to_owned(),
+                files,
+                complete: passed(hour),
+            }
+        })
+        .collect();
+    Ok(TopicStatus {
+        topic: topic.to_owned(),
+        rows: statuses.iter().map(|p| p.rows).sum(),
+        partitions: statuses,
+        hours,
+    })
+}
+
+async fn partition_ends(
+    addr: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<(i64, i64), client::ConsumerError> {
+    let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
+    let earliest = consumer.earliest_offset(topic, partition).await?;
+    let end = consumer.latest_offset(topic, partition).await?;
+    Ok((earliest, end))
+}
+
+impl Status {
+    /// The table `hdfs-loader status` prints.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let show = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+        for topic in &self.topics {
+            let _ = writeln!(out, "topic {}  rows {}", topic.topic, topic.rows);
+            let _ = writeln!(
+                out,
+                "  {:<10} {:>14} {:>14} {:>12} {:>10} {:>16}",
+                "partition", "committed", "log end", "lag", "rows", "last commit ms"
+            );
+            for p in &topic.partitions {
+                let _ = writeln!(
+                    out,
+                    "  {:<10} {:>14} {:>14} {:>12} {:>10} {:>16}",
+                    p.partition,
+                    show(p.committed_offset),
+                    show(p.log_end),
+                    show(p.lag),
+                    p.rows,
+                    show(p.last_commit_ms)
+                );
+            }
+            for h in &topic.hours {
+                let state = if h.complete { "complete" } else { "open" };
+                let _ = writeln!(out, "  dt={} hr={}  files {:>4}  {state}", h.dt, h.hr, h.files);
+            }
+        }
+        out
+    }
+}
