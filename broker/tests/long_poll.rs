@@ -221,15 +221,24 @@ async fn responses_stay_in_request_order_behind_a_parked_fetch() {
     let broker = TestBroker::start().await;
     let conn = broker.connect().await;
     conn.create_topic("t", 1, &[]).await.unwrap();
-    let poll = {
-        let conn = conn.clone();
-        tokio::spawn(async move { conn.multi_fetch_wait(300, 1, vec![part("t", 0, 0)]).await })
-    };
-    wait_parked(&broker, 1).await;
-    // Queued behind the long poll on the same connection: answered after it.
+    let started = Instant::now();
+    let poll = conn
+        .enqueue(protocol::Request::MultiFetchWait(protocol::MultiFetchWaitRequest {
+            max_wait_ms: 300,
+            min_bytes: 1,
+            fetches: vec![part("t", 0, 0)],
+        }))
+        .await
+        .unwrap()
+        .unwrap();
+    // Queued behind the long poll on the same connection: answered after its 300 ms.
     conn.metadata(&[]).await.unwrap();
-    assert!(poll.is_finished(), "the metadata answer overtook the long poll");
-    assert!(poll.await.unwrap().unwrap()[0].messages.is_empty());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(290), "metadata answered after {waited:?}");
+    let protocol::Response::MultiFetch(answer) = poll.wait().await.unwrap() else {
+        panic!("not a multifetch answer")
+    };
+    assert!(answer.parts[0].messages.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
