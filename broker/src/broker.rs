@@ -356,7 +356,7 @@ impl Broker {
     ) -> Result<Vec<i64>, ErrorCode> {
         let partition = self.partition(topic, partition)?;
         match time {
-            protocol::OFFSETS_LATEST => Ok(vec![partition.flushed_end() as i64]),
+            protocol::OFFSETS_LATEST => Ok(vec![partition.visible_end() as i64]),
             protocol::OFFSETS_EARLIEST => Ok(vec![partition.start_offset() as i64]),
             time if time < 0 || max_number <= 0 => Err(ErrorCode::InvalidRequest),
             time => {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -21,11 +22,47 @@ pub enum ConfigError {
     #[error("invalid {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error(
-        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, partitions)"
+        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, visible_after, partitions)"
     )]
     UnknownTopicKey(String),
+    #[error("visible_after: {0:?} is neither \"flush\" nor \"write\"")]
+    NotAVisibility(String),
     #[error("topic config {key}: {value:?} is not a whole number")]
     NotANumber { key: String, value: String },
+}
+
+/// When appended data becomes visible to fetches (`DESIGN.md`, "Visibility").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VisibleAfter {
+    /// Once flushed to disk (the paper's rule): a consumer never sees data a machine crash
+    /// could lose, and waits up to `flush_ms` for it.
+    #[default]
+    Flush,
+    /// Once appended to the page cache: seen at once, but a machine crash (not a process
+    /// crash) can lose data a consumer already saw.
+    Write,
+}
+
+impl FromStr for VisibleAfter {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<VisibleAfter, ConfigError> {
+        match s.trim() {
+            "flush" => Ok(VisibleAfter::Flush),
+            "write" => Ok(VisibleAfter::Write),
+            other => Err(ConfigError::NotAVisibility(other.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for VisibleAfter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VisibleAfter::Flush => "flush",
+            VisibleAfter::Write => "write",
+        })
+    }
 }
 
 /// Everything a broker is configured with. Field names are the config file's keys.
@@ -61,6 +98,7 @@ pub struct BrokerConfig {
     pub retention_bytes: Option<u64>,
     pub flush_messages: u64,
     pub flush_ms: u64,
+    pub visible_after: VisibleAfter,
 }
 
 /// The settings of one partition's log.
@@ -73,6 +111,7 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     pub flush_messages: u64,
     pub flush_ms: u64,
+    pub visible_after: VisibleAfter,
 }
 
 impl Default for BrokerConfig {
@@ -99,6 +138,7 @@ impl Default for BrokerConfig {
             // Kafka 0.7's shipped server.properties: flush every 10,000 messages or 1 s.
             flush_messages: 10_000,
             flush_ms: 1000,
+            visible_after: VisibleAfter::Flush,
         }
     }
 }
@@ -168,6 +208,7 @@ impl BrokerConfig {
             retention_bytes: self.retention_bytes,
             flush_messages: self.flush_messages,
             flush_ms: self.flush_ms,
+            visible_after: self.visible_after,
         }
     }
 
@@ -218,6 +259,9 @@ impl LogConfig {
     /// The broker's defaults with a topic's overrides applied.
     pub fn with_overrides(&self, overrides: &TopicOverrides) -> LogConfig {
         let mut log = *self;
+        if let Some(visible_after) = overrides.visible_after {
+            log.visible_after = visible_after;
+        }
         for (key, &value) in &overrides.values {
             match key.as_str() {
                 "segment_bytes" => log.segment_bytes = value,
@@ -252,6 +296,10 @@ const TOPIC_KEYS: [&str; 6] = [
 #[serde(deny_unknown_fields)]
 pub struct TopicOverrides {
     pub partitions: u32,
+    /// Unset: the broker's `visible_after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible_after: Option<VisibleAfter>,
+    /// The numeric keys of [`TOPIC_KEYS`].
     #[serde(default)]
     pub values: BTreeMap<String, u64>,
 }
@@ -266,7 +314,12 @@ impl TopicOverrides {
     ) -> Result<TopicOverrides, ConfigError> {
         let mut values = BTreeMap::new();
         let mut partitions_key = None;
+        let mut visible_after = None;
         for (key, value) in configs {
+            if key == "visible_after" {
+                visible_after = Some(value.parse()?);
+                continue;
+            }
             let number: u64 = value
                 .trim()
                 .parse()
@@ -296,7 +349,7 @@ impl TopicOverrides {
                 reason: "must be between 1 and 10000".into(),
             });
         }
-        let overrides = TopicOverrides { partitions: partitions as u32, values };
+        let overrides = TopicOverrides { partitions: partitions as u32, visible_after, values };
         BrokerConfig::default().log().with_overrides(&overrides).validate()?;
         Ok(overrides)
     }
@@ -342,5 +395,37 @@ mod tests {
         assert!(TopicOverrides::parse(1, &[kv("flush_ms", "soon")], 1).is_err());
         assert!(TopicOverrides::parse(1, &[kv("flush_ms", "0")], 1).is_err());
         assert!(TopicOverrides::parse(20_000, &[], 1).is_err());
+    }
+
+    #[test]
+    fn visible_after_is_a_broker_default_and_a_topic_override() {
+        let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let broker: BrokerConfig = toml::from_str("visible_after = \"write\"").unwrap();
+        assert_eq!(broker.log().visible_after, VisibleAfter::Write);
+        assert_eq!(BrokerConfig::default().visible_after, VisibleAfter::Flush);
+        assert!(toml::from_str::<BrokerConfig>("visible_after = \"soon\"").is_err());
+        let o = TopicOverrides::parse(1, &[kv("visible_after", "write")], 1).unwrap();
+        assert_eq!(o.visible_after, Some(VisibleAfter::Write));
+        assert_eq!(
+            BrokerConfig::default().log().with_overrides(&o).visible_after,
+            VisibleAfter::Write
+        );
+        let o = TopicOverrides::parse(1, &[kv("visible_after", "flush")], 1).unwrap();
+        assert_eq!(broker.log().with_overrides(&o).visible_after, VisibleAfter::Flush);
+        // Unset keeps the broker's.
+        let o = TopicOverrides::parse(1, &[kv("flush_ms", "5")], 1).unwrap();
+        assert_eq!(broker.log().with_overrides(&o).visible_after, VisibleAfter::Write);
+        assert!(matches!(
+            TopicOverrides::parse(1, &[kv("visible_after", "sometimes")], 1),
+            Err(ConfigError::NotAVisibility(_))
+        ));
+        // Stored beside the topic, and read back; files written before the key still read.
+        let o = TopicOverrides::parse(2, &[kv("visible_after", "write"), kv("flush_ms", "5")], 1)
+            .unwrap();
+        let text = toml::to_string(&o).unwrap();
+        assert_eq!(toml::from_str::<TopicOverrides>(&text).unwrap(), o);
+        let old: TopicOverrides =
+            toml::from_str("partitions = 2\n[values]\nflush_ms = 5\n").unwrap();
+        assert_eq!(old.visible_after, None);
     }
 }

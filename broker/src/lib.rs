@@ -16,6 +16,8 @@ mod sendfile;
 mod server;
 
 pub use broker::{Broker, BrokerError};
-pub use config::{BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides};
+pub use config::{
+    BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides, VisibleAfter,
+};
 pub use metrics::Metrics;
 pub use server::{run, serve};

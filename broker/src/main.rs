@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use broker::BrokerConfig;
+use broker::{BrokerConfig, VisibleAfter};
 use clap::Parser;
 
 /// A Tributary broker: partitioned append-only logs served over TCP.
@@ -57,6 +57,10 @@ struct Cli {
     /// ...or when the last segment is this old.
     #[arg(long, value_name = "MS")]
     segment_ms: Option<u64>,
+    /// When appended data becomes visible to fetches: `flush` (once on disk) or `write` (once
+    /// in the page cache; a machine crash can lose data a consumer saw).
+    #[arg(long, value_name = "flush|write")]
+    visible_after: Option<VisibleAfter>,
     /// Delete segments last modified longer ago than this.
     #[arg(long, value_name = "MS")]
     retention_ms: Option<u64>,
@@ -99,6 +103,7 @@ impl Cli {
             flush_ms,
             segment_bytes,
             segment_ms,
+            visible_after,
             retention_ms,
             retention_check_ms,
             zookeeper_session_timeout_ms

@@ -189,6 +189,7 @@ fn bad_flags_and_config_values_get_one_line_errors() {
         (vec!["--no-such-flag".into()], "--no-such-flag"),
         (vec!["--flush-ms".into(), "0".into()], "flush_ms"),
         (vec!["--segment-bytes".into(), "0".into()], "segment_bytes"),
+        (vec!["--visible-after".into(), "sometimes".into()], "--visible-after"),
         (vec!["--config".into(), config.display().to_string()], "flush_messages"),
         (vec!["--config".into(), unknown_key.display().to_string()], "prot"),
         (vec!["--config".into(), "/no/such/file.toml".into()], "/no/such/file.toml"),

@@ -1,8 +1,8 @@
 //! One partition's log: a directory of segments addressed by logical byte offsets, with an
 //! in-memory sorted list of segment base offsets and no per-message index (paper §3.1).
 //!
-//! Appends go to the last segment only. Data becomes visible to fetches once flushed: the
-//! flushed end is the fetch limit. Flushing and retention are blocking filesystem work that
+//! Appends go to the last segment only. Data becomes visible to fetches once flushed (the
+//! flushed end is the fetch limit) or, with `visible_after = "write"`, once appended. Flushing and retention are blocking filesystem work that
 //! the caller runs off the async workers; [`Partition::append`] writes to the page cache
 //! directly (a bounded memory copy) so that the produce path needs no thread hop.
 
@@ -16,7 +16,7 @@ use thiserror::Error;
 use tokio::sync::{Notify, watch};
 
 use super::segment::{Segment, scan_valid_prefix};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, VisibleAfter};
 
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -55,8 +55,11 @@ pub struct Partition {
     index: u32,
     dir: PathBuf,
     state: Mutex<State>,
-    /// End of the data known to be on disk; fetches see nothing beyond it.
+    /// End of the data known to be on disk: what `acks` 2 waits for.
     flushed: watch::Sender<u64>,
+    /// End of the data fetches see: the flushed end, or the written end for a partition with
+    /// `visible_after = "write"`. Never moves back; long-poll fetches wait on it.
+    visible: watch::Sender<u64>,
     /// Wakes this partition's flusher: a threshold was crossed or a producer waits.
     flush_wanted: Notify,
 }
@@ -169,6 +172,7 @@ impl Partition {
                 dir_unsynced,
             }),
             flushed: watch::Sender::new(end),
+            visible: watch::Sender::new(end),
             flush_wanted: Notify::new(),
         };
         if dir_unsynced {
@@ -196,8 +200,22 @@ impl Partition {
     }
 
     pub fn set_config(&self, config: LogConfig) {
-        self.state().config = config;
+        let mut state = self.state();
+        state.config = config;
+        if config.visible_after == VisibleAfter::Write {
+            self.advance_visible(state.end);
+        }
+        drop(state);
         self.flush_wanted.notify_one();
+    }
+
+    /// Moves the visible end forward to `end` (never back) and wakes who waits on it.
+    fn advance_visible(&self, end: u64) {
+        self.visible.send_if_modified(|visible| {
+            let advanced = end > *visible;
+            *visible = (*visible).max(end);
+            advanced
+        });
     }
 
     /// Appends MessageSets the caller has validated whole and counted (`messages` in all), one
@@ -223,6 +241,10 @@ impl Partition {
             return Err(io_error("appending to", &active.path)(e));
         }
         state.end += bytes;
+        if state.config.visible_after == VisibleAfter::Write {
+            // Under the lock, so that the visible end only moves forward.
+            self.advance_visible(state.end);
+        }
         state.unflushed_messages += messages;
         let first_dirty = state.dirty_since.is_none();
         state.dirty_since.get_or_insert_with(Instant::now);
@@ -244,15 +266,20 @@ impl Partition {
         Ok(())
     }
 
-    /// The end of the visible (flushed) log.
+    /// The end of the data on disk.
     pub fn flushed_end(&self) -> u64 {
         *self.flushed.borrow()
+    }
+
+    /// The end of the data fetches see.
+    pub fn visible_end(&self) -> u64 {
+        *self.visible.borrow()
     }
 
     /// A watch of the visible end, for fetches that wait for data: it changes when data
     /// becomes visible, and never moves back.
     pub fn watch_visible(&self) -> watch::Receiver<u64> {
-        self.flushed.subscribe()
+        self.visible.subscribe()
     }
 
     /// The end of the log, flushed or not.
@@ -270,10 +297,10 @@ impl Partition {
         self.state().segments.iter().map(|s| s.base_offset).collect()
     }
 
-    /// Up to `max_bytes` of flushed log from `offset`, within one segment. `None` when `offset`
+    /// Up to `max_bytes` of visible log from `offset`, within one segment. `None` when `offset`
     /// is the visible end. A slice may end in a partial message; the consumer drops it.
     pub fn read(&self, offset: i64, max_bytes: u32) -> Result<Option<FileSlice>, LogError> {
-        let visible_end = self.flushed_end();
+        let visible_end = self.visible_end();
         let state = self.state();
         let start = state.segments[0].base_offset;
         let out_of_range = || LogError::OffsetOutOfRange {
@@ -330,7 +357,7 @@ impl Partition {
             || state.dirty_since.is_some_and(|since| now >= since + state.config.flush_interval())
     }
 
-    /// Fsyncs everything appended so far and makes it visible. Blocking. The lock is held only
+    /// Fsyncs everything appended so far and makes it visible (if it was not already). Blocking. The lock is held only
     /// to take a snapshot, so appends continue while the disk works.
     pub fn flush(&self) -> Result<(), LogError> {
         let (target, mut files, dir_unsynced) = {
@@ -351,7 +378,7 @@ impl Partition {
             files.iter().try_for_each(|s| s.file.sync_data().map_err(io_error("syncing", &s.path)));
         let synced = synced.and_then(|()| if dir_unsynced { sync_dir(&self.dir) } else { Ok(()) });
         if let Err(e) = synced {
-            // Keep the data invisible and try again on the next tick.
+            // Keep the data unflushed (under `flush`, invisible) and try again on the next tick.
             let mut state = self.state();
             state.unsynced.append(&mut files);
             state.dirty_since.get_or_insert_with(Instant::now);
@@ -363,6 +390,7 @@ impl Partition {
             *flushed = (*flushed).max(target);
             advanced
         });
+        self.advance_visible(target);
         Ok(())
     }
 
