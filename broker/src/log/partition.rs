@@ -385,12 +385,13 @@ impl Partition {
             state.dir_unsynced |= dir_unsynced;
             return Err(e);
         }
+        // Visible first: a producer woken by the flushed end (`acks` 2) finds its data visible.
+        self.advance_visible(target);
         self.flushed.send_if_modified(|flushed| {
             let advanced = target > *flushed;
             *flushed = (*flushed).max(target);
             advanced
         });
-        self.advance_visible(target);
         Ok(())
     }
 
