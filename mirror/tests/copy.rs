@@ -1,0 +1,229 @@
+//! The mirror as a library, with real ZooKeeper (one chroot per cluster) and in-process
+//! brokers registered in it: two live clusters into one analytics cluster, compressed
+//! wrappers, an analytics outage.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use cluster::{Coordinator, PartitionId};
+use common::{Cluster, WAIT, events, mirror_audit, start_broker, wait_for_all, wrapper};
+use mirror::{Config, Mirror};
+use protocol::{Acks, Codec, MessageSetIter};
+use schema_registry::RegistryClient;
+use testkit::eventually;
+use testkit::registry::TestRegistry;
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn config() -> Config {
+    Config {
+        host_name: Some("mirror-test".into()),
+        partitions: 3,
+        commit_ms: 100,
+        audit_publish_ms: 200,
+        audit_window_ms: 60_000,
+        metrics_refresh_ms: 100,
+        drain_timeout_ms: 5_000,
+        ..Config::default()
+    }
+}
+
+async fn start(
+    config: Config,
+    sources: &[(&str, &Cluster)],
+    target: &Cluster,
+    registry: &TestRegistry,
+    metrics: Option<tokio::net::TcpListener>,
+) -> Mirror {
+    let mut sessions: Vec<(String, Arc<dyn Coordinator>)> = Vec::new();
+    for (name, cluster) in sources {
+        sessions.push(((*name).to_owned(), cluster.session().await));
+    }
+    let registry = RegistryClient::new(registry.url()).unwrap();
+    Mirror::start(config, sessions, target.session().await, registry, metrics).await.unwrap()
+}
+
+/// Offsets the mirror's group committed on `cluster` for `topic`, per partition.
+async fn committed(cluster: &Cluster, topic: &str) -> Vec<(PartitionId, Option<i64>)> {
+    let registry = cluster.registry().await;
+    let mut offsets = Vec::new();
+    for partition in registry.partitions(topic).await.unwrap() {
+        offsets.push((partition, registry.offset("mirror", topic, partition).await.unwrap()));
+    }
+    offsets
+}
+
+/// Whether the group committed the end of every partition of `topic`.
+async fn committed_to_end(cluster: &Cluster, topic: &str) -> bool {
+    for (partition, offset) in committed(cluster, topic).await {
+        let broker = &cluster.brokers[partition.broker as usize];
+        let end = broker.connect().await.offsets(topic, partition.partition as i32, -1, 1).await;
+        if end.ok().and_then(|e| e.first().copied()) != offset.or(Some(0)) {
+            return false;
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
+    let (live_a, live_b, analytics) =
+        tokio::join!(Cluster::start(1), Cluster::start(1), Cluster::start(2));
+    live_a.create_topic("page-view", 2).await;
+    live_b.create_topic("page-view", 2).await;
+    live_b.create_topic("click", 1).await;
+    let time = now_ms();
+    let a_views = events("live-a", "page-view", 0, 300, time);
+    let b_views = events("live-b", "page-view", 0, 300, time);
+    let b_clicks = events("live-b", "click", 0, 200, time);
+    live_a.produce("page-view", 2, &a_views).await;
+    live_b.produce("page-view", 2, &b_views).await;
+    live_b.produce("click", 1, &b_clicks).await;
+
+    let registry = TestRegistry::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    let sources = [("live-a", &live_a), ("live-b", &live_b)];
+    let mirror = start(config(), &sources, &analytics, &registry, Some(listener)).await;
+
+    let all_views: Vec<Bytes> = a_views.iter().chain(&b_views).cloned().collect();
+    wait_for_all(&analytics, "page-view", &all_views, "page views of both clusters").await;
+    wait_for_all(&analytics, "click", &b_clicks, "clicks").await;
+    let layout = analytics.registry().await.topic_brokers("page-view").await.unwrap();
+    assert_eq!(layout.into_values().collect::<Vec<_>>(), [3, 3], "--partitions per broker");
+
+    // A topic created on a live cluster later is copied without a restart.
+    live_a.create_topic("search", 1).await;
+    let searches = events("live-a", "search", 0, 100, time);
+    live_a.produce("search", 1, &searches).await;
+    wait_for_all(&analytics, "search", &searches, "the later topic").await;
+
+    // Offsets are committed once acknowledged: the lag goes to zero.
+    eventually(WAIT, "source offsets committed to the end", || async {
+        (committed_to_end(&live_a, "page-view").await && committed_to_end(&live_b, "click").await)
+            .then_some(())
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let text = eventually(WAIT, "lag 0 in /metrics", || async {
+        let text = http.get(&metrics_url).send().await.ok()?.text().await.ok()?;
+        text.contains("mirror_lag_bytes{source=\"live-b\",topic=\"click\",partition=\"0-0\"} 0")
+            .then_some(text)
+    })
+    .await;
+    for family in ["mirror_messages_per_second", "mirror_bytes_per_second", "mirror_record_age_ms"]
+    {
+        assert!(text.contains(&format!("{family}{{source=\"live-a\",topic=\"page-view\"")));
+    }
+
+    // The mirror tier counts every event the target acknowledged, per topic and window.
+    let client = RegistryClient::new(registry.url()).unwrap();
+    eventually(WAIT, "audit counts of every topic", || async {
+        let audit = mirror_audit(&analytics, &client).await;
+        let total = |topic: &str| -> i64 {
+            audit.values().filter(|r| r.topic == topic).map(|r| r.count).sum()
+        };
+        let host_ok = audit.keys().all(|(host, _, _)| host == "mirror-test");
+        (host_ok && total("page-view") == 600 && total("click") == 200 && total("search") == 100)
+            .then_some(())
+    })
+    .await;
+
+    let totals = mirror.totals();
+    mirror.shutdown().await.unwrap();
+    assert!(totals.events() >= 900, "{} events", totals.events());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_wrappers_arrive_still_compressed_and_identical() {
+    let (live, analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    live.create_topic("page-view", 1).await;
+    let time = now_ms();
+    let plain = events("live", "page-view", 0, 3, time);
+    let gzip = wrapper(Codec::Gzip, &events("live", "page-view", 3, 5, time));
+    let zstd = wrapper(Codec::Zstd, &events("live", "page-view", 8, 7, time));
+    let conn = live.brokers[0].connect().await;
+    conn.produce("page-view", 0, Acks::Written, testkit::broker::message_set(&plain))
+        .await
+        .unwrap();
+    for set in [&gzip, &zstd] {
+        conn.produce("page-view", 0, Acks::Written, set.clone()).await.unwrap();
+    }
+
+    let registry = TestRegistry::start().await;
+    let config = Config { partitions: 1, ..config() };
+    let mirror = start(config, &[("live", &live)], &analytics, &registry, None).await;
+
+    // Every framed message on the target, as stored.
+    let target = analytics.brokers[0].connect().await;
+    let stored = eventually(WAIT, "five messages copied", || async {
+        let set = target.fetch("page-view", 0, 0, 1 << 20).await.ok()?;
+        let messages: Vec<Bytes> = MessageSetIter::new(&set, 0)
+            .map(|m| {
+                let (offset, message) = m.unwrap();
+                set.slice(offset as usize..offset as usize + message.size_bytes())
+            })
+            .collect();
+        (messages.len() >= 5).then_some(messages)
+    })
+    .await;
+    let stored: BTreeSet<Bytes> = stored.into_iter().collect();
+    assert!(stored.contains(&gzip), "the gzip wrapper arrives byte for byte");
+    assert!(stored.contains(&zstd), "the zstd wrapper arrives byte for byte");
+
+    // The audit looks inside the wrappers: 3 + 5 + 7 events.
+    let client = RegistryClient::new(registry.url()).unwrap();
+    eventually(WAIT, "audit counts inner events", || async {
+        let audit = mirror_audit(&analytics, &client).await;
+        let total: i64 = audit.values().filter(|r| r.topic == "page-view").map(|r| r.count).sum();
+        (total == 15).then_some(())
+    })
+    .await;
+    assert_eq!(mirror.totals().messages(), 5);
+    assert_eq!(mirror.totals().events(), 15);
+    mirror.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged_and_catches_up() {
+    let (live, mut analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    live.create_topic("page-view", 2).await;
+    let time = now_ms();
+    let before = events("live", "page-view", 0, 200, time);
+    live.produce("page-view", 2, &before).await;
+    let registry = TestRegistry::start().await;
+    let mirror = start(config(), &[("live", &live)], &analytics, &registry, None).await;
+    wait_for_all(&analytics, "page-view", &before, "the first events").await;
+    eventually(WAIT, "first events committed", || async {
+        committed_to_end(&live, "page-view").await.then_some(())
+    })
+    .await;
+    let committed_before = committed(&live, "page-view").await;
+
+    let broker = analytics.brokers.remove(0);
+    let addr = broker.addr.clone();
+    let data_dir = broker.stop().await;
+    let during = events("live", "page-view", 200, 300, time);
+    live.produce("page-view", 2, &during).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        committed(&live, "page-view").await,
+        committed_before,
+        "nothing the target did not acknowledge is committed"
+    );
+
+    analytics.brokers.push(start_broker(&analytics.connect, 0, Some((data_dir, addr))).await);
+    let all: Vec<Bytes> = before.iter().chain(&during).cloned().collect();
+    wait_for_all(&analytics, "page-view", &all, "every event after the outage").await;
+    eventually(WAIT, "caught up and committed", || async {
+        committed_to_end(&live, "page-view").await.then_some(())
+    })
+    .await;
+    mirror.shutdown().await.unwrap();
+}
