@@ -92,7 +92,9 @@ fn main() -> ExitCode {
     let settings = match cli.into_settings() {
         Ok(settings) => settings,
         Err(e) => {
-            eprintln!("audit: {e:#}");
+            // One line: a TOML parse error spans several.
+            let text = format!("{e:#}");
+            eprintln!("audit: {}", text.split_whitespace().collect::<Vec<_>>().join(" "));
             return ExitCode::from(2);
         }
     };

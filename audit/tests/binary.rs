@@ -1,0 +1,219 @@
+//! The `audit` binary as a user starts it: every flag, the config file, signals, bad input.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::{Cluster, WAIT, WINDOW_MS, produce_audit, produce_events, record};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use schema_registry::RegistryClient;
+use schema_registry::audit::Tier::Agent;
+use serde_json::Value;
+use testkit::registry::TestRegistry;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_audit");
+
+/// A running `audit` and the address it printed.
+struct Running {
+    child: Child,
+    url: String,
+}
+
+impl Running {
+    fn start(args: &[String]) -> Running {
+        let mut child = Command::new(BINARY)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("audit starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(WAIT).expect("audit prints its address");
+        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("{line:?}"));
+        Running { child, url: format!("http://{addr}") }
+    }
+
+    async fn get(&self, path: &str) -> String {
+        let response = reqwest::get(format!("{}{path}", self.url)).await.expect("GET");
+        assert!(response.status().is_success(), "GET {path}: {}", response.status());
+        response.text().await.unwrap()
+    }
+
+    async fn json(&self, path: &str) -> Value {
+        serde_json::from_str(&self.get(path).await).unwrap()
+    }
+
+    /// Waits until the window of `topic` at `start` satisfies `check`.
+    async fn wait_window(&self, topic: &str, start: i64, check: impl Fn(&Value) -> bool) -> Value {
+        testkit::eventually(WAIT, "the window's counts", || async {
+            let response =
+                reqwest::get(format!("{}/api/windows?topic={topic}", self.url)).await.ok()?;
+            let windows: Vec<Value> = response.json().await.ok()?;
+            windows.into_iter().find(|w| w["window_start"] == start && check(w))
+        })
+        .await
+    }
+
+    fn stop(mut self, signal: Signal) -> ExitStatus {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "audit did not stop on {signal}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The window that started ten seconds ago: decided at once only with no grace.
+fn recent_window() -> i64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    (now - 10_000).div_euclid(WINDOW_MS) * WINDOW_MS
+}
+
+/// Two events of `page-view` in the window: reported by an agent, present in the live cluster.
+async fn feed(registry: &RegistryClient, analytics: &Cluster, live: &Cluster, window: i64) {
+    produce_audit(registry, analytics, &[record(Agent, "web-1", "page-view", window, 2)]).await;
+    produce_events(registry, live, "page-view", &[window, window + 1]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
+    let registry_server = TestRegistry::start().await;
+    let registry = RegistryClient::new(registry_server.url()).unwrap();
+    let (analytics, live) = (Cluster::start().await, Cluster::start().await);
+    let window = recent_window();
+    feed(&registry, &analytics, &live, window).await;
+    let audit = Running::start(&[
+        "--zookeeper".into(),
+        analytics.connect.clone(),
+        "--live".into(),
+        format!("dc-a={}", live.connect),
+        "--registry".into(),
+        registry_server.url().into(),
+        "--http".into(),
+        "127.0.0.1:0".into(),
+        "--window-ms".into(),
+        WINDOW_MS.to_string(),
+        "--grace-ms".into(),
+        "0".into(),
+    ]);
+    // Agent counts come from --zookeeper's _audit, decoded with --registry; live counts from
+    // --live under its name; windows of --window-ms; decided 10 s after with --grace-ms 0.
+    let report = audit.wait_window("page-view", window, |w| w["verdict"] == "complete").await;
+    assert_eq!(report["tiers"], serde_json::json!({"agent": 2, "live": 2}));
+    let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
+    assert_eq!(detail["hosts"]["live"][0]["host"], "dc-a");
+    assert!(audit.get("/").await.contains("page-view"));
+    assert!(
+        audit
+            .get("/metrics")
+            .await
+            .contains("audit_missing_events{topic=\"page-view\",tier=\"live\"} 0")
+    );
+    assert!(audit.stop(Signal::SIGTERM).success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_sets_every_key_and_flags_override_it() {
+    let registry_server = TestRegistry::start().await;
+    let registry = RegistryClient::new(registry_server.url()).unwrap();
+    let (analytics, live) = (Cluster::start().await, Cluster::start().await);
+    let window = recent_window();
+    feed(&registry, &analytics, &live, window).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("audit.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"zookeeper = "{zookeeper}"
+live = ["dc-file={live}"]
+registry = "{registry}"
+http = "127.0.0.1:0"
+window_ms = 60000
+grace_ms = 0
+history_ms = 86400000
+dashboard_windows = 3
+refresh_s = 7
+fetch_wait_ms = 50
+fetch_bytes = 65536
+discovery_ms = 500
+retry_backoff_max_ms = 1000
+catch_up_max_ms = 30000
+"#,
+            zookeeper = analytics.connect,
+            live = live.connect,
+            registry = registry_server.url(),
+        ),
+    )
+    .unwrap();
+    // --window-ms overrides the file's 60000: the 1-second records are accepted.
+    let audit = Running::start(&[
+        "--config".into(),
+        config.display().to_string(),
+        "--window-ms".into(),
+        WINDOW_MS.to_string(),
+    ]);
+    let report = audit.wait_window("page-view", window, |w| w["verdict"] == "complete").await;
+    assert_eq!(report["tiers"], serde_json::json!({"agent": 2, "live": 2}));
+    let summary = audit.json("/api/summary").await;
+    assert_eq!(
+        (summary["window_ms"].as_i64(), summary["grace_ms"].as_i64()),
+        (Some(1_000), Some(0))
+    );
+    let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
+    assert_eq!(detail["hosts"]["live"][0]["host"], "dc-file");
+    let page = audit.get("/").await;
+    assert!(page.contains(r#"<meta http-equiv="refresh" content="7">"#), "refresh_s from the file");
+    assert!(audit.stop(Signal::SIGINT).success());
+}
+
+/// Runs `audit` with `args`, expecting it to refuse them.
+fn refused(args: &[&str]) -> String {
+    let output = Command::new(BINARY).args(args).output().expect("audit runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line for {args:?}: {stderr}");
+    assert!(stderr.starts_with("audit: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn bad_flags_and_config_get_one_line_and_exit_code_2() {
+    let ok = ["--zookeeper", "127.0.0.1:1/x", "--registry", "http://127.0.0.1:1"];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        ok.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    assert!(refused(&["--bogus"]).contains("--bogus"));
+    assert!(refused(&with(&["--window-ms", "0"])).contains("window_ms"));
+    assert!(refused(&with(&["--window-ms", "ten"])).contains("ten"));
+    assert!(refused(&with(&["--grace-ms=-5"])).contains("grace_ms"));
+    assert!(refused(&with(&["--live", "nameless"])).contains("NAME=CONNECT"));
+    assert!(refused(&with(&["--live", "a=zk:1", "--live", "a=zk:2"])).contains("twice"));
+    assert!(refused(&["--registry", "http://127.0.0.1:1"]).contains("--zookeeper"));
+    assert!(refused(&["--zookeeper", "127.0.0.1:1"]).contains("--registry"));
+    assert!(refused(&["--config", "/nonexistent/audit.toml"]).contains("/nonexistent/audit.toml"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("audit.toml");
+    std::fs::write(&config, "window_ms = 1000\nwindow_size = 5\n").unwrap();
+    assert!(refused(&["--config", config.to_str().unwrap()]).contains("window_size"));
+}
