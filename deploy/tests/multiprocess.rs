@@ -220,7 +220,9 @@ settings = {{ grace_ms = {GRACE_MS} }}
             });
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if !zombie && cmdline.contains(&marker) {
+            // Every process runs in the run directory, whether or not its command line says so.
+            let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap_or_default();
+            if !zombie && (cmdline.contains(&marker) || cwd.starts_with(self.dir.path())) {
                 found.push((pid, cmdline));
             }
         }

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use super::ready::Ready;
-use super::topology::{HOST, SEAWEEDFS_EXTRA_PORTS, Service, Topology, TopologyError};
+use super::topology::{
+    HOST, SEAWEEDFS_EXTRA_PORTS, Service, Topology, TopologyError, parse_duration_ms,
+};
 
 /// One process of the deployment.
 #[derive(Debug, Clone)]
@@ -119,7 +121,13 @@ pub fn plan(topology: &Topology, binaries: &Path) -> Vec<Component> {
         components.push(agent(topology, binaries, name, live.lb_port, live.agent_port));
     }
     components.push(mirror(topology, binaries));
+    components.push(loader(topology, binaries));
     components.push(audit(topology, binaries));
+    if topology.simulator.rate > 0 {
+        for (name, live) in &topology.live {
+            components.push(simulator(topology, binaries, name, live.agent_port));
+        }
+    }
     components
 }
 
@@ -433,5 +441,75 @@ fn mirror(topology: &Topology, binaries: &Path) -> Component {
     let mut component =
         service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, derived);
     component.address = format!("http://{HOST}:{}/metrics", topology.mirror_port());
+    component
+}
+
+fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u16) -> Component {
+    let sim = &topology.simulator;
+    // Checked when the topology was loaded.
+    let duration_ms = parse_duration_ms(&sim.duration).unwrap_or(0);
+    let agent = format!("--agent={}", agent_url(agent_port));
+    Component {
+        name: format!("simulator-{cluster}"),
+        program: binaries.join("frontend-agent"),
+        args: vec![
+            "simulate".into(),
+            agent.clone(),
+            format!("--rate={}", sim.rate),
+            format!("--duration={}", duration_ms as f64 / 1000.0),
+            format!("--topics={}", sim.topics.join(",")),
+        ],
+        env: vec![("NO_COLOR".into(), "1".into())],
+        env_remove: Vec::new(),
+        config: None,
+        dirs: Vec::new(),
+        // It has no port; an agent that refuses it, or a bad flag, ends it at once.
+        ready: Ready::Running { ms: 1000 },
+        address: format!("into {}", agent_url(agent_port)),
+        // Its command line names no file of the run directory, but its agent's address.
+        marker: agent,
+        ours: true,
+        retry_on: None,
+    }
+}
+
+/// `s3://{bucket}/{prefix}`: where the loader writes.
+pub fn store_url(topology: &Topology) -> String {
+    format!("s3://{}/{}", topology.seaweedfs.bucket, topology.loader.prefix)
+}
+
+fn loader(topology: &Topology, binaries: &Path) -> Component {
+    let derived = table([
+        ("store", store_url(topology).into()),
+        ("zookeeper", topology.zookeeper_connect(&topology.analytics.name).into()),
+        ("registry", registry_url(topology).into()),
+        ("interval", topology.loader.interval.clone().into()),
+        ("host_name", "loader".into()),
+        ("window_ms", window_ms(topology)),
+    ]);
+    let settings = Service {
+        config: topology.loader.config.clone(),
+        settings: topology.loader.settings.clone(),
+        port: None,
+    };
+    let mut component =
+        service(topology, "loader", binaries.join("hdfs-loader"), "loader", &settings, derived);
+    component.args.insert(0, "serve".into());
+    // SeaweedFS runs without authentication: any key is accepted, but one must be given.
+    let endpoint = format!("http://{HOST}:{}", topology.seaweedfs.s3_port);
+    component.env.extend(
+        [
+            ("AWS_ENDPOINT_URL", endpoint.as_str()),
+            ("AWS_ACCESS_KEY_ID", "tributary"),
+            ("AWS_SECRET_ACCESS_KEY", "tributary"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ALLOW_HTTP", "true"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
+    component.env_remove.push("AWS_SESSION_TOKEN".into());
+    // It serves nothing: a bad setting or an unreachable store or ZooKeeper ends it at once.
+    component.ready = Ready::Running { ms: 2000 };
+    component.address = format!("{} at {endpoint}", store_url(topology));
     component
 }
