@@ -208,6 +208,39 @@ async fn a_crashed_consumer_loses_nothing(zookeeper: bool) {
     c2.close().await.unwrap();
 }
 
+/// Idle fetchers park long polls instead of polling, and new data reaches the stream at once,
+/// long before `fetch_wait_ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_fetchers_wait_in_long_polls_and_wake_on_new_data() {
+    let cluster = Cluster::start(false).await;
+    let mut config = GroupConsumerConfig::new(GROUP);
+    config.consumer_id = Some("solo".into());
+    config.fetch_wait_ms = 60_000;
+    let consumer = GroupConsumer::connect(cluster.registry().await, config).unwrap();
+    let mut streams =
+        consumer.create_message_streams(&BTreeMap::from([(TOPIC.to_owned(), 1)])).await.unwrap();
+    let mut stream = streams.remove(TOPIC).unwrap().remove(0);
+    let parked = || cluster.brokers.iter().map(|b| b.broker.parked_fetches()).sum::<usize>();
+    eventually(WAIT, "a long poll per partition", || async { (parked() == 8).then_some(()) }).await;
+    let fetches = || {
+        let metric = |b: &TestBroker| broker::Metrics::get(&b.broker.metrics().fetch_requests);
+        cluster.brokers.iter().map(metric).sum::<u64>()
+    };
+    let before = fetches();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fetches(), before, "an idle consumer sends no requests");
+    let started = std::time::Instant::now();
+    let payloads: Vec<String> = (0..8).map(|i| format!("fresh-{i}")).collect();
+    cluster.produce(&payloads).await;
+    let mut got = BTreeSet::new();
+    while got.len() < payloads.len() {
+        let message = tokio::time::timeout(WAIT, stream.next_message()).await.unwrap();
+        got.insert(message.unwrap().unwrap().payload);
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    consumer.close().await.unwrap();
+}
+
 mod zookeeper_backend {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn membership_changes_keep_one_owner_per_partition() {

@@ -131,3 +131,42 @@ async fn bad_config_is_rejected() {
     let error = SimpleConsumer::connect(&broker.addr, config).await.unwrap_err();
     assert!(matches!(error, ConsumerError::InvalidConfig { .. }));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_return_new_messages_at_once_and_nothing_after_max_wait() {
+    let broker = TestBroker::start().await;
+    broker.connect().await.create_topic("t", 2, &[]).await.unwrap();
+    let consumer = consumer(&broker, SimpleConsumerConfig::default()).await;
+    // Nothing comes: empty after max_wait_ms.
+    let started = std::time::Instant::now();
+    assert!(consumer.fetch_wait("t", 0, 0, 150).await.unwrap().is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(140));
+    // A message comes: returned as soon as it is visible, long before max_wait_ms.
+    let waiting = {
+        let consumer = consumer.clone();
+        tokio::spawn(async move { consumer.fetch_wait("t", 1, 0, 60_000).await })
+    };
+    testkit::eventually(Duration::from_secs(10), "parked", || async {
+        (broker.broker.parked_fetches() == 1).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    produce(&broker, "t", 1, &[b"news"]).await;
+    let fetched = waiting.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    assert_eq!(fetched.iter().map(|m| m.unwrap().payload).collect::<Vec<_>>(), ["news"]);
+    // Over several partitions, each answer on its own.
+    let starts = [
+        PartitionOffset { topic: "t".into(), partition: 0, offset: 0 },
+        PartitionOffset { topic: "t".into(), partition: 1, offset: 0 },
+        PartitionOffset { topic: "t".into(), partition: 1, offset: 99_999 },
+    ];
+    let answers = consumer.multi_fetch_wait(&starts, 60_000, 1).await.unwrap();
+    assert!(answers[0].as_ref().unwrap().is_empty());
+    assert_eq!(answers[1].as_ref().unwrap().iter().count(), 1);
+    assert!(matches!(answers[2], Err(ConsumerError::OffsetOutOfRange { .. })));
+    assert!(
+        consumer.multi_fetch_wait(&starts, u32::MAX, 1).await.is_err(),
+        "max_wait_ms over 2^31"
+    );
+}

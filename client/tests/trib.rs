@@ -202,7 +202,19 @@ async fn follow_waits_at_the_end_of_the_log_for_new_messages() {
     let broker = TestBroker::start().await;
     broker.connect().await.create_topic("live", 1, &[]).await.unwrap();
     let b = broker.addr.clone();
-    let args = ["consume", "--brokers", &b, "--topic", "live", "--follow", "--max-messages", "2"];
+    // A long poll of a minute: only its wake-up by the new data can end this test in time.
+    let args = [
+        "consume",
+        "--brokers",
+        &b,
+        "--topic",
+        "live",
+        "--follow",
+        "--poll-ms",
+        "60000",
+        "--max-messages",
+        "2",
+    ];
     let following = tokio::spawn({
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         async move {

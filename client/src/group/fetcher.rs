@@ -1,6 +1,10 @@
 //! One task per owned partition: fetch from the committed offset on, hand each fetch to the
 //! partition's stream through its bounded queue (backpressure: a full queue stops fetching),
-//! and wait at the end of the log for more.
+//! and wait at the end of the log for more with long polls (`MULTIFETCH_WAIT`), which the
+//! broker answers as soon as new data is visible.
+//!
+//! Each fetcher has its own connection: a long poll parks its connection (answers come in
+//! request order), so a shared one would hold up every other partition of the broker.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -35,15 +39,20 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
     let partition = owned.partition.partition as i32;
     let mut backoff_ms = 100;
     let mut offset = owned.consumed.load(Ordering::Acquire);
+    let fetch_wait_ms = inner.config.fetch_wait_ms as u32; // checked by validate()
+    let mut connection: Option<SimpleConsumer> = None;
     loop {
-        let consumer = match inner.connection(addr).await {
-            Ok(consumer) => consumer,
-            Err(e) => {
-                tracing::warn!(%addr, error = %e, retry_in_ms = backoff_ms, "cannot reach broker");
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
-                continue;
-            }
+        let consumer = match &connection {
+            Some(consumer) => consumer.clone(),
+            None => match SimpleConsumer::connect(addr, inner.config.fetch.clone()).await {
+                Ok(consumer) => connection.insert(consumer).clone(),
+                Err(e) => {
+                    tracing::warn!(%addr, error = %e, retry_in_ms = backoff_ms, "cannot reach broker");
+                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                    backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                    continue;
+                }
+            },
         };
         if offset == OFFSET_UNKNOWN {
             match reset(&consumer, topic, partition, inner.config.auto_offset_reset).await {
@@ -53,7 +62,7 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
                     owned.consumed.store(start, Ordering::Release);
                 }
                 Err(e) => {
-                    inner.forget_connection(addr);
+                    connection = None;
                     tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot read offsets");
                     tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                     backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
@@ -61,13 +70,12 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
                 }
             }
         }
-        match consumer.fetch(topic, partition, offset).await {
+        match consumer.fetch_wait(topic, partition, offset, fetch_wait_ms).await {
             Ok(fetched) => {
                 backoff_ms = 100;
                 let (messages, error) = split(&fetched, inner.config.framed);
                 if messages.is_empty() && error.is_none() {
-                    tokio::time::sleep(Duration::from_millis(inner.config.fetch_wait_ms)).await;
-                    continue;
+                    continue; // the long poll waited; nothing came
                 }
                 if let Some(last) = messages.last() {
                     offset = last.next_offset;
@@ -95,7 +103,7 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
                 }
             }
             Err(e) => {
-                inner.forget_connection(addr);
+                connection = None;
                 tracing::warn!(%topic, partition = %owned.partition, error = %e, retry_in_ms = backoff_ms, "fetch failed");
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);

@@ -10,9 +10,9 @@ mod owned;
 mod rebalance;
 mod stream;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use cluster::{PartitionId, Registry, RegistryError, Subscription};
 use thiserror::Error;
@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 pub use assignment::{StreamId, assign};
 pub use stream::{GroupMessage, MessageStream};
 
-use crate::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
+use crate::{ConsumerError, SimpleConsumerConfig};
 use owned::Owned;
 use stream::Chunk;
 
@@ -91,7 +91,8 @@ pub struct GroupConsumerConfig {
     pub auto_offset_reset: OffsetReset,
     /// Fetched chunks waiting in each stream's queue: the prefetch, and the bound on memory.
     pub queue_chunks: usize,
-    /// Wait at the end of the log before fetching again.
+    /// The longest one long-poll fetch (`MULTIFETCH_WAIT`) waits at the end of the log; new
+    /// data ends the wait at once, so this bounds idle requests, not latency.
     pub fetch_wait_ms: u64,
     /// Rebalance attempts when another consumer still owns a partition, before a typed error.
     pub rebalance_retries: u32,
@@ -111,7 +112,7 @@ impl GroupConsumerConfig {
             framed: false,
             auto_offset_reset: OffsetReset::Smallest,
             queue_chunks: 4,
-            fetch_wait_ms: 100,
+            fetch_wait_ms: 1_000,
             rebalance_retries: 10,
             rebalance_backoff_ms: 100,
             rebalance_backoff_max_ms: 2_000,
@@ -126,6 +127,9 @@ impl GroupConsumerConfig {
         }
         if self.consumer_id.as_deref().is_some_and(|id| id.is_empty() || id.contains('/')) {
             return invalid("consumer_id must be a non-empty name without '/'");
+        }
+        if self.fetch_wait_ms > i32::MAX as u64 {
+            return invalid("fetch_wait_ms must be below 2^31");
         }
         if self.auto_commit_ms == 0 || self.queue_chunks == 0 || self.rebalance_retries == 0 {
             return invalid(
@@ -149,7 +153,6 @@ pub(crate) struct Inner {
     subscription: OnceLock<(Subscription, StreamQueues)>,
     /// Partitions owned now. Held across a rebalance so that commits wait for it.
     owned: tokio::sync::Mutex<Vec<Arc<Owned>>>,
-    connections: Mutex<HashMap<String, SimpleConsumer>>,
     fetchers: TaskTracker,
     /// Stops every task of the consumer; each owned partition's token is a child of it, so a
     /// dropped consumer's fetchers end with it (and with them its session).
@@ -157,25 +160,6 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// A connection to the broker at `addr`, shared by the fetchers of its partitions.
-    pub(crate) async fn connection(&self, addr: &str) -> Result<SimpleConsumer, ConsumerError> {
-        if let Some(consumer) = self.connections.lock().unwrap_or_else(|p| p.into_inner()).get(addr)
-        {
-            return Ok(consumer.clone());
-        }
-        let consumer = SimpleConsumer::connect(addr, self.config.fetch.clone()).await?;
-        self.connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(addr.to_owned(), consumer.clone());
-        Ok(consumer)
-    }
-
-    /// Drops a connection that failed, so the next call reconnects.
-    pub(crate) fn forget_connection(&self, addr: &str) {
-        self.connections.lock().unwrap_or_else(|p| p.into_inner()).remove(addr);
-    }
-
     /// Writes the consumed offset of every owned partition that moved since its last commit.
     async fn commit(&self, owned: &[Arc<Owned>]) -> Result<(), GroupError> {
         for partition in owned {
@@ -213,7 +197,6 @@ impl GroupConsumer {
             consumer_id,
             subscription: OnceLock::new(),
             owned: tokio::sync::Mutex::new(Vec::new()),
-            connections: Mutex::new(HashMap::new()),
             fetchers: TaskTracker::new(),
             stop: CancellationToken::new(),
         });

@@ -1,6 +1,8 @@
 //! The simple consumer (paper §3.1, "a consumer … issues asynchronous pull requests"): fetch
-//! and multifetch by byte offset from one broker, and `OFFSETS` to find where to start. The
-//! caller keeps its own position: every message says where to resume after it.
+//! and multifetch by byte offset from one broker, long polls that wait at the end of the log
+//! for new data ([`SimpleConsumer::fetch_wait`], [`SimpleConsumer::multi_fetch_wait`]), and
+//! `OFFSETS` to find where to start. The caller keeps its own position: every message says
+//! where to resume after it.
 //!
 //! **A message larger than the fetch size** is handled by growing the fetch: when a fetch
 //! returns only the start of one message, it is fetched again with room for exactly that
@@ -11,6 +13,7 @@ mod error;
 mod messages;
 
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use protocol::{ApiKey, ErrorCode, FetchPart, FetchRequest, MessageSetIter};
 
@@ -217,7 +220,62 @@ impl SimpleConsumer {
         &self,
         starts: &[PartitionOffset],
     ) -> Result<Vec<Result<FetchedMessages, ConsumerError>>, ConsumerError> {
-        let fetches = starts
+        let parts = self
+            .conn
+            .multi_fetch(self.fetch_requests(starts))
+            .await
+            .map_err(|source| ConsumerError::Connection { source })?;
+        self.answers(starts, parts, ApiKey::MultiFetch).await
+    }
+
+    /// A long poll (`MULTIFETCH_WAIT`) for several partitions: answered as soon as
+    /// `min_bytes` are visible over all of them, or empty after `max_wait_ms`. A broker
+    /// that answers empty early (it has too many long polls waiting, or is shutting down)
+    /// is waited out here, so a caller looping on this never spins. Requests queued behind
+    /// it on this consumer's connection wait for it.
+    pub async fn multi_fetch_wait(
+        &self,
+        starts: &[PartitionOffset],
+        max_wait_ms: u32,
+        min_bytes: u32,
+    ) -> Result<Vec<Result<FetchedMessages, ConsumerError>>, ConsumerError> {
+        let max_wait = Duration::from_millis(max_wait_ms.into());
+        let invalid = |what: &str| ConsumerError::InvalidConfig {
+            reason: format!("{what} must be below 2^31"),
+        };
+        let max_wait_ms = i32::try_from(max_wait_ms).map_err(|_| invalid("max_wait_ms"))?;
+        let min_bytes = i32::try_from(min_bytes).map_err(|_| invalid("min_bytes"))?;
+        let started = Instant::now();
+        let parts = self
+            .conn
+            .multi_fetch_wait(max_wait_ms, min_bytes, self.fetch_requests(starts))
+            .await
+            .map_err(|source| ConsumerError::Connection { source })?;
+        let idle = parts.iter().all(|p| p.error.is_ok() && p.messages.is_empty());
+        if idle && let Some(rest) = max_wait.checked_sub(started.elapsed()) {
+            tokio::time::sleep(rest).await;
+        }
+        self.answers(starts, parts, ApiKey::MultiFetchWait).await
+    }
+
+    /// Messages from `offset` on, like [`SimpleConsumer::fetch`], but at the end of the
+    /// visible log a long poll: it waits up to `max_wait_ms` for the first new message and
+    /// returns as soon as it is visible; empty if none came.
+    pub async fn fetch_wait(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: u32,
+    ) -> Result<FetchedMessages, ConsumerError> {
+        let start = PartitionOffset { topic: topic.to_owned(), partition, offset };
+        let mut answers =
+            self.multi_fetch_wait(std::slice::from_ref(&start), max_wait_ms, 1).await?;
+        answers.pop().expect("one answer per part, checked")
+    }
+
+    fn fetch_requests(&self, starts: &[PartitionOffset]) -> Vec<FetchRequest> {
+        starts
             .iter()
             .map(|s| FetchRequest {
                 topic: s.topic.clone(),
@@ -225,12 +283,17 @@ impl SimpleConsumer {
                 offset: s.offset,
                 max_bytes: self.config.fetch_bytes as i32,
             })
-            .collect();
-        let parts = self
-            .conn
-            .multi_fetch(fetches)
-            .await
-            .map_err(|source| ConsumerError::Connection { source })?;
+            .collect()
+    }
+
+    /// Each part of a multifetch's answer as messages or its own error; a part holding only
+    /// the start of a large message is fetched again, grown.
+    async fn answers(
+        &self,
+        starts: &[PartitionOffset],
+        parts: Vec<FetchPart>,
+        api: ApiKey,
+    ) -> Result<Vec<Result<FetchedMessages, ConsumerError>>, ConsumerError> {
         if parts.len() != starts.len() {
             let reason = format!("{} answers to {} fetches", parts.len(), starts.len());
             let source = ClientError::Closed { addr: self.conn.addr().to_owned(), reason };
@@ -246,7 +309,7 @@ impl SimpleConsumer {
                     Err(e) => Err(e),
                 }
             } else {
-                let source = ClientError::Broker { api: ApiKey::MultiFetch, code: error };
+                let source = ClientError::Broker { api, code: error };
                 Err(request_error(topic, partition, offset, source))
             };
             results.push(result);

@@ -154,9 +154,10 @@ pub struct ConsumeArgs {
     /// At the end of the log, wait for new messages instead of exiting.
     #[arg(long)]
     pub follow: bool,
-    /// How long to wait between polls at the end of the log, with --follow.
-    #[arg(long, default_value_t = 200)]
-    pub poll_ms: u64,
+    /// With --follow: the longest one long poll waits at the end of the log (a new message
+    /// ends it at once).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=3_600_000))]
+    pub poll_ms: u32,
     /// Bytes per fetch; grown automatically (up to 16 MiB) for a larger message.
     #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..=(16 << 20)))]
     pub fetch_bytes: u32,

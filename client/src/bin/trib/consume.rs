@@ -33,7 +33,13 @@ pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
     let mut progress = Progress::new("consumed", args.progress);
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
     while progress.messages < limit {
-        let fetched = consumer.fetch(topic, partition, offset).await?;
+        // Following, each fetch at the end of the log is a long poll: answered as soon as a
+        // message is visible, and costing nothing while none comes.
+        let fetched = if args.follow {
+            consumer.fetch_wait(topic, partition, offset, args.poll_ms).await?
+        } else {
+            consumer.fetch(topic, partition, offset).await?
+        };
         let mut messages = fetched.iter();
         for message in messages.by_ref() {
             let message = message?;
@@ -60,11 +66,8 @@ pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
         if !printed(out.flush())? {
             return Ok(());
         }
-        if fetched.is_empty() {
-            if !args.follow {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+        if fetched.is_empty() && !args.follow {
+            break;
         }
     }
     if progress.messages > 0 && args.progress {
