@@ -1,4 +1,5 @@
 //! The `tributary` launcher (in progress): `demo` runs the whole pipeline in one process;
 //! `up`/`status`/`down` run it as separate processes from a topology file.
 
+pub mod demo;
 pub mod multiprocess;

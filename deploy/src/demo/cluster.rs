@@ -1,0 +1,108 @@
+//! One cluster of the demo: brokers served in this process on loopback ports, each registered
+//! in its own session of the embedded coordination backend under the cluster's chroot — what a
+//! set of broker processes registered in ZooKeeper looks like to everyone else.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use broker::{Broker, BrokerConfig};
+use cluster::{Coordinator, Embedded};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::DemoError;
+
+/// A running cluster.
+pub struct Cluster {
+    pub name: String,
+    /// The chroot its brokers and consumers share, e.g. `/tributary/live-a`.
+    pub chroot: String,
+    /// Broker addresses, `host:port`, in broker id order.
+    pub addrs: Vec<String>,
+    pub data_dirs: Vec<PathBuf>,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<Result<(), broker::BrokerError>>>,
+}
+
+/// How the demo's brokers are set up.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    pub name: String,
+    pub brokers: u32,
+    /// Partitions of each topic on each broker.
+    pub partitions: u32,
+    pub flush_ms: u64,
+}
+
+impl Cluster {
+    /// Opens and serves `spec.brokers` brokers with data under `{data_dir}/{name}/broker-{id}`.
+    pub async fn start(
+        embedded: &Embedded,
+        spec: &ClusterSpec,
+        data_dir: &Path,
+    ) -> Result<Cluster, DemoError> {
+        let chroot = format!("/tributary/{}", spec.name);
+        let stop = CancellationToken::new();
+        let mut cluster = Cluster {
+            name: spec.name.clone(),
+            chroot: chroot.clone(),
+            addrs: Vec::new(),
+            data_dirs: Vec::new(),
+            stop: stop.clone(),
+            tasks: Vec::new(),
+        };
+        for id in 0..spec.brokers {
+            let dir = data_dir.join(&spec.name).join(format!("broker-{id}"));
+            let config = BrokerConfig {
+                broker_id: id as i32,
+                host: "127.0.0.1".into(),
+                port: 0,
+                data_dir: dir.clone(),
+                num_partitions: spec.partitions,
+                flush_ms: spec.flush_ms,
+                ..BrokerConfig::default()
+            };
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
+                DemoError::Bind { what: format!("broker {}/{id}", spec.name), source: e }
+            })?;
+            let addr = listener.local_addr().map_err(|e| DemoError::Bind {
+                what: format!("broker {}/{id}", spec.name),
+                source: e,
+            })?;
+            let broker = Broker::open(config).await.map_err(|e| DemoError::Broker {
+                cluster: spec.name.clone(),
+                id,
+                source: e,
+            })?;
+            broker.register_in(session(embedded, &chroot)?);
+            let stopped = stop.clone();
+            cluster.tasks.push(tokio::spawn(broker::serve(listener, broker, async move {
+                stopped.cancelled().await
+            })));
+            cluster.addrs.push(addr.to_string());
+            cluster.data_dirs.push(dir);
+        }
+        Ok(cluster)
+    }
+
+    /// Stops every broker; each flushes its partitions first.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(cluster = %self.name, error = %e, "broker failed"),
+                Err(e) => tracing::error!(cluster = %self.name, error = %e, "broker task failed"),
+            }
+        }
+    }
+}
+
+/// A new session of the embedded backend in `chroot`: one per component, as each process of a
+/// real deployment has its own ZooKeeper session.
+pub fn session(embedded: &Embedded, chroot: &str) -> Result<Arc<dyn Coordinator>, DemoError> {
+    let session = embedded
+        .session(chroot)
+        .map_err(|e| DemoError::Coordination { chroot: chroot.to_owned(), source: e })?;
+    Ok(session)
+}

@@ -1,0 +1,501 @@
+//! `tributary demo`: the whole two-datacenter pipeline of the paper's §5 in one process, on
+//! embedded defaults — the in-process coordination backend instead of ZooKeeper, a local
+//! directory instead of HDFS/S3. Every component is the same library code its own binary runs,
+//! and they talk only through the broker protocol, the coordination tree, the registry's HTTP
+//! API and the object store, exactly as separate processes do.
+//!
+//! Two live clusters (two brokers each) take events from simulated frontend agents; the mirror
+//! copies every topic into the analytics cluster (two brokers); the loader writes it to Parquet
+//! every minute; the audit service reconciles the counts of every tier and serves its
+//! dashboard. On Ctrl-C or after `--duration` the demo drains — agents stop, their spools
+//! empty, the mirror catches up, the loader runs once more, the last windows close — and then
+//! prints (and with `--summary-json` writes) what happened.
+
+mod cluster;
+mod data_dir;
+mod lag;
+mod registry;
+mod summary;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, ClusterSpec, session};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use summary::{Summary, WindowVerdicts, duckdb_query};
+
+/// The event topics the simulators produce.
+pub const TOPICS: [&str; 3] = ["page-view", "click", "search"];
+/// Names of the live clusters (datacenters).
+const LIVE: [&str; 2] = ["live-a", "live-b"];
+const ANALYTICS: &str = "analytics";
+/// Longest any one drain step may take before the demo gives up on it and says so.
+const DRAIN_STEP_MAX: Duration = Duration::from_secs(120);
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    #[error("{path}: {source}")]
+    DataDir { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{0} is not empty and was not made by `tributary demo`; give an empty or new directory with --data-dir"
+    )]
+    NotADemoDir(PathBuf),
+    #[error("cannot listen for the {what}: {source}")]
+    Bind { what: String, source: std::io::Error },
+    #[error("broker {id} of {cluster}: {source}")]
+    Broker { cluster: String, id: u32, source: broker::BrokerError },
+    #[error("coordination session in {chroot}: {source}")]
+    Coordination { chroot: String, source: ::cluster::CoordError },
+    #[error("schema registry: {0}")]
+    Registry(schema_registry::ClientError),
+    #[error("frontend agent: {0}")]
+    Agent(#[from] frontend_agent::AgentError),
+    #[error("mirror: {0}")]
+    Mirror(#[from] mirror::MirrorError),
+    #[error("loader: {0}")]
+    Loader(#[from] hdfs_loader::LoadError),
+    #[error("object store: {0}")]
+    Store(#[from] hdfs_loader::StoreUrlError),
+    #[error("audit service: {0}")]
+    Audit(String),
+    #[error("cannot write the summary to {path}: {source}")]
+    SummaryFile { path: PathBuf, source: std::io::Error },
+}
+
+/// What `tributary demo` is asked to do.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Run this long, then drain; until Ctrl-C if unset.
+    pub duration: Option<Duration>,
+    pub data_dir: PathBuf,
+    pub summary_json: Option<PathBuf>,
+    /// Events per second each simulated frontend produces.
+    pub rate: u64,
+    /// Audit window (demo default 10 s, so that windows close while you watch).
+    pub window_ms: i64,
+    /// How long after a window closes the audit waits for late counts of the streaming tiers.
+    pub grace_ms: i64,
+    pub loader_interval: Duration,
+    /// Where the dashboard listens; port 0 picks a free one.
+    pub dashboard: String,
+    pub status_interval: Duration,
+}
+
+impl Default for DemoOptions {
+    fn default() -> DemoOptions {
+        DemoOptions {
+            duration: None,
+            data_dir: PathBuf::from("/tmp/tributary-demo"),
+            summary_json: None,
+            rate: 500,
+            window_ms: 10_000,
+            grace_ms: 5_000,
+            loader_interval: Duration::from_secs(60),
+            dashboard: "127.0.0.1:8080".into(),
+            status_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Runs the demo until `options.duration` passes or `interrupt` is cancelled, drains, and
+/// returns the summary (also printed, and written to `--summary-json`).
+pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<Summary, DemoError> {
+    let started = Instant::now();
+    let data_dir = data_dir::prepare(&options.data_dir)?;
+    let embedded = ::cluster::Embedded::new();
+
+    let registry = registry::Registry::start(&data_dir.join("registry")).await?;
+    let registry_client = Arc::new(registry.client()?);
+
+    let mut live = Vec::new();
+    for name in LIVE {
+        let spec = ClusterSpec { name: name.into(), brokers: 2, partitions: 2, flush_ms: 50 };
+        live.push(Cluster::start(&embedded, &spec, &data_dir).await?);
+    }
+    let analytics_spec =
+        ClusterSpec { name: ANALYTICS.into(), brokers: 2, partitions: 2, flush_ms: 50 };
+    let analytics = Cluster::start(&embedded, &analytics_spec, &data_dir).await?;
+
+    // Frontend agents: one per live datacenter, each with its HTTP input.
+    let stop_http = CancellationToken::new();
+    let mut agents = Vec::new();
+    let mut agent_urls = Vec::new();
+    let mut http_tasks: Vec<JoinHandle<std::io::Result<()>>> = Vec::new();
+    for cluster in &live {
+        let config = frontend_agent::Config {
+            registry: registry.url.clone(),
+            // The agent validates that its config names the brokers; the session passed below
+            // is what it actually uses to find them.
+            brokers: cluster.addrs.clone(),
+            spool_dir: data_dir.join("agents").join(&cluster.name),
+            host_name: Some(format!("frontend-{}", cluster.name)),
+            service: "demo".into(),
+            audit_window_ms: options.window_ms,
+            audit_publish_ms: 1_000,
+            ..frontend_agent::Config::default()
+        };
+        let brokers = frontend_agent::Brokers::Cluster(session(&embedded, &cluster.chroot)?);
+        let agent =
+            frontend_agent::Agent::start(config, brokers, Arc::clone(&registry_client)).await?;
+        let listener = bind("127.0.0.1:0", "agent HTTP input").await?;
+        agent_urls.push(format!("http://{}", local_addr(&listener, "agent HTTP input")?));
+        let stopped = stop_http.clone();
+        http_tasks.push(tokio::spawn(frontend_agent::serve_http(
+            listener,
+            agent.clone(),
+            async move { stopped.cancelled().await },
+        )));
+        agents.push(agent);
+    }
+
+    // The mirror in the analytics datacenter.
+    let mirror_config = mirror::Config {
+        host_name: Some("mirror-1".into()),
+        audit_window_ms: options.window_ms,
+        audit_publish_ms: 1_000,
+        ..mirror::Config::default()
+    };
+    let sources = live
+        .iter()
+        .map(|c| Ok((c.name.clone(), session(&embedded, &c.chroot)?)))
+        .collect::<Result<Vec<_>, DemoError>>()?;
+    let mirror_metrics = bind("127.0.0.1:0", "mirror metrics").await?;
+    let mirror_metrics_url =
+        format!("http://{}/metrics", local_addr(&mirror_metrics, "mirror metrics")?);
+    let mirror = mirror::Mirror::start(
+        mirror_config,
+        sources,
+        session(&embedded, &analytics.chroot)?,
+        registry.client()?,
+        Some(mirror_metrics),
+    )
+    .await?;
+    let mirror_totals = mirror.totals();
+
+    // The loader, every `loader_interval` into Parquet under the data directory.
+    let warehouse = data_dir.join("warehouse");
+    std::fs::create_dir_all(&warehouse)
+        .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
+    let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
+    let loader_config = hdfs_loader::Config {
+        host_name: Some("loader-1".into()),
+        window_ms: options.window_ms,
+        ..hdfs_loader::Config::default()
+    };
+    let mut loader = hdfs_loader::Loader::new(
+        loader_config,
+        session(&embedded, &analytics.chroot)?,
+        Arc::clone(&store),
+        Arc::clone(&registry_client),
+    )?;
+
+    // The audit service and its dashboard.
+    let audit_config = audit::Config {
+        window_ms: options.window_ms,
+        grace_ms: options.grace_ms,
+        refresh_s: 5,
+        ..audit::Config::default()
+    };
+    let dashboard = match bind(&options.dashboard, "dashboard").await {
+        Ok(listener) => listener,
+        // The usual port is taken (another demo?): any free one will do.
+        Err(_) => bind("127.0.0.1:0", "dashboard").await?,
+    };
+    let dashboard_url = format!("http://{}/", local_addr(&dashboard, "dashboard")?);
+    let stop_audit = CancellationToken::new();
+    let audit_live = live
+        .iter()
+        .map(|c| Ok((c.name.clone(), session(&embedded, &c.chroot)?)))
+        .collect::<Result<Vec<_>, DemoError>>()?;
+    let audit_task = tokio::spawn(audit::run(
+        audit_config,
+        session(&embedded, &analytics.chroot)?,
+        audit_live,
+        registry.client()?,
+        dashboard,
+        stop_audit.clone(),
+    ));
+
+    println!("Tributary demo: the paper's two-datacenter pipeline in one process");
+    for cluster in live.iter().chain([&analytics]) {
+        println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
+    }
+    println!("  registry  {}", registry.url);
+    for (cluster, url) in live.iter().zip(&agent_urls) {
+        println!("  agent     {url}/v1/events/{{topic}}  → {}", cluster.name);
+    }
+    println!("  mirror    {mirror_metrics_url}");
+    println!("  Parquet   {}", warehouse.display());
+    println!("  dashboard {dashboard_url}");
+    println!("  data      {}", data_dir.display());
+    match options.duration {
+        Some(d) => println!("running for {} s, then draining (Ctrl-C drains sooner)", d.as_secs()),
+        None => println!("running until Ctrl-C, then draining"),
+    }
+
+    // Simulated frontends, one per agent.
+    let stop_simulators = CancellationToken::new();
+    let simulators: Vec<_> = agents
+        .iter()
+        .map(|agent| {
+            let target = frontend_agent::Target::Agent(agent.clone());
+            let (rate, stop) = (options.rate, stop_simulators.clone());
+            tokio::spawn(async move {
+                let topics: Vec<String> = TOPICS.iter().map(|t| (*t).to_owned()).collect();
+                // Until stopped: the drain cancels it.
+                let forever = Duration::from_secs(365 * 24 * 3600);
+                frontend_agent::simulate(target, rate, forever, &topics, stop).await
+            })
+        })
+        .collect();
+
+    let watch = Watch {
+        agents: agents.clone(),
+        mirror: mirror_totals.clone(),
+        dashboard_url: dashboard_url.clone(),
+        http: reqwest::Client::new(),
+        started,
+    };
+    let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut next_load = tokio::time::Instant::now() + options.loader_interval;
+    let mut status = tokio::time::interval(options.status_interval);
+    status.tick().await;
+    let mut last = watch.sample().await;
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt.cancelled() => { println!("interrupted: draining"); break }
+            _ = until_deadline => { println!("--duration reached: draining"); break }
+            _ = status.tick() => {
+                let now = watch.sample().await;
+                println!("{}", now.line(&last));
+                last = now;
+            }
+            _ = tokio::time::sleep_until(next_load) => {
+                let summary = loader.run(&interrupt).await?;
+                tracing::info!(rows = summary.rows, "loader run");
+                next_load = tokio::time::Instant::now() + options.loader_interval;
+            }
+        }
+    }
+
+    // Drain: the frontends stop, the agents ship what they spooled, the mirror catches up, the
+    // loader runs once more, and the last windows close.
+    stop_simulators.cancel();
+    let mut simulated = 0;
+    for simulator in simulators {
+        match simulator.await {
+            Ok(Ok(report)) => simulated += report.accepted_total(),
+            Ok(Err(e)) => tracing::error!(error = %e, "simulator failed"),
+            Err(e) => tracing::error!(error = %e, "simulator task failed"),
+        }
+    }
+    println!("frontends stopped after {simulated} events; draining the agents' spools");
+    wait_until("the agents' spools to be acknowledged", || async {
+        agents.iter().all(|a| a.unacknowledged() == 0)
+    })
+    .await;
+    // The agents publish their last counts within a second; the mirror then copies them.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    println!("waiting for the mirror to catch up");
+    let live_registries: Vec<::cluster::Registry> = live
+        .iter()
+        .map(|c| Ok(::cluster::Registry::new(session(&embedded, &c.chroot)?)))
+        .collect::<Result<_, DemoError>>()?;
+    let group = mirror::Config::default().group;
+    wait_until("the mirror to catch up", || async {
+        for registry in &live_registries {
+            match lag::group_lag(registry, &group).await {
+                Ok(0) => {}
+                Ok(_) => return false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the mirror's lag");
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await;
+    println!("running the loader once more");
+    let final_load = loader.run(&CancellationToken::new()).await?;
+    for error in &final_load.errors {
+        tracing::error!(%error, "loader");
+    }
+    let last_window_end = now_ms().div_euclid(options.window_ms) * options.window_ms;
+    let decided_at = last_window_end + options.window_ms + options.grace_ms;
+    println!(
+        "waiting {} s for the last audit window to close",
+        (decided_at - now_ms()).max(0) / 1000
+    );
+    wait_until("the audit to decide every window", || async {
+        now_ms() > decided_at + 1_000
+            && watch.audit().await.is_some_and(|a| a.caught_up && a.windows.open == 0)
+    })
+    .await;
+
+    let audit_summary = watch.audit().await.unwrap_or_default();
+    let mut loaded_rows = 0;
+    let mut ids = std::collections::HashSet::new();
+    for topic in TOPICS {
+        let rows = hdfs_loader::readback::read_topic(&store, topic).await?;
+        loaded_rows += rows.positions.len() as u64;
+        ids.extend(rows.event_ids);
+    }
+    let summary = Summary {
+        accepted: agents.iter().map(|a| a.accepted()).sum(),
+        acknowledged: agents.iter().map(|a| a.acknowledged()).sum(),
+        mirrored: mirror_totals.messages(),
+        loaded_rows,
+        distinct_ids_loaded: ids.len() as u64,
+        windows: audit_summary.windows,
+        parquet_root: warehouse.clone(),
+        dashboard_url: dashboard_url.clone(),
+        duration_s: started.elapsed().as_secs_f64(),
+    };
+
+    // Stop in pipeline order.
+    loader.close().await;
+    stop_http.cancel();
+    for task in http_tasks {
+        let _ = task.await;
+    }
+    for agent in &agents {
+        agent.shutdown().await?;
+    }
+    mirror.shutdown().await?;
+    stop_audit.cancel();
+    match audit_task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(DemoError::Audit(e.to_string())),
+        Err(e) => return Err(DemoError::Audit(e.to_string())),
+    }
+    for cluster in live.into_iter().chain([analytics]) {
+        cluster.stop().await;
+    }
+    registry.stop().await;
+
+    print!("{summary}");
+    if let Some(path) = &options.summary_json {
+        let json = serde_json::to_string_pretty(&summary).expect("the summary serializes");
+        std::fs::write(path, json + "\n")
+            .map_err(|source| DemoError::SummaryFile { path: path.clone(), source })?;
+    }
+    Ok(summary)
+}
+
+async fn bind(addr: &str, what: &str) -> Result<tokio::net::TcpListener, DemoError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| DemoError::Bind { what: what.into(), source })
+}
+
+fn local_addr(
+    listener: &tokio::net::TcpListener,
+    what: &str,
+) -> Result<std::net::SocketAddr, DemoError> {
+    listener.local_addr().map_err(|source| DemoError::Bind { what: what.into(), source })
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Polls `done` every 200 ms for up to [`DRAIN_STEP_MAX`]; says so if it gave up.
+async fn wait_until<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + DRAIN_STEP_MAX;
+    while !done().await {
+        if Instant::now() > deadline {
+            println!("gave up waiting for {what} after {} s", DRAIN_STEP_MAX.as_secs());
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the status line is made of.
+struct Watch {
+    agents: Vec<frontend_agent::Agent>,
+    mirror: mirror::Totals,
+    dashboard_url: String,
+    http: reqwest::Client,
+    started: Instant,
+}
+
+/// The audit's `/api/summary`, the part the demo reads.
+#[derive(Debug, Default, serde::Deserialize)]
+struct AuditSummary {
+    caught_up: bool,
+    #[serde(default)]
+    windows: WindowVerdicts,
+}
+
+struct Sample {
+    at: Instant,
+    elapsed_s: u64,
+    acknowledged: u64,
+    mirrored_events: u64,
+    audit: Option<AuditSummary>,
+}
+
+impl Watch {
+    async fn audit(&self) -> Option<AuditSummary> {
+        let url = format!("{}api/summary", self.dashboard_url);
+        let response = self.http.get(url).timeout(Duration::from_secs(5)).send().await.ok()?;
+        response.json().await.ok()
+    }
+
+    async fn sample(&self) -> Sample {
+        Sample {
+            at: Instant::now(),
+            elapsed_s: self.started.elapsed().as_secs(),
+            acknowledged: self.agents.iter().map(|a| a.acknowledged()).sum(),
+            mirrored_events: self.mirror.events(),
+            audit: self.audit().await,
+        }
+    }
+}
+
+impl Sample {
+    /// One status line: events/s per tier since `last`, and the audit's verdicts so far.
+    fn line(&self, last: &Sample) -> String {
+        let seconds = self.at.duration_since(last.at).as_secs_f64().max(0.001);
+        let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / seconds;
+        let audit = match &self.audit {
+            Some(a) if a.caught_up => {
+                let w = &a.windows;
+                let decided = w.complete + w.loss + w.duplication;
+                format!(
+                    "audit {}/{} windows complete, {} loss, {} duplication, {} open",
+                    w.complete, decided, w.loss, w.duplication, w.open
+                )
+            }
+            Some(_) => "audit catching up".into(),
+            None => "audit not answering".into(),
+        };
+        format!(
+            "[{:>4} s] agents {:>7.0} ev/s (acked {}) · mirror {:>7.0} ev/s (copied {}) · {audit}",
+            self.elapsed_s,
+            rate(self.acknowledged, last.acknowledged),
+            self.acknowledged,
+            rate(self.mirrored_events, last.mirrored_events),
+            self.mirrored_events,
+        )
+    }
+}

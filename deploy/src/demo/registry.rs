@@ -1,0 +1,64 @@
+//! The demo's schema registry: the real service on a loopback port, with the pipeline's
+//! schemas (shipped in `schema-registry/schemas/`, compiled into this binary so it runs from
+//! anywhere) registered over its HTTP API.
+
+use std::path::Path;
+
+use schema_registry::RegistryClient;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::DemoError;
+
+/// The pipeline's event schemas: `(subject, schema)`.
+pub const SCHEMAS: [(&str, &str); 4] = [
+    ("page-view-value", include_str!("../../../schema-registry/schemas/page-view.avsc")),
+    ("click-value", include_str!("../../../schema-registry/schemas/click.avsc")),
+    ("search-value", include_str!("../../../schema-registry/schemas/search.avsc")),
+    ("_audit-value", include_str!("../../../schema-registry/schemas/_audit.avsc")),
+];
+
+pub struct Registry {
+    pub url: String,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), schema_registry::RunError>>,
+}
+
+impl Registry {
+    /// Serves a registry with its log in `data_dir` and registers [`SCHEMAS`] (a no-op for
+    /// schemas a previous run registered).
+    pub async fn start(data_dir: &Path) -> Result<Registry, DemoError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|source| DemoError::Bind { what: "schema registry".into(), source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| DemoError::Bind { what: "schema registry".into(), source })?;
+        let config =
+            schema_registry::Config { data_dir: data_dir.to_owned(), ..Default::default() };
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(schema_registry::run(listener, config, async move {
+            stopped.cancelled().await
+        }));
+        let url = format!("http://{addr}");
+        let client = RegistryClient::new(&url).map_err(DemoError::Registry)?;
+        for (subject, schema) in SCHEMAS {
+            client.register(subject, schema).await.map_err(DemoError::Registry)?;
+        }
+        Ok(Registry { url, stop, task })
+    }
+
+    pub fn client(&self) -> Result<RegistryClient, DemoError> {
+        RegistryClient::new(&self.url).map_err(DemoError::Registry)
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "schema registry failed"),
+            Err(e) => tracing::error!(error = %e, "schema registry task failed"),
+        }
+    }
+}
