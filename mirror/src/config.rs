@@ -11,8 +11,8 @@ use thiserror::Error;
 pub enum ConfigError {
     #[error("group must be a non-empty name without '/', not {0:?}")]
     Group(String),
-    #[error("{flag} is not a valid regular expression: {source}")]
-    Regex { flag: &'static str, source: Box<regex::Error> },
+    #[error("{flag} is not a valid regular expression: {reason}")]
+    Regex { flag: &'static str, reason: String },
     #[error("{field} must be between {min} and {max}, not {value}")]
     OutOfRange { field: &'static str, value: i64, min: i64, max: i64 },
     #[error("host_name must not be empty")]
@@ -113,10 +113,14 @@ impl Config {
 }
 
 fn whole_name(flag: &'static str, pattern: Option<&str>) -> Result<Option<Regex>, ConfigError> {
-    pattern
-        .map(|p| Regex::new(&format!("^(?:{p})$")))
-        .transpose()
-        .map_err(|source| ConfigError::Regex { flag, source: Box::new(source) })
+    let Some(pattern) = pattern else { return Ok(None) };
+    // The parser's message spans lines (pattern, caret, reason): keep it to one.
+    let invalid = |e: regex::Error| ConfigError::Regex {
+        flag,
+        reason: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
+    };
+    Regex::new(pattern).map_err(invalid)?;
+    Regex::new(&format!("^(?:{pattern})$")).map(Some).map_err(invalid)
 }
 
 /// Which topics are copied.

@@ -1,0 +1,241 @@
+//! The `mirror` binary as a user starts it: flags, `--config`, `/metrics`, SIGTERM, and
+//! `kill -9` of one of two mirrors sharing the work.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{Cluster, WAIT, events, mirror_audit, wait_for_all};
+use nix::sys::signal::Signal;
+use schema_registry::RegistryClient;
+use testkit::eventually;
+use testkit::process::{Process, free_port};
+use testkit::registry::TestRegistry;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_mirror");
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+async fn metrics(port: u16) -> Option<String> {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    reqwest::get(url).await.ok()?.text().await.ok()
+}
+
+/// Lines of `family` in a `/metrics` text.
+fn lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
+    let prefix = format!("{family}{{");
+    text.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
+    let (live, analytics) = tokio::join!(Cluster::start(2), Cluster::start(1));
+    live.create_topic("page-view", 4).await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("live={}", live.connect);
+    let spawn = |name: &str, port: u16| {
+        let argv = args(&[
+            "--source",
+            &source,
+            "--target",
+            &analytics.connect,
+            "--registry",
+            registry.url(),
+            "--group",
+            "copiers",
+            "--partitions",
+            "2",
+            "--commit-ms",
+            "100",
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+            "--metrics-refresh-ms",
+            "100",
+            "--host-name",
+            name,
+            "--audit-publish-ms",
+            "200",
+            "--audit-window-ms",
+            "60000",
+            "--zookeeper-session-timeout-ms",
+            "4000",
+            "--inflight-messages",
+            "500",
+            "--buffer-bytes",
+            "4194304",
+            "--drain-timeout-ms",
+            "3000",
+        ]);
+        Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join(format!("{name}.log")))
+    };
+    let (port_1, port_2) = (free_port(), free_port());
+    let mut first = spawn("mirror-1", port_1);
+    let mut second = spawn("mirror-2", port_2);
+    // Both share the 8 partitions: each reports the lag of its own.
+    eventually(WAIT, "both mirrors own partitions", || async {
+        let (one, two) = (metrics(port_1).await?, metrics(port_2).await?);
+        let (one, two) = (lines(&one, "mirror_lag_bytes"), lines(&two, "mirror_lag_bytes"));
+        (!one.is_empty() && !two.is_empty() && one.len() + two.len() == 8).then_some(())
+    })
+    .await;
+
+    let time = now_ms();
+    let all = events("live", "page-view", 0, 3_000, time);
+    for (i, batch) in all.chunks(500).enumerate() {
+        live.produce("page-view", 4, batch).await;
+        if i == 2 {
+            first.signal(Signal::SIGKILL);
+            first.wait_exit(Duration::from_secs(10));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_all(&analytics, "page-view", &all, "every event despite the kill").await;
+    eventually(WAIT, "the survivor owns all 8 partitions", || async {
+        let text = metrics(port_2).await?;
+        (lines(&text, "mirror_lag_bytes").len() == 8).then_some(())
+    })
+    .await;
+    let layout = analytics.registry().await.topic_brokers("page-view").await.unwrap();
+    assert_eq!(layout.into_values().collect::<Vec<_>>(), [2], "--partitions");
+    let live_registry = live.registry().await;
+    assert!(live_registry.groups().await.unwrap().contains(&"copiers".to_owned()), "--group");
+    let client = RegistryClient::new(registry.url()).unwrap();
+    eventually(WAIT, "audit of the survivor under its --host-name", || async {
+        let audit = mirror_audit(&analytics, &client).await;
+        audit
+            .keys()
+            .any(|(host, _, window)| host == "mirror-2" && window % 60_000 == 0)
+            .then_some(())
+    })
+    .await;
+
+    second.signal(Signal::SIGTERM);
+    assert!(second.wait_exit(Duration::from_secs(30)).success(), "SIGTERM: a clean exit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_file_sets_every_key_and_flags_override_it() {
+    let (live, analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    live.create_topic("page-view", 1).await;
+    live.create_topic("click", 1).await;
+    live.create_topic("debug", 1).await;
+    let time = now_ms();
+    let views = events("live", "page-view", 0, 50, time);
+    live.produce("page-view", 1, &views).await;
+    live.produce("click", 1, &events("live", "click", 0, 50, time)).await;
+    live.produce("debug", 1, &events("live", "debug", 0, 50, time)).await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let file = dir.path().join("mirror.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+source = ["live={live}"]
+target = "{analytics}"
+registry = "{registry}"
+group = "from-file"
+include = "page-.*|click"
+exclude = "click"
+partitions = 1
+metrics = "127.0.0.1:{port}"
+host_name = "file-host"
+commit_ms = 100
+inflight_messages = 100
+buffer_bytes = 4194304
+audit_window_ms = 120000
+audit_publish_ms = 200
+metrics_refresh_ms = 100
+drain_timeout_ms = 2000
+zookeeper_session_timeout_ms = 4000
+"#,
+            live = live.connect,
+            analytics = analytics.connect,
+            registry = registry.url(),
+        ),
+    )
+    .unwrap();
+    let argv = args(&["--config", file.to_str().unwrap(), "--host-name", "flag-host"]);
+    let mut mirror = Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join("log"));
+
+    wait_for_all(&analytics, "page-view", &views, "the included topic").await;
+    let client = RegistryClient::new(registry.url()).unwrap();
+    let audit = eventually(WAIT, "audit records", || async {
+        let audit = mirror_audit(&analytics, &client).await;
+        let total: i64 = audit.values().map(|r| r.count).sum();
+        (total == 50).then_some(audit)
+    })
+    .await;
+    for record in audit.values() {
+        assert_eq!(record.host, "flag-host", "the flag overrides the file");
+        assert_eq!(record.window_ms, 120_000);
+        assert_eq!(record.topic, "page-view");
+    }
+    let topics = analytics.registry().await.topics().await.unwrap();
+    assert!(!topics.contains(&"click".to_owned()), "excluded: {topics:?}");
+    assert!(!topics.contains(&"debug".to_owned()), "not included: {topics:?}");
+    let offsets = live.registry().await;
+    let partition = cluster::PartitionId { broker: 0, partition: 0 };
+    eventually(WAIT, "offsets committed under the file's group", || async {
+        offsets.offset("from-file", "page-view", partition).await.ok()?.map(|_| ())
+    })
+    .await;
+    mirror.signal(Signal::SIGTERM);
+    assert!(mirror.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn bad_flags_and_config_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_key = dir.path().join("bad.toml");
+    std::fs::write(&bad_key, "sources = [\"a=b\"]\n").unwrap();
+    let base =
+        ["--source", "a=127.0.0.1:1/a", "--target", "127.0.0.1:1/t", "--registry", "http://x"];
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--target", "127.0.0.1:1/t", "--registry", "http://x"],
+        vec!["--source", "no-equals", "--target", "t", "--registry", "r"],
+        vec!["--source", "a=x", "--source", "a=y", "--target", "t", "--registry", "r"],
+        vec!["--source", "a=x", "--registry", "r"],
+        vec!["--source", "a=x", "--target", "t"],
+        vec!["--include", "("],
+        vec!["--exclude", "[z-a]"],
+        vec!["--group", "a/b"],
+        vec!["--partitions", "0"],
+        vec!["--commit-ms", "0"],
+        vec!["--inflight-messages", "0"],
+        vec!["--buffer-bytes", "1"],
+        vec!["--audit-window-ms", "5"],
+        vec!["--audit-publish-ms", "0"],
+        vec!["--metrics-refresh-ms", "0"],
+        vec!["--drain-timeout-ms", "soon"],
+        vec!["--zookeeper-session-timeout-ms", "10"],
+        vec!["--host-name", ""],
+        vec!["--no-such-flag"],
+        vec!["--config", bad_key.to_str().unwrap()],
+        vec!["--config", "/does/not/exist.toml"],
+    ];
+    for case in cases {
+        let mut argv: Vec<&str> =
+            if case.iter().any(|a| *a == "--source" || a.is_empty()) || case.is_empty() {
+                Vec::new()
+            } else {
+                base.to_vec()
+            };
+        argv.extend(&case);
+        let output = std::process::Command::new(BINARY).args(&argv).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{argv:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{argv:?}: one line, got {stderr}");
+        assert!(stderr.starts_with("mirror: "), "{argv:?}: {stderr}");
+    }
+}
