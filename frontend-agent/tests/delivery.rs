@@ -1,0 +1,221 @@
+//! Delivery against real brokers: a broker outage, a full spool under both policies, brokers
+//! found in ZooKeeper, and a tailed file rotated while it is read.
+
+mod common;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{ZooKeeper, ZooKeeperConfig};
+use frontend_agent::metrics::Metrics;
+use frontend_agent::{Agent, Brokers, SpoolFull, serve_http};
+use schema_registry::RegistryClient;
+use testkit::broker::TestBroker;
+use testkit::registry::TestRegistry;
+use testkit::zookeeper::ZooKeeperServer;
+use tokio_util::sync::CancellationToken;
+
+use common::*;
+
+/// Sends batches of 20 page views with fresh ids every 100 ms until `stop`; returns the ids
+/// of every accepted batch.
+fn keep_sending(agent: Agent, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<u64>> {
+    tokio::spawn(async move {
+        let mut accepted = Vec::new();
+        let mut n = 0;
+        while !stop.is_cancelled() {
+            let ids: Vec<u64> = (n..n + 20).collect();
+            n += 20;
+            let events: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+            if agent.send_batch("page-view", &events).await.is_ok() {
+                accepted.extend(ids);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        accepted
+    })
+}
+
+/// An address nothing listens on (yet).
+fn dead_addr() -> String {
+    format!("127.0.0.1:{}", testkit::process::free_port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_accepted_during_a_30s_broker_outage_all_reach_the_broker_afterwards() {
+    let broker = TestBroker::start().await;
+    let addr = broker.addr.clone();
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let agent = start(config(registry.url(), spool.path(), &[&addr])).await;
+    let stop = CancellationToken::new();
+    let sender = keep_sending(agent.clone(), stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let data = broker.stop().await;
+    let accepted_before_outage = agent.accepted();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(agent.accepted() > accepted_before_outage + 100, "events keep being accepted");
+    assert!(agent.unacknowledged() > 100, "and wait in the spool");
+    let _broker = TestBroker::start_at(data, &addr, |_| {}).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.cancel();
+    let accepted = sender.await.unwrap();
+    let counts = wait_for_ids(&addr, "page-view", &accepted).await;
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
+    println!("{} accepted, all in the broker; {duplicates} duplicates", accepted.len());
+    testkit::eventually(DEADLINE, "every event acknowledged", || async {
+        (agent.acknowledged() == accepted.len() as u64 && agent.unacknowledged() == 0).then_some(())
+    })
+    .await;
+    assert!(Metrics::get(&agent.metrics().ship_failures) > 0, "the outage was noticed");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing() {
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let addr = dead_addr();
+    let mut cfg = config(registry.url(), spool.path(), &[&addr]);
+    cfg.spool_max_bytes = 64 << 10;
+    cfg.max_event_bytes = 4 << 10;
+    cfg.spool_full = SpoolFull::Block;
+    let agent = start(cfg).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1/events/page-view", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(serve_http(listener, agent.clone(), async move { stopped.cancelled().await }));
+    let http = reqwest::Client::new();
+    let mut accepted = Vec::new();
+    let mut n = 0;
+    let refusal = loop {
+        let ids: Vec<u64> = (n..n + 50).collect();
+        n += 50;
+        let body: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+        let r = http.post(&url).json(&body).send().await.unwrap();
+        if r.status() != 200 {
+            break r;
+        }
+        accepted.extend(ids);
+        assert!(n < 100_000, "the spool never filled");
+    };
+    assert_eq!(refusal.status(), 503);
+    assert_eq!(refusal.headers()["retry-after"], "1");
+    assert!(accepted.len() > 200, "{} accepted before the spool filled", accepted.len());
+
+    let _broker = TestBroker::start_at(tempfile::tempdir().unwrap(), &addr, |_| {}).await;
+    let counts = wait_for_ids(&addr, "page-view", &accepted).await;
+    assert_eq!(counts.len(), accepted.len(), "every accepted event and nothing else");
+    testkit::eventually(DEADLINE, "room again once acknowledged", || async {
+        let r = http.post(&url).json(&vec![page_view(1_000_000)]).send().await.unwrap();
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    assert_eq!(Metrics::get(&agent.metrics().dropped), 0);
+    assert!(Metrics::get(&agent.metrics().refused_full) >= 1);
+    stop.cancel();
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_full_spool_under_drop_oldest_drops_the_oldest_and_counts_them() {
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let addr = dead_addr();
+    let mut cfg = config(registry.url(), spool.path(), &[&addr]);
+    cfg.spool_max_bytes = 64 << 10;
+    cfg.max_event_bytes = 4 << 10;
+    cfg.spool_full = SpoolFull::DropOldest;
+    let agent = start(cfg).await;
+    for batch in 0..40 {
+        let events: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();
+        agent.send_batch("page-view", &events).await.expect("drop-oldest never refuses");
+    }
+    let dropped = Metrics::get(&agent.metrics().dropped);
+    assert!(dropped > 0, "the spool overflowed");
+    assert!(
+        agent.metrics().render().contains(&format!("frontend_agent_dropped_total {dropped}\n"))
+    );
+
+    let _broker = TestBroker::start_at(tempfile::tempdir().unwrap(), &addr, |_| {}).await;
+    testkit::eventually(DEADLINE, "the rest acknowledged", || async {
+        (agent.acknowledged() + dropped == 2_000).then_some(())
+    })
+    .await;
+    // Acknowledged once appended; visible to a fetch once the broker flushed.
+    let counts = testkit::eventually(DEADLINE, "exactly the events not dropped", || async {
+        let counts = id_counts(&addr, "page-view").await;
+        (counts.len() as u64 == 2_000 - dropped).then_some(counts)
+    })
+    .await;
+    assert!(!counts.contains_key(&id(0)), "the oldest were dropped");
+    assert!((1_950..2_000).all(|n| counts.contains_key(&id(n))), "the newest were kept");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn brokers_registered_in_zookeeper_are_found_and_shipped_to() {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let broker_connect = connect.clone();
+    let broker = TestBroker::start_with(move |c| c.zookeeper = Some(broker_connect)).await;
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let mut cfg = config(registry.url(), spool.path(), &[]);
+    cfg.zookeeper = Some(connect.clone());
+    let session = ZooKeeper::connect(ZooKeeperConfig::new(connect)).await.unwrap();
+    let client = Arc::new(RegistryClient::new(registry.url()).unwrap());
+    let agent = Agent::start(cfg, Brokers::Cluster(session), client).await.unwrap();
+    let events: Vec<_> = (0..100).map(page_view).collect();
+    agent.send_batch("page-view", &events).await.unwrap();
+    wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
+    agent.shutdown().await.unwrap();
+}
+
+fn append_lines(path: &std::path::Path, ids: std::ops::Range<u64>) {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    for n in ids {
+        writeln!(file, "{}", page_view(n)).unwrap();
+    }
+    file.sync_all().unwrap();
+}
+
+#[tokio::test]
+async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_none() {
+    let broker = TestBroker::start().await;
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("events.log");
+    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
+    cfg.tail = vec![format!("{}=page-view", log.display())];
+    cfg.tail_poll_ms = 20;
+    append_lines(&log, 0..100);
+    let agent = start(cfg.clone()).await;
+    wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
+
+    // A line cut short, completed later; a bad line; then rotation by rename right after more
+    // lines, before the tailer can have read them all.
+    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    let partial = page_view(100).to_string();
+    file.write_all(&partial.as_bytes()[..10]).unwrap();
+    file.flush().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    file.write_all(&partial.as_bytes()[10..]).unwrap();
+    file.write_all(b"\nnot json\n").unwrap();
+    drop(file);
+    append_lines(&log, 101..2_000);
+    std::fs::rename(&log, logs.path().join("events.log.1")).unwrap();
+    append_lines(&log, 2_000..2_100);
+    wait_for_ids(&broker.addr, "page-view", &(0..2_100).collect::<Vec<_>>()).await;
+    assert_eq!(Metrics::get(&agent.metrics().rejected), 1, "the bad line is counted and skipped");
+    agent.shutdown().await.unwrap();
+
+    let agent = start(cfg).await;
+    append_lines(&log, 2_100..2_150);
+    let counts = wait_for_ids(&broker.addr, "page-view", &(0..2_150).collect::<Vec<_>>()).await;
+    assert_eq!(counts.len(), 2_150);
+    assert!(counts.values().all(|&c| c == 1), "no line read twice across the restart");
+    agent.shutdown().await.unwrap();
+}
