@@ -105,6 +105,8 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
     let tiers = ledger.active_tiers();
     let starts = ledger.recent_window_starts(shared.config.dashboard_windows);
     let secs = seconds(&shared);
+    let topics: Vec<TopicSummary> =
+        ledger.topics().map(|topic| api::topic_summary(&ledger, topic, clock)).collect();
 
     let mut body = cards(
         [
@@ -113,8 +115,8 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
             (Verdict::Duplication, summary.windows.get("duplication").copied().unwrap_or(0)),
             (Verdict::Open, summary.windows.get("open").copied().unwrap_or(0)),
         ],
-        summary.missing_events.values().sum(),
-        summary.duplicate_events.values().sum(),
+        topics.iter().map(|t| t.missing_events).sum(),
+        topics.iter().map(|t| t.duplicate_events).sum(),
     );
     body.push_str(&html::legend());
     if starts.is_empty() {
@@ -133,10 +135,10 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
     }
     body.push_str("</tr></thead><tbody>");
 
-    for topic in ledger.topics() {
+    for topic_summary in &topics {
+        let topic = topic_summary.topic.as_str();
         let reports: Vec<Option<WindowReport>> =
             starts.iter().map(|start| ledger.window(topic, *start, clock)).collect();
-        let topic_summary = api::topic_summary(&ledger, topic, clock);
         let flagged = topic_summary.loss + topic_summary.duplication;
         let sub = if flagged > 0 {
             format!("{} flagged", number(flagged as i64))
@@ -234,17 +236,20 @@ fn marker(shape: &str, x: f64, y: f64, colour: &str) -> String {
     }
 }
 
-/// A round axis maximum at or above `max`: 1, 2 or 5 times a power of ten.
-fn nice_max(max: i64) -> i64 {
-    let mut step = 1i64;
+/// The y axis for values up to `max`: a round tick step (1, 2 or 5 times a power of ten) and
+/// the top, at most five steps and 5 % above `max`.
+fn axis(max: i64) -> (i64, i64) {
+    let target = max.saturating_add(max / 20).max(1);
+    let mut power = 1i64;
     loop {
         for factor in [1, 2, 5] {
-            let candidate = step.saturating_mul(factor);
-            if candidate >= max || candidate == i64::MAX {
-                return candidate.max(1);
+            let step = power.saturating_mul(factor);
+            if step.saturating_mul(5) >= target || step == i64::MAX {
+                let ticks = (target + step - 1) / step;
+                return (step, step.saturating_mul(ticks));
             }
         }
-        step = step.saturating_mul(10);
+        power = power.saturating_mul(10);
     }
 }
 
@@ -256,14 +261,15 @@ fn chart(ledger: &Ledger, topic: &str, reports: &[WindowReport], secs: bool) -> 
     let plot_h = height - top - bottom;
     let tiers = ledger.active_tiers();
     let max = reports.iter().flat_map(|r| r.tiers.values().copied()).max().unwrap_or(0);
-    let y_max = nice_max(max.max(1)) as f64;
+    let (y_step, y_top) = axis(max);
+    let y_max = y_top as f64;
     let n = reports.len().max(1);
     let step = plot_w / n as f64;
     let x_of = |i: usize| left + step * (i as f64 + 0.5);
     let y_of = |v: i64| top + plot_h - plot_h * (v as f64 / y_max);
 
     let mut svg = format!(
-        r#"<svg id="chart" role="img" aria-label="events per tier and window for {t}" viewBox="0 0 {width} {height}" width="100%" style="max-width:{width}px" xmlns="http://www.w3.org/2000/svg">"#,
+        r#"<svg id="chart" role="img" aria-label="events per tier and window for {t}" viewBox="0 0 {width} {height}" width="100%" xmlns="http://www.w3.org/2000/svg">"#,
         t = escape(topic)
     );
     // Bands behind flagged windows.
@@ -283,8 +289,7 @@ fn chart(ledger: &Ledger, topic: &str, reports: &[WindowReport], secs: bool) -> 
         );
     }
     // Horizontal grid and y labels.
-    for k in 0..=4 {
-        let value = (y_max * k as f64 / 4.0).round() as i64;
+    for value in (0..=y_top).step_by(y_step as usize) {
         let y = y_of(value);
         let _ = write!(
             svg,
@@ -315,8 +320,10 @@ fn chart(ledger: &Ledger, topic: &str, reports: &[WindowReport], secs: bool) -> 
         left + plot_w / 2.0,
         height - 4.0
     );
-    // One line per tier, drawn downstream first so the reference stays on top.
-    for tier in tiers.iter().rev() {
+    // One line per tier, the reference first and widest, so the dashed lines of the tiers that
+    // agree with it show on top of it.
+    for (i, tier) in tiers.iter().enumerate() {
+        let width = if i == 0 { 4.0 } else { 2.4 };
         let (colour, dash, shape) = tier_style(*tier);
         let points: Vec<(f64, f64)> = reports
             .iter()
@@ -326,7 +333,7 @@ fn chart(ledger: &Ledger, topic: &str, reports: &[WindowReport], secs: bool) -> 
         let path: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
         let _ = write!(
             svg,
-            r#"<polyline class="series" data-tier="{}" points="{}" fill="none" stroke="{colour}" stroke-width="2.4" stroke-dasharray="{dash}" stroke-linejoin="round"/>"#,
+            r#"<polyline class="series" data-tier="{}" points="{}" fill="none" stroke="{colour}" stroke-width="{width}" stroke-dasharray="{dash}" stroke-linejoin="round"/>"#,
             tier.as_str(),
             path.join(" ")
         );
@@ -386,7 +393,7 @@ pub(crate) async fn topic_page(
     for tier in &tiers {
         let _ = write!(body, "<th>{}</th>", tier.as_str());
     }
-    body.push_str("<th>Missing</th><th>Duplicated</th><th></th></tr></thead><tbody>");
+    body.push_str(r#"<th title="the most any tier lacks">Missing</th><th title="the most any tier has too many">Duplicated</th><th></th></tr></thead><tbody>"#);
     for report in shown.iter().rev() {
         let flagged = matches!(report.verdict, Verdict::Loss | Verdict::Duplication);
         let _ = write!(
@@ -411,8 +418,8 @@ pub(crate) async fn topic_page(
         let _ = write!(
             body,
             r#"<td>{}</td><td>{}</td><td><a href="{}">hosts →</a></td></tr>"#,
-            number(report.missing.values().sum()),
-            number(report.duplicate.values().sum()),
+            number(report.missing.values().max().copied().unwrap_or(0)),
+            number(report.duplicate.values().max().copied().unwrap_or(0)),
             window_href(&topic, report.window_start)
         );
     }
@@ -470,14 +477,14 @@ pub(crate) async fn window_page(
     if short_tiers.is_empty() {
         body.push_str(r#"<p class="note">No tier lacks events in this window.</p>"#);
     } else {
-        body.push_str(r#"<table class="list" id="short-hosts"><thead><tr><th>Tier</th><th>Host</th><th>Events</th><th>Usual share</th><th>Short by</th></tr></thead><tbody>"#);
+        body.push_str(r#"<table class="list" id="short-hosts"><thead><tr><th>Tier</th><th class="host">Host</th><th>Events</th><th>Usual share</th><th>Short by</th></tr></thead><tbody>"#);
         let mut any = false;
         for tier in &short_tiers {
             for host in detail.hosts.get(tier).into_iter().flatten().filter(|h| h.short_by > 0) {
                 any = true;
                 let _ = write!(
                     body,
-                    r#"<tr class="flag" data-tier="{tier}" data-host="{h}"><td>{tier}</td><td>{h}</td><td>{}</td><td>{}</td><td class="short">{}</td></tr>"#,
+                    r#"<tr class="flag" data-tier="{tier}" data-host="{h}"><td>{tier}</td><td class="host">{h}</td><td>{}</td><td>{}</td><td class="short">{}</td></tr>"#,
                     number(host.count),
                     number(host.expected),
                     number(host.short_by),
@@ -524,4 +531,18 @@ pub(crate) async fn not_found(State(shared): State<Arc<Shared>>) -> Response {
     let mut response = error_page(&shared, ApiError::BadQuery("no such page".into()));
     *response.status_mut() = StatusCode::NOT_FOUND;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_axis_has_round_steps_and_headroom() {
+        assert_eq!(axis(315), (100, 400));
+        assert_eq!(axis(290), (100, 400), "5 % headroom over 290 passes 300");
+        assert_eq!(axis(0), (1, 1));
+        assert_eq!(axis(7), (2, 8));
+        assert_eq!(axis(1_000_000), (500_000, 1_500_000));
+    }
 }

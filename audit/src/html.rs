@@ -104,9 +104,9 @@ pub(crate) fn legend() -> String {
     let mut out = String::from(r#"<div class="legend" aria-label="legend">"#);
     let items = [
         (Verdict::Complete, "complete: every tier counted what the agents sent"),
-        (Verdict::Loss, "loss: a tier counted fewer (number = events missing)"),
-        (Verdict::Duplication, "duplication: a tier counted more (number = extra events)"),
-        (Verdict::Open, "open: window not yet closed + grace"),
+        (Verdict::Loss, "loss: a tier counted fewer (−missing)"),
+        (Verdict::Duplication, "duplication: a tier counted more (+extra)"),
+        (Verdict::Open, "open: window or grace not over yet"),
     ];
     for (verdict, text) in items {
         let _ = write!(
@@ -190,8 +190,10 @@ table.grid{border-collapse:separate;border-spacing:4px 3px}
 .cell{display:block;min-width:66px;height:28px;line-height:28px;border-radius:5px;text-align:center;font-weight:650;font-size:13px;text-decoration:none;color:#fff;font-variant-numeric:tabular-nums}
 .cell:hover{outline:2px solid var(--ink)}
 .ref{color:var(--ink);font-size:13px;text-align:center;font-variant-numeric:tabular-nums}
-.complete{background:var(--complete)}.loss{background:var(--loss)}.duplication{background:var(--duplication)}
-.open{background:var(--open);color:#3E4652}
+.cell.complete,.chip.complete,.swatch.complete{background:var(--complete)}
+.cell.loss,.chip.loss,.swatch.loss{background:var(--loss)}
+.cell.duplication,.chip.duplication,.swatch.duplication{background:var(--duplication)}
+.cell.open,.chip.open,.swatch.open{background:var(--open);color:#3E4652}
 .none{color:#B0B7C0;text-align:center}
 .cell.loss{box-shadow:inset 0 0 0 2px #8A3A00}
 .chip{display:inline-block;padding:1px 10px;border-radius:999px;font-size:13px;font-weight:650;color:#fff;white-space:nowrap}
@@ -201,6 +203,7 @@ table.list{background:#fff;border:1px solid var(--line);border-radius:8px;width:
 .list td{padding:7px 12px;text-align:right;border-bottom:1px solid #F0F2F5;font-variant-numeric:tabular-nums}
 .list th:first-child,.list td:first-child{text-align:left}
 .list tr.flag td{background:#FDF1E9}
+.list td.host,.list th.host{text-align:left}
 .list td.short{color:var(--loss);font-weight:700}
 .list a{color:var(--duplication)}
 .chart-legend{display:flex;gap:22px;font-size:13px;margin:2px 0 6px;color:var(--muted)}
