@@ -32,6 +32,20 @@ pub struct ClusterSpec {
     /// Partitions of each topic on each broker.
     pub partitions: u32,
     pub flush_ms: u64,
+    pub segment_bytes: u64,
+}
+
+impl ClusterSpec {
+    /// `brokers` brokers with `partitions` partitions per topic each, data visible within 50 ms.
+    pub fn new(name: &str, brokers: u32, partitions: u32) -> ClusterSpec {
+        ClusterSpec {
+            name: name.into(),
+            brokers,
+            partitions,
+            flush_ms: 50,
+            segment_bytes: BrokerConfig::default().segment_bytes,
+        }
+    }
 }
 
 impl Cluster {
@@ -60,6 +74,7 @@ impl Cluster {
                 data_dir: dir.clone(),
                 num_partitions: spec.partitions,
                 flush_ms: spec.flush_ms,
+                segment_bytes: spec.segment_bytes,
                 ..BrokerConfig::default()
             };
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {

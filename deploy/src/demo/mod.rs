@@ -11,9 +11,9 @@
 //! empty, the mirror catches up, the loader runs once more, the last windows close — and then
 //! prints (and with `--summary-json` writes) what happened.
 
-mod cluster;
+pub mod cluster;
 mod data_dir;
-mod lag;
+pub mod lag;
 mod registry;
 mod summary;
 
@@ -114,12 +114,10 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
 
     let mut live = Vec::new();
     for name in LIVE {
-        let spec = ClusterSpec { name: name.into(), brokers: 2, partitions: 2, flush_ms: 50 };
-        live.push(Cluster::start(&embedded, &spec, &data_dir).await?);
+        live.push(Cluster::start(&embedded, &ClusterSpec::new(name, 2, 2), &data_dir).await?);
     }
-    let analytics_spec =
-        ClusterSpec { name: ANALYTICS.into(), brokers: 2, partitions: 2, flush_ms: 50 };
-    let analytics = Cluster::start(&embedded, &analytics_spec, &data_dir).await?;
+    let analytics =
+        Cluster::start(&embedded, &ClusterSpec::new(ANALYTICS, 2, 2), &data_dir).await?;
 
     // Frontend agents: one per live datacenter, each with its HTTP input.
     let stop_http = CancellationToken::new();

@@ -1,0 +1,53 @@
+//! `tributary demo` as a new user runs it: the real binary, for a minute, then its summary.
+
+use std::process::Command;
+
+#[test]
+fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let summary_path = dir.path().join("summary.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["demo", "--duration", "60s", "--dashboard", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("demo"))
+        .arg("--summary-json")
+        .arg(&summary_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
+    // What a user sees: where things are, status lines while it runs, and the summary.
+    for expected in ["dashboard http://127.0.0.1:", "agents", "── summary", "query it:"] {
+        assert!(stdout.contains(expected), "{expected:?} missing from:\n{stdout}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let number = |key: &str| summary[key].as_u64().unwrap_or_else(|| panic!("{key} in {summary}"));
+    let windows = &summary["windows"];
+    let verdicts =
+        |key: &str| windows[key].as_u64().unwrap_or_else(|| panic!("{key} in {summary}"));
+
+    assert!(number("accepted") > 10_000, "{summary}");
+    assert_eq!(number("acknowledged"), number("accepted"), "{summary}");
+    assert!(number("mirrored") > 0, "{summary}");
+    assert_eq!(number("distinct_ids_loaded"), number("acknowledged"), "{summary}");
+    assert!(number("loaded_rows") >= number("distinct_ids_loaded"), "{summary}");
+    assert!(verdicts("complete") >= 6, "a minute holds at least 6 windows of 10 s: {summary}");
+    assert_eq!(verdicts("loss"), 0, "{summary}\n{stdout}");
+    assert_eq!(verdicts("open"), 0, "{summary}");
+    if number("loaded_rows") > number("distinct_ids_loaded") {
+        assert!(verdicts("duplication") > 0, "duplicates must be reported: {summary}");
+    } else {
+        assert_eq!(verdicts("duplication"), 0, "{summary}\n{stdout}");
+    }
+    // The DuckDB query the summary prints is ready to run, and counts what was loaded.
+    let query = stdout
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("query it:"))
+        .expect("the summary prints a query")
+        .trim();
+    let duckdb = Command::new("sh").args(["-c", query]).output().unwrap();
+    let result = String::from_utf8_lossy(&duckdb.stdout);
+    assert!(duckdb.status.success(), "{query}\n{}", String::from_utf8_lossy(&duckdb.stderr));
+    assert!(result.contains("events") && result.contains("dt"), "{result}");
+}
