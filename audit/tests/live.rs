@@ -95,32 +95,26 @@ async fn a_partition_added_later_and_a_new_broker_are_found() {
     let registry_server = TestRegistry::start().await;
     let registry = RegistryClient::new(registry_server.url()).unwrap();
     let analytics = Cluster::start().await;
-    let dc_a = Cluster::start().await;
+    let mut dc_a = Cluster::start().await;
     let w0 = past_window(0);
     let audit =
         Audit::start(test_config(), &analytics, &[("dc-a", &dc_a)], registry_server.url()).await;
     audit.wait_caught_up().await;
 
     // A topic with two partitions appears after the start; events land in both.
-    let conn = dc_a.broker.connect().await;
+    let conn = dc_a.connection().await;
     conn.create_topic("search", 2, &[]).await.unwrap();
     produce_events(&registry, &dc_a, "search", &[w0, w0]).await;
     produce_events_to(&registry, &dc_a, "search", 1, &[w0 + 10]).await;
     audit.wait_window("search", w0, "both partitions counted", |w| w["tiers"]["live"] == 3).await;
 
     // A second broker joins the live cluster with events of its own.
-    let second = testkit::broker::TestBroker::start_with(|c| {
-        c.broker_id = 1;
-        c.zookeeper = Some(dc_a.connect.clone());
-        c.zookeeper_session_timeout_ms = 2_000;
-    })
-    .await;
-    let joined = Cluster {
-        connect: dc_a.connect.clone(),
-        coordinator: dc_a.coordinator.clone(),
-        broker: second,
-    };
-    produce_events(&registry, &joined, "search", &[w0]).await;
+    let second = dc_a.add_broker(1).await;
+    let conn = client::Connection::connect(&second).await.unwrap();
+    let payloads = common::event_payloads(&registry, &[w0]).await;
+    conn.produce("search", 0, protocol::Acks::Written, testkit::broker::message_set(&payloads))
+        .await
+        .unwrap();
     audit.wait_window("search", w0, "the new broker's events", |w| w["tiers"]["live"] == 4).await;
     audit.stop().await;
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use apache_avro::types::Value;
 use audit::{AuditError, Config};
+use client::Connection;
 use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
 use protocol::Acks;
 use schema_registry::RegistryClient;
@@ -48,25 +49,81 @@ pub fn test_config() -> Config {
     }
 }
 
-/// One cluster: a broker registered in its own chroot of the shared ZooKeeper.
+/// A broker of a test cluster, stopped when dropped.
+pub enum BrokerHandle {
+    /// Registered in ZooKeeper by its configuration.
+    ZooKeeper(TestBroker),
+    /// Registered in an embedded coordination session, as the all-in-one launcher runs it.
+    Embedded { task: JoinHandle<Result<(), broker::BrokerError>>, _dir: tempfile::TempDir },
+}
+
+impl Drop for BrokerHandle {
+    fn drop(&mut self) {
+        if let BrokerHandle::Embedded { task, .. } = self {
+            task.abort();
+        }
+    }
+}
+
+/// One cluster: brokers registered in a chroot of their own.
 pub struct Cluster {
     pub connect: String,
     pub coordinator: Arc<dyn Coordinator>,
-    pub broker: TestBroker,
+    /// Where to produce to: the first broker.
+    pub addr: String,
+    pub brokers: Vec<BrokerHandle>,
 }
 
 impl Cluster {
+    /// A broker registered in its own chroot of the shared ZooKeeper.
     pub async fn start() -> Cluster {
         let connect = ZooKeeperServer::shared().connect_string();
-        let broker = TestBroker::start_with(|c| {
-            c.zookeeper = Some(connect.clone());
-            c.zookeeper_session_timeout_ms = 2_000;
-        })
-        .await;
         let coordinator = ZooKeeper::connect(ZooKeeperConfig::new(&connect))
             .await
             .expect("ZooKeeper session for the audit service");
-        Cluster { connect, coordinator, broker }
+        let mut cluster =
+            Cluster { connect, coordinator, addr: String::new(), brokers: Vec::new() };
+        cluster.add_broker(0).await;
+        cluster
+    }
+
+    /// Starts another broker of this cluster; returns its address.
+    pub async fn add_broker(&mut self, broker_id: i32) -> String {
+        let connect = self.connect.clone();
+        let broker = TestBroker::start_with(|c| {
+            c.broker_id = broker_id;
+            c.zookeeper = Some(connect);
+            c.zookeeper_session_timeout_ms = 2_000;
+        })
+        .await;
+        let addr = broker.addr.clone();
+        if self.addr.is_empty() {
+            self.addr = addr.clone();
+        }
+        self.brokers.push(BrokerHandle::ZooKeeper(broker));
+        addr
+    }
+
+    /// A broker registered in `chroot` of an embedded coordination backend.
+    pub async fn embedded(embedded: &cluster::Embedded, chroot: &str) -> Cluster {
+        let dir = tempfile::tempdir().expect("broker data dir");
+        let broker = broker::Broker::open(testkit::broker::test_config(dir.path()))
+            .await
+            .expect("broker opens");
+        broker.register_in(embedded.session(chroot).expect("embedded session"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(broker::serve(listener, broker, std::future::pending::<()>()));
+        Cluster {
+            connect: format!("embedded:{chroot}"),
+            coordinator: embedded.session(chroot).expect("embedded session"),
+            addr,
+            brokers: vec![BrokerHandle::Embedded { task, _dir: dir }],
+        }
+    }
+
+    pub async fn connection(&self) -> Connection {
+        Connection::connect(&self.addr).await.expect("connect to the cluster's broker")
     }
 }
 
@@ -87,7 +144,7 @@ pub async fn produce_audit(registry: &RegistryClient, cluster: &Cluster, records
     let schema = registry.schema(latest.id).await.expect("_audit schema");
     let payloads: Vec<Vec<u8>> =
         records.iter().map(|r| r.encode(latest.id, &schema).expect("encodes")).collect();
-    let conn = cluster.broker.connect().await;
+    let conn = cluster.connection().await;
     conn.produce(AUDIT_TOPIC, 0, Acks::Written, message_set(&payloads))
         .await
         .expect("_audit records produced");
@@ -112,6 +169,15 @@ pub async fn produce_events_to(
     partition: i32,
     times_ms: &[i64],
 ) {
+    let payloads = event_payloads(registry, times_ms).await;
+    let conn = cluster.connection().await;
+    conn.produce(topic, partition, Acks::Written, message_set(&payloads))
+        .await
+        .expect("events produced");
+}
+
+/// Page-view events in the envelope, one per entry of `times_ms` (its `header.time`).
+pub async fn event_payloads(registry: &RegistryClient, times_ms: &[i64]) -> Vec<Vec<u8>> {
     let latest = registry.latest("page-view-value").await.expect("page-view schema registered");
     let mut payloads = Vec::new();
     for (i, time) in times_ms.iter().enumerate() {
@@ -133,15 +199,12 @@ pub async fn produce_events_to(
         ]);
         payloads.push(registry.encode(latest.id, event).await.expect("event encodes"));
     }
-    let conn = cluster.broker.connect().await;
-    conn.produce(topic, partition, Acks::Written, message_set(&payloads))
-        .await
-        .expect("events produced");
+    payloads
 }
 
 /// Produces raw payloads (not events) into `topic`.
 pub async fn produce_raw(cluster: &Cluster, topic: &str, payloads: &[&[u8]]) {
-    let conn = cluster.broker.connect().await;
+    let conn = cluster.connection().await;
     conn.produce(topic, 0, Acks::Written, message_set(payloads)).await.expect("produced");
 }
 
