@@ -41,6 +41,8 @@ impl LoaderAudit {
             .map_err(|e| LoadError::Audit(e.to_string()))?;
         let config = ProducerConfig {
             acks: protocol::Acks::Written,
+            // One window's records stay in one partition, in order: a later count supersedes.
+            partitioner: client::Partitioner::ByKey,
             request_timeout_ms: 10_000,
             retries_max: 2,
             ..ProducerConfig::default()
@@ -129,7 +131,7 @@ impl LoaderAudit {
             .map_err(|e| audit_error(&e))?;
         let mut attempt = 0;
         loop {
-            match self.send_once(&payloads).await {
+            match self.send_once(records, &payloads).await {
                 Ok(()) => return Ok(()),
                 Err(e) if attempt + 1 >= PUBLISH_ATTEMPTS_MAX => return Err(e),
                 Err(e) => {
@@ -141,10 +143,16 @@ impl LoaderAudit {
         }
     }
 
-    async fn send_once(&self, payloads: &[Vec<u8>]) -> Result<(), LoadError> {
+    async fn send_once(
+        &self,
+        records: &[AuditRecord],
+        payloads: &[Vec<u8>],
+    ) -> Result<(), LoadError> {
         let mut pending = Vec::with_capacity(payloads.len());
-        for payload in payloads {
-            let sent = self.producer.enqueue(AUDIT_TOPIC, None, payload).await;
+        for (record, payload) in records.iter().zip(payloads) {
+            let key =
+                format!("{}/{}/{}/{}", record.tier, record.host, record.topic, record.window_start);
+            let sent = self.producer.enqueue(AUDIT_TOPIC, Some(key.as_bytes()), payload).await;
             pending.push(sent.map_err(|e| LoadError::Audit(e.to_string()))?);
         }
         for sent in pending {

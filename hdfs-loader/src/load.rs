@@ -113,7 +113,18 @@ struct Chunk {
 }
 
 impl PartitionLoader<'_> {
-    pub async fn load(&self) -> Result<PartitionLoad, LoadError> {
+    /// Loads the partition. What was committed before a failure is in the load either way.
+    pub async fn load(&self) -> (PartitionLoad, Result<(), LoadError>) {
+        let mut load = PartitionLoad {
+            topic: self.topic.topic.clone(),
+            partition: self.partition.to_string(),
+            ..PartitionLoad::default()
+        };
+        let result = self.load_into(&mut load).await;
+        (load, result)
+    }
+
+    async fn load_into(&self, load: &mut PartitionLoad) -> Result<(), LoadError> {
         let topic = self.topic.topic.as_str();
         let commits = PartitionCommits::new(Arc::clone(&self.store), topic, self.partition);
         let last = commits.last().await?;
@@ -136,13 +147,8 @@ impl PartitionLoader<'_> {
             Some(last) => last.end,
             None => consumer.earliest_offset(topic, p).await.map_err(|e| self.consumer_error(e))?,
         };
-        let mut load = PartitionLoad {
-            topic: topic.to_owned(),
-            partition: self.partition.to_string(),
-            start: offset,
-            end: offset,
-            ..PartitionLoad::default()
-        };
+        load.start = offset;
+        load.end = offset;
         let mut rows_total = last.as_ref().map_or(0, |r| r.rows_total);
         let mut max_time_ms = last.as_ref().map_or(i64::MIN, |r| r.max_time_ms);
         let mut schemas = Schemas::new(
@@ -215,7 +221,7 @@ impl PartitionLoader<'_> {
                         tracing::info!(%topic, partition = %self.partition, start = offset,
                             "another loader committed this range first; leaving the partition to it");
                         load.fenced = true;
-                        return Ok(load);
+                        return Ok(());
                     }
                 }
             }
@@ -228,7 +234,7 @@ impl PartitionLoader<'_> {
                 });
             }
         }
-        Ok(load)
+        Ok(())
     }
 
     fn consumer_error(&self, source: ConsumerError) -> LoadError {
@@ -363,8 +369,8 @@ impl PartitionLoader<'_> {
             self.flush_batch(&mut file).await.map_err(ConsumerOrLoad::Load)?;
             let parquet_error = |e| ConsumerOrLoad::Load(self.parquet_error(e));
             file.writer.finish().await.map_err(parquet_error)?;
+            // `finish` completes the upload too.
             let bytes = file.writer.bytes_written() as u64;
-            file.writer.close().await.map_err(parquet_error)?;
             let name = layout::data_file_name(topic, self.partition, start, chunk.end);
             chunk.files.push(CommittedFile {
                 path: layout::data_path(topic, hour, &name).to_string(),

@@ -113,7 +113,7 @@ impl Loader {
             }
         }
         let this = &*self;
-        let results: Vec<(String, PartitionId, Result<Option<PartitionLoad>, LoadError>)> =
+        let results: Vec<(String, PartitionId, Option<(PartitionLoad, Result<(), LoadError>)>)> =
             futures::stream::iter(work.into_iter().map(|(context, partition, addr)| {
                 let run_id = run_id.clone();
                 async move {
@@ -127,18 +127,18 @@ impl Loader {
             .await;
         for (topic, partition, result) in results {
             match result {
-                Ok(Some(load)) => {
+                Some((load, outcome)) => {
                     if let Some(audit) = &mut self.audit {
                         load.records.iter().for_each(|r| audit.count(r));
                     }
                     summary.rows += load.rows;
                     summary.partitions.push(load);
+                    if let Err(e) = outcome {
+                        tracing::error!(%topic, %partition, error = %e, "partition load failed");
+                        summary.errors.push(e.to_string());
+                    }
                 }
-                Ok(None) => summary.skipped.push(format!("{topic}/{partition}")),
-                Err(e) => {
-                    tracing::error!(%topic, %partition, error = %e, "partition load failed");
-                    summary.errors.push(e.to_string());
-                }
+                None => summary.skipped.push(format!("{topic}/{partition}")),
             }
         }
         summary.partitions.sort_by(|a, b| (&a.topic, &a.partition).cmp(&(&b.topic, &b.partition)));
@@ -162,13 +162,21 @@ impl Loader {
         broker_addr: String,
         run_id: &str,
         shutdown: &CancellationToken,
-    ) -> Result<Option<PartitionLoad>, LoadError> {
+    ) -> Option<(PartitionLoad, Result<(), LoadError>)> {
         let group = &self.config.group;
-        match self.cluster.claim(group, &context.topic, partition, &self.host).await? {
-            Claim::Claimed => {}
-            Claim::OwnedBy(owner) => {
+        match self.cluster.claim(group, &context.topic, partition, &self.host).await {
+            Ok(Claim::Claimed) => {}
+            Ok(Claim::OwnedBy(owner)) => {
                 tracing::debug!(topic = %context.topic, %partition, %owner, "owned by another loader");
-                return Ok(None);
+                return None;
+            }
+            Err(e) => {
+                let load = PartitionLoad {
+                    topic: context.topic.clone(),
+                    partition: partition.to_string(),
+                    ..PartitionLoad::default()
+                };
+                return Some((load, Err(e.into())));
             }
         }
         let loader = PartitionLoader {
@@ -186,7 +194,7 @@ impl Loader {
         if let Err(e) = self.cluster.release(group, &context.topic, partition, &self.host).await {
             tracing::warn!(topic = %context.topic, %partition, error = %e, "cannot release the partition; its owner node goes with the session");
         }
-        result.map(Some)
+        Some(result)
     }
 
     /// Runs rounds every `interval` until `shutdown`; a failed round is logged and retried at

@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod process;
 pub mod registry;
+pub mod s3;
 pub mod zookeeper;
 
 use std::future::Future;

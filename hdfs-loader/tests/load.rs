@@ -1,0 +1,356 @@
+//! The library against a real broker, ZooKeeper and registry: loading, re-running, fencing,
+//! schema evolution, undecodable messages and audit counts.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apache_avro::types::Value;
+use common::{BASE_TIME_MS, Cluster, TOPIC};
+use hdfs_loader::{Config, run_once};
+use object_store::ObjectStore;
+use schema_registry::audit::window_start;
+use tokio_util::sync::CancellationToken;
+
+fn config(host: &str) -> Config {
+    Config { host_name: Some(host.into()), max_messages_per_commit: 150, ..Config::default() }
+}
+
+fn local_store() -> (tempfile::TempDir, Arc<dyn ObjectStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = hdfs_loader::store_from_url(&format!("file://{}", dir.path().display())).unwrap();
+    (dir, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
+    let cluster = Cluster::start(2).await;
+    // 400 events one every 18 s: two hours and a bit, so several hour directories.
+    let ids = cluster.produce_page_views(400, 18_000).await;
+    let (_dir, store) = local_store();
+    let summary = run_once(
+        &config("loader-a"),
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 400);
+    assert!(summary.partitions.iter().all(|p| p.commits >= 1), "{summary:?}");
+    let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
+    assert_eq!(rows.positions.len(), 400);
+    assert_eq!(rows.event_ids.len(), 400);
+    assert!(ids.iter().all(|id| rows.event_ids.contains(&id.to_vec())));
+    assert_eq!(
+        common::unique_positions(&store, TOPIC).await,
+        common::log_positions(&cluster.broker, TOPIC, 2).await
+    );
+
+    let again = run_once(
+        &config("loader-a"),
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.rows, 0, "{again:?}");
+    assert_eq!(
+        hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap().positions.len(),
+        400
+    );
+
+    // Status: everything committed, no lag, the first hours complete.
+    let registry = cluster::Registry::new(Arc::clone(&cluster.coordinator));
+    let status = hdfs_loader::status(Arc::clone(&store), Some(&registry)).await.unwrap();
+    let topic = status.topics.iter().find(|t| t.topic == TOPIC).expect("topic in status");
+    assert_eq!(topic.rows, 400);
+    assert!(topic.partitions.iter().all(|p| p.lag == Some(0) && p.log_end == p.committed_offset));
+    assert!(topic.hours.len() >= 3, "{:?}", topic.hours);
+    assert!(topic.hours[0].complete, "{:?}", topic.hours);
+    assert!(!topic.hours.last().unwrap().complete, "the last hour is still open");
+
+    // Audit: per window, the loader's cumulative count equals the events of that window, and
+    // the second run did not count again.
+    let mut expected = std::collections::BTreeMap::<i64, i64>::new();
+    let first = common::event_sequence_of(&ids[0]);
+    for i in 0..400 {
+        *expected.entry(window_start(BASE_TIME_MS + (first + i) * 18_000, 600_000)).or_default() +=
+            1;
+    }
+    testkit::eventually(Duration::from_secs(10), "the loader's counts per window", || async {
+        let counts = cluster.audit_counts().await;
+        expected
+            .iter()
+            .all(|(window, count)| {
+                let key = ("loader".to_owned(), "loader-a".to_owned(), TOPIC.to_owned(), *window);
+                counts.get(&key) == Some(count)
+            })
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_counts_survive_a_restart_without_double_counting() {
+    let cluster = Cluster::start(1).await;
+    let ids = cluster.produce_page_views(100, 1).await;
+    let (_dir, store) = local_store();
+    for _ in 0..2 {
+        // Each run is a new loader process as far as counts go: it derives them from commits.
+        cluster.produce_page_views(50, 1).await;
+        let summary = run_once(
+            &config("loader-r"),
+            Arc::clone(&cluster.coordinator),
+            Arc::clone(&store),
+            Arc::clone(&cluster.registry),
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(summary.audit_records_published, 1, "{summary:?}");
+    }
+    let first = common::event_sequence_of(&ids[0]);
+    let window = window_start(BASE_TIME_MS + first, 600_000);
+    // Published with acks 1: visible to consumers once the broker flushes (within 10 ms).
+    let key = ("loader".to_owned(), "loader-r".to_owned(), TOPIC.to_owned(), window);
+    testkit::eventually(Duration::from_secs(10), "the loader's count of 200", || async {
+        (cluster.audit_counts().await.get(&key) == Some(&200)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_loaders_on_the_same_partitions_never_duplicate_a_row() {
+    let cluster = Cluster::start(2).await;
+    let (_dir, store) = local_store();
+    // The same host name: both claim every partition, so only the conditional commits
+    // stand between them.
+    let small = Config { max_messages_per_commit: 7, ..config("same-host") };
+    let mut fenced = 0;
+    for _ in 0..6 {
+        cluster.produce_page_views(120, 1_000).await;
+        let (a, b) = tokio::join!(
+            run_once(
+                &small,
+                Arc::clone(&cluster.coordinator),
+                Arc::clone(&store),
+                Arc::clone(&cluster.registry),
+                CancellationToken::new()
+            ),
+            run_once(
+                &small,
+                Arc::clone(&cluster.coordinator),
+                Arc::clone(&store),
+                Arc::clone(&cluster.registry),
+                CancellationToken::new()
+            ),
+        );
+        for summary in [a.unwrap(), b.unwrap()] {
+            assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+            fenced += summary.partitions.iter().filter(|p| p.fenced).count();
+        }
+        common::unique_positions(&store, TOPIC).await;
+    }
+    // A last run picks up whatever a fenced loader left.
+    run_once(
+        &small,
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        common::unique_positions(&store, TOPIC).await,
+        common::log_positions(&cluster.broker, TOPIC, 2).await
+    );
+    assert!(fenced > 0, "the two loaders never raced for a commit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loaders_with_different_hosts_share_partitions_through_owner_nodes() {
+    let cluster = Cluster::start(4).await;
+    cluster.produce_page_views(400, 1_000).await;
+    let (_dir, store) = local_store();
+    let (config_a, config_b) = (config("host-a"), config("host-b"));
+    let (a, b) = tokio::join!(
+        run_once(
+            &config_a,
+            Arc::clone(&cluster.coordinator),
+            Arc::clone(&store),
+            Arc::clone(&cluster.registry),
+            CancellationToken::new()
+        ),
+        run_once(
+            &config_b,
+            Arc::clone(&cluster.coordinator),
+            Arc::clone(&store),
+            Arc::clone(&cluster.registry),
+            CancellationToken::new()
+        ),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    // An owned partition is skipped, or loaded by the other after its release (from where the
+    // first committed): together they load every event once.
+    assert_eq!(a.rows + b.rows, 400, "{a:?} {b:?}");
+    assert!(a.partitions.iter().chain(&b.partitions).all(|p| !p.fenced));
+    assert_eq!(common::unique_positions(&store, TOPIC).await.len(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
+    let cluster = Cluster::start(1).await;
+    let v1 = r#"{"type":"record","name":"Signup","namespace":"t","fields":[
+        {"name":"header","type":{"type":"record","name":"EventHeader","fields":[
+            {"name":"time","type":"long"},{"name":"server","type":"string"},
+            {"name":"service","type":"string"},{"name":"id","type":{"type":"fixed","name":"EventId","size":16}}]}},
+        {"name":"email","type":"string"}]}"#;
+    let v2 = r#"{"type":"record","name":"Signup","namespace":"t","fields":[
+        {"name":"header","type":{"type":"record","name":"EventHeader","fields":[
+            {"name":"time","type":"long"},{"name":"server","type":"string"},
+            {"name":"service","type":"string"},{"name":"id","type":{"type":"fixed","name":"EventId","size":16}}]}},
+        {"name":"email","type":"string"},
+        {"name":"plan","type":{"type":"enum","name":"Plan","symbols":["FREE","PRO"]},"default":"FREE"},
+        {"name":"tags","type":{"type":"array","items":"string"},"default":[]}]}"#;
+    let id1 = cluster.registry.register("signup-value", v1).await.unwrap();
+    let header = |n: i64| {
+        Value::Record(vec![
+            ("time".into(), Value::Long(BASE_TIME_MS + n)),
+            ("server".into(), Value::String("s".into())),
+            ("service".into(), Value::String("signup".into())),
+            ("id".into(), Value::Fixed(16, common::event_id(1_000_000 + n).to_vec())),
+        ])
+    };
+    for n in 0..10 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("email".into(), Value::String(format!("{n}@x"))),
+        ]);
+        let payload = cluster.registry.encode(id1, value).await.unwrap();
+        cluster.producer.send("signup", None, &payload).await.unwrap();
+    }
+    let id2 = cluster.registry.register("signup-value", v2).await.unwrap();
+    assert_ne!(id1, id2);
+    for n in 10..20 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("email".into(), Value::String(format!("{n}@x"))),
+            ("plan".into(), Value::Enum(1, "PRO".into())),
+            ("tags".into(), Value::Array(vec![Value::String("new".into())])),
+        ]);
+        let payload = cluster.registry.encode(id2, value).await.unwrap();
+        cluster.producer.send("signup", None, &payload).await.unwrap();
+    }
+    let (dir, store) = local_store();
+    let summary = run_once(
+        &config("evo"),
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let files: Vec<_> = walk(dir.path().join("signup"));
+    assert_eq!(files.len(), 1, "one file, one schema: {files:?}");
+    let file = std::fs::File::open(&files[0]).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut plans = Vec::new();
+    let mut schema_ids = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let plan = arrow::compute::cast(
+            batch.column_by_name("plan").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let plan = plan.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
+        plans.extend(plan.iter().map(|p| p.unwrap().to_owned()));
+        let ids = batch.column_by_name("_schema_id").unwrap();
+        let ids = ids.as_any().downcast_ref::<arrow::array::Int32Array>().unwrap();
+        schema_ids.extend(ids.values().iter().copied());
+        assert!(batch.column_by_name("tags").is_some());
+    }
+    assert_eq!(plans[..10], vec!["FREE".to_owned(); 10][..], "v1 rows read with v2's default");
+    assert_eq!(plans[10..], vec!["PRO".to_owned(); 10][..]);
+    assert_eq!(schema_ids[..10], [id1; 10]);
+    assert_eq!(schema_ids[10..], [id2; 10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_message_stops_the_run_at_its_offset_after_committing_what_came_before() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(5, 1).await;
+    let bad = [0u8, 0, 0, 0x7f, 0x7f, 1, 2, 3]; // schema id 2139062143: not registered
+    let sent = cluster.producer.send(TOPIC, None, &bad).await.unwrap();
+    cluster.produce_page_views(5, 1).await;
+    let (_dir, store) = local_store();
+    let summary = run_once(
+        &config("bad"),
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.rows, 5, "{summary:?}");
+    let bad_offset = sent.offset.expect("acks 1 gives the offset");
+    assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
+    assert!(summary.errors[0].contains(&format!("offset {bad_offset}")), "{}", summary.errors[0]);
+    assert!(summary.errors[0].contains("not in the registry"), "{}", summary.errors[0]);
+    // Run again: still stopped at the same message, nothing skipped, nothing duplicated.
+    let again = run_once(
+        &config("bad"),
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!((again.rows, again.errors.len()), (0, 1));
+
+    // With a bad-records directory the message is set aside and counted, and the run goes on.
+    let bad_dir = tempfile::tempdir().unwrap();
+    let aside = Config { bad_records: Some(bad_dir.path().to_owned()), ..config("bad") };
+    let summary = run_once(
+        &aside,
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 5);
+    assert_eq!(summary.partitions[0].bad_records, 1);
+    let kept = bad_dir.path().join(TOPIC).join("0-0").join(format!("{bad_offset:020}.bin"));
+    assert_eq!(std::fs::read(&kept).unwrap(), bad);
+    assert_eq!(common::unique_positions(&store, TOPIC).await.len(), 10);
+}
+
+fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() { dirs.push(path) } else { files.push(path) }
+        }
+    }
+    files
+}
