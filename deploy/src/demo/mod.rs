@@ -255,6 +255,8 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     let watch = Watch {
         agents: agents.clone(),
         mirror: mirror_totals.clone(),
+        store: Arc::clone(&store),
+        analytics: ::cluster::Registry::new(session(&embedded, &analytics.chroot)?),
         dashboard_url: dashboard_url.clone(),
         http: reqwest::Client::new(),
         started,
@@ -431,6 +433,8 @@ where
 struct Watch {
     agents: Vec<frontend_agent::Agent>,
     mirror: mirror::Totals,
+    store: Arc<dyn object_store::ObjectStore>,
+    analytics: ::cluster::Registry,
     dashboard_url: String,
     http: reqwest::Client,
     started: Instant,
@@ -449,6 +453,8 @@ struct Sample {
     elapsed_s: u64,
     acknowledged: u64,
     mirrored_events: u64,
+    /// Rows committed to Parquet, and bytes of the analytics logs not yet loaded.
+    loader: Option<(u64, i64)>,
     audit: Option<AuditSummary>,
 }
 
@@ -465,8 +471,18 @@ impl Watch {
             elapsed_s: self.started.elapsed().as_secs(),
             acknowledged: self.agents.iter().map(|a| a.acknowledged()).sum(),
             mirrored_events: self.mirror.events(),
+            loader: self.loader().await,
             audit: self.audit().await,
         }
+    }
+
+    /// What the loader has committed, from its commit records, and how far behind it is.
+    async fn loader(&self) -> Option<(u64, i64)> {
+        let status = hdfs_loader::status(Arc::clone(&self.store), Some(&self.analytics)).await;
+        let status = status.map_err(|e| tracing::warn!(error = %e, "loader status")).ok()?;
+        let rows = status.topics.iter().map(|t| t.rows).sum();
+        let lag = status.topics.iter().flat_map(|t| &t.partitions).filter_map(|p| p.lag).sum();
+        Some((rows, lag))
     }
 }
 
@@ -487,13 +503,18 @@ impl Sample {
             Some(_) => "audit catching up".into(),
             None => "audit not answering".into(),
         };
+        let loader = match self.loader {
+            Some((rows, lag_bytes)) => {
+                format!("loader {rows} rows, {:.1} MB behind", lag_bytes as f64 / 1e6)
+            }
+            None => "loader status unavailable".into(),
+        };
         format!(
-            "[{:>4} s] agents {:>7.0} ev/s (acked {}) · mirror {:>7.0} ev/s (copied {}) · {audit}",
+            "[{:>4} s] agents {:>6.0} ev/s (acked {}) · mirror {:>6.0} ev/s · {loader} · {audit}",
             self.elapsed_s,
             rate(self.acknowledged, last.acknowledged),
             self.acknowledged,
             rate(self.mirrored_events, last.mirrored_events),
-            self.mirrored_events,
         )
     }
 }
