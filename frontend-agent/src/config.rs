@@ -121,8 +121,8 @@ impl Default for Config {
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path}: {source}")]
-    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    #[error("config file {path}, line {line}: {message}")]
+    Parse { path: PathBuf, line: usize, message: String },
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -138,9 +138,20 @@ impl Config {
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source: Box::new(source),
+        toml::from_str(&text).map_err(|e| {
+            let start = e.span().map_or(0, |span| span.start);
+            ConfigError::Parse {
+                path: path.to_owned(),
+                line: text[..start.min(text.len())].matches('\n').count() + 1,
+                // One line: the message without the list of every expected key.
+                message: e
+                    .message()
+                    .split(", expected")
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
+            }
         })
     }
 

@@ -1,0 +1,396 @@
+//! The `frontend-agent` binary as a user starts it: every flag, `--config`, bad input,
+//! SIGTERM, `kill -9` mid-stream, and the simulator.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use schema_registry::RegistryClient;
+use schema_registry::audit::{AUDIT_TOPIC, AuditRecord};
+use schema_registry::envelope::EventHeader;
+use testkit::broker::TestBroker;
+use testkit::process::{Process, free_port};
+use testkit::registry::TestRegistry;
+use testkit::zookeeper::ZooKeeperServer;
+use tokio_util::sync::CancellationToken;
+
+use common::*;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_frontend-agent");
+
+/// Starts `frontend-agent` with `args` and waits until `port` accepts connections.
+async fn spawn(args: Vec<String>, port: u16, log: PathBuf) -> Process {
+    tokio::task::spawn_blocking(move || Process::spawn(Path::new(BINARY), &args, port, &log))
+        .await
+        .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Posts batches of 50 page views with fresh ids until `stop`; returns the accepted ids.
+fn keep_posting(url: String, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<u64>> {
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        let mut accepted = Vec::new();
+        let mut n = 0;
+        while !stop.is_cancelled() {
+            let ids: Vec<u64> = (n..n + 50).collect();
+            n += 50;
+            let body: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+            match http.post(&url).json(&body).send().await {
+                Ok(r) if r.status() == 200 => accepted.extend(ids),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        accepted
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_with_sigkill_mid_stream_and_restarted_it_loses_nothing_accepted() {
+    let broker = TestBroker::start().await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "registry = \"{}\"\nbrokers = [\"{}\"]\nspool_dir = \"{}\"\nservice = \"from-file\"\naudit_publish_ms = 200\n",
+            registry.url(),
+            broker.addr,
+            dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let serve = args(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--http",
+        &format!("127.0.0.1:{port}"),
+        "--host-name",
+        "web-7",
+        "--acks",
+        "2",
+        "--compression",
+        "zstd",
+        "--audit-window-ms",
+        "60000",
+        "--audit-publish-ms",
+        "300",
+    ]);
+    let mut agent = spawn(serve.clone(), port, dir.path().join("1.log")).await;
+    let stop = CancellationToken::new();
+    let poster = keep_posting(format!("http://127.0.0.1:{port}/v1/events/page-view"), stop.clone());
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    agent.child.kill().unwrap(); // SIGKILL
+    agent.child.wait().unwrap();
+    let restarted = spawn(serve, port, dir.path().join("2.log")).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    stop.cancel();
+    let accepted = poster.await.unwrap();
+    assert!(accepted.len() > 100, "{} accepted", accepted.len());
+    let counts = wait_for_ids(&broker.addr, "page-view", &accepted).await;
+    let duplicates: usize = counts.values().map(|c| c - 1).sum();
+    println!(
+        "{} accepted across kill -9, all in the broker; {duplicates} duplicates",
+        accepted.len()
+    );
+
+    // The flags and the file both took effect.
+    let payload = read_all(&broker.addr, "page-view").await.remove(0);
+    let (_, header) = EventHeader::read(&payload).unwrap();
+    assert_eq!((header.server.as_str(), header.service.as_str()), ("web-7", "from-file"));
+    let client = RegistryClient::new(registry.url()).unwrap();
+    let schema = client.schema(client.latest("_audit-value").await.unwrap().id).await.unwrap();
+    let audit = testkit::eventually(DEADLINE, "audit records", || async {
+        let records = read_all(&broker.addr, AUDIT_TOPIC).await;
+        (!records.is_empty()).then_some(records)
+    })
+    .await;
+    let record = AuditRecord::decode(&audit[0], &schema).unwrap();
+    assert_eq!((record.host.as_str(), record.window_ms), ("web-7", 60_000));
+
+    restarted.signal(Signal::SIGTERM);
+    let mut restarted = restarted;
+    let status = tokio::task::spawn_blocking(move || restarted.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_tail_and_service_flags_ship_a_tailed_file_to_registered_brokers() {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let broker_connect = connect.clone();
+    let broker = TestBroker::start_with(move |c| c.zookeeper = Some(broker_connect)).await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.log");
+    let lines: String = (0..20).map(|n| format!("{}\n", page_view(n))).collect();
+    std::fs::write(&log, lines).unwrap();
+    let port = free_port();
+    let agent = spawn(
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--zookeeper",
+            &connect,
+            "--spool-dir",
+            dir.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+            "--service",
+            "checkout",
+            "--tail",
+            &format!("{}=page-view", log.display()),
+        ]),
+        port,
+        dir.path().join("agent.log"),
+    )
+    .await;
+    wait_for_ids(&broker.addr, "page-view", &(0..20).collect::<Vec<_>>()).await;
+    let payload = read_all(&broker.addr, "page-view").await.remove(0);
+    assert_eq!(EventHeader::read(&payload).unwrap().1.service, "checkout");
+    agent.signal(Signal::SIGTERM);
+    let mut agent = agent;
+    let status = tokio::task::spawn_blocking(move || agent.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn metric(url: &str, name: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_max_bytes_and_spool_full_flags_choose_the_policy() {
+    let registry = TestRegistry::start().await;
+    for policy in ["block", "drop-oldest"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("agent.toml");
+        std::fs::write(&config, "max_event_bytes = 4096\n").unwrap();
+        let dead = format!("127.0.0.1:{}", free_port());
+        let port = free_port();
+        let _agent = spawn(
+            args(&[
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--registry",
+                registry.url(),
+                "--brokers",
+                &dead,
+                "--spool-dir",
+                dir.path().join("spool").to_str().unwrap(),
+                "--http",
+                &format!("127.0.0.1:{port}"),
+                "--spool-max-bytes",
+                "65536",
+                "--spool-full",
+                policy,
+            ]),
+            port,
+            dir.path().join("agent.log"),
+        )
+        .await;
+        let url = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let mut statuses = Vec::new();
+        for batch in 0..30 {
+            let body: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();
+            let r =
+                http.post(format!("{url}/v1/events/page-view")).json(&body).send().await.unwrap();
+            statuses.push(r.status().as_u16());
+        }
+        if policy == "block" {
+            assert!(statuses.contains(&503), "{statuses:?}");
+            assert_eq!(metric(&url, "frontend_agent_dropped_total").await, 0);
+        } else {
+            assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+            assert!(metric(&url, "frontend_agent_dropped_total").await > 0);
+        }
+    }
+}
+
+#[test]
+fn bad_flags_and_config_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_key = dir.path().join("bad.toml");
+    std::fs::write(&bad_key, "registry = \"http://r\"\nbrokers = [\"b:1\"]\nno_such_key = 1\n")
+        .unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (args(&["serve", "--brokers", "b:1"]), "registry is required"),
+        (
+            args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--zookeeper", "z:1"]),
+            "exactly one of brokers and zookeeper",
+        ),
+        (args(&["serve", "--registry", "http://r"]), "exactly one of brokers and zookeeper"),
+        (args(&["serve", "--registry", "http://r", "--brokers", "nohost"]), "expected HOST:PORT"),
+        (
+            args(&[
+                "serve",
+                "--registry",
+                "http://r",
+                "--brokers",
+                "b:1",
+                "--spool-full",
+                "sometimes",
+            ]),
+            "expected block or drop-oldest",
+        ),
+        (args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--acks", "0"]), "acks 0"),
+        (
+            args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--tail", "nofile"]),
+            "expected FILE=TOPIC",
+        ),
+        (
+            args(&[
+                "serve",
+                "--registry",
+                "http://r",
+                "--brokers",
+                "b:1",
+                "--compression",
+                "snappy",
+            ]),
+            "compression \"snappy\"",
+        ),
+        (
+            args(&[
+                "serve",
+                "--registry",
+                "http://r",
+                "--brokers",
+                "b:1",
+                "--audit-window-ms",
+                "0",
+            ]),
+            "audit_window_ms",
+        ),
+        (
+            args(&[
+                "serve",
+                "--registry",
+                "http://r",
+                "--brokers",
+                "b:1",
+                "--spool-max-bytes",
+                "10",
+            ]),
+            "spool_max_bytes",
+        ),
+        (args(&["serve", "--registry", "not a url", "--brokers", "b:1"]), "invalid registry URL"),
+        (args(&["serve", "--config", bad_key.to_str().unwrap()]), "unknown field `no_such_key`"),
+        (args(&["serve", "--config", "/nonexistent/agent.toml"]), "cannot read config file"),
+        (args(&["serve", "--bogus"]), "unexpected argument"),
+        (
+            args(&["simulate", "--rate", "0", "--duration", "1", "--agent", "http://a"]),
+            "must be positive",
+        ),
+        (args(&["simulate", "--rate", "5", "--duration", "1"]), "registry is required"),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(BINARY).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr:?} should say {expected:?}");
+    }
+}
+
+/// Runs `frontend-agent simulate …` to completion; returns its stdout.
+async fn simulate(args: Vec<String>) -> String {
+    let output =
+        tokio::task::spawn_blocking(move || Command::new(BINARY).args(&args).output().unwrap())
+            .await
+            .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+fn number_after(text: &str, word: &str) -> u64 {
+    let rest = text.split(word).nth(1).unwrap_or_else(|| panic!("{word:?} in {text:?}"));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulate_sends_over_http_to_an_agent_or_into_one_started_in_process() {
+    let broker = TestBroker::start().await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _agent = spawn(
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--brokers",
+            &broker.addr,
+            "--spool-dir",
+            dir.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ]),
+        port,
+        dir.path().join("agent.log"),
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{port}");
+    let out = simulate(args(&[
+        "simulate",
+        "--agent",
+        &url,
+        "--rate",
+        "2000",
+        "--duration",
+        "1",
+        "--topics",
+        "page-view,click",
+    ]))
+    .await;
+    let accepted = number_after(&out, "accepted");
+    assert!(accepted > 500, "{out}");
+    assert!(!out.contains("search:"), "only the topics asked for: {out}");
+    assert_eq!(metric(&url, "frontend_agent_accepted_total").await, accepted);
+
+    let out = simulate(args(&[
+        "simulate",
+        "--rate",
+        "1000",
+        "--duration",
+        "1",
+        "--registry",
+        registry.url(),
+        "--brokers",
+        &broker.addr,
+        "--spool-dir",
+        dir.path().join("spool-2").to_str().unwrap(),
+    ]))
+    .await;
+    let accepted = number_after(&out, "accepted");
+    assert!(accepted > 300, "{out}");
+    assert_eq!(number_after(&out, "acknowledged"), accepted, "drained before exit: {out}");
+    let searches = testkit::eventually(DEADLINE, "simulated searches in the broker", || async {
+        let payloads = read_all(&broker.addr, "search").await;
+        (!payloads.is_empty()).then_some(payloads)
+    })
+    .await;
+    let client = RegistryClient::new(registry.url()).unwrap();
+    let (_, search) = client.decode(&searches[0]).await.unwrap();
+    let apache_avro::types::Value::Record(fields) = search else { panic!("a record") };
+    assert!(fields.iter().any(|(name, _)| name == "query"));
+}
