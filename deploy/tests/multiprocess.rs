@@ -121,18 +121,22 @@ agent_port = {lb_agent}
 [analytics]
 broker_ports = [{an0}, {an1}]
 
-[agent.settings]
-audit_publish_ms = 1000
+[agent]
+config = "{configs}/frontend-agent.toml"
+settings = {{ audit_publish_ms = 1000 }}
 
 [mirror]
 port = {mirror}
+config = "{configs}/mirror.toml"
 settings = {{ audit_publish_ms = 1000, commit_ms = 500 }}
 
 [loader]
 interval = "2s"
+config = "{configs}/hdfs-loader.toml"
 
 [audit]
 port = {audit}
+config = "{configs}/audit.toml"
 settings = {{ grace_ms = {GRACE_MS} }}
 {extra}"#,
             binaries = Path::new(TRIBUTARY).parent().expect("bin dir").display(),
@@ -306,14 +310,23 @@ fn up_that_fails_stops_what_it_started_and_says_why() {
     assert!(text(&output.stderr).contains("no-such-process"));
 }
 
-/// Polls `check` every 500 ms until it returns `Some`, failing after `timeout`.
-fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+/// Polls `check` every 500 ms until it returns `Some`, failing after `timeout` with what
+/// `check` last wrote into its argument.
+fn eventually<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut(&mut String) -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
+    let mut seen = String::new();
     loop {
-        if let Some(value) = check() {
+        if let Some(value) = check(&mut seen) {
             return value;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}; last seen: {seen}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -439,7 +452,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     );
 
     // Traffic flows through both live datacenters.
-    eventually(Duration::from_secs(60), "both agents acknowledging events", || {
+    eventually(Duration::from_secs(60), "both agents acknowledging events", |_| {
         let a = agent_counts(&runtime, &http, p("live-a-agent"))?;
         let b = agent_counts(&runtime, &http, p("live-b-agent"))?;
         (a.1 > 0 && b.1 > 0).then_some(())
@@ -449,7 +462,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     // `up` restarts it once its ZooKeeper registration has expired.
     let victim = deployment.pid("broker-live-a-0");
     kill_9(victim);
-    eventually(Duration::from_secs(5), "status to show the broker dead", || {
+    eventually(Duration::from_secs(5), "status to show the broker dead", |_| {
         (deployment.status()["broker-live-a-0"].1 == "dead").then_some(())
     });
     std::thread::sleep(Duration::from_secs(3));
@@ -479,10 +492,11 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     }
 
     // The agents' spools drain: every accepted event acknowledged by a live broker.
-    let acknowledged = eventually(Duration::from_secs(60), "the agents' spools to drain", || {
+    let acknowledged = eventually(Duration::from_secs(60), "the agents' spools to drain", |seen| {
         let mut total = 0;
         for agent in ["live-a-agent", "live-b-agent"] {
             let (accepted, acknowledged, dropped) = agent_counts(&runtime, &http, p(agent))?;
+            *seen = format!("{agent}: accepted {accepted}, acknowledged {acknowledged}");
             assert_eq!(dropped, 0, "{agent} dropped events");
             if acknowledged < accepted {
                 return None;
@@ -496,11 +510,13 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     // Every window closes and every tier balances against the agents': complete, or (after
     // a retried batch or the mirror's replay) duplication — never loss.
     let mut duplicated_windows = 0;
-    eventually(Duration::from_secs(90), "every window closed, without loss", || {
+    eventually(Duration::from_secs(90), "every window closed, without loss", |seen| {
         duplicated_windows = 0;
         let mut agent_total = 0;
         for topic in TOPICS {
-            for window in windows(&runtime, &http, p("audit"), topic)? {
+            let windows = windows(&runtime, &http, p("audit"), topic)?;
+            *seen = format!("{topic}: {windows:?}");
+            for window in windows {
                 let verdict = window["verdict"].as_str().unwrap_or_default();
                 match verdict {
                     "complete" => {}
@@ -518,14 +534,21 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
                 agent_total += agent;
             }
         }
-        (agent_total == acknowledged).then_some(())
+        if agent_total != acknowledged {
+            *seen = format!(
+                "agent tier counts {agent_total} events, the agents acknowledged {acknowledged}"
+            );
+            return None;
+        }
+        Some(())
     });
 
     // The Parquet files in SeaweedFS hold every acknowledged event, each id at least once;
     // any extra row is a duplicate the audit reported.
     let (rows, ids) =
-        eventually(Duration::from_secs(30), "the loader to commit every event", || {
+        eventually(Duration::from_secs(30), "the loader to commit every event", |seen| {
             let (rows, ids) = parquet_ids(&runtime, p("s3"));
+            *seen = format!("{rows} rows, {} distinct ids, {acknowledged} acknowledged", ids.len());
             (ids.len() as u64 == acknowledged).then_some((rows, ids))
         });
     assert_eq!(ids.len() as u64, acknowledged);
@@ -548,4 +571,57 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         "multi-process end-to-end: {acknowledged} events, {rows} rows, {:?}",
         begun.elapsed()
     );
+}
+
+#[test]
+fn config_defaults_to_deploy_local_toml_from_the_repository_root() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repository root");
+    let output = Command::new(TRIBUTARY).arg("status").current_dir(root).output().expect("run");
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let names: Vec<&str> =
+        stdout.lines().filter_map(|line| line.split_whitespace().next()).collect();
+    let mut expected: Vec<String> =
+        ["zookeeper", "seaweedfs", "schema-registry"].map(String::from).to_vec();
+    for cluster in ["live-a", "live-b", "analytics"] {
+        expected.extend([0, 1].map(|id| format!("broker-{cluster}-{id}")));
+    }
+    expected.extend(
+        [
+            "lb-live-a",
+            "lb-live-b",
+            "agent-live-a",
+            "agent-live-b",
+            "mirror",
+            "loader",
+            "audit",
+            "simulator-live-a",
+            "simulator-live-b",
+        ]
+        .map(String::from),
+    );
+    assert_eq!(names, expected, "{stdout}");
+    assert!(stdout.contains("127.0.0.1:9101 in 127.0.0.1:2181/tributary/live-a"), "{stdout}");
+    assert!(stdout.contains("http://127.0.0.1:8600/"), "{stdout}");
+}
+
+#[test]
+fn a_missing_program_is_named_before_anything_starts() {
+    let deployment = Deployment::new("");
+    let empty = deployment.dir.path().join("no-binaries");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let topology = std::fs::read_to_string(&deployment.topology).expect("read");
+    let bin_dir = Path::new(TRIBUTARY).parent().expect("bin dir").display().to_string();
+    std::fs::write(&deployment.topology, topology.replace(&bin_dir, &empty.display().to_string()))
+        .expect("write");
+    let output = deployment.run("up", &[]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("schema-registry: program")
+            && stderr.contains("cargo build -p schema-registry"),
+        "{stderr}"
+    );
+    assert!(text(&output.stdout).is_empty(), "nothing started: {}", text(&output.stdout));
+    assert!(!deployment.run_dir().join("pids").exists());
 }
