@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use broker::{Broker, BrokerConfig};
+use broker::{Broker, BrokerConfig, VisibleAfter};
 use cluster::{Coordinator, Embedded};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +33,7 @@ pub struct ClusterSpec {
     pub partitions: u32,
     pub flush_ms: u64,
     pub segment_bytes: u64,
+    pub visible_after: VisibleAfter,
 }
 
 impl ClusterSpec {
@@ -44,6 +45,7 @@ impl ClusterSpec {
             partitions,
             flush_ms: 50,
             segment_bytes: BrokerConfig::default().segment_bytes,
+            visible_after: VisibleAfter::Flush,
         }
     }
 }
@@ -75,6 +77,7 @@ impl Cluster {
                 num_partitions: spec.partitions,
                 flush_ms: spec.flush_ms,
                 segment_bytes: spec.segment_bytes,
+                visible_after: spec.visible_after,
                 ..BrokerConfig::default()
             };
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {

@@ -14,7 +14,7 @@
 pub mod cluster;
 mod data_dir;
 pub mod lag;
-mod registry;
+pub mod registry;
 mod summary;
 
 use std::path::PathBuf;
