@@ -318,7 +318,7 @@ impl Topology {
     fn resolve_paths(&mut self, base: &Path) {
         let resolve = |p: &mut PathBuf| {
             if p.is_relative() {
-                *p = base.join(&*p);
+                *p = normalize(&base.join(&*p));
             }
         };
         resolve(&mut self.run_dir);
@@ -547,4 +547,23 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
         _ => return Err(format!("{text:?} has an unknown unit (ms, s, m, h)")),
     };
     number.checked_mul(factor).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// `a/b/../c` → `a/c`, without touching the filesystem: the paths shown and matched against
+/// command lines read as an operator would write them.
+fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
