@@ -11,20 +11,60 @@ use std::collections::HashMap;
 use apache_avro::Schema;
 use serde_json::{Map, Value};
 
-/// Why an event does not fit its schema. `path` names the field, e.g. `header.time`.
+/// Why an event does not fit its schema. `path` names the field, e.g. `header.time` (empty for
+/// the event itself). It is built as the error travels up, so encoding that succeeds never
+/// spends an allocation on it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
-    #[error("missing field {path}")]
+    #[error("missing field {}", shown(path))]
     MissingField { path: String },
-    #[error("field {path}: expected {expected}, got {got}")]
+    #[error("field {}: expected {expected}, got {got}", shown(path))]
     WrongType { path: String, expected: String, got: String },
-    #[error("unknown field {path}")]
+    #[error("unknown field {}", shown(path))]
     UnknownField { path: String },
-    #[error("field {path}: {reason}")]
+    #[error("field {}: {reason}", shown(path))]
     BadValue { path: String, reason: String },
-    #[error("field {path}: schema type {kind} is not supported by the agent")]
+    #[error("field {}: schema type {kind} is not supported by the agent", shown(path))]
     Unsupported { path: String, kind: &'static str },
+}
+
+impl EncodeError {
+    fn path_mut(&mut self) -> &mut String {
+        match self {
+            EncodeError::MissingField { path }
+            | EncodeError::WrongType { path, .. }
+            | EncodeError::UnknownField { path }
+            | EncodeError::BadValue { path, .. }
+            | EncodeError::Unsupported { path, .. } => path,
+        }
+    }
+
+    /// The same error, inside field `name`.
+    pub fn under(mut self, name: &str) -> EncodeError {
+        let path = self.path_mut();
+        *path = match path.as_str() {
+            "" => name.to_owned(),
+            p if p.starts_with('[') => format!("{name}{p}"),
+            p => format!("{name}.{p}"),
+        };
+        self
+    }
+
+    /// The same error, inside item `index` of an array.
+    fn at(mut self, index: usize) -> EncodeError {
+        let path = self.path_mut();
+        *path = match path.as_str() {
+            "" => format!("[{index}]"),
+            p if p.starts_with('[') => format!("[{index}]{p}"),
+            p => format!("[{index}].{p}"),
+        };
+        self
+    }
+}
+
+fn shown(path: &str) -> &str {
+    if path.is_empty() { "(event)" } else { path }
 }
 
 /// Named types of a schema (records, enums, fixed) by full name, to follow `Ref`s.
@@ -61,11 +101,11 @@ impl Names {
         }
     }
 
-    fn resolve<'a>(&'a self, schema: &'a Schema, path: &str) -> Result<&'a Schema, EncodeError> {
+    fn resolve<'a>(&'a self, schema: &'a Schema) -> Result<&'a Schema, EncodeError> {
         match schema {
             Schema::Ref { name } => {
                 self.named.get(&name.fullname(None)).ok_or_else(|| EncodeError::BadValue {
-                    path: path.to_owned(),
+                    path: String::new(),
                     reason: format!("schema names unknown type {}", name.fullname(None)),
                 })
             }
@@ -80,12 +120,11 @@ pub fn encode_value(
     schema: &Schema,
     names: &Names,
     value: &Value,
-    path: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    let schema = names.resolve(schema, path)?;
+    let schema = names.resolve(schema)?;
     let wrong = |expected: &str| EncodeError::WrongType {
-        path: display_path(path),
+        path: String::new(),
         expected: expected.to_owned(),
         got: kind_of(value).to_owned(),
     };
@@ -131,25 +170,27 @@ pub fn encode_value(
         }
         Schema::Bytes => {
             let s = value.as_str().ok_or_else(|| wrong("hex string (bytes)"))?;
-            let bytes = decode_hex(s).map_err(|reason| bad(path, reason))?;
+            let bytes = decode_hex(s).map_err(|reason| bad(reason))?;
             write_bytes(out, &bytes);
             Ok(())
         }
         Schema::Fixed(fixed) => {
             let s = value.as_str().ok_or_else(|| wrong("hex string (fixed)"))?;
-            let bytes = decode_hex(s).map_err(|reason| bad(path, reason))?;
+            let bytes = decode_hex(s).map_err(|reason| bad(reason))?;
             if bytes.len() != fixed.size {
                 let reason = format!("{} bytes, the fixed type needs {}", bytes.len(), fixed.size);
-                return Err(bad(path, reason));
+                return Err(bad(reason));
             }
             out.extend_from_slice(&bytes);
             Ok(())
         }
         Schema::Enum(e) => {
             let s = value.as_str().ok_or_else(|| wrong("enum symbol"))?;
-            let index = e.symbols.iter().position(|symbol| symbol == s).ok_or_else(|| {
-                bad(path, format!("{s:?} is not one of {}", e.symbols.join(", ")))
-            })?;
+            let index = e
+                .symbols
+                .iter()
+                .position(|symbol| symbol == s)
+                .ok_or_else(|| bad(format!("{s:?} is not one of {}", e.symbols.join(", "))))?;
             write_long(out, index as i64);
             Ok(())
         }
@@ -158,7 +199,7 @@ pub fn encode_value(
             if !items.is_empty() {
                 write_long(out, items.len() as i64);
                 for (i, item) in items.iter().enumerate() {
-                    encode_value(&array.items, names, item, &format!("{path}[{i}]"), out)?;
+                    encode_value(&array.items, names, item, out).map_err(|e| e.at(i))?;
                 }
             }
             out.push(0);
@@ -170,22 +211,22 @@ pub fn encode_value(
                 write_long(out, entries.len() as i64);
                 for (key, item) in entries {
                     write_bytes(out, key.as_bytes());
-                    encode_value(&map.types, names, item, &join(path, key), out)?;
+                    encode_value(&map.types, names, item, out).map_err(|e| e.under(key))?;
                 }
             }
             out.push(0);
             Ok(())
         }
-        Schema::Union(union) => encode_union(union.variants(), names, value, path, out),
+        Schema::Union(union) => encode_union(union.variants(), names, value, out),
         Schema::Record(record) => {
             let object = value.as_object().ok_or_else(|| wrong("object (record)"))?;
-            encode_record(&record.fields, names, object, path, None, out)
+            encode_record(&record.fields, names, object, None, out)
         }
-        Schema::Decimal(_) => Err(unsupported(path, "decimal")),
-        Schema::BigDecimal => Err(unsupported(path, "big-decimal")),
-        Schema::Uuid(_) => Err(unsupported(path, "uuid over bytes or fixed")),
-        Schema::Duration(_) => Err(unsupported(path, "duration")),
-        Schema::Ref { .. } => Err(unsupported(path, "nested reference")),
+        Schema::Decimal(_) => Err(unsupported("decimal")),
+        Schema::BigDecimal => Err(unsupported("big-decimal")),
+        Schema::Uuid(_) => Err(unsupported("uuid over bytes or fixed")),
+        Schema::Duration(_) => Err(unsupported("duration")),
+        Schema::Ref { .. } => Err(unsupported("nested reference")),
     }
 }
 
@@ -196,24 +237,23 @@ pub fn encode_record(
     fields: &[apache_avro::schema::RecordField],
     names: &Names,
     object: &Map<String, Value>,
-    path: &str,
     known: Option<&str>,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     for field in fields {
-        let field_path = join(path, &field.name);
-        match object.get(&field.name) {
-            Some(value) => encode_value(&field.schema, names, value, &field_path, out)?,
+        let encoded = match object.get(&field.name) {
+            Some(value) => encode_value(&field.schema, names, value, out),
             None => match &field.default {
-                Some(default) => encode_default(&field.schema, names, default, &field_path, out)?,
-                None => return Err(EncodeError::MissingField { path: field_path }),
+                Some(default) => encode_default(&field.schema, names, default, out),
+                None => return Err(EncodeError::MissingField { path: field.name.clone() }),
             },
-        }
+        };
+        encoded.map_err(|e| e.under(&field.name))?;
     }
     let unknown =
         |key: &&String| Some(key.as_str()) != known && !fields.iter().any(|f| &f.name == *key);
     match object.keys().find(unknown) {
-        Some(name) => Err(EncodeError::UnknownField { path: join(path, name) }),
+        Some(name) => Err(EncodeError::UnknownField { path: name.clone() }),
         None => Ok(()),
     }
 }
@@ -224,7 +264,6 @@ fn encode_union(
     variants: &[Schema],
     names: &Names,
     value: &Value,
-    path: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     let start = out.len();
@@ -234,7 +273,7 @@ fn encode_union(
             continue;
         }
         write_long(out, index as i64);
-        match encode_value(variant, names, value, path, out) {
+        match encode_value(variant, names, value, out) {
             Ok(()) => return Ok(()),
             Err(e) => {
                 out.truncate(start);
@@ -247,7 +286,7 @@ fn encode_union(
         // One branch could take this kind of value: its complaint is the most precise.
         Some(e) if variants.iter().filter(|v| !matches!(v, Schema::Null)).count() == 1 => e,
         _ => EncodeError::WrongType {
-            path: display_path(path),
+            path: String::new(),
             expected: format!("one of {}", branches.join(", ")),
             got: kind_of(value).to_owned(),
         },
@@ -260,17 +299,16 @@ fn encode_default(
     schema: &Schema,
     names: &Names,
     default: &Value,
-    path: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
-    match names.resolve(schema, path)? {
+    match names.resolve(schema)? {
         Schema::Union(union) => {
-            let first = union.variants().first().ok_or_else(|| bad(path, "empty union".into()))?;
+            let first = union.variants().first().ok_or_else(|| bad("empty union".into()))?;
             write_long(out, 0);
-            encode_default(first, names, default, path, out)
+            encode_default(first, names, default, out)
         }
         Schema::Bytes | Schema::Fixed(_) => {
-            let text = default.as_str().ok_or_else(|| bad(path, "bad default".into()))?;
+            let text = default.as_str().ok_or_else(|| bad("bad default".into()))?;
             let bytes: Vec<u8> = text.chars().map(|c| c as u32 as u8).collect();
             if matches!(schema, Schema::Bytes) {
                 write_bytes(out, &bytes);
@@ -279,7 +317,7 @@ fn encode_default(
             }
             Ok(())
         }
-        other => encode_value(other, names, default, path, out),
+        other => encode_value(other, names, default, out),
     }
 }
 
@@ -324,20 +362,12 @@ pub fn encode_hex(bytes: &[u8]) -> String {
     s
 }
 
-fn join(path: &str, name: &str) -> String {
-    if path.is_empty() { name.to_owned() } else { format!("{path}.{name}") }
+fn bad(reason: String) -> EncodeError {
+    EncodeError::BadValue { path: String::new(), reason }
 }
 
-fn display_path(path: &str) -> String {
-    if path.is_empty() { "(event)".to_owned() } else { path.to_owned() }
-}
-
-fn bad(path: &str, reason: String) -> EncodeError {
-    EncodeError::BadValue { path: display_path(path), reason }
-}
-
-fn unsupported(path: &str, kind: &'static str) -> EncodeError {
-    EncodeError::Unsupported { path: display_path(path), kind }
+fn unsupported(kind: &'static str) -> EncodeError {
+    EncodeError::Unsupported { path: String::new(), kind }
 }
 
 fn kind_of(value: &Value) -> &'static str {
@@ -399,7 +429,7 @@ mod tests {
         let event = json!({"n": -5, "m": 12, "s": "hé", "b": "00ff", "f": "abcd", "e": "B",
             "a": [1, 2], "x": {"k": 1.5}, "g": "0102"});
         let mut out = Vec::new();
-        encode_value(&schema, &names, &event, "", &mut out).unwrap();
+        encode_value(&schema, &names, &event, &mut out).unwrap();
         let Avro::Record(fields) = decode(&schema, &out) else { panic!("record") };
         assert_eq!(fields[0].1, Avro::Long(-5));
         assert_eq!(fields[1].1, Avro::Union(1, Box::new(Avro::Long(12))));
@@ -430,12 +460,12 @@ mod tests {
         for (field, value, message) in cases {
             let mut event = base.clone();
             event[field] = value;
-            let err = encode_value(&schema, &names, &event, "", &mut Vec::new()).unwrap_err();
+            let err = encode_value(&schema, &names, &event, &mut Vec::new()).unwrap_err();
             assert_eq!(err.to_string(), message);
         }
         let mut event = base.clone();
         event.as_object_mut().unwrap().remove("s");
-        let err = encode_value(&schema, &names, &event, "", &mut Vec::new()).unwrap_err();
+        let err = encode_value(&schema, &names, &event, &mut Vec::new()).unwrap_err();
         assert_eq!(err, EncodeError::MissingField { path: "s".into() });
     }
 

@@ -24,7 +24,7 @@ pub enum EventError {
     ReservedTopic { topic: String },
     #[error("invalid topic name {topic:?}")]
     InvalidTopic { topic: String },
-    #[error("the schema of topic {topic} does not start with the event header record")]
+    #[error("the schema of topic {topic} does not start with the event header record of DESIGN.md")]
     NoHeader { topic: String },
     #[error("the event is not a JSON object")]
     NotAnObject,
@@ -94,7 +94,7 @@ impl Schemas {
         let schema = Schema::parse_str(&latest.schema)
             .map_err(|e| EventError::Registry(format!("schema {}: {e}", latest.id)))?;
         let header_first = matches!(&schema, Schema::Record(r)
-            if r.fields.first().is_some_and(|f| f.name == "header" && matches!(f.schema, Schema::Record(_))));
+            if r.fields.first().is_some_and(|f| f.name == "header" && is_event_header(&f.schema)));
         if !header_first {
             return Err(EventError::NoHeader { topic: topic.to_owned() });
         }
@@ -110,6 +110,19 @@ impl Schemas {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<TopicSchema>)>> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The header record of DESIGN.md: `time: long, server: string, service: string,
+/// id: fixed(16)`, in this order.
+fn is_event_header(schema: &Schema) -> bool {
+    let Schema::Record(header) = schema else { return false };
+    let kinds: Vec<(&str, &Schema)> =
+        header.fields.iter().map(|f| (f.name.as_str(), &f.schema)).collect();
+    matches!(
+        kinds.as_slice(),
+        [("time", Schema::Long), ("server", Schema::String), ("service", Schema::String), ("id", Schema::Fixed(id))]
+            if id.size == EVENT_ID_BYTES
+    )
 }
 
 /// What the agent fills into a header that leaves fields out.
@@ -139,53 +152,79 @@ pub fn encode_event(
     let Schema::Record(record) = &schema.schema else {
         unreachable!("Schemas::get admits only record schemas")
     };
-    let header_field = &record.fields[0];
-    let header = fill_header(object.get("header"), defaults, now_ms)?;
-    let time_ms = header.get("time").and_then(Value::as_i64);
-    let id_hex = header.get("id").and_then(Value::as_str).map(encode::decode_hex);
     let mut payload = Vec::with_capacity(128);
     payload.push(MAGIC);
     payload.extend_from_slice(&schema.id.to_be_bytes());
-    let header = Value::Object(header);
-    encode::encode_value(&header_field.schema, &schema.names, &header, "header", &mut payload)?;
-    // `header` is the first field, encoded above from its filled-in copy.
+    let (time_ms, id) = encode_header(schema, object.get("header"), defaults, now_ms, &mut payload)
+        .map_err(|e| e.under("header"))?;
+    // `header` is the first field, encoded above.
     let rest = &record.fields[1..];
-    encode::encode_record(rest, &schema.names, object, "", Some("header"), &mut payload)?;
+    encode::encode_record(rest, &schema.names, object, Some("header"), &mut payload)?;
     if payload.len() > max_bytes {
         return Err(EventError::TooLarge { bytes: payload.len(), limit_bytes: max_bytes });
-    }
-    // The header encoded, so `time` is a long and `id` 16 bytes of hex.
-    let time_ms = time_ms.unwrap_or(now_ms);
-    let mut id = [0; EVENT_ID_BYTES];
-    if let Some(Ok(bytes)) = id_hex {
-        id.copy_from_slice(&bytes);
     }
     Ok(EncodedEvent { payload, time_ms, id })
 }
 
-/// The caller's header (an object, or absent/null) with `time`, `server`, `service` and `id`
-/// filled in where missing.
-fn fill_header(
+/// Encodes the caller's header (an object, or absent/null) with `time`, `server`, `service`
+/// and `id` filled in where missing; returns the event's time and id.
+fn encode_header(
+    schema: &TopicSchema,
     given: Option<&Value>,
     defaults: &HeaderDefaults,
     now_ms: i64,
-) -> Result<Map<String, Value>, EventError> {
-    let mut header = match given {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(fields)) => fields.clone(),
+    out: &mut Vec<u8>,
+) -> Result<(i64, [u8; EVENT_ID_BYTES]), EncodeError> {
+    let empty = Map::new();
+    let given = match given {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(fields)) => fields,
         Some(other) => {
-            return Err(EventError::Invalid(EncodeError::WrongType {
-                path: "header".into(),
+            return Err(EncodeError::WrongType {
+                path: String::new(),
                 expected: "object (record)".into(),
                 got: if other.is_array() { "array" } else { "scalar" }.into(),
-            }));
+            });
         }
     };
-    header.entry("time").or_insert_with(|| Value::from(now_ms));
-    header.entry("server").or_insert_with(|| Value::from(defaults.server.as_str()));
-    header.entry("service").or_insert_with(|| Value::from(defaults.service.as_str()));
-    header.entry("id").or_insert_with(|| {
-        Value::from(encode::encode_hex(&rand::random::<[u8; EVENT_ID_BYTES]>()))
-    });
-    Ok(header)
+    let Schema::Record(record) = &schema.schema else { unreachable!("checked in Schemas::get") };
+    let Schema::Record(header) = &record.fields[0].schema else {
+        unreachable!("checked in Schemas::get")
+    };
+    let mut time_ms = now_ms;
+    let mut id = [0u8; EVENT_ID_BYTES];
+    for field in &header.fields {
+        let name = field.name.as_str();
+        if let Some(value) = given.get(name) {
+            encode::encode_value(&field.schema, &schema.names, value, out)
+                .map_err(|e| e.under(name))?;
+            match name {
+                "time" => time_ms = value.as_i64().unwrap_or(now_ms),
+                "id" => {
+                    if let Some(Ok(bytes)) = value.as_str().map(encode::decode_hex) {
+                        if bytes.len() == EVENT_ID_BYTES {
+                            id.copy_from_slice(&bytes);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match name {
+            "time" => encode::write_long(out, now_ms),
+            "server" => encode::write_bytes(out, defaults.server.as_bytes()),
+            "service" => encode::write_bytes(out, defaults.service.as_bytes()),
+            "id" => {
+                id = rand::random();
+                out.extend_from_slice(&id);
+            }
+            // `Schemas::get` admits only the four header fields of DESIGN.md.
+            _ => return Err(EncodeError::MissingField { path: name.to_owned() }),
+        }
+    }
+    match given.keys().find(|key| !header.fields.iter().any(|f| &f.name == *key)) {
+        Some(unknown) => Err(EncodeError::UnknownField { path: unknown.clone() }),
+        None => Ok((time_ms, id)),
+    }
 }

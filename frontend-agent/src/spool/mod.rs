@@ -26,7 +26,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use schema_registry::audit::{AuditCounts, AuditRecord, Tier};
+use schema_registry::audit::{AuditCounts, AuditRecord, Tier, window_start};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::SpoolFull;
@@ -267,15 +267,25 @@ impl Spool {
 
     /// Marks records acknowledged by a broker and counts them for the audit (each seq once).
     pub fn acknowledge(&self, records: &[(u64, Arc<str>, i64)]) {
+        let window_ms = self.shared.options.window_ms;
         let mut state = self.shared.lock();
         let mut counted = 0;
+        // Counted per (topic, window) first: one audit update per group, not per event.
+        let mut groups: Vec<(&str, i64, i64)> = Vec::new();
         for (seq, topic, time_ms) in records {
             if state.is_done(*seq) {
                 continue;
             }
             state.acked_above.insert(*seq);
-            state.audit.add(topic, *time_ms, 1);
             counted += 1;
+            let window = window_start(*time_ms, window_ms);
+            match groups.iter_mut().find(|(t, w, _)| *w == window && *t == &**topic) {
+                Some(group) => group.2 += 1,
+                None => groups.push((topic, window, 1)),
+            }
+        }
+        for (topic, window, count) in groups {
+            state.audit.add(topic, window, count);
         }
         if counted > 0 {
             state.advance_floor();
