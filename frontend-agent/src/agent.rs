@@ -305,7 +305,8 @@ impl Agent {
             return Ok(());
         }
         inner.stop_input.cancel();
-        for task in std::mem::take(&mut *lock(&inner.inputs)) {
+        let inputs = std::mem::take(&mut *lock(&inner.inputs));
+        for task in inputs {
             let _ = task.await;
         }
         let deadline = Instant::now() + Duration::from_millis(inner.config.drain_timeout_ms);
@@ -320,7 +321,8 @@ impl Agent {
             );
         }
         inner.stop.cancel();
-        for task in std::mem::take(&mut *lock(&inner.workers)) {
+        let workers = std::mem::take(&mut *lock(&inner.workers));
+        for task in workers {
             let _ = task.await;
         }
         let last_publish =

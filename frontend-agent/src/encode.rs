@@ -170,13 +170,13 @@ pub fn encode_value(
         }
         Schema::Bytes => {
             let s = value.as_str().ok_or_else(|| wrong("hex string (bytes)"))?;
-            let bytes = decode_hex(s).map_err(|reason| bad(reason))?;
+            let bytes = decode_hex(s).map_err(bad)?;
             write_bytes(out, &bytes);
             Ok(())
         }
         Schema::Fixed(fixed) => {
             let s = value.as_str().ok_or_else(|| wrong("hex string (fixed)"))?;
-            let bytes = decode_hex(s).map_err(|reason| bad(reason))?;
+            let bytes = decode_hex(s).map_err(bad)?;
             if bytes.len() != fixed.size {
                 let reason = format!("{} bytes, the fixed type needs {}", bytes.len(), fixed.size);
                 return Err(bad(reason));
@@ -339,7 +339,7 @@ pub fn write_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 
 /// Lowercase (or uppercase) hex to bytes.
 pub fn decode_hex(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(format!("hex string of odd length {}", s.len()));
     }
     let digit = |c: u8| match c {

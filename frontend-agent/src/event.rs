@@ -78,10 +78,10 @@ impl Schemas {
         if protocol::validate_topic_name(topic).is_err() {
             return Err(EventError::InvalidTopic { topic: topic.to_owned() });
         }
-        if let Some((at, schema)) = self.lock().get(topic) {
-            if at.elapsed() < self.refresh {
-                return Ok(Arc::clone(schema));
-            }
+        if let Some((at, schema)) = self.lock().get(topic)
+            && at.elapsed() < self.refresh
+        {
+            return Ok(Arc::clone(schema));
         }
         let subject = format!("{topic}-value");
         let latest = match self.registry.latest(&subject).await {
@@ -201,10 +201,11 @@ fn encode_header(
             match name {
                 "time" => time_ms = value.as_i64().unwrap_or(now_ms),
                 "id" => {
-                    if let Some(Ok(bytes)) = value.as_str().map(encode::decode_hex) {
-                        if bytes.len() == EVENT_ID_BYTES {
-                            id.copy_from_slice(&bytes);
-                        }
+                    // Encoded above, so 16 bytes of hex.
+                    if let Some(Ok(bytes)) = value.as_str().map(encode::decode_hex)
+                        && bytes.len() == EVENT_ID_BYTES
+                    {
+                        id.copy_from_slice(&bytes);
                     }
                 }
                 _ => {}

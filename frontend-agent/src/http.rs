@@ -48,7 +48,7 @@ async fn post_events(
 ) -> Response {
     let limit = agent.config().max_request_bytes;
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
-        return refuse(&agent, Some(0), format!("the request body exceeds {limit} bytes"));
+        return refuse(&agent, 0, format!("the request body exceeds {limit} bytes"));
     };
     let ndjson = headers
         .get(header::CONTENT_TYPE)
@@ -56,7 +56,7 @@ async fn post_events(
         .is_some_and(|v| v.starts_with("application/x-ndjson"));
     let events = match parse(&body, ndjson) {
         Ok(events) => events,
-        Err((index, reason)) => return refuse(&agent, Some(index), reason),
+        Err((index, reason)) => return refuse(&agent, index, reason),
     };
     match agent.send_batch(&topic, &events).await {
         Ok(accepted) => {
@@ -106,9 +106,9 @@ fn parse(body: &[u8], ndjson: bool) -> Result<Vec<Value>, (usize, String)> {
 
 /// A 400 for a request refused before its events were validated (counted as one rejected
 /// request; its events are unknown in number).
-fn refuse(agent: &Agent, index: Option<usize>, reason: String) -> Response {
+fn refuse(agent: &Agent, index: usize, reason: String) -> Response {
     Metrics::add(&agent.metrics().rejected_requests, 1);
-    error(StatusCode::BAD_REQUEST, &reason, index)
+    error(StatusCode::BAD_REQUEST, &reason, Some(index))
 }
 
 fn error(status: StatusCode, message: &str, index: Option<usize>) -> Response {

@@ -157,7 +157,7 @@ fn main() -> ExitCode {
             Err(e) => return usage_error(&e),
         },
         Command::Simulate(args) => {
-            if args.rate == 0 || !(args.duration > 0.0) {
+            if args.rate == 0 || !args.duration.is_finite() || args.duration <= 0.0 {
                 return usage_error(&anyhow::anyhow!("--rate and --duration must be positive"));
             }
             let config = match &args.agent {

@@ -326,10 +326,11 @@ impl Spool {
     /// last checkpoint. Blocking.
     pub fn close(&self) -> Result<(), SpoolError> {
         drop(self.appends.lock().unwrap_or_else(PoisonError::into_inner).take());
-        if let Some(writer) = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            if writer.join().is_err() {
-                tracing::error!("the spool writer thread panicked");
-            }
+        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(writer) = writer
+            && writer.join().is_err()
+        {
+            tracing::error!("the spool writer thread panicked");
         }
         self.checkpoint()
     }

@@ -15,6 +15,8 @@ use super::{Append, Segment, Shared, SpoolError, State, segment_path};
 use crate::config::SpoolFull;
 use crate::metrics::Metrics;
 
+type Reply = oneshot::Sender<Result<u64, SpoolError>>;
+
 /// Appends taken into one group commit at most.
 const APPENDS_PER_SYNC_MAX: usize = 256;
 
@@ -126,7 +128,8 @@ struct Writer {
 impl Writer {
     /// Writes every admitted append of `batch` with one fsync, then answers each.
     fn commit(&mut self, batch: Vec<Append>) {
-        let mut admitted: Vec<(oneshot::Sender<Result<u64, SpoolError>>, u64, u64)> = Vec::new();
+        // (reply, first seq, events) of each append written in this commit.
+        let mut admitted: Vec<(Reply, u64, u64)> = Vec::new();
         let mut result = Ok(());
         for append in batch {
             if let Some(reason) = self.shared.lock().failed.clone() {
