@@ -49,7 +49,7 @@ pub enum LoadError {
         topic: String,
         partition: String,
         #[source]
-        source: client::ConsumerError,
+        source: Box<client::ConsumerError>,
     },
     #[error("{topic}/{partition}: offset {offset} is not in the log and the log starts after it")]
     OffsetOutOfRange { topic: String, partition: String, offset: i64 },
@@ -57,7 +57,7 @@ pub enum LoadError {
     Registry {
         topic: String,
         #[source]
-        source: schema_registry::ClientError,
+        source: Box<schema_registry::ClientError>,
     },
     #[error("{topic}: {source}")]
     Schema {

@@ -241,7 +241,7 @@ impl PartitionLoader<'_> {
         LoadError::Broker {
             topic: self.topic.topic.clone(),
             partition: self.partition.to_string(),
-            source,
+            source: Box::new(source),
         }
     }
 
@@ -284,7 +284,10 @@ impl PartitionLoader<'_> {
                 messages.push(message.map_err(|e| ConsumerOrLoad::Load(self.consumer_error(e)))?);
             }
             schemas.prefetch(messages.iter().map(|m| &m.payload[..])).await.map_err(|source| {
-                ConsumerOrLoad::Load(LoadError::Registry { topic: topic.to_owned(), source })
+                ConsumerOrLoad::Load(LoadError::Registry {
+                    topic: topic.to_owned(),
+                    source: Box::new(source),
+                })
             })?;
             // Decode the whole fetch first, so that a bad message inside a compressed wrapper
             // drops the wrapper's earlier messages too: a commit ends between wrappers.

@@ -208,6 +208,11 @@ fn settings(
     Ok(Settings { store, zookeeper, registry, interval, loader })
 }
 
+/// A message on one line (TOML errors quote the file over several).
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// `500ms`, `30s`, `5m`, `1h`, or a number of seconds.
 fn parse_duration(text: &str) -> anyhow::Result<Duration> {
     let text = text.trim();
@@ -248,7 +253,7 @@ fn main() -> ExitCode {
     let settings = match settings {
         Ok(settings) => settings,
         Err(e) => {
-            eprintln!("hdfs-loader: {e:#}");
+            eprintln!("hdfs-loader: {}", one_line(&format!("{e:#}")));
             return ExitCode::from(2);
         }
     };

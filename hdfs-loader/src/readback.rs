@@ -60,8 +60,10 @@ pub async fn read_topic(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<Top
             for i in 0..batch.num_rows() {
                 rows.positions.push((partitions.value(i).to_owned(), offsets.value(i)));
             }
-            if let Some(header) = batch.column_by_name("header") {
-                if let Some(ids) = header.as_struct().column_by_name("id") {
+            if let Some(header) = batch.column_by_name("header")
+                && let Some(ids) = header.as_struct().column_by_name("id")
+            {
+                {
                     let ids = ids.as_fixed_size_binary();
                     for i in 0..ids.len() {
                         rows.event_ids.insert(ids.value(i).to_vec());

@@ -30,6 +30,9 @@ pub struct RunSummary {
     pub audit_records_published: usize,
 }
 
+/// A partition's load: what it committed, and how it ended.
+type LoadOutcome = (PartitionLoad, Result<(), LoadError>);
+
 /// The loader: what a run needs, kept across the rounds of `serve`.
 pub struct Loader {
     config: Config,
@@ -75,17 +78,16 @@ impl Loader {
             let latest = match self.registry.latest(&subject).await {
                 Ok(latest) => latest,
                 Err(source) => {
-                    summary
-                        .errors
-                        .push(LoadError::Registry { topic: topic.clone(), source }.to_string());
+                    summary.errors.push(
+                        LoadError::Registry { topic: topic.clone(), source: Box::new(source) }
+                            .to_string(),
+                    );
                     continue;
                 }
             };
-            let reader = self
-                .registry
-                .schema(latest.id)
-                .await
-                .map_err(|source| LoadError::Registry { topic: topic.clone(), source })?;
+            let reader = self.registry.schema(latest.id).await.map_err(|source| {
+                LoadError::Registry { topic: topic.clone(), source: Box::new(source) }
+            })?;
             match TopicContext::new(&topic, latest.id, reader) {
                 Ok(context) => topics.push(Arc::new(context)),
                 Err(e) => summary.errors.push(e.to_string()),
@@ -113,7 +115,7 @@ impl Loader {
             }
         }
         let this = &*self;
-        let results: Vec<(String, PartitionId, Option<(PartitionLoad, Result<(), LoadError>)>)> =
+        let results: Vec<(String, PartitionId, Option<LoadOutcome>)> =
             futures::stream::iter(work.into_iter().map(|(context, partition, addr)| {
                 let run_id = run_id.clone();
                 async move {
@@ -162,7 +164,7 @@ impl Loader {
         broker_addr: String,
         run_id: &str,
         shutdown: &CancellationToken,
-    ) -> Option<(PartitionLoad, Result<(), LoadError>)> {
+    ) -> Option<LoadOutcome> {
         let group = &self.config.group;
         match self.cluster.claim(group, &context.topic, partition, &self.host).await {
             Ok(Claim::Claimed) => {}

@@ -146,10 +146,10 @@ async fn topic_status(
     let mut hours: BTreeMap<Hour, usize> = BTreeMap::new();
     for meta in files {
         let parts: Vec<_> = meta.location.parts().collect();
-        if let [_, dt, hr, _] = parts.as_slice() {
-            if let Some(hour) = Hour::parse(dt.as_ref(), hr.as_ref()) {
-                *hours.entry(hour).or_default() += 1;
-            }
+        if let [_, dt, hr, _] = parts.as_slice()
+            && let Some(hour) = Hour::parse(dt.as_ref(), hr.as_ref())
+        {
+            *hours.entry(hour).or_default() += 1;
         }
     }
     let passed = |hour: Hour| {

@@ -170,8 +170,8 @@ impl VisibleRows {
         for meta in metas {
             let path = meta.location.to_string();
             assert!(path.ends_with(".parquet"), "a stray object under the topic: {path}");
-            if !self.files.contains_key(&path) {
-                self.files.insert(path, read_positions(store, &meta.location).await);
+            if let std::collections::hash_map::Entry::Vacant(entry) = self.files.entry(path) {
+                entry.insert(read_positions(store, &meta.location).await);
             }
         }
         let mut seen = HashSet::new();

@@ -44,7 +44,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
     assert_eq!(rows.positions.len(), 400);
     assert_eq!(rows.event_ids.len(), 400);
-    assert!(ids.iter().all(|id| rows.event_ids.contains(&id.to_vec())));
+    assert!(ids.iter().all(|id| rows.event_ids.contains(id.as_slice())));
     assert_eq!(
         common::unique_positions(&store, TOPIC).await,
         common::log_positions(&cluster.broker, TOPIC, 2).await

@@ -1,0 +1,328 @@
+//! The `hdfs-loader` binary as a user starts it: `run`, `serve`, `status`, every flag and
+//! `--config`, bad input, and the output read by a real query engine (DuckDB).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{BASE_TIME_MS, Cluster, TOPIC};
+use hdfs_loader::layout::Hour;
+
+const BIN: &str = env!("CARGO_BIN_EXE_hdfs-loader");
+
+fn loader(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).stdin(Stdio::null()).output().expect("run hdfs-loader")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Rows per `(dt, hr)` as DuckDB counts them over the Hive layout.
+fn duckdb_rows_per_hour(root: &Path) -> BTreeMap<(String, String), i64> {
+    let query = format!(
+        "SELECT dt, hr, count(*) AS rows, count(DISTINCT header.id) AS ids \
+         FROM read_parquet('{}/{TOPIC}/*/*/*.parquet', hive_partitioning = true) \
+         GROUP BY dt, hr ORDER BY dt, hr",
+        root.display()
+    );
+    let script = format!(
+        "import duckdb\nfor dt, hr, rows, ids in duckdb.sql(\"\"\"{query}\"\"\").fetchall():\n    assert rows == ids, (rows, ids)\n    print(dt, hr, rows)\n"
+    );
+    let output = Command::new("python3").arg("-c").arg(&script).output().expect("python3");
+    assert!(output.status.success(), "duckdb failed: {}", text(&output));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let mut fields = line.split_whitespace();
+            let dt = fields.next().unwrap().to_owned();
+            let hr = fields.next().unwrap().to_owned();
+            ((dt, format!("{:0>2}", hr)), fields.next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_from_a_config_file_writes_parquet_that_duckdb_counts_per_hour() {
+    let cluster = Cluster::start(2).await;
+    let ids = cluster.produce_page_views(300, 30_000).await;
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("loader.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "zookeeper = \"{}\"\nzookeeper_session_timeout_ms = 4000\nregistry = \"{}\"\nstore = \"file://{}/warehouse\"\n\
+             topics = \"{TOPIC}\"\ngroup = \"nightly\"\nhost_name = \"from-file\"\nmax_messages_per_commit = 100\n\
+             row_group_rows = 64\nbatch_rows = 32\npartitions_in_parallel = 1\nfetch_bytes = 65536\nzstd_level = 5\n\
+             window_ms = 3600000\naudit = false\nstaging_grace_ms = 60000\n",
+            cluster.zookeeper,
+            cluster.registry_server.url(),
+            root.path().display()
+        ),
+    )
+    .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        loader(&["run", "--config", config.to_str().unwrap(), "--json"])
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["rows"], 300, "{summary}");
+    assert_eq!(summary["audit_records_published"], 0, "audit = false");
+    let commits: u64 = summary["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["commits"].as_u64().unwrap())
+        .sum();
+    assert!(commits >= 3, "max_messages_per_commit = 100 over 300 events: {summary}");
+
+    // The commit records carry the file's settings.
+    let commit =
+        root.path().join("warehouse/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&commit).unwrap()).unwrap();
+    assert_eq!(record["host"], "from-file");
+    assert_eq!(record["window_ms"], 3_600_000);
+
+    // DuckDB reads the Hive layout unchanged; its counts are the events' hours.
+    let first = common::event_sequence_of(&ids[0]);
+    let mut expected: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for i in 0..300 {
+        let dir = Hour::of(BASE_TIME_MS + (first + i) * 30_000).dir();
+        let (dt, hr) = dir.split_once('/').unwrap();
+        *expected.entry((dt[3..].to_owned(), hr[3..].to_owned())).or_default() += 1;
+    }
+    assert_eq!(duckdb_rows_per_hour(&root.path().join("warehouse")), expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_override_the_config_file() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(30, 1).await;
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("loader.toml");
+    // Every key here is overridden by a flag below.
+    std::fs::write(
+        &config,
+        "zookeeper = \"127.0.0.1:1/nowhere\"\nregistry = \"http://127.0.0.1:1\"\nstore = \"memory://\"\n\
+         topics = \"nothing\"\nhost_name = \"file\"\nmax_messages_per_commit = 1000\nwindow_ms = 1000\naudit = false\n",
+    )
+    .unwrap();
+    let bad_records = root.path().join("bad");
+    let store = format!("file://{}/w", root.path().display());
+    let args = [
+        "run",
+        "--config",
+        config.to_str().unwrap(),
+        "--zookeeper",
+        &cluster.zookeeper,
+        "--zookeeper-session-timeout-ms",
+        "5000",
+        "--registry",
+        cluster.registry_server.url(),
+        "--store",
+        &store,
+        "--topics",
+        TOPIC,
+        "--group",
+        "flags",
+        "--host-name",
+        "flag",
+        "--max-messages-per-commit",
+        "10",
+        "--row-group-rows",
+        "8",
+        "--batch-rows",
+        "4",
+        "--partitions-in-parallel",
+        "2",
+        "--fetch-bytes",
+        "4096",
+        "--zstd-level",
+        "1",
+        "--bad-records",
+        bad_records.to_str().unwrap(),
+        "--window-ms",
+        "60000",
+        "--audit",
+        "true",
+        "--staging-grace-ms",
+        "1000",
+        "--json",
+    ]
+    .map(str::to_owned);
+    let output = tokio::task::spawn_blocking(move || {
+        loader(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["rows"], 30);
+    assert_eq!(summary["partitions"][0]["commits"], 3, "--max-messages-per-commit 10");
+    assert!(summary["audit_records_published"].as_u64().unwrap() >= 1, "--audit true");
+    let commit = root.path().join("w/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&commit).unwrap()).unwrap();
+    assert_eq!(
+        (record["host"].as_str(), record["window_ms"].as_i64()),
+        (Some("flag"), Some(60_000))
+    );
+}
+
+#[test]
+fn bad_flags_and_config_exit_2_with_one_line_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad_toml = dir.path().join("bad.toml");
+    std::fs::write(&bad_toml, "no_such_key = 1\n").unwrap();
+    let store = format!("file://{}", dir.path().display());
+    let common =
+        ["--zookeeper", "127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--store", &store];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["run", "--no-such-flag"], "--no-such-flag"),
+        (vec!["run", "--zookeeper", "127.0.0.1:1", "--registry", "http://x"], "--store"),
+        (vec!["run", "--store", &store, "--registry", "http://x"], "--zookeeper"),
+        (vec!["run", "--store", &store, "--zookeeper", "127.0.0.1:1"], "--registry"),
+        (vec!["run", "--store", "ftp://x"], "scheme"),
+        (vec!["run", "--config", bad_toml.to_str().unwrap()], "no_such_key"),
+        (vec!["run", "--config", "/no/such/file.toml"], "/no/such/file.toml"),
+        ([&["run", "--topics", "("][..], &common].concat(), "topics"),
+        ([&["run", "--group", "a/b"][..], &common].concat(), "group"),
+        ([&["run", "--host-name", ""][..], &common].concat(), "host_name"),
+        (
+            [&["run", "--max-messages-per-commit", "0"][..], &common].concat(),
+            "max_messages_per_commit",
+        ),
+        ([&["run", "--row-group-rows", "0"][..], &common].concat(), "row_group_rows"),
+        ([&["run", "--batch-rows", "0"][..], &common].concat(), "row_group_rows"),
+        (
+            [&["run", "--partitions-in-parallel", "0"][..], &common].concat(),
+            "partitions_in_parallel",
+        ),
+        ([&["run", "--fetch-bytes", "1"][..], &common].concat(), "fetch_bytes"),
+        ([&["run", "--zstd-level", "99"][..], &common].concat(), "zstd_level"),
+        ([&["run", "--window-ms", "0"][..], &common].concat(), "window_ms"),
+        ([&["run", "--audit", "maybe"][..], &common].concat(), "--audit"),
+        ([&["run", "--staging-grace-ms", "soon"][..], &common].concat(), "--staging-grace-ms"),
+        (
+            [&["run", "--zookeeper-session-timeout-ms", "x"][..], &common].concat(),
+            "--zookeeper-session-timeout-ms",
+        ),
+        ([&["run", "--bad-records"][..], &common].concat(), "--bad-records"),
+        ([&["serve", "--interval", "5 parsecs"][..], &common].concat(), "--interval"),
+        (vec!["status"], "--store"),
+    ];
+    for (args, needle) in cases {
+        let output = loader(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", text(&output));
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(
+            stderr.starts_with("hdfs-loader: ") && stderr.contains(needle),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_prints_offsets_lag_and_complete_hours_as_text_and_json() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(50, 120_000).await; // 100 minutes: the first hour completes
+    let root = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", root.path().display());
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let run_store = store.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        loader(&["run", "--zookeeper", &zk, "--registry", &registry, "--store", &run_store])
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&format!("{TOPIC}/0-0")),
+        "{}",
+        text(&output)
+    );
+    cluster.produce_page_views(5, 1).await; // lag
+
+    let zk = cluster.zookeeper.clone();
+    let status_store = store.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        loader(&["status", "--store", &status_store, "--zookeeper", &zk, "--json"])
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let topic = status["topics"].as_array().unwrap().iter().find(|t| t["topic"] == TOPIC).unwrap();
+    let partition = &topic["partitions"][0];
+    assert_eq!(partition["partition"], "0-0");
+    assert_eq!(partition["rows"], 50);
+    let (committed, end) =
+        (partition["committed_offset"].as_i64().unwrap(), partition["log_end"].as_i64().unwrap());
+    assert!(end > committed && partition["lag"].as_i64() == Some(end - committed), "{partition}");
+    assert!(partition["last_commit_ms"].as_i64().unwrap() > 0);
+    let hours = topic["hours"].as_array().unwrap();
+    assert!(hours.len() >= 2 && hours[0]["complete"] == true, "{hours:?}");
+    assert_eq!(hours.last().unwrap()["complete"], false);
+
+    // Text, from the store alone: no log end, no lag.
+    let output = loader(&["status", "--store", &store]);
+    assert!(output.status.success(), "{}", text(&output));
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(out.contains(&format!("topic {TOPIC}  rows 50")) && out.contains("complete"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(20, 1).await;
+    let root = tempfile::tempdir().unwrap();
+    let store_url = format!("file://{}", root.path().display());
+    let store = hdfs_loader::store_from_url(&store_url).unwrap();
+    let log = root.path().join("serve.log");
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--zookeeper",
+            &cluster.zookeeper,
+            "--registry",
+            cluster.registry_server.url(),
+            "--store",
+            &store_url,
+            "--interval",
+            "200ms",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    testkit::eventually(Duration::from_secs(30), "the first 20 rows", || async {
+        (common::unique_positions(&store, TOPIC).await.len() == 20).then_some(())
+    })
+    .await;
+    cluster.produce_page_views(15, 1).await;
+    testkit::eventually(Duration::from_secs(30), "35 rows, loaded by a later round", || async {
+        (common::unique_positions(&store, TOPIC).await.len() == 35).then_some(())
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
+}
