@@ -1,1 +1,267 @@
-fn main() {}
+//! `hdfs-loader-bench`: events per second from a real broker to committed Parquet.
+//!
+//! Starts the release `broker` binary (a process of its own, on a free port, in a temporary
+//! directory), a schema registry in this process with the shipped schemas, fills topic
+//! `page-view` with page-view events over `--partitions` partitions, registers the broker in
+//! an embedded coordinator, and times one `run_once` of the loader from the first fetch to the
+//! last commit, into a local directory (or `--store URL`).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use apache_avro::types::Value;
+use clap::Parser;
+use client::{
+    Connection, Producer, ProducerConfig, SimpleConsumer, SimpleConsumerConfig, StaticBrokers,
+};
+use cluster::{BrokerInfo, Coordinator, Embedded, Registry};
+use hdfs_loader::Config;
+use schema_registry::RegistryClient;
+use tokio_util::sync::CancellationToken;
+
+const TOPIC: &str = "page-view";
+
+#[derive(Debug, Parser)]
+#[command(about = "Times the loader from a real broker to committed Parquet")]
+struct Args {
+    /// Page-view events to produce and load.
+    #[arg(long, default_value_t = 2_000_000)]
+    events: u64,
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// The broker binary; by default `broker` beside this one (`target/release/broker`).
+    #[arg(long)]
+    broker_bin: Option<PathBuf>,
+    /// Where to write; a temporary directory by default.
+    #[arg(long)]
+    store: Option<String>,
+    #[arg(long, default_value_t = 4)]
+    partitions_in_parallel: usize,
+}
+
+struct BrokerProcess(Child);
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let work = tempfile::tempdir()?;
+    let broker_bin = match args.broker_bin.clone() {
+        Some(path) => path,
+        None => std::env::current_exe()?.with_file_name("broker"),
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let data_dir = work.path().join("broker");
+    let _broker = BrokerProcess(
+        Command::new(&broker_bin)
+            .args(["--port", &port.to_string(), "--data-dir", data_dir.to_str().context("path")?])
+            .args(["--num-partitions", &args.partitions.to_string(), "--flush-ms", "100"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| {
+                format!("cannot start {} (cargo build --release -p broker)", broker_bin.display())
+            })?,
+    );
+    let addr = format!("127.0.0.1:{port}");
+    let connection = connect(&addr).await?;
+    connection.create_topic(TOPIC, args.partitions as i32, &[]).await?;
+
+    let registry_url = start_registry(work.path()).await?;
+    let registry = Arc::new(RegistryClient::new(&registry_url)?);
+    let schema_id = registry.latest("page-view-value").await?.id;
+
+    let produced = Instant::now();
+    produce(&addr, &registry, schema_id, args.events).await?;
+    wait_visible(&addr, args.partitions).await?;
+    let log_bytes = log_bytes(&addr, args.partitions).await?;
+    println!(
+        "produced {} events ({:.1} MiB of log) in {:.1} s",
+        args.events,
+        log_bytes as f64 / (1 << 20) as f64,
+        produced.elapsed().as_secs_f64()
+    );
+
+    let embedded = Embedded::new();
+    let coordinator: Arc<dyn Coordinator> = embedded.session("/bench")?;
+    let cluster = Registry::new(Arc::clone(&coordinator));
+    cluster.register_broker(0, &BrokerInfo { host: "127.0.0.1".into(), port }).await?;
+    cluster.register_topic(TOPIC, 0, args.partitions).await?;
+    let store_url = args
+        .store
+        .clone()
+        .unwrap_or_else(|| format!("file://{}", work.path().join("warehouse").display()));
+    let store = hdfs_loader::store_from_url(&store_url)?;
+    let config = Config {
+        host_name: Some("bench".into()),
+        partitions_in_parallel: args.partitions_in_parallel,
+        fetch_bytes: 4 << 20,
+        ..Config::default()
+    };
+    let started = Instant::now();
+    let summary =
+        hdfs_loader::run_once(&config, coordinator, store, registry, CancellationToken::new())
+            .await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if !summary.errors.is_empty() {
+        bail!("the run failed: {:?}", summary.errors);
+    }
+    if summary.rows != args.events {
+        bail!("loaded {} rows of {} events", summary.rows, args.events);
+    }
+    let parquet_bytes: u64 = summary
+        .partitions
+        .iter()
+        .flat_map(|p| &p.records)
+        .flat_map(|r| &r.files)
+        .map(|f| f.bytes)
+        .sum();
+    println!(
+        "loaded {} events over {} partitions in {elapsed:.2} s: {:.0} events/s, {:.1} MiB/s of log; Parquet {:.1} MiB ({:.1} bytes/event)",
+        summary.rows,
+        args.partitions,
+        summary.rows as f64 / elapsed,
+        log_bytes as f64 / (1 << 20) as f64 / elapsed,
+        parquet_bytes as f64 / (1 << 20) as f64,
+        parquet_bytes as f64 / summary.rows as f64,
+    );
+    Ok(())
+}
+
+async fn connect(addr: &str) -> anyhow::Result<Connection> {
+    for _ in 0..200 {
+        if let Ok(connection) = Connection::connect(addr).await {
+            return Ok(connection);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    bail!("the broker did not listen on {addr}")
+}
+
+async fn start_registry(dir: &std::path::Path) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let config = schema_registry::Config {
+        data_dir: dir.join("registry"),
+        register_schemas: Some(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas"),
+        ),
+        ..schema_registry::Config::default()
+    };
+    tokio::spawn(async move {
+        if let Err(e) = schema_registry::run(listener, config, std::future::pending::<()>()).await {
+            eprintln!("registry failed: {e}");
+        }
+    });
+    let client = RegistryClient::new(&url)?;
+    for _ in 0..400 {
+        if client.latest("page-view-value").await.is_ok() {
+            return Ok(url);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    bail!("the registry did not register the shipped schemas")
+}
+
+async fn produce(
+    addr: &str,
+    registry: &RegistryClient,
+    schema_id: i32,
+    events: u64,
+) -> anyhow::Result<()> {
+    let config = ProducerConfig {
+        batch_messages: 2_000,
+        batch_bytes: 1 << 20,
+        linger_ms: 5,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(config, Arc::new(StaticBrokers::new([addr.to_owned()])))?;
+    let schema = registry.schema(schema_id).await?;
+    let base_ms: i64 = 1_764_547_200_000;
+    let mut pending = std::collections::VecDeque::new();
+    for n in 0..events as i64 {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&n.to_be_bytes());
+        let event = Value::Record(vec![
+            (
+                "header".into(),
+                Value::Record(vec![
+                    ("time".into(), Value::Long(base_ms + n * 3)),
+                    ("server".into(), Value::String(format!("web-{}", n % 16))),
+                    ("service".into(), Value::String("frontend".into())),
+                    ("id".into(), Value::Fixed(16, id.to_vec())),
+                ]),
+            ),
+            (
+                "member_id".into(),
+                if n % 3 == 0 {
+                    Value::Union(0, Box::new(Value::Null))
+                } else {
+                    Value::Union(1, Box::new(Value::Long(n % 1_000_003)))
+                },
+            ),
+            ("page_key".into(), Value::String(format!("page-{}", n % 40))),
+            (
+                "url".into(),
+                Value::String(format!("https://www.example.com/in/member-{}", n % 100_003)),
+            ),
+            (
+                "referrer".into(),
+                if n % 2 == 0 {
+                    Value::Union(0, Box::new(Value::Null))
+                } else {
+                    Value::Union(1, Box::new(Value::String("https://www.example.com/feed".into())))
+                },
+            ),
+            ("duration_ms".into(), Value::Int((n % 700) as i32)),
+        ]);
+        let payload = schema_registry::envelope::encode(schema_id, &schema, event)?;
+        pending.push_back(producer.enqueue(TOPIC, None, &payload).await?);
+        // Bound what waits for acknowledgement.
+        while pending.len() > 100_000 {
+            pending.pop_front().expect("non-empty").await?;
+        }
+    }
+    for sent in pending {
+        sent.await?;
+    }
+    producer.close().await;
+    Ok(())
+}
+
+async fn log_ends(addr: &str, partitions: u32) -> anyhow::Result<Vec<i64>> {
+    let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
+    let mut ends = Vec::new();
+    for partition in 0..partitions as i32 {
+        ends.push(consumer.latest_offset(TOPIC, partition).await?);
+    }
+    Ok(ends)
+}
+
+async fn log_bytes(addr: &str, partitions: u32) -> anyhow::Result<i64> {
+    Ok(log_ends(addr, partitions).await?.iter().sum())
+}
+
+/// Waits until the broker has flushed (made visible) everything produced.
+async fn wait_visible(addr: &str, partitions: u32) -> anyhow::Result<()> {
+    let mut last = log_ends(addr, partitions).await?;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = log_ends(addr, partitions).await?;
+        if now == last {
+            return Ok(());
+        }
+        last = now;
+    }
+    bail!("the log ends kept moving")
+}
