@@ -163,6 +163,7 @@ impl Deployment {
         };
         let begun = Instant::now();
         let mut started = process::spawn(command(), paths)?;
+        let mut spawned_at = begun;
         let not_ready = |reason: String, log_offset: u64| DeployError::NotReady {
             name: component.name.clone(),
             reason,
@@ -181,6 +182,7 @@ impl Deployment {
                     }
                     std::thread::sleep(RETRY_PAUSE);
                     started = process::spawn(command(), paths)?;
+                    spawned_at = Instant::now();
                     continue;
                 }
                 Ok(None) => {}
@@ -188,11 +190,8 @@ impl Deployment {
                     return Err(DeployError::Io { path: paths.pid_file.clone(), source });
                 }
             }
-            let ready = match &component.ready {
-                ready::Ready::Running { ms } => begun.elapsed() >= Duration::from_millis(*ms),
-                sign => sign.check(&paths.log_file, started.log_offset),
-            };
-            if ready {
+            // Checked after `try_wait`, so a process that is gone never counts as ready.
+            if component.ready.check(spawned_at.elapsed(), &paths.log_file, started.log_offset) {
                 return Ok(started.child.id());
             }
             if begun.elapsed() >= timeout {

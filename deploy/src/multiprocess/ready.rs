@@ -24,8 +24,9 @@ pub enum Ready {
 }
 
 impl Ready {
-    /// One check; `log` and `log_offset` locate what the process wrote since it started.
-    pub fn check(&self, log: &Path, log_offset: u64) -> bool {
+    /// One check of a process that has been running for `running`; `log` and `log_offset`
+    /// locate what it wrote since it started.
+    pub fn check(&self, running: Duration, log: &Path, log_offset: u64) -> bool {
         match self {
             Ready::ZooKeeper { port } => {
                 four_letter(*port, "srvr").is_some_and(|answer| answer.contains("Mode: standalone"))
@@ -35,8 +36,7 @@ impl Ready {
                 TcpStream::connect_timeout(&loopback(*port), Duration::from_secs(1)).is_ok()
             }
             Ready::LogLine { text } => log_since(log, log_offset).contains(text.as_str()),
-            // The caller checks that the process still runs after each poll.
-            Ready::Running { .. } => true,
+            Ready::Running { ms } => running >= Duration::from_millis(*ms),
         }
     }
 
