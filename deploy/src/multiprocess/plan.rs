@@ -332,8 +332,9 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
          # TCP load balancing over the brokers of live cluster {cluster}: producers send\n\
          # partition -1, so any broker will do; a broker that stops answering is taken out\n\
          # after two failed checks and put back after two good ones.\n\
-         global\n    maxconn 4096\n\n\
-         defaults\n    mode tcp\n    timeout connect 2s\n    timeout client 10m\n    timeout server 10m\n\
+         global\n    maxconn 4096\n    # Brokers going down and up, into this process's log.\n\
+         \x20   log stderr format raw local0 notice\n\n\
+         defaults\n    log global\n    mode tcp\n    timeout connect 2s\n    timeout client 10m\n    timeout server 10m\n\
          \x20   option redispatch\n    retries 3\n\n\
          frontend {cluster}\n    bind {HOST}:{port}\n    default_backend {cluster}-brokers\n\n\
          backend {cluster}-brokers\n    balance roundrobin\n"
