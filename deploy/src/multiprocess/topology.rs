@@ -555,15 +555,42 @@ fn normalize(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for part in path.components() {
-        match part {
-            Component::CurDir => {}
-            Component::ParentDir
-                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
-            {
+        match (part, out.components().next_back()) {
+            (Component::CurDir, _) => {}
+            (Component::ParentDir, Some(Component::Normal(_))) => {
                 out.pop();
             }
-            other => out.push(other),
+            // `/..` is `/`.
+            (Component::ParentDir, Some(Component::RootDir)) => {}
+            (other, _) => out.push(other),
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_every_unit() {
+        assert_eq!(parse_duration_ms("250"), Ok(250));
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("10s"), Ok(10_000));
+        assert_eq!(parse_duration_ms("5m"), Ok(300_000));
+        assert_eq!(parse_duration_ms("24h"), Ok(86_400_000));
+        assert!(parse_duration_ms("soon").is_err());
+        assert!(parse_duration_ms("5d").is_err());
+        assert!(parse_duration_ms("99999999999999999h").is_err());
+    }
+
+    #[test]
+    fn paths_are_normalised_lexically() {
+        assert_eq!(
+            normalize(Path::new("/a/deploy/../target/./run")),
+            PathBuf::from("/a/target/run")
+        );
+        assert_eq!(normalize(Path::new("/../a")), PathBuf::from("/a"));
+        assert_eq!(normalize(Path::new("../a")), PathBuf::from("../a"));
+    }
 }
