@@ -118,17 +118,15 @@ async fn framed_messages_are_read_whole_and_produced_byte_for_byte() {
     target.connect().await.create_topic("copy", 1, &[]).await.unwrap();
     let brokers = Arc::new(StaticBrokers::new(vec![target.addr.clone()]));
     let producer = Producer::new(ProducerConfig::default(), brokers).unwrap();
-    for message in [&first, &second] {
-        producer
-            .enqueue_framed("copy", None, message.payload.clone())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    }
+    producer.enqueue_framed("copy", None, first.payload.clone()).await.unwrap().await.unwrap();
+    let mut two = BytesMut::new(); // several framed messages travel as one set
+    two.extend_from_slice(&second.payload);
+    two.extend_from_slice(&first.payload);
+    producer.enqueue_framed("copy", None, two.freeze()).await.unwrap().await.unwrap();
     let mut expected = BytesMut::new();
     expected.extend_from_slice(&plain);
     expected.extend_from_slice(&gzip);
+    expected.extend_from_slice(&plain);
     let target_conn = target.connect().await;
     let copied = eventually(Duration::from_secs(30), "both copies visible", || async {
         let set = target_conn.fetch("copy", 0, 0, 1 << 20).await.unwrap();
@@ -138,8 +136,10 @@ async fn framed_messages_are_read_whole_and_produced_byte_for_byte() {
     assert_eq!(copied, expected.freeze(), "the target stores the very same bytes");
 
     let truncated = gzip.slice(..gzip.len() - 1);
-    let refused = producer.enqueue_framed("copy", None, truncated).await;
-    assert!(matches!(refused, Err(ProducerError::InvalidMessage { .. })));
+    for bad in [truncated, bytes::Bytes::new()] {
+        let refused = producer.enqueue_framed("copy", None, bad).await;
+        assert!(matches!(refused, Err(ProducerError::InvalidMessage { .. })));
+    }
     let config = ProducerConfig { compression: Codec::Gzip, ..ProducerConfig::default() };
     let brokers = Arc::new(StaticBrokers::new(vec![target.addr.clone()]));
     let compressing = Producer::new(config, brokers).unwrap();

@@ -114,27 +114,27 @@ impl Producer {
         self.enqueue_message(topic, key, message.freeze()).await
     }
 
-    /// Like [`Producer::enqueue`] for a message already framed (length, CRC, magic,
-    /// [attributes], payload) — a compressed wrapper included — which is sent byte for byte.
-    /// For copying messages between clusters; needs `compression` `None`, since a wrapper
-    /// must not be wrapped again.
+    /// Like [`Producer::enqueue`] for messages already framed (length, CRC, magic,
+    /// [attributes], payload) — compressed wrappers included — one or several back to back
+    /// (a MessageSet), which travel together and byte for byte. For copying messages between
+    /// clusters; needs `compression` `None`, since a wrapper must not be wrapped again.
     pub async fn enqueue_framed(
         &self,
         topic: &str,
         key: Option<&[u8]>,
-        message: Bytes,
+        framed: Bytes,
     ) -> Result<Pending, ProducerError> {
         if self.inner.config.compression != Codec::None {
             let reason = "framed messages need compression None".to_owned();
             return Err(ProducerError::InvalidConfig { reason });
         }
-        let mut messages = MessageSetIter::new(&message, 0);
-        let whole = matches!(messages.next(), Some(Ok((_, m))) if m.size_bytes() == message.len());
-        if !whole {
-            let reason = format!("not exactly one valid framed message ({} bytes)", message.len());
+        let mut messages = MessageSetIter::new(&framed, 0);
+        let valid = messages.by_ref().all(|m| m.is_ok());
+        if !valid || framed.is_empty() || messages.valid_bytes() != framed.len() {
+            let reason = format!("not whole valid framed messages ({} bytes)", framed.len());
             return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
-        self.enqueue_message(topic, key, message).await
+        self.enqueue_message(topic, key, framed).await
     }
 
     /// Accepts one encoded message into its partition's batch.
