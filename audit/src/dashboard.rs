@@ -471,6 +471,12 @@ pub(crate) async fn window_page(
     }
     body.push_str("</tbody></table>");
 
+    if let Some(tier) = report.loss_at {
+        let _ = write!(
+            body,
+            r#"<p class="note" id="loss-at">The events went missing at the <b>{tier}</b> tier; the tiers after it inherit the shortfall.</p>"#
+        );
+    }
     body.push_str(r#"<h2>Hosts that fall short</h2>"#);
     let short_tiers: Vec<&str> =
         detail.order.iter().copied().filter(|t| report.missing.contains_key(t)).collect();

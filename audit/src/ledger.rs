@@ -115,6 +115,9 @@ pub struct WindowReport {
     pub duplicate: BTreeMap<&'static str, i64>,
     /// Each downstream tier's own verdict.
     pub tier_verdicts: BTreeMap<&'static str, Verdict>,
+    /// The most upstream tier in loss: where the events went missing (the tiers after it
+    /// inherit the shortfall).
+    pub loss_at: Option<&'static str>,
 }
 
 impl WindowReport {
@@ -282,6 +285,7 @@ impl Ledger {
             missing: BTreeMap::new(),
             duplicate: BTreeMap::new(),
             tier_verdicts: BTreeMap::new(),
+            loss_at: None,
         };
         let Some((reference, downstream)) = active.split_first() else { return report };
         let expected = window.total(*reference);
@@ -292,6 +296,7 @@ impl Ledger {
                 (false, _) => Verdict::Open,
                 (true, d) if d < 0 => {
                     report.missing.insert(tier.as_str(), -d);
+                    report.loss_at.get_or_insert(tier.as_str());
                     Verdict::Loss
                 }
                 (true, d) if d > 0 => {
@@ -442,6 +447,7 @@ mod tests {
         let second = ledger.window("t", W, closed()).unwrap();
         assert_eq!(second.verdict, Verdict::Loss);
         assert_eq!(second.missing.get("loader"), Some(&1));
+        assert_eq!(second.loss_at, Some("loader"));
         assert_eq!(second.tier_verdicts.get("mirror"), Some(&Verdict::Duplication));
     }
 
@@ -486,6 +492,20 @@ mod tests {
         let report = ledger.window("t", W, closed()).unwrap();
         assert_eq!(report.verdict, Verdict::Loss);
         assert_eq!(report.missing.get("mirror"), Some(&8));
+        assert_eq!(report.loss_at, Some("mirror"));
+    }
+
+    #[test]
+    fn a_loss_is_placed_at_the_most_upstream_short_tier() {
+        let ledger = ledger(&[
+            record(Tier::Agent, "a", "t", 0, 10),
+            record(Tier::Live, "dc-a", "t", 0, 10),
+            record(Tier::Mirror, "m", "t", 0, 8),
+            record(Tier::Loader, "l", "t", 0, 8),
+        ]);
+        let report = ledger.window("t", 0, closed()).unwrap();
+        assert_eq!(report.missing.len(), 2, "the loader inherits the mirror's shortfall");
+        assert_eq!(report.loss_at, Some("mirror"));
     }
 
     #[test]

@@ -174,6 +174,7 @@ async fn chromium_shows_the_flagged_window_the_chart_and_the_short_host() {
         "{window}"
     );
     assert!(window.contains(r#"<td class="short">25</td>"#));
+    assert!(window.contains("missing at the <b>mirror</b> tier"), "where the loss happened");
     assert!(!window.contains(r#"data-host="mirror-1""#), "mirror-1 carried its share");
 
     let kept = std::env::var_os("AUDIT_SCREENSHOTS").map(PathBuf::from);

@@ -65,6 +65,8 @@ async fn known_loss_duplication_and_open_windows_get_their_verdicts() {
     assert_eq!(windows[0]["tiers"], json!({"agent": 100, "mirror": 100, "loader": 100}));
     assert_eq!(windows[1]["missing"], json!({"loader": 7}));
     assert_eq!(windows[1]["tier_verdicts"], json!({"mirror": "complete", "loader": "loss"}));
+    assert_eq!(windows[1]["loss_at"], "loader");
+    assert_eq!(windows[0]["loss_at"], Value::Null);
     assert_eq!(windows[2]["duplicate"], json!({"mirror": 3, "loader": 3}));
     assert_eq!(windows[3]["missing"], json!({}), "an open window has no shortfall yet");
     assert_eq!(windows[0]["window_ms"], 1_000);
