@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::Bytes;
-use client::{GroupConsumer, MessageStream, Pending, ProducerError};
+use bytes::{Bytes, BytesMut};
+use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError};
 use cluster::PartitionId;
 use futures::FutureExt;
 use schema_registry::audit::{AUDIT_TOPIC, window_start};
@@ -46,11 +46,18 @@ pub(crate) struct Shared {
     pub(crate) window_ms: i64,
 }
 
-/// One message taken from the source, on its way to the target.
-struct InFlight {
+/// Consecutive messages of one source partition, framed back to back, sent as one record.
+struct Run {
     partition: PartitionId,
+    /// Where the partition resumes after the run.
     next_offset: i64,
-    message: Bytes,
+    messages: u64,
+    set: Bytes,
+}
+
+/// A run on its way to the target.
+struct InFlight {
+    run: Run,
     state: State,
 }
 
@@ -98,6 +105,9 @@ pub(crate) async fn copy_stream(
     tokio::join!(read, acknowledge);
 }
 
+/// Bytes of one run of messages sent as one record, at most (a larger message goes alone).
+const RUN_BYTES_MAX: usize = 256 << 10;
+
 async fn read(
     shared: &Shared,
     topic: &str,
@@ -106,25 +116,26 @@ async fn read(
     stop: &CancellationToken,
 ) {
     let producer = &shared.target.producer;
+    let mut carried: Option<GroupMessage> = None;
     loop {
         let next = async {
-            let message = match stream.next_message().await? {
-                Ok(message) => message,
-                Err(e) => {
-                    // A corrupt source message stops its partition until the next rebalance;
-                    // the mirror never skips past it.
-                    tracing::error!(%topic, error = %e, "cannot read from the source");
-                    return Some(None);
-                }
+            let first = match carried.take() {
+                Some(message) => message,
+                None => match next_message(topic, stream.next_message().await?) {
+                    Some(message) => message,
+                    None => return Some(None),
+                },
             };
-            let key = key(message.partition);
-            let state =
-                match producer.enqueue_framed(topic, Some(&key), message.payload.clone()).await {
-                    Ok(pending) => State::Sending(pending),
-                    Err(e) => State::Failed(e),
-                };
-            let (partition, next_offset) = (message.partition, message.next_offset);
-            Some(Some(InFlight { partition, next_offset, message: message.payload, state }))
+            let (run, next) = gather(topic, stream, first);
+            carried = next;
+            let state = match producer
+                .enqueue_framed(topic, Some(&key(run.partition)), run.set.clone())
+                .await
+            {
+                Ok(pending) => State::Sending(pending),
+                Err(e) => State::Failed(e),
+            };
+            Some(Some(InFlight { run, state }))
         };
         let item = tokio::select! {
             _ = stop.cancelled() => return,
@@ -140,6 +151,52 @@ async fn read(
             }
         }
     }
+}
+
+/// The message, or `None` after logging a read error: a corrupt source message stops its
+/// partition until the next rebalance; the mirror never skips past it.
+fn next_message(topic: &str, item: Result<GroupMessage, GroupError>) -> Option<GroupMessage> {
+    match item {
+        Ok(message) => Some(message),
+        Err(e) => {
+            tracing::error!(%topic, error = %e, "cannot read from the source");
+            None
+        }
+    }
+}
+
+/// `first` and the messages of its partition that follow it and are already fetched, up to
+/// [`RUN_BYTES_MAX`]; and the first message that did not fit, if one was taken.
+fn gather(
+    topic: &str,
+    stream: &mut MessageStream,
+    first: GroupMessage,
+) -> (Run, Option<GroupMessage>) {
+    let (partition, mut next_offset) = (first.partition, first.next_offset);
+    let mut messages = 1;
+    let mut set: Option<BytesMut> = None;
+    let mut carried = None;
+    while set.as_ref().map_or(first.payload.len(), BytesMut::len) < RUN_BYTES_MAX {
+        // Only what is there now: a run never waits for more.
+        let Some(Some(item)) = stream.next_message().now_or_never() else { break };
+        let Some(message) = next_message(topic, item) else { break };
+        let fits = set.as_ref().map_or(first.payload.len(), BytesMut::len) + message.payload.len()
+            <= RUN_BYTES_MAX;
+        if message.partition != partition || message.offset != next_offset || !fits {
+            carried = Some(message);
+            break;
+        }
+        let set = set.get_or_insert_with(|| {
+            let mut set = BytesMut::with_capacity(RUN_BYTES_MAX);
+            set.extend_from_slice(&first.payload);
+            set
+        });
+        set.extend_from_slice(&message.payload);
+        next_offset = message.next_offset;
+        messages += 1;
+    }
+    let set = set.map_or(first.payload, BytesMut::freeze);
+    (Run { partition, next_offset, messages, set }, carried)
 }
 
 /// What the acknowledger hands on in bulk: marks per partition and audit counts per window.
@@ -193,10 +250,11 @@ async fn acknowledge(
         }
         backoff_ms = RESEND_BACKOFF_MS;
         let item = window.pop_front().expect("front exists");
+        let partition = item.run.partition;
         let stats = stats
-            .entry(item.partition)
-            .or_insert_with(|| shared.metrics.partition(source, topic, item.partition));
-        record(shared, counted, &item, stats, &mut done);
+            .entry(partition)
+            .or_insert_with(|| shared.metrics.partition(source, topic, partition));
+        record(shared, counted, &item.run, stats, &mut done);
         let next_ready = window.front_mut().is_some_and(|next| {
             next.state.settle();
             !matches!(next.state, State::Sending(_))
@@ -207,17 +265,11 @@ async fn acknowledge(
     }
 }
 
-/// Counts an acknowledged message for the audit and the metrics, and notes its mark.
-fn record(
-    shared: &Shared,
-    counted: bool,
-    item: &InFlight,
-    stats: &PartitionStats,
-    done: &mut Done,
-) {
+/// Counts an acknowledged run for the audit and the metrics, and notes its mark.
+fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, done: &mut Done) {
     let mut events = 0u64;
     let mut last_time = None;
-    let counted_events = events::for_each_event(&item.message, |time| {
+    let counted_events = events::for_each_event(&run.set, |time| {
         events += 1;
         if let Some(time) = time {
             last_time = Some(time);
@@ -227,18 +279,18 @@ fn record(
         }
     });
     if let Err(e) = counted_events {
-        tracing::warn!(partition = %item.partition, error = %e, "cannot inflate a copied wrapper to count its events");
+        tracing::warn!(partition = %run.partition, error = %e, "cannot inflate a copied wrapper to count its events");
     }
-    let bytes = item.message.len() as u64;
-    stats.messages.fetch_add(1, Ordering::Relaxed);
+    let bytes = run.set.len() as u64;
+    stats.messages.fetch_add(run.messages, Ordering::Relaxed);
     stats.events.fetch_add(events, Ordering::Relaxed);
     stats.bytes.fetch_add(bytes, Ordering::Relaxed);
     if let Some(time) = last_time {
         stats.record_age_ms.store((now_ms() - time).max(0), Ordering::Relaxed);
     }
-    shared.metrics.totals.add(1, events, bytes);
-    done.marks.insert(item.partition, item.next_offset);
-    done.messages += 1;
+    shared.metrics.totals.add(run.messages, events, bytes);
+    done.marks.insert(run.partition, run.next_offset);
+    done.messages += run.messages as usize;
 }
 
 /// Marks the acknowledged offsets done and adds the audit counts.
@@ -252,18 +304,16 @@ async fn hand_on(shared: &Shared, topic: &str, consumer: &GroupConsumer, done: &
     done.messages = 0;
 }
 
-/// Sends every failed message of the window again, in order.
+/// Sends every failed run of the window again, in order.
 async fn resend(shared: &Shared, topic: &str, window: &mut VecDeque<InFlight>) {
     for item in window.iter_mut() {
         item.state.settle();
         if let State::Failed(_) = item.state {
-            let key = key(item.partition);
-            let producer = &shared.target.producer;
-            item.state =
-                match producer.enqueue_framed(topic, Some(&key), item.message.clone()).await {
-                    Ok(pending) => State::Sending(pending),
-                    Err(e) => State::Failed(e),
-                };
+            let (key, set) = (key(item.run.partition), item.run.set.clone());
+            item.state = match shared.target.producer.enqueue_framed(topic, Some(&key), set).await {
+                Ok(pending) => State::Sending(pending),
+                Err(e) => State::Failed(e),
+            };
         }
     }
 }

@@ -10,26 +10,22 @@ const ENVELOPE_PREFIX_BYTES: usize = 5;
 /// Bytes one wrapper may inflate to when counting its events.
 const INFLATED_BYTES_MAX: usize = 64 << 20;
 
-/// The events of one framed message: how many, and the `header.time` of each (ms since the
-/// epoch), `None` for a payload that is not an event envelope.
+/// The events of framed messages back to back: the `header.time` of each (ms since the
+/// epoch), `None` for a payload that is not an event envelope. A compressed wrapper is
+/// inflated to reach the events inside.
 pub(crate) fn for_each_event(
     framed: &[u8],
     mut event: impl FnMut(Option<i64>),
 ) -> Result<(), CompressionError> {
-    let Some(Ok((_, message))) = MessageSetIter::new(framed, 0).next() else {
-        // The group consumer checked the message before handing it out.
-        event(None);
-        return Ok(());
-    };
-    if !message.is_compressed() {
-        event(header_time(message.payload));
-        return Ok(());
-    }
-    let inner = client::decompress(message.codec(), message.payload, INFLATED_BYTES_MAX)?;
-    for inner in MessageSetIter::new(&inner, 0) {
-        match inner {
-            Ok((_, message)) => event(header_time(message.payload)),
-            Err(_) => break,
+    // The group consumer checked every message before handing it out.
+    for (_, message) in MessageSetIter::new(framed, 0).map_while(Result::ok) {
+        if !message.is_compressed() {
+            event(header_time(message.payload));
+            continue;
+        }
+        let inner = client::decompress(message.codec(), message.payload, INFLATED_BYTES_MAX)?;
+        for (_, message) in MessageSetIter::new(&inner, 0).map_while(Result::ok) {
+            event(header_time(message.payload));
         }
     }
     Ok(())
@@ -93,13 +89,14 @@ mod tests {
         }
         protocol::encode_message(&mut inner, Codec::None, b"not an event");
         for codec in client::SUPPORTED_CODECS {
-            let mut wrapper = BytesMut::new();
+            let mut wrapper = plain.clone();
             protocol::encode_message(
                 &mut wrapper,
                 codec,
                 &client::compress(codec, &inner).unwrap(),
             );
-            assert_eq!(times(&wrapper), [Some(1), Some(-5), Some(1 << 40), None], "{codec:?}");
+            let expected = [Some(1_700_000_000_123), Some(1), Some(-5), Some(1 << 40), None];
+            assert_eq!(times(&wrapper), expected, "a plain message, then a wrapper: {codec:?}");
         }
     }
 
