@@ -183,3 +183,61 @@ pub fn log_tail(path: &Path, offset: u64, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kills the child when the test ends, passed or failed.
+    struct KillOnDrop(Child);
+
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn stop_kills_a_process_that_ignores_sigterm_and_removes_its_pid_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let paths = Paths::new(dir.path(), "stubborn");
+        // The sleep's argument, unique to this test run, is what tells the process apart.
+        let marker = format!("60.{}", std::process::id());
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(format!("trap '' TERM; exec sleep {marker}"));
+        let mut child = KillOnDrop(spawn(command, &paths).expect("spawn").child);
+        // The shell's command line names the marker too: wait for the exec, which comes after
+        // the trap.
+        let comm = format!("/proc/{}/comm", child.0.id());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+            assert!(Instant::now() < deadline, "sleep did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(matches!(state(&paths, &marker), Ok(State::Alive { .. })));
+        let outcome = stop(&paths, &marker, Duration::from_millis(300)).expect("stop");
+        assert_eq!(outcome, Stopped::Killed);
+        assert!(!paths.pid_file.exists());
+        assert_eq!(state(&paths, &marker).expect("state"), State::Stopped);
+        let status = child.0.wait().expect("wait");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    }
+
+    #[test]
+    fn a_pid_now_held_by_another_program_is_dead_and_never_signalled() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let paths = Paths::new(dir.path(), "gone");
+        std::fs::create_dir_all(paths.pid_file.parent().expect("dir")).expect("mkdir");
+        // This test's own pid, whose command line does not name the marker.
+        std::fs::write(&paths.pid_file, format!("{}\n", std::process::id())).expect("write");
+        let marker = dir.path().to_string_lossy().into_owned();
+        let pid = i32::try_from(std::process::id()).expect("pid");
+        assert_eq!(state(&paths, &marker).expect("state"), State::Dead { pid });
+        assert_eq!(
+            stop(&paths, &marker, Duration::from_secs(1)).expect("stop"),
+            Stopped::NotRunning
+        );
+        assert!(!paths.pid_file.exists());
+    }
+}
