@@ -241,3 +241,88 @@ async fn publish(
         Err(source) => Err(CommitError::Store { path: path.to_owned(), source }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use object_store::memory::InMemory;
+
+    use super::*;
+
+    fn record(start: i64, end: i64, files: Vec<CommittedFile>) -> CommitRecord {
+        CommitRecord {
+            topic: "t".into(),
+            partition: "0-0".into(),
+            start,
+            end,
+            rows: 1,
+            rows_total: 1,
+            files,
+            bad_records: 0,
+            host: "h".into(),
+            run_id: "r".into(),
+            committed_at_ms: 0,
+            max_time_ms: 0,
+            schema_id: 1,
+            window_ms: 600_000,
+            windows: BTreeMap::new(),
+        }
+    }
+
+    fn file(staged: &str, path: &str) -> CommittedFile {
+        CommittedFile { path: path.into(), staged: staged.into(), rows: 1, bytes: 4 }
+    }
+
+    #[tokio::test]
+    async fn a_second_commit_of_one_start_is_fenced_and_the_chain_ends_at_the_highest_start() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let commits =
+            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        assert_eq!(commits.last().await.unwrap(), None);
+        assert_eq!(commits.commit(&record(0, 10, vec![])).await.unwrap(), Committed::Won);
+        assert_eq!(commits.commit(&record(0, 12, vec![])).await.unwrap(), Committed::Fenced);
+        assert_eq!(commits.commit(&record(10, 20, vec![])).await.unwrap(), Committed::Won);
+        assert_eq!(commits.last().await.unwrap().map(|r| (r.start, r.end)), Some((10, 20)));
+        assert_eq!(commits.all(4).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn roll_forward_moves_staged_files_once_and_fails_when_a_named_file_is_gone() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let commits =
+            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        let staged = "_staging/t/0-0/r/dt=2025-12-01/hr=00/0.parquet";
+        let path = "t/dt=2025-12-01/hr=00/t+0-0+0+10.parquet";
+        store.put(&Path::from(staged), PutPayload::from_static(b"data")).await.unwrap();
+        let committed = record(0, 10, vec![file(staged, path)]);
+        commits.roll_forward(&committed).await.unwrap();
+        commits.roll_forward(&committed).await.unwrap(); // again: already in place
+        assert!(store.head(&Path::from(path)).await.is_ok());
+        assert!(store.head(&Path::from(staged)).await.is_err());
+
+        let lost = record(
+            10,
+            20,
+            vec![file("_staging/t/0-0/r/x.parquet", "t/dt=2025-12-01/hr=00/y.parquet")],
+        );
+        assert!(matches!(commits.roll_forward(&lost).await, Err(CommitError::MissingFile { .. })));
+        let outside = record(10, 20, vec![file(staged, "other/x.parquet")]);
+        assert!(matches!(commits.roll_forward(&outside).await, Err(CommitError::Corrupt { .. })));
+    }
+
+    #[tokio::test]
+    async fn staging_cleanup_keeps_young_files_and_those_the_last_record_names() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let commits =
+            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        let (named, orphan) = ("_staging/t/0-0/a/1.parquet", "_staging/t/0-0/b/2.parquet");
+        for path in [named, orphan] {
+            store.put(&Path::from(path), PutPayload::from_static(b"x")).await.unwrap();
+        }
+        let last = record(0, 10, vec![file(named, "t/x.parquet")]);
+        let now = crate::load::now_ms();
+        assert_eq!(commits.clean_staging(Some(&last), 60_000, now).await.unwrap(), 0, "young");
+        assert_eq!(commits.clean_staging(Some(&last), 60_000, now + 120_000).await.unwrap(), 1);
+        assert!(store.head(&Path::from(named)).await.is_ok());
+        assert!(store.head(&Path::from(orphan)).await.is_err());
+    }
+}
