@@ -36,9 +36,16 @@ fn free_ports(n: usize) -> Vec<u16> {
     listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect()
 }
 
-/// The first of `n` consecutive free ports (SeaweedFS takes a block of them).
+/// The first of `n` consecutive free ports (SeaweedFS takes a block of them). Each call
+/// (and each test process) starts looking somewhere else, so tests running at once do not
+/// pick the same block.
 fn free_port_block(n: u16) -> u16 {
-    for start in (23_000..48_000u16).step_by(97) {
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let first =
+        std::process::id() * 7 + CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 31;
+    // Below the ephemeral range (32768 on), where `free_ports` and every client socket land.
+    for attempt in 0..127 {
+        let start = 20_000 + u16::try_from((first + attempt) % 127).expect("small") * 100;
         let block: Option<Vec<TcpListener>> =
             (start..start + n).map(|p| TcpListener::bind(("127.0.0.1", p)).ok()).collect();
         if block.is_some() {
