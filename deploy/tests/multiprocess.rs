@@ -274,7 +274,11 @@ fn bad_topology_is_one_line_naming_the_key_with_exit_code_2() {
         (format!("{minimal}[loader]\ninterval = \"soon\"\n"), "loader.interval"),
         (format!("{minimal}[broker]\nport = 5\n"), "broker.port"),
         (minimal.replace("run_dir = \"run\"\n", ""), "run_dir"),
+        (format!("{minimal}[broker]\nsettings = {{ port = 5 }}\n"), "broker.settings.port"),
+        (format!("{minimal}[audit]\nconfig = \"not-toml.txt\"\n"), "audit.config"),
+        (format!("{minimal}[mirror]\nconfig = \"missing.toml\"\n"), "mirror.config"),
     ];
+    std::fs::write(dir.path().join("not-toml.txt"), "x = [\n").expect("write");
     for (i, (body, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("bad-{i}.toml"));
         std::fs::write(&path, body).expect("write");

@@ -68,6 +68,12 @@ impl Deployment {
         let topology = Topology::load(path)?;
         let binaries = topology.binaries_dir().map_err(DeployError::CurrentExe)?;
         let components = plan::plan(&topology, &binaries);
+        // Every generated config must come out right before anything starts: a `settings` key
+        // the topology sets itself, or a `config` file that is not TOML, is the topology's
+        // error.
+        for config in components.iter().filter_map(|c| c.config.as_ref()) {
+            config.content.render(path)?;
+        }
         Ok(Deployment { topology, topology_path: path.to_owned(), components })
     }
 
