@@ -160,9 +160,6 @@ impl Config {
         if self.registry.is_empty() {
             return invalid("registry is required (the schema registry's URL)".into());
         }
-        if self.brokers.is_empty() == self.zookeeper.is_none() {
-            return invalid("give exactly one of brokers and zookeeper".into());
-        }
         if self
             .brokers
             .iter()
@@ -208,6 +205,16 @@ impl Config {
         }
         self.codec()?;
         self.tails()?;
+        Ok(())
+    }
+
+    /// For a process that finds brokers from its config (the binary): exactly one of `brokers`
+    /// and `zookeeper`. [`Agent::start`](crate::Agent::start) takes brokers as an argument and
+    /// does not need either.
+    pub fn validate_brokers(&self) -> Result<(), ConfigError> {
+        if self.brokers.is_empty() == self.zookeeper.is_none() {
+            return Err(ConfigError::Invalid("give exactly one of brokers and zookeeper".into()));
+        }
         Ok(())
     }
 

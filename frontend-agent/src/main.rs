@@ -132,6 +132,7 @@ impl ServeArgs {
             config.tail = self.tail;
         }
         config.validate()?;
+        config.validate_brokers()?;
         RegistryClient::new(&config.registry)?;
         Ok(config)
     }

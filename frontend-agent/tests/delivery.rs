@@ -162,8 +162,8 @@ async fn brokers_registered_in_zookeeper_are_found_and_shipped_to() {
     let broker = TestBroker::start_with(move |c| c.zookeeper = Some(broker_connect)).await;
     let registry = TestRegistry::start().await;
     let spool = tempfile::tempdir().unwrap();
-    let mut cfg = config(registry.url(), spool.path(), &[]);
-    cfg.zookeeper = Some(connect.clone());
+    // The library takes the cluster as an argument: the config names no brokers.
+    let cfg = config(registry.url(), spool.path(), &[]);
     let session = ZooKeeper::connect(ZooKeeperConfig::new(connect)).await.unwrap();
     let client = Arc::new(RegistryClient::new(registry.url()).unwrap());
     let agent = Agent::start(cfg, Brokers::Cluster(session), client).await.unwrap();
