@@ -40,7 +40,11 @@ struct Cli {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     batch: u64,
     /// Systems to run, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "tributary,redis,nats,rabbitmq,activemq")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tributary,tributary-write,redis,nats,rabbitmq,activemq"
+    )]
     systems: Vec<String>,
     /// A small run (about a minute) that checks every system moves exactly N messages.
     #[arg(long)]
@@ -109,12 +113,16 @@ fn launchers(cli: &Cli) -> BenchResult<Vec<Box<dyn Launcher>>> {
         Some(path) => path.clone(),
         None => tributary::Tributary::beside_this_binary()?,
     };
-    let mut all: Vec<Box<dyn Launcher>> = vec![Box::new(tributary::Tributary { broker_bin })];
+    use tributary::{Tributary, VisibleAfter};
+    let mut all: Vec<Box<dyn Launcher>> = vec![
+        Box::new(Tributary { broker_bin: broker_bin.clone(), visible_after: VisibleAfter::Flush }),
+        Box::new(Tributary { broker_bin, visible_after: VisibleAfter::Write }),
+    ];
     all.extend(peers::all());
     for name in &cli.systems {
         anyhow::ensure!(
             all.iter().any(|l| l.name() == name),
-            "unknown system {name:?} (known: tributary, redis, nats, rabbitmq, activemq)"
+            "unknown system {name:?} (known: tributary, tributary-write, redis, nats, rabbitmq, activemq)"
         );
     }
     all.retain(|l| cli.systems.iter().any(|s| s == l.name()));

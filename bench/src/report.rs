@@ -44,6 +44,11 @@ pub struct Report {
     pub log_growth: Vec<GrowthPoint>,
 }
 
+/// Tributary itself, under either visibility policy, rather than a peer.
+fn is_tributary(s: &SystemResult) -> bool {
+    s.name.starts_with("tributary")
+}
+
 fn rate(t: &Option<Throughput>) -> String {
     t.map_or("–".into(), |t| format!("{:.0}", t.messages_per_second()))
 }
@@ -142,7 +147,7 @@ impl Report {
                 }
                 _ => "–".into(),
             };
-            for p in self.systems.iter().filter(|s| s.name != "tributary" && s.error.is_none()) {
+            for p in self.systems.iter().filter(|s| !is_tributary(s) && s.error.is_none()) {
                 let _ = writeln!(
                     md,
                     "| {} | {} | {} | {} |",
@@ -163,6 +168,25 @@ impl Report {
                     "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
                     s.name, l.rate_per_second, l.messages, l.p50_us, l.p99_us, l.p999_us, l.max_us
                 );
+            }
+        }
+        let best_peer = self
+            .systems
+            .iter()
+            .filter(|s| !is_tributary(s))
+            .filter_map(|s| s.latency.map(|l| (s.name.as_str(), l.p99_us)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((peer, peer_p99)) = best_peer {
+            let _ = writeln!(md);
+            for s in self.systems.iter().filter(|s| is_tributary(s)) {
+                if let Some(l) = s.latency {
+                    let verdict = if l.p99_us <= peer_p99 { "at or below" } else { "above" };
+                    let _ = writeln!(
+                        md,
+                        "- {}: p99 {:.0} µs, {verdict} the best peer's ({peer}, {:.0} µs)",
+                        s.name, l.p99_us, peer_p99
+                    );
+                }
             }
         }
         let _ = writeln!(md, "\n## The machine's ceilings\n");

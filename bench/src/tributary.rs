@@ -1,6 +1,8 @@
 //! Tributary under the benchmark: the release `broker` binary (found beside this binary, or
 //! given with `--broker-bin`), a pipelined connection with `acks` 1 for the producer, and
-//! 4 MiB fetches with CRC checks for the consumer.
+//! 4 MiB long-poll fetches (`MULTIFETCH_WAIT`) with CRC checks for the consumer. It runs twice:
+//! as `tributary` with the paper's visibility (`visible_after = "flush"`), and as
+//! `tributary-write` with data visible once appended.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -11,7 +13,7 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use client::{Connection, ConnectionConfig, PendingResponse};
-use protocol::{Acks, Codec, MessageSetIter, ProduceRequest, Request};
+use protocol::{Acks, Codec, FetchRequest, MessageSetIter, ProduceRequest, Request};
 
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port, start_service, stop_service};
@@ -20,11 +22,21 @@ use crate::service::{Service, free_port, start_service, stop_service};
 const IN_FLIGHT_MAX: usize = 512;
 /// Bytes per fetch.
 const FETCH_BYTES: i32 = 4 << 20;
-/// Fsync (and make visible) within this long; also every 10,000 messages, the default.
+/// Fsync within this long; also every 10,000 messages, the default.
 const FLUSH_MS: u64 = 10;
+/// The longest a consumer's long poll waits at the end of the log; new data ends it at once.
+const LONG_POLL_MS: i32 = 100;
+
+/// The broker's `visible_after`: when appended data becomes visible to consumers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisibleAfter {
+    Flush,
+    Write,
+}
 
 pub struct Tributary {
     pub broker_bin: PathBuf,
+    pub visible_after: VisibleAfter,
 }
 
 impl Tributary {
@@ -38,13 +50,25 @@ impl Tributary {
 #[async_trait]
 impl Launcher for Tributary {
     fn name(&self) -> &'static str {
-        "tributary"
+        match self.visible_after {
+            VisibleAfter::Flush => "tributary",
+            VisibleAfter::Write => "tributary-write",
+        }
     }
 
     fn describe(&self) -> String {
+        let visible = match self.visible_after {
+            VisibleAfter::Flush => {
+                "visible_after = flush: data is visible to consumers once flushed"
+            }
+            VisibleAfter::Write => {
+                "visible_after = write: data is visible to consumers once appended (page cache)"
+            }
+        };
         format!(
             "`{}`: one partition, producer acks 1 (answered once appended), {IN_FLIGHT_MAX} requests in flight; \
-             fsync every 10,000 messages or {FLUSH_MS} ms (data is visible to consumers once flushed); consumer fetches of {} MiB, every CRC checked",
+             fsync every 10,000 messages or {FLUSH_MS} ms; {visible}; consumer long polls (MULTIFETCH_WAIT, \
+             at most {LONG_POLL_MS} ms) of {} MiB, every CRC checked",
             self.broker_bin.display(),
             FETCH_BYTES >> 20
         )
@@ -64,6 +88,13 @@ impl Launcher for Tributary {
             .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--data-dir"])
             .arg(&data)
             .args(["--flush-ms", &FLUSH_MS.to_string(), "--num-partitions", "1"])
+            .args([
+                "--visible-after",
+                match self.visible_after {
+                    VisibleAfter::Flush => "flush",
+                    VisibleAfter::Write => "write",
+                },
+            ])
             .env("RUST_LOG", "warn");
         let log = dir.join("broker.log");
         let service =
@@ -165,9 +196,19 @@ struct TributaryConsumer {
 #[async_trait]
 impl Consumer for TributaryConsumer {
     async fn receive(&mut self) -> BenchResult<Vec<Bytes>> {
-        let set = self.conn.fetch(&self.topic, 0, self.offset, FETCH_BYTES).await?;
+        let fetch = FetchRequest {
+            topic: self.topic.clone(),
+            partition: 0,
+            offset: self.offset,
+            max_bytes: FETCH_BYTES,
+        };
+        let mut parts = self.conn.multi_fetch_wait(LONG_POLL_MS, 1, vec![fetch]).await?;
+        let part = parts.pop().context("a long poll answered without its part")?;
+        if !part.error.is_ok() {
+            bail!("fetch at offset {} failed: {}", self.offset, part.error);
+        }
+        let set = part.messages;
         if set.is_empty() {
-            tokio::time::sleep(Duration::from_millis(1)).await;
             return Ok(Vec::new());
         }
         let mut messages = MessageSetIter::new(&set, self.offset);

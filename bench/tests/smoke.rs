@@ -27,7 +27,7 @@ fn quick_run_moves_exactly_n_messages_through_every_system() {
         serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
     let systems = results["systems"].as_array().unwrap();
     let names: Vec<&str> = systems.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["tributary", "redis", "nats", "rabbitmq", "activemq"]);
+    assert_eq!(names, ["tributary", "tributary-write", "redis", "nats", "rabbitmq", "activemq"]);
     for system in systems {
         let name = &system["name"];
         assert!(system["error"].is_null(), "{name}: {}\n{stderr}", system["error"]);
@@ -39,7 +39,7 @@ fn quick_run_moves_exactly_n_messages_through_every_system() {
     }
     assert_eq!(results["log_growth"].as_array().unwrap().len(), 2);
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
-    assert!(report.contains("| tributary |"));
+    assert!(report.contains("| tributary |") && report.contains("| tributary-write |"));
     let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rabbitmq"));
 }
