@@ -289,15 +289,16 @@ impl PartitionLoader<'_> {
                     source: Box::new(source),
                 })
             })?;
-            // Decode the whole fetch first, so that a bad message inside a compressed wrapper
-            // drops the wrapper's earlier messages too: a commit ends between wrappers.
             let decoder = schemas.decoder();
-            let mut decoded: Vec<(i64, Decoded)> = Vec::with_capacity(messages.len());
-            let mut end = chunk.end;
+            // The messages of the wrapper being read: appended once its last one decodes, so
+            // that a bad message inside a compressed wrapper drops the wrapper's earlier
+            // messages too (a commit ends between wrappers). Uncompressed messages pass
+            // straight through, and their decoded values are freed at once.
+            let mut wrapper: Vec<(i64, Decoded)> = Vec::new();
             let mut stop = false;
             for message in &messages {
                 match decoder.decode(&message.payload) {
-                    Ok(event) => decoded.push((message.offset, event)),
+                    Ok(event) => wrapper.push((message.offset, event)),
                     Err(reason) => match &self.config.bad_records {
                         Some(dir) => {
                             write_bad_record(
@@ -313,8 +314,6 @@ impl PartitionLoader<'_> {
                             chunk.bad_records += 1;
                         }
                         None => {
-                            decoded.retain(|(offset, _)| *offset < message.offset);
-                            end = message.offset;
                             chunk.stopped_at = Some((message.offset, reason));
                             stop = true;
                             break;
@@ -322,48 +321,18 @@ impl PartitionLoader<'_> {
                     },
                 }
                 messages_count += 1;
-                end = message.next_offset;
-                let top_level_end = message.next_offset > message.offset;
-                if top_level_end
-                    && (messages_count >= self.config.max_messages_per_commit || end >= log_end)
-                {
-                    stop = true;
-                    break;
-                }
-            }
-            drop(decoder);
-            for (offset, event) in decoded {
-                let hour = Hour::of(event.time_ms);
-                let file = match files.get_mut(&hour) {
-                    Some(file) => file,
-                    None => {
-                        let file = self.open(hour, start).map_err(ConsumerOrLoad::Load)?;
-                        files.entry(hour).or_insert(file)
+                if message.next_offset > message.offset {
+                    // The end of a top-level message: whole, so it may be committed.
+                    self.append_rows(&mut files, &mut chunk, &mut wrapper, start, &partition_label)
+                        .await?;
+                    chunk.end = message.next_offset;
+                    if messages_count >= self.config.max_messages_per_commit || chunk.end >= log_end
+                    {
+                        stop = true;
+                        break;
                     }
-                };
-                self.topic.shape.append(&mut file.columns, &event.value).map_err(|source| {
-                    ConsumerOrLoad::Load(LoadError::Convert {
-                        topic: topic.to_owned(),
-                        partition: partition_label.clone(),
-                        offset,
-                        source,
-                    })
-                })?;
-                file.partitions.append_value(&partition_label);
-                file.offsets.append_value(offset);
-                file.schema_ids.append_value(event.schema_id);
-                file.rows += 1;
-                chunk.rows += 1;
-                *chunk
-                    .windows
-                    .entry(window_start(event.time_ms, self.config.window_ms))
-                    .or_default() += 1;
-                chunk.max_time_ms = chunk.max_time_ms.max(event.time_ms);
-                if file.offsets.len() >= self.config.batch_rows {
-                    self.flush_batch(file).await.map_err(ConsumerOrLoad::Load)?;
                 }
             }
-            chunk.end = end;
             if stop {
                 break 'fetching;
             }
@@ -383,6 +352,50 @@ impl PartitionLoader<'_> {
             });
         }
         Ok(chunk)
+    }
+
+    /// Appends decoded events to the files of their hours, emptying `events`.
+    async fn append_rows(
+        &self,
+        files: &mut BTreeMap<Hour, HourFile>,
+        chunk: &mut Chunk,
+        events: &mut Vec<(i64, Decoded)>,
+        start: i64,
+        partition_label: &str,
+    ) -> Result<(), ConsumerOrLoad> {
+        let topic = self.topic.topic.as_str();
+        for (offset, event) in events.drain(..) {
+            let hour = Hour::of(event.time_ms);
+            let file = match files.get_mut(&hour) {
+                Some(file) => file,
+                None => {
+                    let file = self.open(hour, start).map_err(ConsumerOrLoad::Load)?;
+                    files.entry(hour).or_insert(file)
+                }
+            };
+            self.topic.shape.append(&mut file.columns, &event.value).map_err(|source| {
+                ConsumerOrLoad::Load(LoadError::Convert {
+                    topic: topic.to_owned(),
+                    partition: partition_label.to_owned(),
+                    offset,
+                    source,
+                })
+            })?;
+            file.partitions.append_value(partition_label);
+            file.offsets.append_value(offset);
+            file.schema_ids.append_value(event.schema_id);
+            file.rows += 1;
+            chunk.rows += 1;
+            *chunk
+                .windows
+                .entry(window_start(event.time_ms, self.config.window_ms))
+                .or_default() += 1;
+            chunk.max_time_ms = chunk.max_time_ms.max(event.time_ms);
+            if file.offsets.len() >= self.config.batch_rows {
+                self.flush_batch(file).await.map_err(ConsumerOrLoad::Load)?;
+            }
+        }
+        Ok(())
     }
 
     fn open(&self, hour: Hour, start: i64) -> Result<HourFile, LoadError> {
