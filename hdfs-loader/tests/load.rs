@@ -354,3 +354,60 @@ fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
     }
     files
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_offset() {
+    let cluster = Cluster::start(1).await;
+    let producer = client::Producer::new(
+        client::ProducerConfig {
+            compression: protocol::Codec::Zstd,
+            batch_messages: 25,
+            linger_ms: 50,
+            ..client::ProducerConfig::default()
+        },
+        Arc::new(client::StaticBrokers::new([cluster.broker.addr.clone()])),
+    )
+    .unwrap();
+    let schema_id = cluster.page_view_schema_id().await;
+    let mut pending = Vec::new();
+    for n in 0..200 {
+        let id = common::event_id(2_000_000 + n);
+        let payload = cluster
+            .registry
+            .encode(schema_id, common::page_view(BASE_TIME_MS + n, id, n))
+            .await
+            .unwrap();
+        pending.push(producer.enqueue(TOPIC, None, &payload).await.unwrap());
+    }
+    for sent in pending {
+        sent.await.unwrap();
+    }
+    let (_dir, store) = local_store();
+    // Commits of 10 messages end only between wrappers of 25.
+    let small = Config { max_messages_per_commit: 10, ..config("wrapped") };
+    let summary = run_once(
+        &small,
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 200);
+    let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
+    assert_eq!((rows.positions.len(), rows.event_ids.len()), (200, 200));
+    let offsets: std::collections::HashSet<i64> = rows.positions.iter().map(|(_, o)| *o).collect();
+    assert!(offsets.len() < 200, "rows of one wrapper share its offset");
+    let again = run_once(
+        &small,
+        Arc::clone(&cluster.coordinator),
+        Arc::clone(&store),
+        Arc::clone(&cluster.registry),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again.rows, 0);
+}
