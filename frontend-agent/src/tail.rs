@@ -63,13 +63,21 @@ impl Tailer {
             if current.is_none() {
                 current = self.open(saved);
             }
-            let Some(open) = current.as_mut() else {
+            let Some(mut taken) = current.take() else {
                 if !self.pause(&stop, self.poll).await {
                     return;
                 }
                 continue;
             };
-            let (lines, consumed) = match read_lines(open) {
+            // File reads block: off the runtime's threads.
+            let (taken, read) = tokio::task::spawn_blocking(move || {
+                let read = read_lines(&mut taken);
+                (taken, read)
+            })
+            .await
+            .expect("reading a tailed file does not panic");
+            let open = current.insert(taken);
+            let (lines, consumed) = match read {
                 Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot read a tailed file");
