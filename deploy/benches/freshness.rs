@@ -106,9 +106,8 @@ async fn run(policy: VisibleAfter, args: &Args) -> Vec<i64> {
         let addr = analytics.addrs[0].clone();
         let stop = stop.clone();
         async move {
-            let consumer = SimpleConsumer::connect(&addr, SimpleConsumerConfig::default())
-                .await
-                .unwrap();
+            let consumer =
+                SimpleConsumer::connect(&addr, SimpleConsumerConfig::default()).await.unwrap();
             let mut offset = 0;
             let mut latencies = Vec::new();
             while !stop.is_cancelled() {
