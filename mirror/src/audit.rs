@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use apache_avro::Schema;
-use client::Producer;
+use client::{Producer, SimpleConsumer, SimpleConsumerConfig};
+use cluster::Registry;
 use schema_registry::RegistryClient;
 use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditCounts, AuditRecord};
 use tokio::sync::OnceCell;
@@ -22,11 +23,59 @@ pub(crate) struct Audit {
     pub(crate) counts: Mutex<AuditCounts>,
     registry: RegistryClient,
     schema: OnceCell<(i32, Arc<Schema>)>,
+    /// One publication at a time: when [`Audit::publish`] returns `Ok`, every count added
+    /// before it was called is in `_audit` (taken by it or by the one it waited for).
+    publishing: tokio::sync::Mutex<()>,
 }
 
 impl Audit {
     pub(crate) fn new(counts: AuditCounts, registry: RegistryClient) -> Audit {
-        Audit { counts: Mutex::new(counts), registry, schema: OnceCell::new() }
+        Audit {
+            counts: Mutex::new(counts),
+            registry,
+            schema: OnceCell::new(),
+            publishing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Takes back this host's counts from the target's `_audit` (what it published before a
+    /// restart), so that its cumulative counts go on from there rather than from zero.
+    /// Reads every partition of `_audit` from its first offset to the end it has now.
+    pub(crate) async fn restore(&self, target: &Registry) -> Result<usize, String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
+        let brokers = target.brokers().await.map_err(|e| text(&e))?;
+        let mut restored = 0;
+        for partition in target.partitions(AUDIT_TOPIC).await.map_err(|e| text(&e))? {
+            let Some(broker) = brokers.get(&partition.broker) else {
+                return Err(format!("broker {} of {AUDIT_TOPIC} is down", partition.broker));
+            };
+            let consumer = SimpleConsumer::connect(&broker.addr(), SimpleConsumerConfig::default())
+                .await
+                .map_err(|e| text(&e))?;
+            let p = partition.partition as i32;
+            let mut offset =
+                consumer.earliest_offset(AUDIT_TOPIC, p).await.map_err(|e| text(&e))?;
+            let end = consumer.latest_offset(AUDIT_TOPIC, p).await.map_err(|e| text(&e))?;
+            while offset < end {
+                let fetched = consumer.fetch(AUDIT_TOPIC, p, offset).await.map_err(|e| text(&e))?;
+                if fetched.is_empty() {
+                    break;
+                }
+                for message in fetched.iter() {
+                    let message = message.map_err(|e| text(&e))?;
+                    offset = message.next_offset;
+                    let Ok((_, value)) = self.registry.decode(&message.payload).await else {
+                        continue; // not an audit record this mirror can read: not its own
+                    };
+                    if let Ok(record) = AuditRecord::from_value(&value)
+                        && self.lock().restore(&record)
+                    {
+                        restored += 1;
+                    }
+                }
+            }
+        }
+        Ok(restored)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, AuditCounts> {
@@ -54,6 +103,7 @@ impl Audit {
 
     /// Publishes every changed count; on failure they stay changed for the next attempt.
     pub(crate) async fn publish(&self, producer: &Producer) -> Result<usize, String> {
+        let _one_at_a_time = self.publishing.lock().await;
         let records = self.lock().take_changed();
         if records.is_empty() {
             return Ok(0);

@@ -205,6 +205,8 @@ struct Done {
     marks: HashMap<PartitionId, i64>,
     windows: BTreeMap<i64, i64>,
     messages: usize,
+    /// Counts were added that no publication has yet carried to `_audit`.
+    unpublished: bool,
 }
 
 async fn acknowledge(
@@ -293,13 +295,27 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
     done.messages += run.messages as usize;
 }
 
-/// Marks the acknowledged offsets done and adds the audit counts.
+/// Adds the audit counts, publishes them, and only then marks the acknowledged offsets done:
+/// a source offset is never committed before the counts of what it covers are in `_audit`,
+/// so a mirror killed at any moment and restarted (which takes its counts back from
+/// `_audit`) never under-counts. If the counts cannot be published, the marks wait for the
+/// next attempt.
 async fn hand_on(shared: &Shared, topic: &str, consumer: &GroupConsumer, done: &mut Done) {
-    for (partition, next_offset) in done.marks.drain() {
-        consumer.mark_done(topic, partition, next_offset).await;
-    }
     if !done.windows.is_empty() {
         shared.audit.add(topic, std::mem::take(&mut done.windows));
+        done.unpublished = true;
+    }
+    if done.unpublished {
+        match shared.audit.publish(&shared.target.producer).await {
+            Ok(_) => done.unpublished = false,
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "cannot publish audit counts; offsets are marked once they are");
+                return;
+            }
+        }
+    }
+    for (partition, next_offset) in done.marks.drain() {
+        consumer.mark_done(topic, partition, next_offset).await;
     }
     done.messages = 0;
 }

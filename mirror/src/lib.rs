@@ -45,6 +45,8 @@ pub enum MirrorError {
     NoSources,
     #[error("cannot set up the producer into the target: {0}")]
     Producer(client::ProducerError),
+    #[error("cannot take back this host's audit counts from the target's _audit: {0}")]
+    AuditRestore(String),
     #[error("metrics server failed: {0}")]
     Metrics(std::io::Error),
 }
@@ -88,8 +90,14 @@ impl Mirror {
                 min: 1,
                 max: i64::MAX,
             })?;
+        let target_session = Arc::clone(&target);
         let target = target::Target::new(target, config.partitions, config.buffer_bytes)?;
         let audit = Arc::new(audit::Audit::new(counts, registry));
+        // Cumulative counts go on from what this host published before it stopped.
+        match audit.restore(&cluster::Registry::new(Arc::clone(&target_session))).await {
+            Ok(records) => tracing::info!(records, "took back this host's audit counts"),
+            Err(e) => return Err(MirrorError::AuditRestore(e)),
+        }
         let metrics_state = Arc::new(metrics::Metrics::default());
         let totals = metrics_state.totals.clone();
         let shared = Arc::new(copy::Shared {

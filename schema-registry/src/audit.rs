@@ -242,6 +242,22 @@ impl AuditCounts {
             .collect()
     }
 
+    /// Takes back a count this host published before it restarted (read back from `_audit`),
+    /// so that its cumulative counts go on from there rather than from zero. The larger count
+    /// wins; it is not marked changed (it is already published). Records of another tier,
+    /// host or window length are ignored: returns whether `record` was taken.
+    pub fn restore(&mut self, record: &AuditRecord) -> bool {
+        if record.tier != self.tier
+            || record.host != self.host
+            || record.window_ms != self.window_ms
+        {
+            return false;
+        }
+        let entry = self.counts.entry((record.topic.clone(), record.window_start)).or_default();
+        entry.0 = entry.0.max(record.count);
+        true
+    }
+
     /// Marks the windows of `records` as changed again (their publication failed).
     pub fn mark_changed(&mut self, records: &[AuditRecord]) {
         for record in records {
@@ -297,6 +313,25 @@ mod tests {
         assert_eq!(taken[0].count, 4, "cumulative, not a delta");
         counts.mark_changed(&taken);
         assert_eq!(counts.take_changed(), taken, "a failed publication is retried");
+    }
+
+    #[test]
+    fn a_restart_goes_on_from_the_published_counts() {
+        let mut counts = AuditCounts::new(Tier::Mirror, "m", 1000).unwrap();
+        let published = |host: &str, count| AuditRecord {
+            tier: Tier::Mirror,
+            host: host.into(),
+            topic: "t".into(),
+            window_start: 2000,
+            window_ms: 1000,
+            count,
+        };
+        assert!(counts.restore(&published("m", 7)));
+        assert!(counts.restore(&published("m", 5)), "an older record: the larger count stays");
+        assert!(!counts.restore(&published("other-host", 100)));
+        assert!(counts.take_changed().is_empty(), "restored counts are already published");
+        counts.add("t", 2500, 1);
+        assert_eq!(counts.take_changed()[0].count, 8);
     }
 
     #[test]
