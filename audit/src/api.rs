@@ -58,6 +58,7 @@ pub(crate) struct Summary {
     pub caught_up: bool,
     pub window_ms: i64,
     pub grace_ms: i64,
+    pub loader_grace_ms: i64,
     /// The tier every other is compared with (`agent` when agents report).
     pub reference_tier: Option<&'static str>,
     /// Tiers that report, in pipeline order.
@@ -130,6 +131,7 @@ pub(crate) fn summary(shared: &Shared) -> Summary {
         caught_up: clock.caught_up,
         window_ms: ledger.window_ms(),
         grace_ms: clock.grace_ms,
+        loader_grace_ms: clock.loader_grace_ms,
         reference_tier: ledger.reference_tier().map(Tier::as_str),
         tiers: ledger.active_tiers().into_iter().map(Tier::as_str).collect(),
         topics: 0,

@@ -70,6 +70,9 @@ pub struct Config {
     pub window_ms: i64,
     /// How long after a window closes its counts may still grow before a shortfall is loss.
     pub grace_ms: i64,
+    /// The same for the `loader` tier, a batch job that counts a window only once a run has
+    /// loaded it: cover its run interval. Unset: `grace_ms`. Never shorter than `grace_ms`.
+    pub loader_grace_ms: Option<i64>,
     /// Windows that ended longer ago than this are forgotten.
     pub history_ms: i64,
     /// Windows shown per topic on the overview page.
@@ -97,6 +100,7 @@ impl Default for Config {
             http: "127.0.0.1:8090".into(),
             window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
             grace_ms: 900_000,
+            loader_grace_ms: None,
             history_ms: 7 * 24 * 3_600_000,
             dashboard_windows: 12,
             refresh_s: 10,
@@ -145,7 +149,9 @@ impl Config {
                 return Err(ConfigError::NotPositive { key, value });
             }
         }
-        for (key, value) in [("grace_ms", self.grace_ms)] {
+        for (key, value) in
+            [("grace_ms", self.grace_ms), ("loader_grace_ms", self.loader_grace_ms.unwrap_or(0))]
+        {
             if value < 0 {
                 return Err(ConfigError::Negative { key, value });
             }

@@ -75,6 +75,8 @@ pub struct Clock {
     /// Wall-clock time, ms since the epoch.
     pub now_ms: i64,
     pub grace_ms: i64,
+    /// Grace of the `loader` tier (at least `grace_ms`): a shortfall there is loss only after it.
+    pub loader_grace_ms: i64,
     /// False while the service still replays `_audit` and recounts the live clusters: every
     /// window is [`Verdict::Open`] until then, so a half-read source never flags a loss.
     pub caught_up: bool,
@@ -275,8 +277,9 @@ impl Ledger {
     fn report(&self, window_start: i64, window: &Window, clock: Clock) -> WindowReport {
         let active = self.active_tiers();
         let tiers = active.iter().map(|t| (t.as_str(), window.total(*t))).collect();
-        let closes_ms = window_start.saturating_add(self.window_ms).saturating_add(clock.grace_ms);
-        let decided = clock.caught_up && clock.now_ms >= closes_ms;
+        let window_end = window_start.saturating_add(self.window_ms);
+        let past = |grace_ms: i64| clock.caught_up && clock.now_ms >= window_end + grace_ms;
+        let decided = past(clock.grace_ms);
         let mut report = WindowReport {
             window_start,
             window_ms: self.window_ms,
@@ -292,8 +295,12 @@ impl Ledger {
         let mut verdict = Verdict::Complete;
         for tier in downstream {
             let difference = window.total(*tier) - expected;
+            // A batch tier's shortfall may still be made good by its next run.
+            let shortfall_decided =
+                if *tier == Tier::Loader { past(clock.loader_grace_ms) } else { decided };
             let tier_verdict = match (decided, difference) {
                 (false, _) => Verdict::Open,
+                (true, d) if d < 0 && !shortfall_decided => Verdict::Open,
                 (true, d) if d < 0 => {
                     report.missing.insert(tier.as_str(), -d);
                     report.loss_at.get_or_insert(tier.as_str());
@@ -306,9 +313,10 @@ impl Ledger {
                 (true, _) => Verdict::Complete,
             };
             report.tier_verdicts.insert(tier.as_str(), tier_verdict);
-            // Loss outranks duplication, which outranks complete.
+            // Loss outranks open, open duplication, and duplication complete.
             verdict = match (verdict, tier_verdict) {
                 (Verdict::Loss, _) | (_, Verdict::Loss) => Verdict::Loss,
+                (Verdict::Open, _) | (_, Verdict::Open) => Verdict::Open,
                 (Verdict::Duplication, _) | (_, Verdict::Duplication) => Verdict::Duplication,
                 _ => Verdict::Complete,
             };
@@ -390,7 +398,7 @@ mod tests {
     }
 
     fn closed() -> Clock {
-        Clock { now_ms: 1_000_000, grace_ms: 100, caught_up: true }
+        Clock { now_ms: 1_000_000, grace_ms: 100, loader_grace_ms: 100, caught_up: true }
     }
 
     fn ledger(records: &[AuditRecord]) -> Ledger {
@@ -422,13 +430,41 @@ mod tests {
             record(Tier::Agent, "web-1", "t", 5_000, 10),
             record(Tier::Mirror, "m", "t", 5_000, 7),
         ]);
-        let at = |now_ms| Clock { now_ms, grace_ms: 500, caught_up: true };
+        let at = |now_ms| Clock { now_ms, grace_ms: 500, loader_grace_ms: 500, caught_up: true };
         assert_eq!(ledger.window("t", 5_000, at(5_999)).unwrap().verdict, Verdict::Open);
         assert_eq!(ledger.window("t", 5_000, at(6_499)).unwrap().verdict, Verdict::Open, "grace");
         let report = ledger.window("t", 5_000, at(6_500)).unwrap();
         assert_eq!(report.verdict, Verdict::Loss);
         assert_eq!(report.missing.get("mirror"), Some(&3));
         assert_eq!(report.tier_verdicts.get("mirror"), Some(&Verdict::Loss));
+    }
+
+    #[test]
+    fn a_loader_shortfall_waits_for_the_loaders_own_grace() {
+        let ledger = ledger(&[
+            record(Tier::Agent, "web-1", "t", 5_000, 10),
+            record(Tier::Mirror, "m", "t", 5_000, 10),
+            record(Tier::Loader, "l", "t", 5_000, 4),
+        ]);
+        let at = |now_ms| Clock { now_ms, grace_ms: 500, loader_grace_ms: 60_000, caught_up: true };
+        let report = ledger.window("t", 5_000, at(7_000)).unwrap();
+        assert_eq!(report.verdict, Verdict::Open, "the loader's next run may still load it");
+        assert_eq!(report.tier_verdicts.get("mirror"), Some(&Verdict::Complete));
+        assert_eq!(report.tier_verdicts.get("loader"), Some(&Verdict::Open));
+        let report = ledger.window("t", 5_000, at(66_000)).unwrap();
+        assert_eq!(report.verdict, Verdict::Loss);
+        assert_eq!(report.missing.get("loader"), Some(&6));
+        // A loaded window is complete after the ordinary grace, not the loader's.
+        let loaded = ledger_with_loader(10);
+        assert_eq!(loaded.window("t", 5_000, at(7_000)).unwrap().verdict, Verdict::Complete);
+    }
+
+    fn ledger_with_loader(loaded: i64) -> Ledger {
+        ledger(&[
+            record(Tier::Agent, "web-1", "t", 5_000, 10),
+            record(Tier::Mirror, "m", "t", 5_000, 10),
+            record(Tier::Loader, "l", "t", 5_000, loaded),
+        ])
     }
 
     #[test]

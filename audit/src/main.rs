@@ -38,6 +38,9 @@ struct Cli {
     /// How long after a window closes a shortfall may still be made good before it is loss.
     #[arg(long, value_name = "MS")]
     grace_ms: Option<i64>,
+    /// The same for the loader tier, a batch job: cover its run interval (default: --grace-ms).
+    #[arg(long, value_name = "MS")]
+    loader_grace_ms: Option<i64>,
 }
 
 struct Settings {
@@ -69,6 +72,9 @@ impl Cli {
         }
         if let Some(grace_ms) = self.grace_ms {
             config.grace_ms = grace_ms;
+        }
+        if self.loader_grace_ms.is_some() {
+            config.loader_grace_ms = self.loader_grace_ms;
         }
         config.validate()?;
         let zookeeper =

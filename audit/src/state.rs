@@ -47,6 +47,7 @@ impl Shared {
         Clock {
             now_ms: now_ms(),
             grace_ms: self.config.grace_ms,
+            loader_grace_ms: self.config.loader_grace_ms.unwrap_or(0).max(self.config.grace_ms),
             caught_up: self.catch_up.caught_up(),
         }
     }

@@ -116,6 +116,8 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
         WINDOW_MS.to_string(),
         "--grace-ms".into(),
         "0".into(),
+        "--loader-grace-ms".into(),
+        "45000".into(),
     ]);
     // Agent counts come from --zookeeper's _audit, decoded with --registry; live counts from
     // --live under its name; windows of --window-ms; decided 10 s after with --grace-ms 0.
@@ -124,6 +126,7 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
     let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
     assert_eq!(detail["hosts"]["live"][0]["host"], "dc-a");
     assert!(audit.get("/").await.contains("page-view"));
+    assert_eq!(audit.json("/api/summary").await["loader_grace_ms"], 45_000, "--loader-grace-ms");
     assert!(
         audit
             .get("/metrics")
@@ -151,6 +154,7 @@ registry = "{registry}"
 http = "127.0.0.1:0"
 window_ms = 60000
 grace_ms = 0
+loader_grace_ms = 2000
 history_ms = 86400000
 dashboard_windows = 3
 refresh_s = 7
@@ -180,6 +184,7 @@ catch_up_max_ms = 30000
         (summary["window_ms"].as_i64(), summary["grace_ms"].as_i64()),
         (Some(1_000), Some(0))
     );
+    assert_eq!(summary["loader_grace_ms"], 2_000);
     let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
     assert_eq!(detail["hosts"]["live"][0]["host"], "dc-file");
     let page = audit.get("/").await;
@@ -207,6 +212,7 @@ fn bad_flags_and_config_get_one_line_and_exit_code_2() {
     assert!(refused(&with(&["--window-ms", "0"])).contains("window_ms"));
     assert!(refused(&with(&["--window-ms", "ten"])).contains("ten"));
     assert!(refused(&with(&["--grace-ms=-5"])).contains("grace_ms"));
+    assert!(refused(&with(&["--loader-grace-ms=-5"])).contains("loader_grace_ms"));
     assert!(refused(&with(&["--live", "nameless"])).contains("NAME=CONNECT"));
     assert!(refused(&with(&["--live", "a=zk:1", "--live", "a=zk:2"])).contains("twice"));
     assert!(refused(&["--registry", "http://127.0.0.1:1"]).contains("--zookeeper"));

@@ -196,6 +196,10 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     let audit_config = audit::Config {
         window_ms: options.window_ms,
         grace_ms: options.grace_ms,
+        // The loader runs every `loader_interval`: until then its shortfall is not loss.
+        loader_grace_ms: Some(
+            options.grace_ms + options.loader_interval.as_millis() as i64 + options.window_ms,
+        ),
         refresh_s: 5,
         ..audit::Config::default()
     };
