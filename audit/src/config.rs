@@ -79,7 +79,7 @@ pub struct Config {
     pub dashboard_windows: usize,
     /// The dashboard reloads itself this often.
     pub refresh_s: u64,
-    /// Wait at the end of a partition before fetching again.
+    /// At the end of a partition, a long poll waits this long at most for new data.
     pub fetch_wait_ms: u64,
     /// Bytes asked for per fetch.
     pub fetch_bytes: u32,

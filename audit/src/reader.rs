@@ -190,16 +190,11 @@ struct PartitionReader {
 impl PartitionReader {
     async fn run(mut self, stop: CancellationToken) {
         let mut backoff = Backoff::new(self.shared.config.retry_backoff_max_ms);
-        let idle = Duration::from_millis(self.shared.config.fetch_wait_ms);
         while !stop.is_cancelled() {
+            // At the end of the log `step` is a long poll (up to `fetch_wait_ms`): an idle
+            // reader waits in the broker, not in a timer loop.
             match self.step().await {
-                Ok(true) => backoff.reset(),
-                Ok(false) => {
-                    backoff.reset();
-                    if !pause_unless_stopped(idle, &stop).await {
-                        break;
-                    }
-                }
+                Ok(_) => backoff.reset(),
                 Err(e) => {
                     self.shared.stats.read_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
@@ -246,7 +241,8 @@ impl PartitionReader {
         if self.pending.is_some() && self.end_at_start.is_none() {
             self.end_at_start = Some(consumer.latest_offset(topic, partition).await?);
         }
-        let fetched = match consumer.fetch(topic, partition, offset).await {
+        let wait_ms = u32::try_from(self.shared.config.fetch_wait_ms).unwrap_or(u32::MAX);
+        let fetched = match consumer.fetch_wait(topic, partition, offset, wait_ms).await {
             Err(ConsumerError::OffsetOutOfRange { .. }) => {
                 // Retention deleted the segment (resume at the earliest kept), or the log was
                 // truncated after a crash (resume at its end).

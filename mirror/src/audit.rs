@@ -14,8 +14,10 @@ use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditCounts, AuditRecor
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-/// Closed windows are kept (once published) this many window lengths, then forgotten.
-const WINDOWS_KEPT: i64 = 2;
+/// Published windows are kept this long (the brokers' default retention), then forgotten.
+/// Counts are cumulative, so a window forgotten sooner would restart from zero when a late
+/// copy — a mirror catching up after an outage — falls in it again.
+const WINDOWS_KEPT_MS: i64 = 7 * 24 * 3_600_000;
 /// The final publication on shutdown waits this long at most.
 const FINAL_PUBLISH_MS: u64 = 5_000;
 
@@ -112,8 +114,7 @@ impl Audit {
         let mut audit = self.lock();
         match &result {
             Ok(_) => {
-                let kept_ms = WINDOWS_KEPT * audit.window_ms();
-                audit.forget_published_before(now_ms() - kept_ms);
+                audit.forget_published_before(now_ms() - WINDOWS_KEPT_MS);
             }
             Err(_) => audit.mark_changed(&records),
         }
