@@ -123,7 +123,7 @@ impl ZooKeeper {
     /// joins the same session and closes it. The supervisor then opens a new session and
     /// creates this process's ephemeral nodes again. For failure tests and operators' drills.
     pub async fn expire(&self) -> Result<(), CoordError> {
-        const ATTEMPTS: u32 = 5;
+        const ATTEMPTS: u32 = 10;
         let session = self.client().session().clone();
         let mut last = None;
         // Joining a session gives up after one failed attempt (the client has no deadline of
@@ -152,7 +152,7 @@ impl ZooKeeper {
                 }
                 Err(e) => last = Some(map_error("/", e)),
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Err(last.expect("at least one attempt"))
     }
