@@ -7,7 +7,8 @@ fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_comp
     let dir = tempfile::tempdir().unwrap();
     let summary_path = dir.path().join("summary.json");
     let output = Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["demo", "--duration", "60s", "--dashboard", "127.0.0.1:0", "--data-dir"])
+        .args(["demo", "--duration", "60s", "--dashboard", "127.0.0.1:0"])
+        .args(["--rate", "300", "--loader-interval", "20s", "--data-dir"])
         .arg(dir.path().join("demo"))
         .arg("--summary-json")
         .arg(&summary_path)
@@ -27,7 +28,16 @@ fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_comp
     let verdicts =
         |key: &str| windows[key].as_u64().unwrap_or_else(|| panic!("{key} in {summary}"));
 
-    assert!(number("accepted") > 10_000, "{summary}");
+    // --rate 300: two frontends at 300 events/s for a minute.
+    let accepted = number("accepted");
+    assert!((24_000..=48_000).contains(&accepted), "--rate 300 for 60 s: {summary}");
+    // --loader-interval 20s: the loader committed rows while the demo ran, not only at the end.
+    let loaded_while_running = stdout
+        .lines()
+        .take_while(|line| !line.contains("--duration reached"))
+        .filter_map(|line| line.split("loader ").nth(1)?.split(' ').next()?.parse::<u64>().ok())
+        .any(|rows| rows > 0);
+    assert!(loaded_while_running, "no loader run before the drain:\n{stdout}");
     assert_eq!(number("acknowledged"), number("accepted"), "{summary}");
     assert!(number("mirrored") > 0, "{summary}");
     assert_eq!(number("distinct_ids_loaded"), number("acknowledged"), "{summary}");
@@ -50,4 +60,26 @@ fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_comp
     let result = String::from_utf8_lossy(&duckdb.stdout);
     assert!(duckdb.status.success(), "{query}\n{}", String::from_utf8_lossy(&duckdb.stderr));
     assert!(result.contains("events") && result.contains("dt"), "{result}");
+}
+
+#[test]
+fn a_data_dir_the_demo_did_not_make_is_refused_and_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("precious"), "x").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["demo", "--duration", "1s", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("was not made by `tributary demo`"), "{stderr}");
+    assert!(dir.path().join("precious").exists());
+    for bad in [["--rate", "0"], ["--duration", "soon"]] {
+        let output =
+            Command::new(env!("CARGO_BIN_EXE_tributary")).arg("demo").args(bad).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{bad:?}: {stderr}");
+    }
 }
