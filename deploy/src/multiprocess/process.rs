@@ -208,10 +208,14 @@ mod tests {
         command.arg("-c").arg(format!("trap '' TERM; exec sleep {marker}"));
         let mut child = KillOnDrop(spawn(command, &paths).expect("spawn").child);
         // The shell's command line names the marker too: wait for the exec, which comes after
-        // the trap.
-        let comm = format!("/proc/{}/comm", child.0.id());
+        // the trap. The kernel renames the process before it sets up the new command line, so
+        // wait for both.
+        let pid = i32::try_from(child.0.id()).expect("pid");
+        let comm = format!("/proc/{pid}/comm");
         let deadline = Instant::now() + Duration::from_secs(5);
-        while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep" {
+        while std::fs::read_to_string(&comm).unwrap_or_default().trim() != "sleep"
+            || !runs(pid, &marker)
+        {
             assert!(Instant::now() < deadline, "sleep did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
