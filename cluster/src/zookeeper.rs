@@ -119,44 +119,6 @@ impl ZooKeeper {
         Ok(Arc::new(ZooKeeper { inner, supervisor }))
     }
 
-    /// Ends this session from the server's side, as a session timeout does: a second client
-    /// joins the same session and closes it. The supervisor then opens a new session and
-    /// creates this process's ephemeral nodes again. For failure tests and operators' drills.
-    pub async fn expire(&self) -> Result<(), CoordError> {
-        const ATTEMPTS: u32 = 10;
-        let session = self.client().session().clone();
-        let mut last = None;
-        // Joining a session gives up after one failed attempt (the client has no deadline of
-        // its own for it), so a busy server gets a few tries.
-        for _ in 0..ATTEMPTS {
-            let joined = zk::Client::connector()
-                .with_session(session.clone())
-                .with_session_timeout(Duration::from_millis(self.inner.config.session_timeout_ms))
-                // A busy server may take longer to answer than the default, derived from the
-                // session timeout, allows.
-                .with_connection_timeout(Duration::from_millis(
-                    self.inner.config.connect_timeout_ms,
-                ))
-                .connect(&self.inner.hosts)
-                .await;
-            match joined {
-                Ok(twin) => {
-                    // Closing the twin closes the session; wait until the server has done it.
-                    let mut state = twin.state_watcher();
-                    drop(twin);
-                    let closed = async { while !state.changed().await.is_terminated() {} };
-                    if tokio::time::timeout(Duration::from_secs(10), closed).await.is_ok() {
-                        return Ok(());
-                    }
-                    last = Some(CoordError::Unavailable("the session did not close".into()));
-                }
-                Err(e) => last = Some(map_error("/", e)),
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        Err(last.expect("at least one attempt"))
-    }
-
     fn client(&self) -> zk::Client {
         self.inner.client.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -229,8 +191,9 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher) {
                 };
                 state = client.state_watcher();
                 let ephemerals = inner.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let stale_bound = Duration::from_millis(2 * inner.config.session_timeout_ms);
                 for (path, data) in &ephemerals {
-                    match create_with_parents(&client, path, data, NodeMode::Ephemeral).await {
+                    match create_again(&client, path, data, stale_bound).await {
                         Ok(()) => tracing::info!(%path, "ephemeral node created again"),
                         Err(e) => {
                             tracing::warn!(%path, error = %e, "cannot create ephemeral node again")
@@ -242,6 +205,35 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher) {
             }
             other if other.is_terminated() => return,
             _ => {}
+        }
+    }
+}
+
+/// Creates an ephemeral node of the expired session again in the new one. The client may learn
+/// of the expiry (by timing out) before the server has processed it, so the old node may still
+/// be there: wait up to `stale_bound` for the server to remove it.
+async fn create_again(
+    client: &zk::Client,
+    path: &str,
+    data: &[u8],
+    stale_bound: Duration,
+) -> Result<(), CoordError> {
+    let deadline = tokio::time::Instant::now() + stale_bound;
+    loop {
+        match create_with_parents(client, path, data, NodeMode::Ephemeral).await {
+            Err(CoordError::NodeExists { .. }) => {}
+            done => return done,
+        }
+        let (_, stat, watch) = match client.get_and_watch_data(path).await {
+            Ok(found) => found,
+            Err(zk::Error::NoNode) => continue,
+            Err(e) => return Err(map_error(path, e)),
+        };
+        if stat.ephemeral_owner == client.session_id().0 {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, watch.changed()).await.is_err() {
+            return Err(CoordError::NodeExists { path: path.to_owned() });
         }
     }
 }

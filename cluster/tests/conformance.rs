@@ -9,7 +9,11 @@ use cluster::{
     RegistryError, SessionEvent, WatchEvent, ZooKeeper, ZooKeeperConfig,
 };
 use futures::StreamExt;
+use testkit::proxy::TcpProxy;
 use testkit::zookeeper::ZooKeeperServer;
+
+/// Short, so that an expiry test waits seconds, not minutes.
+const SESSION_TIMEOUT_MS: u64 = 2_000;
 
 /// A coordination service the tests open sessions on.
 enum Service {
@@ -39,33 +43,59 @@ impl Service {
     async fn session(&self) -> Session {
         match self {
             Service::ZooKeeper(connect) => {
-                let mut config = ZooKeeperConfig::new(connect.clone());
-                config.session_timeout_ms = 2_000;
-                Session::ZooKeeper(ZooKeeper::connect(config).await.expect("ZooKeeper session"))
+                Session::ZooKeeper(zookeeper_session(connect).await, None)
             }
             Service::Embedded(tree, chroot) => {
                 Session::Embedded(tree.session(chroot).expect("session"))
             }
         }
     }
+
+    /// A session the test can expire: for ZooKeeper, one that reaches the server through a
+    /// proxy the test can cut.
+    async fn expirable_session(&self) -> Session {
+        match self {
+            Service::ZooKeeper(connect) => {
+                let (server, chroot) = connect.split_at(connect.find('/').expect("chroot"));
+                let proxy = TcpProxy::start(server.parse().expect("server address")).await;
+                let z = zookeeper_session(&format!("{}{chroot}", proxy.addr())).await;
+                Session::ZooKeeper(z, Some(proxy))
+            }
+            Service::Embedded(..) => self.session().await,
+        }
+    }
+}
+
+async fn zookeeper_session(connect: &str) -> Arc<ZooKeeper> {
+    let mut config = ZooKeeperConfig::new(connect);
+    config.session_timeout_ms = SESSION_TIMEOUT_MS;
+    ZooKeeper::connect(config).await.expect("ZooKeeper session")
 }
 
 enum Session {
-    ZooKeeper(Arc<ZooKeeper>),
+    ZooKeeper(Arc<ZooKeeper>, Option<TcpProxy>),
     Embedded(Arc<cluster::EmbeddedSession>),
 }
 
 impl Session {
     fn coordinator(&self) -> Arc<dyn Coordinator> {
         match self {
-            Session::ZooKeeper(z) => z.clone(),
+            Session::ZooKeeper(z, _) => z.clone(),
             Session::Embedded(e) => e.clone(),
         }
     }
 
+    /// Ends the session from the server's side. For ZooKeeper, as in production: the client is
+    /// cut off for longer than the session timeout, so the server expires the session, and the
+    /// client learns it when it can reach the server again.
     async fn expire(&self) {
         match self {
-            Session::ZooKeeper(z) => z.expire().await.expect("expire"),
+            Session::ZooKeeper(_, Some(proxy)) => {
+                proxy.cut();
+                tokio::time::sleep(Duration::from_millis(2 * SESSION_TIMEOUT_MS)).await;
+                proxy.heal();
+            }
+            Session::ZooKeeper(_, None) => panic!("open the session with expirable_session"),
             Session::Embedded(e) => e.expire(),
         }
     }
@@ -142,7 +172,7 @@ async fn ephemeral_nodes_vanish_when_their_session_ends(service: Service) {
 }
 
 async fn ephemeral_nodes_come_back_after_the_session_expires(service: Service) {
-    let owner = service.session().await;
+    let owner = service.expirable_session().await;
     let observer = service.session().await.coordinator();
     let mut events = owner.coordinator().session_events();
     owner.coordinator().create("/brokers/ids/9", b"{}", NodeMode::Ephemeral).await.unwrap();

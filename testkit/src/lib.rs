@@ -3,6 +3,7 @@
 
 pub mod broker;
 pub mod process;
+pub mod proxy;
 pub mod registry;
 pub mod s3;
 pub mod zookeeper;
