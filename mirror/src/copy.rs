@@ -3,19 +3,20 @@
 //! ```text
 //! stream ─▶ read: enqueue_framed into the target producer ─▶ bounded window ─▶ acknowledge
 //!                                                                    │ in order, per stream
-//!                                  mark_done(partition, next_offset) ◀┘ audit, metrics
+//!      mark: publish the audit counts, then mark_done(partition, next_offset) ◀┘ metrics
 //! ```
 //!
 //! A message's source offset is marked done (and so committed later) only once the target
 //! acknowledged it *and every message before it* in the stream: the acknowledger walks the
-//! window in order. A message the target refused or could not take is sent again after a
+//! window in order. It hands counts and marks to the stream's marker, which publishes the
+//! counts and only then marks; the acknowledger never waits for that round trip. A message the target refused or could not take is sent again after a
 //! capped backoff, together with every other failed message in the window, for as long as it
 //! takes; nothing is ever skipped. The window is bounded, so an unreachable target stops the
 //! reading, and with it the fetching.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -23,7 +24,7 @@ use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, Pr
 use cluster::PartitionId;
 use futures::FutureExt;
 use schema_registry::audit::{AUDIT_TOPIC, window_start};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::{Audit, now_ms};
@@ -100,9 +101,14 @@ pub(crate) async fn copy_stream(
 ) {
     let topic = stream.topic().to_owned();
     let (window, arrivals) = mpsc::channel(shared.inflight_messages);
+    let handoff = Handoff::default();
     let read = read(&shared, &topic, &mut stream, window, &stop_reading);
-    let acknowledge = acknowledge(&shared, &source, &topic, &consumer, arrivals);
-    tokio::join!(read, acknowledge);
+    let acknowledge = async {
+        acknowledge(&shared, &source, &topic, arrivals, &handoff).await;
+        handoff.close();
+    };
+    let mark = mark(&shared, &topic, &consumer, &handoff);
+    tokio::join!(read, acknowledge, mark);
 }
 
 /// Bytes of one run of messages sent as one record, at most (a larger message goes alone).
@@ -205,16 +211,62 @@ struct Done {
     marks: HashMap<PartitionId, i64>,
     windows: BTreeMap<i64, i64>,
     messages: usize,
-    /// Counts were added that no publication has yet carried to `_audit`.
-    unpublished: bool,
+}
+
+impl Done {
+    /// Adds `later`, which follows `self` in the stream: its marks are the newer ones.
+    fn merge(&mut self, later: Done) {
+        self.marks.extend(later.marks);
+        for (window, events) in later.windows {
+            *self.windows.entry(window).or_default() += events;
+        }
+        self.messages += later.messages;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.marks.is_empty() && self.windows.is_empty()
+    }
+}
+
+/// From the acknowledger to the marker: what was acknowledged since the marker last took it,
+/// merged, so it stays small however far the marker is behind.
+#[derive(Default)]
+struct Handoff {
+    done: Mutex<Done>,
+    ready: Notify,
+    closed: AtomicBool,
+}
+
+impl Handoff {
+    fn put(&self, done: &mut Done) {
+        if done.is_empty() {
+            return;
+        }
+        self.lock().merge(std::mem::take(done));
+        self.ready.notify_one();
+    }
+
+    fn take(&self) -> Done {
+        std::mem::take(&mut *self.lock())
+    }
+
+    /// Nothing more will be put: the marker ends once it has handed on what it has.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.ready.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Done> {
+        self.done.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 async fn acknowledge(
     shared: &Shared,
     source: &str,
     topic: &str,
-    consumer: &GroupConsumer,
     mut arrivals: mpsc::Receiver<InFlight>,
+    handoff: &Handoff,
 ) {
     let counted = topic != AUDIT_TOPIC;
     let mut window: VecDeque<InFlight> = VecDeque::new();
@@ -229,7 +281,7 @@ async fn acknowledge(
             }
         }
         let Some(front) = window.front_mut() else {
-            hand_on(shared, topic, consumer, &mut done).await;
+            handoff.put(&mut done);
             match arrivals.recv().await {
                 Some(item) => window.push_back(item),
                 None => return, // reading stopped and everything read is acknowledged
@@ -243,7 +295,7 @@ async fn acknowledge(
         };
         if let Err(e) = outcome {
             front.state = State::Failed(e.clone());
-            hand_on(shared, topic, consumer, &mut done).await;
+            handoff.put(&mut done);
             tracing::warn!(%topic, error = %e, retry_in_ms = backoff_ms, "target did not take messages; sending them again");
             tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
             backoff_ms = (backoff_ms * 2).min(RESEND_BACKOFF_MAX_MS);
@@ -262,7 +314,7 @@ async fn acknowledge(
             !matches!(next.state, State::Sending(_))
         });
         if !next_ready || done.messages >= MARK_EVERY_MESSAGES {
-            hand_on(shared, topic, consumer, &mut done).await;
+            handoff.put(&mut done);
         }
     }
 }
@@ -295,29 +347,46 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
     done.messages += run.messages as usize;
 }
 
-/// Adds the audit counts, publishes them, and only then marks the acknowledged offsets done:
-/// a source offset is never committed before the counts of what it covers are in `_audit`,
-/// so a mirror killed at any moment and restarted (which takes its counts back from
-/// `_audit`) never under-counts. If the counts cannot be published, the marks wait for the
-/// next attempt.
-async fn hand_on(shared: &Shared, topic: &str, consumer: &GroupConsumer, done: &mut Done) {
-    if !done.windows.is_empty() {
-        shared.audit.add(topic, std::mem::take(&mut done.windows));
-        done.unpublished = true;
-    }
-    if done.unpublished {
-        match shared.audit.publish(&shared.target.producer).await {
-            Ok(_) => done.unpublished = false,
-            Err(e) => {
-                tracing::warn!(%topic, error = %e, "cannot publish audit counts; offsets are marked once they are");
-                return;
+/// The stream's marker: adds the handed-on audit counts, publishes them, and only then marks
+/// the acknowledged offsets done. A source offset is never committed before the counts of
+/// what it covers are in `_audit`, so a mirror killed at any moment and restarted (which takes
+/// its counts back from `_audit`) never under-counts. If the counts cannot be published, the
+/// marks wait, and are retried after a capped backoff, merged with what came meanwhile.
+async fn mark(shared: &Shared, topic: &str, consumer: &GroupConsumer, handoff: &Handoff) {
+    let mut carried = Done::default();
+    let mut unpublished = false;
+    let mut backoff_ms = RESEND_BACKOFF_MS;
+    loop {
+        if carried.is_empty() && !unpublished {
+            if handoff.closed.load(Ordering::Acquire) {
+                carried.merge(handoff.take());
+                if carried.is_empty() {
+                    return;
+                }
+            } else {
+                handoff.ready.notified().await;
             }
         }
+        carried.merge(handoff.take());
+        if !carried.windows.is_empty() {
+            shared.audit.add(topic, std::mem::take(&mut carried.windows));
+            unpublished = true;
+        }
+        if unpublished {
+            if let Err(e) = shared.audit.publish(&shared.target.producer).await {
+                tracing::warn!(%topic, error = %e, retry_in_ms = backoff_ms, "cannot publish audit counts; offsets are marked once they are");
+                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+                backoff_ms = (backoff_ms * 2).min(RESEND_BACKOFF_MAX_MS);
+                continue;
+            }
+            unpublished = false;
+            backoff_ms = RESEND_BACKOFF_MS;
+        }
+        for (partition, next_offset) in carried.marks.drain() {
+            consumer.mark_done(topic, partition, next_offset).await;
+        }
+        carried.messages = 0;
     }
-    for (partition, next_offset) in done.marks.drain() {
-        consumer.mark_done(topic, partition, next_offset).await;
-    }
-    done.messages = 0;
 }
 
 /// Sends every failed run of the window again, in order.
