@@ -253,6 +253,9 @@ async fn run_system(launcher: &dyn Launcher, dir: &std::path::Path, plan: &Plan)
         let p = Progress::new(format!("{name}: consume the batch stream"));
         result.consume_batch =
             Some(workload::consume(running.as_ref(), "batch", n, bytes, &p).await?);
+        // The throughput steps leave gigabytes of dirty pages; their writeback would land in
+        // the fsyncs of the latency run. Every system starts that run with it done.
+        tokio::task::spawn_blocking(nix::unistd::sync).await?;
         eprintln!("bench: {name}: latency at {}/s for {:?} …", plan.latency_rate, plan.latency);
         result.latency = Some(
             workload::latency(running.as_ref(), "latency", plan.latency_rate, plan.latency, bytes)

@@ -114,7 +114,8 @@ impl Report {
              \"1/req\" sends one message per request, \"batch\" sends {} per request in each system's own batching. \
              Consumer throughput reads back everything the batch-mode producer sent. Rates are messages per second. \
              Payloads are pseudo-random (incompressible); disk bytes per message are measured after the first N \
-             messages are stored and before any is consumed.\n",
+             messages are stored and before any is consumed. Each latency run starts after a `sync`, so that the \
+             writeback of the throughput steps' data does not land in it.\n",
             self.messages, self.message_bytes, self.batch
         );
         let _ = writeln!(md, "![throughput](throughput.svg)\n");

@@ -80,6 +80,8 @@ struct State {
     unflushed_messages: u64,
     /// When the oldest unflushed append happened.
     dirty_since: Option<Instant>,
+    /// How long a flush's fsyncs took lately (a moving average).
+    sync_time: Duration,
     /// A producer with `acks` 2 waits for a flush.
     flush_requested: bool,
     /// Rolled segments whose last writes are not yet fsynced.
@@ -97,7 +99,20 @@ impl State {
     fn segment_end(&self, i: usize) -> u64 {
         self.segments.get(i + 1).map_or(self.end, |s| s.base_offset)
     }
+
+    /// When the next flush must start so that the oldest unflushed append is on disk (and,
+    /// under `flush`, visible) `flush_ms` after it was made: early by the time fsyncs take
+    /// lately and by the timer's granularity (at most half of `flush_ms` early, so that one
+    /// slow disk moment does not turn it into a flush per append).
+    fn flush_deadline(&self) -> Option<Instant> {
+        let interval = self.config.flush_interval();
+        let lead = (self.sync_time + TIMER_GRANULARITY).min(interval / 2);
+        self.dirty_since.map(|since| since + interval - lead)
+    }
 }
+
+/// Tokio's timers round a deadline up to the next millisecond.
+const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
 
 impl Partition {
     /// Opens (or creates) the partition in `dir`, validating the last segment and truncating it
@@ -167,6 +182,7 @@ impl Partition {
                 end,
                 unflushed_messages: 0,
                 dirty_since: None,
+                sync_time: Duration::ZERO,
                 flush_requested: false,
                 unsynced: Vec::new(),
                 dir_unsynced,
@@ -342,10 +358,9 @@ impl Partition {
         self.flush_wanted.notified().await
     }
 
-    /// When the oldest unflushed data reaches `flush_ms`, if there is any.
+    /// When the next flush is due by `flush_ms`, if there is unflushed data.
     pub fn flush_deadline(&self) -> Option<Instant> {
-        let state = self.state();
-        state.dirty_since.map(|since| since + state.config.flush_interval())
+        self.state().flush_deadline()
     }
 
     /// Whether `flush_messages`, `flush_ms` or a waiting producer calls for a flush now.
@@ -354,7 +369,7 @@ impl Partition {
         state.flush_requested
             || state.dir_unsynced
             || state.unflushed_messages >= state.config.flush_messages
-            || state.dirty_since.is_some_and(|since| now >= since + state.config.flush_interval())
+            || state.flush_deadline().is_some_and(|deadline| now >= deadline)
     }
 
     /// Fsyncs everything appended so far and makes it visible (if it was not already). Blocking. The lock is held only
@@ -374,6 +389,7 @@ impl Partition {
             state.flush_requested = false;
             (state.end, files, std::mem::take(&mut state.dir_unsynced))
         };
+        let started = Instant::now();
         let synced =
             files.iter().try_for_each(|s| s.file.sync_data().map_err(io_error("syncing", &s.path)));
         let synced = synced.and_then(|()| if dir_unsynced { sync_dir(&self.dir) } else { Ok(()) });
@@ -384,6 +400,10 @@ impl Partition {
             state.dirty_since.get_or_insert_with(Instant::now);
             state.dir_unsynced |= dir_unsynced;
             return Err(e);
+        }
+        {
+            let mut state = self.state();
+            state.sync_time = (state.sync_time * 7 + started.elapsed()) / 8;
         }
         // Visible first: a producer woken by the flushed end (`acks` 2) finds its data visible.
         self.advance_visible(target);
