@@ -147,3 +147,51 @@ async fn framed_messages_are_read_whole_and_produced_byte_for_byte() {
     assert!(matches!(refused, Err(ProducerError::InvalidConfig { .. })));
     producer.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_waits_for_marks_so_that_nothing_marked_meanwhile_comes_again() {
+    let (broker, session) = cluster("events").await;
+    let conn = broker.connect().await;
+    conn.produce("events", 0, Acks::Flushed, message_set(&["a", "b", "c"])).await.unwrap();
+    let registry = Registry::new(Arc::clone(&session));
+    let partition = PartitionId { broker: 0, partition: 0 };
+    let topics = BTreeMap::from([("events".to_owned(), 1)]);
+
+    let first = Arc::new(GroupConsumer::connect(registry.clone(), marked_config("first")).unwrap());
+    let mut first_stream =
+        first.create_message_streams(&topics).await.unwrap().remove("events").unwrap().remove(0);
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(first_stream.next_message().await.unwrap().unwrap());
+    }
+    // The caller finishes them (as a mirror does once the target acknowledged them) only after
+    // the rebalance that the second member's arrival starts has begun.
+    let end = taken[2].next_offset;
+    let marker = {
+        let first = Arc::clone(&first);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            first.mark_done("events", partition, end).await;
+        })
+    };
+    let second = GroupConsumer::connect(registry.clone(), marked_config("second")).unwrap();
+    let mut second_stream =
+        second.create_message_streams(&topics).await.unwrap().remove("events").unwrap().remove(0);
+    marker.await.unwrap();
+    eventually(Duration::from_secs(30), "the marks committed", || async {
+        (registry.offset(GROUP, "events", partition).await.unwrap() == Some(end)).then_some(())
+    })
+    .await;
+
+    conn.produce("events", 0, Acks::Flushed, message_set(&["d"])).await.unwrap();
+    // Whichever member owns the partition now resumes after the marked messages.
+    let next = tokio::select! {
+        next = first_stream.next_message() => next,
+        next = second_stream.next_message() => next,
+    };
+    assert_eq!(
+        next.unwrap().unwrap().payload,
+        "d",
+        "a message marked during the rebalance came again"
+    );
+}

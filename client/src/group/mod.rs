@@ -99,6 +99,11 @@ pub struct GroupConsumerConfig {
     /// First wait between rebalance attempts; it doubles, up to `rebalance_backoff_max_ms`.
     pub rebalance_backoff_ms: u64,
     pub rebalance_backoff_max_ms: u64,
+    /// With [`CommitPolicy::Marked`]: how long a rebalance waits for the caller to mark done
+    /// what was handed out before it commits and gives the partitions up. What is still
+    /// unmarked then is delivered again (at least once). [`GroupConsumer::close`] does not
+    /// wait: it commits what is marked when it is called.
+    pub rebalance_drain_ms: u64,
     pub fetch: SimpleConsumerConfig,
 }
 
@@ -116,6 +121,7 @@ impl GroupConsumerConfig {
             rebalance_retries: 10,
             rebalance_backoff_ms: 100,
             rebalance_backoff_max_ms: 2_000,
+            rebalance_drain_ms: 10_000,
             fetch: SimpleConsumerConfig::default(),
         }
     }

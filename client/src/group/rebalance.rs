@@ -5,15 +5,15 @@
 //! off, try again — a bounded number of times, then a typed error.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use cluster::{Claim, PartitionId, SessionEvent, Watch};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::owned::{OFFSET_UNKNOWN, Owned};
-use super::{GroupError, Inner, StreamId, assign, fetcher};
+use super::{CommitPolicy, GroupError, Inner, StreamId, assign, fetcher};
 
 /// Rebalances now and after every change of the registries, until `stop`. `first` hears
 /// when the first rebalance has run.
@@ -98,16 +98,14 @@ fn deliver_error(inner: &Inner, error: &GroupError) {
     let Some((_, senders)) = inner.subscription.get() else { return };
     for sender in senders.values().flatten() {
         let chunk = super::Chunk {
-            owned: Arc::new(Owned {
-                topic: String::new(),
-                partition: PartitionId { broker: -1, partition: 0 },
-                owner: String::new(),
-                stream: 0,
-                consumed: AtomicI64::new(OFFSET_UNKNOWN),
-                committed: AtomicI64::new(OFFSET_UNKNOWN),
-                revoked: AtomicBool::new(false),
-                stop: CancellationToken::new(),
-            }),
+            owned: Arc::new(Owned::new(
+                String::new(),
+                PartitionId { broker: -1, partition: 0 },
+                String::new(),
+                0,
+                OFFSET_UNKNOWN,
+                CancellationToken::new(),
+            )),
             messages: Vec::new().into_iter(),
             error: Some(GroupError::Rebalance(error.to_string())),
         };
@@ -117,6 +115,7 @@ fn deliver_error(inner: &Inner, error: &GroupError) {
 
 /// One rebalance, with bounded retries on ownership conflicts.
 pub(crate) async fn rebalance(inner: &Arc<Inner>) -> Result<(), GroupError> {
+    drain_marks(inner).await;
     let mut owned = inner.owned.lock().await;
     let mut backoff_ms = inner.config.rebalance_backoff_ms;
     let retries = inner.config.rebalance_retries;
@@ -150,6 +149,33 @@ pub(crate) async fn rebalance(inner: &Arc<Inner>) -> Result<(), GroupError> {
     }
     unreachable!("the last attempt returns")
 }
+
+/// With [`CommitPolicy::Marked`], before partitions are given up: ends their deliveries and
+/// waits, up to `rebalance_drain_ms`, until the caller has marked done everything handed out,
+/// so that the commit covers it and whoever owns the partition next (this consumer again,
+/// often) does not receive it a second time. The owned list is not held meanwhile, so marks
+/// go on landing.
+async fn drain_marks(inner: &Inner) {
+    if inner.config.commit != CommitPolicy::Marked {
+        return;
+    }
+    let handed_out: Vec<(Arc<Owned>, i64)> = {
+        let owned = inner.owned.lock().await;
+        owned.iter().map(|o| (Arc::clone(o), o.end_deliveries())).collect()
+    };
+    let marked = || handed_out.iter().all(|(o, end)| o.consumed.load(Ordering::Acquire) >= *end);
+    let deadline = Instant::now() + Duration::from_millis(inner.config.rebalance_drain_ms);
+    while !marked() {
+        if Instant::now() >= deadline {
+            tracing::warn!(group = %inner.config.group, drain_ms = inner.config.rebalance_drain_ms, "messages handed out were not all marked done in time; they will be delivered again");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
+    }
+}
+
+/// How often a drain looks whether the caller has marked everything.
+const DRAIN_POLL_MS: u64 = 5;
 
 /// A partition another consumer still owns.
 struct Conflict {
@@ -205,16 +231,14 @@ async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<
                 let committed =
                     registry.offset(group, topic, partition).await.map_err(GroupError::from)?;
                 let start = committed.unwrap_or(OFFSET_UNKNOWN);
-                let claimed = Arc::new(Owned {
-                    topic: topic.clone(),
+                let claimed = Arc::new(Owned::new(
+                    topic.clone(),
                     partition,
-                    owner: owner.clone(),
-                    stream: stream.stream,
-                    consumed: AtomicI64::new(start),
-                    committed: AtomicI64::new(start),
-                    revoked: AtomicBool::new(false),
-                    stop: inner.stop.child_token(),
-                });
+                    owner.clone(),
+                    stream.stream,
+                    start,
+                    inner.stop.child_token(),
+                ));
                 owned.push(Arc::clone(&claimed));
                 let addr = brokers[&partition.broker].addr();
                 let queue = senders[topic][stream.stream as usize].clone();
@@ -236,8 +260,7 @@ pub(crate) async fn release_all(
     owned: &mut Vec<Arc<Owned>>,
 ) -> Result<(), GroupError> {
     for partition in owned.iter() {
-        partition.revoked.store(true, Ordering::Release);
-        partition.stop.cancel();
+        partition.end_deliveries();
     }
     let committed = inner.commit(owned).await;
     for partition in owned.drain(..) {

@@ -71,6 +71,11 @@ impl MessageStream {
                 return None;
             }
             if let Some(message) = chunk.messages.next() {
+                if !chunk.owned.deliver(message.next_offset) {
+                    // Given up between the check above and now.
+                    self.current = None;
+                    return None;
+                }
                 if self.commit == CommitPolicy::Taken {
                     chunk.owned.consumed.store(message.next_offset, Ordering::Release);
                 }
