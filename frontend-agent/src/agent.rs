@@ -53,6 +53,11 @@ pub enum SendError {
     /// The spool is full under `block` (HTTP 503 with Retry-After).
     #[error("the spool is full; retry in {retry_after_ms} ms")]
     Full { retry_after_ms: u64 },
+    /// The call's events are more than the whole spool holds: they never fit (HTTP 400).
+    #[error(
+        "the events of this call ({bytes} bytes encoded) exceed the whole spool ({max_bytes} bytes); send them in smaller calls"
+    )]
+    TooLarge { bytes: u64, max_bytes: u64 },
     #[error(transparent)]
     Spool(SpoolError),
     #[error("the agent is shutting down")]
@@ -262,6 +267,10 @@ impl Agent {
             Err(SpoolError::Full { retry_after_ms, .. }) => {
                 Metrics::add(&inner.metrics.refused_full, 1);
                 Err(SendError::Full { retry_after_ms })
+            }
+            Err(SpoolError::TooLarge { bytes, max_bytes }) => {
+                Metrics::add(&inner.metrics.rejected_requests, 1);
+                Err(SendError::TooLarge { bytes, max_bytes })
             }
             Err(SpoolError::Closed) => Err(SendError::ShuttingDown),
             Err(e) => Err(SendError::Spool(e)),

@@ -4,7 +4,8 @@
 //!
 //! The answer comes only once every event of the request is durably spooled:
 //! `200 {"accepted": N}`. Any invalid event refuses the whole request with
-//! `400 {"error": …, "index": i}`; a full spool (`block`) answers 503 with Retry-After.
+//! `400 {"error": …, "index": i}`, and so does a request larger than the whole spool (without
+//! `index`); a full spool (`block`) answers 503 with Retry-After.
 
 use std::future::Future;
 
@@ -65,6 +66,7 @@ async fn post_events(
         Err(SendError::Invalid { index, source }) => {
             error(StatusCode::BAD_REQUEST, &source.to_string(), Some(index))
         }
+        Err(e @ SendError::TooLarge { .. }) => error(StatusCode::BAD_REQUEST, &e.to_string(), None),
         Err(SendError::Full { retry_after_ms }) => {
             let seconds = retry_after_ms.div_ceil(1000).max(1);
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "the spool is full", None);

@@ -2,8 +2,9 @@
 //! (the file's inode and byte offset) is kept in `{spool_dir}/tail/`, written only after the
 //! lines before it are durably spooled, so a restart neither skips a line nor reads one again
 //! (short of a crash between the two, which duplicates, never loses). A file renamed away by
-//! rotation is read to its end before the new file at the path is followed from its start; a
-//! file truncated in place is followed from its start.
+//! rotation is read to its end before the new file at the path is followed from its start —
+//! also when the rotation happened while the agent was down, if the old file is still in the
+//! same directory; a file truncated in place is followed from its start.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -127,13 +128,42 @@ impl Tailer {
         }
     }
 
-    /// Opens the file at the path, at the saved offset if it is the same file.
+    /// Opens the file at the path, at the saved offset if it is the same file. If it is not,
+    /// and the saved file was renamed away in the same directory (rotated while the agent was
+    /// down) with lines left unread, that file is opened at the saved offset instead: it is
+    /// read to its end before the new one is followed.
     fn open(&self, saved: Position) -> Option<Open> {
         let file = File::open(&self.spec.file).ok()?;
         let meta = file.metadata().ok()?;
-        let offset =
-            if meta.ino() == saved.inode && saved.offset <= meta.len() { saved.offset } else { 0 };
-        Some(Open { file, inode: meta.ino(), offset })
+        if meta.ino() == saved.inode {
+            let offset = if saved.offset <= meta.len() { saved.offset } else { 0 };
+            return Some(Open { file, inode: meta.ino(), offset });
+        }
+        if saved.inode != 0
+            && let Some(rotated) = self.rotated_away(saved)
+        {
+            return Some(rotated);
+        }
+        Some(Open { file, inode: meta.ino(), offset: 0 })
+    }
+
+    /// The file of `saved.inode` beside the tailed path, if it has bytes past `saved.offset`.
+    fn rotated_away(&self, saved: Position) -> Option<Open> {
+        let dir = match self.spec.file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => std::path::Path::new("."),
+        };
+        let entry = std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .find(|entry| entry.metadata().is_ok_and(|m| m.is_file() && m.ino() == saved.inode))?;
+        let file = File::open(entry.path()).ok()?;
+        let meta = file.metadata().ok()?;
+        if meta.ino() != saved.inode || meta.len() <= saved.offset {
+            return None;
+        }
+        tracing::info!(file = %entry.path().display(), offset = saved.offset, "reading the rest of a tailed file rotated while the agent was down");
+        Some(Open { file, inode: saved.inode, offset: saved.offset })
     }
 
     /// Spools `lines`, retrying while the spool is full or the registry is down; invalid
@@ -149,29 +179,45 @@ impl Tailer {
                 }
             }
         }
-        loop {
-            match self.agent.send_valid(&self.spec.topic, &events).await {
-                Ok((_, invalid)) => {
-                    for (index, e) in invalid {
-                        tracing::warn!(file = %self.spec.file.display(), index, error = %e, "skipping an invalid event");
+        // Halves of a call too large for the whole spool are sent one after the other.
+        let mut batches = std::collections::VecDeque::from([&events[..]]);
+        while let Some(batch) = batches.pop_front() {
+            loop {
+                match self.agent.send_valid(&self.spec.topic, batch).await {
+                    Ok((_, invalid)) => {
+                        for (index, e) in invalid {
+                            tracing::warn!(file = %self.spec.file.display(), index, error = %e, "skipping an invalid event");
+                        }
+                        *retry_ms = self.poll.as_millis() as u64;
+                        break;
                     }
-                    *retry_ms = self.poll.as_millis() as u64;
-                    return true;
+                    Err(SendError::TooLarge { .. }) if batch.len() > 1 => {
+                        let (first, second) = batch.split_at(batch.len() / 2);
+                        batches.push_front(second);
+                        batches.push_front(first);
+                        break;
+                    }
+                    Err(e @ SendError::TooLarge { .. }) => {
+                        Metrics::add(&self.agent.metrics().rejected, 1);
+                        tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping an event larger than the whole spool");
+                        break;
+                    }
+                    Err(SendError::Invalid { source, .. }) => {
+                        tracing::warn!(file = %self.spec.file.display(), error = %source, "skipping lines for a topic that cannot take them");
+                        break;
+                    }
+                    Err(SendError::ShuttingDown) => return false,
+                    Err(e) => {
+                        tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot spool tailed lines; retrying");
+                    }
                 }
-                Err(SendError::Invalid { source, .. }) => {
-                    tracing::warn!(file = %self.spec.file.display(), error = %source, "skipping lines for a topic that cannot take them");
-                    return true;
+                if !self.pause(stop, Duration::from_millis(*retry_ms)).await {
+                    return false;
                 }
-                Err(SendError::ShuttingDown) => return false,
-                Err(e) => {
-                    tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot spool tailed lines; retrying");
-                }
+                *retry_ms = (*retry_ms * 2).min(RETRY_MS_MAX);
             }
-            if !self.pause(stop, Duration::from_millis(*retry_ms)).await {
-                return false;
-            }
-            *retry_ms = (*retry_ms * 2).min(RETRY_MS_MAX);
         }
+        true
     }
 
     fn read_position(&self) -> Position {

@@ -113,6 +113,14 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
         (r.status() == 200).then_some(())
     })
     .await;
+    // A request that could never fit, however empty the spool: 400, not a 503 to retry forever.
+    let rejected_before = Metrics::get(&agent.metrics().rejected_requests);
+    let huge: Vec<_> = (2_000_000..2_002_000).map(page_view).collect();
+    let r = http.post(&url).json(&huge).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("exceed the whole spool"), "{body}");
+    assert_eq!(Metrics::get(&agent.metrics().rejected_requests), rejected_before + 1);
     assert_eq!(Metrics::get(&agent.metrics().dropped), 0);
     assert!(Metrics::get(&agent.metrics().refused_full) >= 1);
     stop.cancel();
@@ -217,5 +225,54 @@ async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_no
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..2_150).collect::<Vec<_>>()).await;
     assert_eq!(counts.len(), 2_150);
     assert!(counts.values().all(|&c| c == 1), "no line read twice across the restart");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_tailed_file_rotated_while_the_agent_is_down_is_read_to_its_end_first() {
+    let broker = TestBroker::start().await;
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("events.log");
+    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
+    cfg.tail = vec![format!("{}=page-view", log.display())];
+    cfg.tail_poll_ms = 20;
+    append_lines(&log, 0..100);
+    let agent = start(cfg.clone()).await;
+    wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
+    agent.shutdown().await.unwrap();
+
+    // While the agent is down the application writes on, then its log is rotated by rename
+    // and a new file started.
+    append_lines(&log, 100..300);
+    std::fs::rename(&log, logs.path().join("events.log.1")).unwrap();
+    append_lines(&log, 300..400);
+    let agent = start(cfg).await;
+    let counts = wait_for_ids(&broker.addr, "page-view", &(0..400).collect::<Vec<_>>()).await;
+    assert_eq!(counts.len(), 400);
+    assert!(counts.values().all(|&c| c == 1), "no line read twice");
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tailed_lines_more_than_the_whole_spool_holds_are_spooled_in_parts() {
+    let broker = TestBroker::start().await;
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("events.log");
+    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
+    cfg.tail = vec![format!("{}=page-view", log.display())];
+    cfg.tail_poll_ms = 20;
+    cfg.spool_max_bytes = 64 << 10;
+    cfg.max_event_bytes = 4 << 10;
+    // Written before the agent starts, so that its first read takes them all at once.
+    append_lines(&log, 0..3_000);
+    let agent = start(cfg).await;
+    let counts = wait_for_ids(&broker.addr, "page-view", &(0..3_000).collect::<Vec<_>>()).await;
+    assert_eq!(counts.len(), 3_000);
+    assert!(counts.values().all(|&c| c == 1), "no line spooled twice");
+    assert_eq!(Metrics::get(&agent.metrics().rejected), 0);
     agent.shutdown().await.unwrap();
 }

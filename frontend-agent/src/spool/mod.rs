@@ -44,6 +44,9 @@ pub const RETRY_AFTER_MS: u64 = 1_000;
 pub enum SpoolError {
     #[error("the spool is full ({max_bytes} bytes); retry in {retry_after_ms} ms")]
     Full { max_bytes: u64, retry_after_ms: u64 },
+    /// Events that could never fit, however empty the spool: retrying cannot help.
+    #[error("{bytes} bytes of events exceed the whole spool ({max_bytes} bytes)")]
+    TooLarge { bytes: u64, max_bytes: u64 },
     #[error("spool {op} {path}: {source}")]
     Io { op: &'static str, path: PathBuf, source: Arc<io::Error> },
     #[error("spool segment {path} is corrupt: {reason}")]

@@ -196,6 +196,9 @@ impl Writer {
     /// Reserves room and `count` seqs, dropping the oldest segments under `drop-oldest`.
     fn admit(&self, bytes: u64, count: u64) -> Result<u64, SpoolError> {
         let options = &self.shared.options;
+        if bytes > options.max_bytes {
+            return Err(SpoolError::TooLarge { bytes, max_bytes: options.max_bytes });
+        }
         let mut state = self.shared.lock();
         let full = SpoolError::Full {
             max_bytes: options.max_bytes,
