@@ -189,23 +189,40 @@ fn append_lines(path: &std::path::Path, ids: std::ops::Range<u64>) {
     file.sync_all().unwrap();
 }
 
+/// A broker, a registry, a spool and a log directory, and an agent config that tails
+/// `events.log` into `page-view`.
+struct Tailing {
+    broker: TestBroker,
+    _registry: TestRegistry,
+    _dirs: [tempfile::TempDir; 2],
+    log: std::path::PathBuf,
+    config: frontend_agent::Config,
+}
+
+impl Tailing {
+    async fn start() -> Tailing {
+        let broker = TestBroker::start().await;
+        let registry = TestRegistry::start().await;
+        let (spool, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let log = logs.path().join("events.log");
+        let mut config = config(registry.url(), spool.path(), &[&broker.addr]);
+        config.tail = vec![format!("{}=page-view", log.display())];
+        config.tail_poll_ms = 20;
+        Tailing { broker, _registry: registry, _dirs: [spool, logs], log, config }
+    }
+}
+
 #[tokio::test]
 async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_none() {
-    let broker = TestBroker::start().await;
-    let registry = TestRegistry::start().await;
-    let spool = tempfile::tempdir().unwrap();
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("events.log");
-    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
-    cfg.tail = vec![format!("{}=page-view", log.display())];
-    cfg.tail_poll_ms = 20;
-    append_lines(&log, 0..100);
+    let t = Tailing::start().await;
+    let (broker, log, cfg) = (&t.broker, &t.log, t.config.clone());
+    append_lines(log, 0..100);
     let agent = start(cfg.clone()).await;
     wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
 
     // A line cut short, completed later; a bad line; then rotation by rename right after more
     // lines, before the tailer can have read them all.
-    let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    let mut file = std::fs::OpenOptions::new().append(true).open(log).unwrap();
     let partial = page_view(100).to_string();
     file.write_all(&partial.as_bytes()[..10]).unwrap();
     file.flush().unwrap();
@@ -213,15 +230,15 @@ async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_no
     file.write_all(&partial.as_bytes()[10..]).unwrap();
     file.write_all(b"\nnot json\n").unwrap();
     drop(file);
-    append_lines(&log, 101..2_000);
-    std::fs::rename(&log, logs.path().join("events.log.1")).unwrap();
-    append_lines(&log, 2_000..2_100);
+    append_lines(log, 101..2_000);
+    std::fs::rename(log, log.with_extension("log.1")).unwrap();
+    append_lines(log, 2_000..2_100);
     wait_for_ids(&broker.addr, "page-view", &(0..2_100).collect::<Vec<_>>()).await;
     assert_eq!(Metrics::get(&agent.metrics().rejected), 1, "the bad line is counted and skipped");
     agent.shutdown().await.unwrap();
 
     let agent = start(cfg).await;
-    append_lines(&log, 2_100..2_150);
+    append_lines(log, 2_100..2_150);
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..2_150).collect::<Vec<_>>()).await;
     assert_eq!(counts.len(), 2_150);
     assert!(counts.values().all(|&c| c == 1), "no line read twice across the restart");
@@ -230,24 +247,18 @@ async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_no
 
 #[tokio::test]
 async fn a_tailed_file_rotated_while_the_agent_is_down_is_read_to_its_end_first() {
-    let broker = TestBroker::start().await;
-    let registry = TestRegistry::start().await;
-    let spool = tempfile::tempdir().unwrap();
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("events.log");
-    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
-    cfg.tail = vec![format!("{}=page-view", log.display())];
-    cfg.tail_poll_ms = 20;
-    append_lines(&log, 0..100);
+    let t = Tailing::start().await;
+    let (broker, log, cfg) = (&t.broker, &t.log, t.config.clone());
+    append_lines(log, 0..100);
     let agent = start(cfg.clone()).await;
     wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
     agent.shutdown().await.unwrap();
 
     // While the agent is down the application writes on, then its log is rotated by rename
     // and a new file started.
-    append_lines(&log, 100..300);
-    std::fs::rename(&log, logs.path().join("events.log.1")).unwrap();
-    append_lines(&log, 300..400);
+    append_lines(log, 100..300);
+    std::fs::rename(log, log.with_extension("log.1")).unwrap();
+    append_lines(log, 300..400);
     let agent = start(cfg).await;
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..400).collect::<Vec<_>>()).await;
     assert_eq!(counts.len(), 400);
@@ -257,18 +268,12 @@ async fn a_tailed_file_rotated_while_the_agent_is_down_is_read_to_its_end_first(
 
 #[tokio::test]
 async fn tailed_lines_more_than_the_whole_spool_holds_are_spooled_in_parts() {
-    let broker = TestBroker::start().await;
-    let registry = TestRegistry::start().await;
-    let spool = tempfile::tempdir().unwrap();
-    let logs = tempfile::tempdir().unwrap();
-    let log = logs.path().join("events.log");
-    let mut cfg = config(registry.url(), spool.path(), &[&broker.addr]);
-    cfg.tail = vec![format!("{}=page-view", log.display())];
-    cfg.tail_poll_ms = 20;
+    let t = Tailing::start().await;
+    let (broker, log, mut cfg) = (&t.broker, &t.log, t.config.clone());
     cfg.spool_max_bytes = 64 << 10;
     cfg.max_event_bytes = 4 << 10;
     // Written before the agent starts, so that its first read takes them all at once.
-    append_lines(&log, 0..3_000);
+    append_lines(log, 0..3_000);
     let agent = start(cfg).await;
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..3_000).collect::<Vec<_>>()).await;
     assert_eq!(counts.len(), 3_000);
