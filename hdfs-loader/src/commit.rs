@@ -138,6 +138,33 @@ impl PartitionCommits {
         }
     }
 
+    /// The record that ends the chain, listing only the records after `known`: the start of a
+    /// record this process saw, so the chain ends at or after it (records are never deleted).
+    /// A store lists from a key on (S3 `start-after`), so a run of `serve` costs what was
+    /// committed since the last, not the partition's whole history. Without `known`, or if its
+    /// record is gone, the whole listing.
+    pub async fn last_after(
+        &self,
+        known: Option<i64>,
+    ) -> Result<Option<CommitRecord>, CommitError> {
+        let Some(known) = known else { return self.last().await };
+        let dir = layout::commits_dir(&self.topic, self.partition);
+        let after = layout::commit_path(&self.topic, self.partition, known);
+        let metas: Vec<_> = self
+            .store
+            .list_with_offset(Some(&dir), &after)
+            .try_collect()
+            .await
+            .map_err(store_error(&dir))?;
+        match metas.iter().filter_map(|meta| layout::commit_start(&meta.location)).max() {
+            Some(start) => Ok(Some(self.read(start).await?)),
+            None => match self.read(known).await {
+                Ok(record) => Ok(Some(record)),
+                Err(_) => self.last().await,
+            },
+        }
+    }
+
     /// Every record, in offset order (for audit counts and status).
     pub async fn all(&self, concurrency: usize) -> Result<Vec<CommitRecord>, CommitError> {
         let starts = self.starts().await?;
@@ -283,6 +310,27 @@ mod tests {
         assert_eq!(commits.commit(&record(10, 20, vec![])).await.unwrap(), Committed::Won);
         assert_eq!(commits.last().await.unwrap().map(|r| (r.start, r.end)), Some((10, 20)));
         assert_eq!(commits.all(4).await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_chain_end_is_found_from_a_known_start_on() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let commits =
+            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        assert_eq!(commits.last_after(Some(0)).await.unwrap(), None, "nothing committed yet");
+        for (start, end) in [(0, 10), (10, 200), (200, 1_000)] {
+            commits.commit(&record(start, end, vec![])).await.unwrap();
+        }
+        let end_of = |r: Option<CommitRecord>| r.map(|r| (r.start, r.end));
+        // Committed since (by this process or another loader).
+        assert_eq!(end_of(commits.last_after(Some(10)).await.unwrap()), Some((200, 1_000)));
+        // Nothing since: the known record itself.
+        assert_eq!(end_of(commits.last_after(Some(200)).await.unwrap()), Some((200, 1_000)));
+        // Offsets compare as numbers, not as the digits of shorter keys would.
+        assert_eq!(end_of(commits.last_after(Some(9)).await.unwrap()), Some((200, 1_000)));
+        // A known start with no record and none after it: the whole listing.
+        assert_eq!(end_of(commits.last_after(Some(5_000)).await.unwrap()), Some((200, 1_000)));
+        assert_eq!(end_of(commits.last_after(None).await.unwrap()), Some((200, 1_000)));
     }
 
     #[tokio::test]

@@ -75,6 +75,10 @@ pub struct PartitionLoad {
     /// The commit records this load wrote (for audit counts).
     #[serde(skip)]
     pub records: Vec<CommitRecord>,
+    /// The start of the record that ended the chain when the load finished, if any: where the
+    /// next run's listing begins.
+    #[serde(skip)]
+    pub last_start: Option<i64>,
 }
 
 pub struct PartitionLoader<'a> {
@@ -87,6 +91,8 @@ pub struct PartitionLoader<'a> {
     pub partition: PartitionId,
     pub broker_addr: String,
     pub shutdown: CancellationToken,
+    /// The start of a commit record of this partition seen by an earlier run of this process.
+    pub known_start: Option<i64>,
 }
 
 /// Rows of one hour being written to one staged file.
@@ -127,7 +133,8 @@ impl PartitionLoader<'_> {
     async fn load_into(&self, load: &mut PartitionLoad) -> Result<(), LoadError> {
         let topic = self.topic.topic.as_str();
         let commits = PartitionCommits::new(Arc::clone(&self.store), topic, self.partition);
-        let last = commits.last().await?;
+        let last = commits.last_after(self.known_start).await?;
+        load.last_start = last.as_ref().map(|r| r.start);
         if let Some(last) = &last {
             commits.roll_forward(last).await?;
         }
@@ -209,6 +216,7 @@ impl PartitionLoader<'_> {
                         tracing::debug!(%topic, partition = %self.partition, start = record.start, end = record.end, rows = record.rows, "committed");
                         offset = record.end;
                         load.end = offset;
+                        load.last_start = Some(record.start);
                         load.rows += record.rows;
                         load.bad_records += record.bad_records;
                         load.commits += 1;

@@ -3,6 +3,7 @@
 //! layout (`/consumers/{group}/owners/…`, claimed for this host for the length of a round);
 //! the conditional commits fence loaders that share one anyway.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,9 @@ pub struct Loader {
     audit: Option<LoaderAudit>,
     /// Topics whose committed counts the audit has loaded.
     audited_topics: Vec<String>,
+    /// Per partition, the start of the last commit record a round saw: where the next round's
+    /// listing of commit records begins.
+    known_starts: std::sync::Mutex<HashMap<(String, PartitionId), i64>>,
 }
 
 impl Loader {
@@ -60,7 +64,16 @@ impl Loader {
         } else {
             None
         };
-        Ok(Loader { config, host, cluster, store, registry, audit, audited_topics: Vec::new() })
+        Ok(Loader {
+            config,
+            host,
+            cluster,
+            store,
+            registry,
+            audit,
+            audited_topics: Vec::new(),
+            known_starts: std::sync::Mutex::new(HashMap::new()),
+        })
     }
 
     /// Loads every selected partition to the log end seen when its load starts.
@@ -181,6 +194,8 @@ impl Loader {
                 return Some((load, Err(e.into())));
             }
         }
+        let key = (context.topic.clone(), partition);
+        let known_start = self.known_starts().get(&key).copied();
         let loader = PartitionLoader {
             config: &self.config,
             host: &self.host,
@@ -191,8 +206,12 @@ impl Loader {
             partition,
             broker_addr,
             shutdown: shutdown.clone(),
+            known_start,
         };
         let result = loader.load().await;
+        if let Some(start) = result.0.last_start {
+            self.known_starts().insert(key, start);
+        }
         if let Err(e) = self.cluster.release(group, &context.topic, partition, &self.host).await {
             tracing::warn!(topic = %context.topic, %partition, error = %e, "cannot release the partition; its owner node goes with the session");
         }
@@ -222,6 +241,10 @@ impl Loader {
             }
         }
         self.close().await;
+    }
+
+    fn known_starts(&self) -> std::sync::MutexGuard<'_, HashMap<(String, PartitionId), i64>> {
+        self.known_starts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub async fn close(&self) {
