@@ -119,6 +119,7 @@ impl Mirror {
             };
             tasks.spawn(source.run(stop.clone()));
         }
+        tasks.spawn(target::follow_brokers(target.clone(), stop.clone()));
         tasks.spawn(refresh_rates(
             Arc::clone(&metrics_state),
             config.metrics_refresh_ms,

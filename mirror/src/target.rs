@@ -1,12 +1,16 @@
 //! The analytics cluster: one producer into it, found through its broker registry, and the
 //! creation of each copied topic there with the configured partition count before the first
-//! message goes out (a broker would otherwise create it with its own default).
+//! message goes out (a broker would otherwise create it with its own default) — also on a
+//! target broker that joins later, so that copied topics spread over it too.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use client::{Connection, Partitioner, Producer, ProducerConfig, RegistryBrokers};
-use cluster::{Coordinator, Registry};
+use cluster::{BrokerInfo, Coordinator, Registry};
 use protocol::{Acks, Codec};
+use tokio_util::sync::CancellationToken;
 
 use crate::MirrorError;
 
@@ -20,6 +24,8 @@ pub(crate) struct Target {
     registry: Registry,
     pub(crate) producer: Producer,
     partitions: u32,
+    /// Topics created on every target broker so far.
+    topics: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl Target {
@@ -45,7 +51,7 @@ impl Target {
         };
         let source = Arc::new(RegistryBrokers::new(registry.clone()));
         let producer = Producer::new(config, source).map_err(MirrorError::Producer)?;
-        Ok(Target { registry, producer, partitions })
+        Ok(Target { registry, producer, partitions, topics: Arc::default() })
     }
 
     /// Creates `topic` on every target broker that does not have it yet. Fails while no
@@ -55,6 +61,17 @@ impl Target {
         if brokers.is_empty() {
             return Err("no target broker is registered".into());
         }
+        self.create_on(topic, &brokers).await?;
+        self.topics.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned());
+        Ok(())
+    }
+
+    /// Creates `topic` on those of `brokers` that do not have it yet.
+    async fn create_on(
+        &self,
+        topic: &str,
+        brokers: &BTreeMap<i32, BrokerInfo>,
+    ) -> Result<(), String> {
         let have = self.registry.topic_brokers(topic).await.map_err(|e| e.to_string())?;
         for (id, info) in brokers.iter().filter(|(id, _)| !have.contains_key(id)) {
             let addr = info.addr();
@@ -70,5 +87,44 @@ impl Target {
             }
         }
         Ok(())
+    }
+}
+
+/// Pause after a failure to read the target's broker registry or create a topic; doubles.
+const FOLLOW_BACKOFF_MS: u64 = 200;
+const FOLLOW_BACKOFF_MAX_MS: u64 = 5_000;
+
+/// Whenever the target's broker set changes, creates every topic copied so far on the brokers
+/// that lack it, until `stop`.
+pub(crate) async fn follow_brokers(target: Target, stop: CancellationToken) {
+    let mut backoff_ms = FOLLOW_BACKOFF_MS;
+    loop {
+        let step = async {
+            let (brokers, watch) =
+                target.registry.brokers_and_watch().await.map_err(|e| e.to_string())?;
+            let topics = target.topics.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            for topic in &topics {
+                target.create_on(topic, &brokers).await.map_err(|e| format!("{topic}: {e}"))?;
+            }
+            Ok::<_, String>(watch)
+        };
+        let wait = match step.await {
+            Ok(watch) => {
+                backoff_ms = FOLLOW_BACKOFF_MS;
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = watch => continue,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot create copied topics on the target brokers; retrying");
+                backoff_ms
+            }
+        };
+        backoff_ms = (backoff_ms * 2).min(FOLLOW_BACKOFF_MAX_MS);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+        }
     }
 }

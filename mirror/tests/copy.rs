@@ -135,6 +135,18 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     })
     .await;
 
+    // A target broker that joins later gets every copied topic, with --partitions.
+    let _joined = start_broker(&analytics.connect, 2, None).await;
+    let target = analytics.registry().await;
+    eventually(WAIT, "copied topics created on the new target broker", || async {
+        for topic in ["page-view", "click", "search"] {
+            let layout = target.topic_brokers(topic).await.ok()?;
+            (layout.get(&2) == Some(&3)).then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+
     let totals = mirror.totals();
     mirror.shutdown().await.unwrap();
     assert!(totals.events() >= 900, "{} events", totals.events());
