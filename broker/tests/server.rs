@@ -284,14 +284,67 @@ fn limit_and_log_flags_are_applied() {
             (bytes <= 350).then_some(())
         })
         .await;
-        // --max-request-bytes 4096: a larger request closes the connection.
-        let big = conn.produce("t", 0, Acks::Written, message_set(&[[0u8; 60]; 80])).await;
-        assert!(big.is_err(), "a request over --max-request-bytes must be refused");
+        // --max-request-bytes 4096: a larger request, of messages each within
+        // --max-message-bytes, closes the connection (no error code: nothing was read).
+        let big = conn.produce("t", 0, Acks::Written, message_set(&[[0u8; 30]; 200])).await;
+        let err = big.expect_err("a request over --max-request-bytes must be refused");
+        assert!(!format!("{err:?}").contains("MessageTooLarge"), "{err:?}");
         // --max-connections 2: a third connection is closed at once.
         let _second = client::Connection::connect(&addr).await.unwrap();
         let _third = client::Connection::connect(&addr).await.unwrap();
         let _fourth = client::Connection::connect(&addr).await.unwrap();
         let refused = _fourth.metadata(&[]).await;
         assert!(refused.is_err(), "over --max-connections, got {refused:?}");
+    });
+}
+
+#[test]
+fn host_num_partitions_and_retention_ms_flags_are_applied() {
+    /// Kills the broker when the test ends, passed or failed.
+    struct Broker(std::process::Child);
+    impl Drop for Broker {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("data");
+    let log = std::fs::File::create(dir.path().join("log")).unwrap();
+    let child = std::process::Command::new(broker_bin())
+        .args(["--host", "127.0.0.2", "--port", &port.to_string()])
+        .args(["--data-dir", data.to_str().unwrap(), "--num-partitions", "3"])
+        .args(["--segment-bytes", "100", "--flush-messages", "1"])
+        .args(["--retention-ms", "300", "--retention-check-ms", "100"])
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let _broker = Broker(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.2", port)).is_err() {
+        assert!(Instant::now() < deadline, "not listening on 127.0.0.2:{port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "--host 127.0.0.2: nothing listens on 127.0.0.1"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let conn = client::Connection::connect(&format!("127.0.0.2:{port}")).await.unwrap();
+        // --num-partitions 3: a topic its first produce creates has partitions 0, 1 and 2.
+        conn.produce("auto", 2, Acks::Written, message_set(&[b"x"])).await.unwrap();
+        let err = conn.produce("auto", 3, Acks::Written, message_set(&[b"x"])).await;
+        assert!(format!("{err:?}").contains("WrongPartition"), "{err:?}");
+        // --retention-ms 300: rolled segments go once they are that old.
+        for _ in 0..10 {
+            conn.produce("auto", 0, Acks::Written, message_set(&[[1u8; 41]])).await.unwrap();
+        }
+        testkit::eventually(Duration::from_secs(15), "retention by age", || async {
+            let earliest = conn.offsets("auto", 0, -2, 1).await.ok()?;
+            (earliest.first().copied()? > 0).then_some(())
+        })
+        .await;
     });
 }
