@@ -232,3 +232,118 @@ async fn follow_waits_at_the_end_of_the_log_for_new_messages() {
         tokio::time::timeout(std::time::Duration::from_secs(10), following).await.unwrap().unwrap();
     assert_eq!(stdout(&output), "late 1\nlate 2\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_consume_and_offsets_flags_take_effect() {
+    let broker = TestBroker::start_with(|c| c.segment_bytes = 200).await;
+    let conn = broker.connect().await;
+    conn.create_topic("csv", 4, &[]).await.unwrap();
+    conn.create_topic("spread", 4, &[]).await.unwrap();
+    let b = broker.addr.as_str();
+    let count_in =
+        |text: &str, prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+
+    // --field-delimiter: the key is the first comma-separated field, so each name's lines
+    // share a partition (with the default tab the whole line would be the key).
+    let lines: String =
+        (0..60).map(|i| format!("{},event {i}\n", ["ann", "bob", "cy"][i % 3])).collect();
+    // One message per request, so that the 200-byte segments roll (checked with offsets).
+    let args = ["--topic", "csv", "--key-field", "1", "--field-delimiter", ",", "--acks", "2"];
+    let args = [&args[..], &["--batch-messages", "1", "--linger-ms", "0"]].concat();
+    stdout(&trib(&[&["produce", "--brokers", b][..], &args].concat(), lines.as_bytes()).await);
+    let mut holders = std::collections::BTreeMap::new();
+    for partition in 0..4 {
+        let p = partition.to_string();
+        let args = ["consume", "--brokers", b, "--topic", "csv", "--partition", &p];
+        let text = stdout(&trib(&args, b"").await);
+        for name in ["ann,", "bob,", "cy,"] {
+            match count_in(&text, name) {
+                0 => {}
+                20 => assert!(holders.insert(name, partition).is_none()),
+                n => panic!(
+                    "{n} of 20 {name} lines in partition {partition}: split by the wrong field"
+                ),
+            }
+        }
+    }
+    assert_eq!(holders.len(), 3, "every name's 20 lines in one partition");
+
+    // --any-partition with --batch-messages 10 and --linger-ms 0: 20 requests, each to a
+    // partition the broker picks.
+    let lines: String = (0..200).map(|i| format!("spread {i}\n")).collect();
+    let args =
+        ["--topic", "spread", "--any-partition", "--batch-messages", "10", "--linger-ms", "0"];
+    stdout(
+        &trib(&[&["produce", "--brokers", b, "--acks", "2"][..], &args].concat(), lines.as_bytes())
+            .await,
+    );
+    let mut used = 0;
+    let mut total = 0;
+    for partition in 0..4 {
+        let p = partition.to_string();
+        let args = ["consume", "--brokers", b, "--topic", "spread", "--partition", &p];
+        let n = stdout(&trib(&args, b"").await).lines().count();
+        used += usize::from(n > 0);
+        total += n;
+    }
+    assert_eq!(total, 200);
+    assert!(used > 1, "every request went to one partition: batches were not of 10");
+
+    // consume --offset at a byte offset starts at the message there; --fetch-bytes 64 still
+    // reads messages larger than one fetch.
+    let args = [
+        "consume",
+        "--json",
+        "--brokers",
+        b,
+        "--topic",
+        "csv",
+        "--partition",
+        &holders["bob,"].to_string(),
+    ];
+    let messages: Vec<serde_json::Value> =
+        stdout(&trib(&args, b"").await).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let third = messages[2]["offset"].as_i64().unwrap().to_string();
+    let p = holders["bob,"].to_string();
+    let args = [
+        "consume",
+        "--brokers",
+        b,
+        "--topic",
+        "csv",
+        "--partition",
+        &p,
+        "--offset",
+        &third,
+        "--fetch-bytes",
+        "64",
+        "--max-messages",
+        "1",
+    ];
+    assert_eq!(
+        stdout(&trib(&args, b"").await),
+        format!("{}\n", messages[2]["payload"].as_str().unwrap())
+    );
+
+    // offsets --partition, --time and --max. Segments of 200 bytes: bob's 20 lines span
+    // several, and a time in the future names every segment start, newest first.
+    let empty = (0..4).find(|p| !holders.values().any(|h| h == p)).unwrap().to_string();
+    let offsets = |partition: String, extra: &'static [&'static str]| {
+        let b = b.to_owned();
+        async move {
+            let mut args = vec!["offsets", "--json", "--brokers", &b, "--topic", "csv"];
+            args.extend(["--partition", &partition]);
+            args.extend(extra);
+            let out = stdout(&trib(&args, b"").await);
+            let offsets = serde_json::from_str::<serde_json::Value>(out.trim()).unwrap();
+            serde_json::from_value::<Vec<i64>>(offsets["offsets"].clone()).unwrap()
+        }
+    };
+    let end = offsets(p.clone(), &[]).await;
+    assert!(end.len() == 1 && end[0] > 0, "partition {p} holds bob's lines: {end:?}");
+    let starts = offsets(p.clone(), &["--time", "4102444800000"]).await;
+    assert!(starts.len() > 2 && starts.last() == Some(&0), "{starts:?}");
+    assert_eq!(offsets(p.clone(), &["--time", "4102444800000", "--max", "2"]).await, starts[..2]);
+    assert_eq!(offsets(p.clone(), &["--time", "earliest"]).await, [0]);
+    assert_eq!(offsets(empty, &[]).await, [0], "an empty partition");
+}
