@@ -103,6 +103,7 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
     let (analytics, live) = (Cluster::start().await, Cluster::start().await);
     let window = recent_window();
     feed(&registry, &analytics, &live, window).await;
+    let port = testkit::process::free_port();
     let audit = Running::start(&[
         "--zookeeper".into(),
         analytics.connect.clone(),
@@ -111,7 +112,7 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
         "--registry".into(),
         registry_server.url().into(),
         "--http".into(),
-        "127.0.0.1:0".into(),
+        format!("127.0.0.1:{port}"),
         "--window-ms".into(),
         WINDOW_MS.to_string(),
         "--grace-ms".into(),
@@ -119,6 +120,7 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
         "--loader-grace-ms".into(),
         "45000".into(),
     ]);
+    assert_eq!(audit.url, format!("http://127.0.0.1:{port}"), "--http");
     // Agent counts come from --zookeeper's _audit, decoded with --registry; live counts from
     // --live under its name; windows of --window-ms; decided 10 s after with --grace-ms 0.
     let report = audit.wait_window("page-view", window, |w| w["verdict"] == "complete").await;
