@@ -6,8 +6,9 @@ use std::process::Command;
 fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_complete() {
     let dir = tempfile::tempdir().unwrap();
     let summary_path = dir.path().join("summary.json");
+    let dashboard = format!("127.0.0.1:{}", testkit::process::free_port());
     let output = Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["demo", "--duration", "60s", "--dashboard", "127.0.0.1:0"])
+        .args(["demo", "--duration", "60s", "--dashboard", &dashboard])
         .args(["--rate", "300", "--loader-interval", "20s", "--data-dir"])
         .arg(dir.path().join("demo"))
         .arg("--summary-json")
@@ -18,7 +19,8 @@ fn a_one_minute_demo_loads_every_acknowledged_event_and_audits_every_window_comp
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{}\nstdout:\n{stdout}\nstderr:\n{stderr}", output.status);
     // What a user sees: where things are, status lines while it runs, and the summary.
-    for expected in ["dashboard http://127.0.0.1:", "agents", "── summary", "query it:"] {
+    let dashboard_line = format!("dashboard http://{dashboard}/");
+    for expected in [dashboard_line.as_str(), "agents", "── summary", "query it:"] {
         assert!(stdout.contains(expected), "{expected:?} missing from:\n{stdout}");
     }
     let summary: serde_json::Value =
