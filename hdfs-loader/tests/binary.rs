@@ -109,7 +109,11 @@ async fn run_from_a_config_file_writes_parquet_that_duckdb_counts_per_hour() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flags_override_the_config_file() {
     let cluster = Cluster::start(1).await;
-    cluster.produce_page_views(30, 1).await;
+    cluster.produce_page_views(15, 1).await;
+    // Set aside under --bad-records (without it the run would stop here).
+    let bad = [0u8, 0, 0, 0x7f, 0x7f, 1, 2, 3]; // schema id 2139062143: not registered
+    let bad_offset = cluster.producer.send(TOPIC, None, &bad).await.unwrap().offset.unwrap();
+    cluster.produce_page_views(14, 1).await;
     let root = tempfile::tempdir().unwrap();
     let config = root.path().join("loader.toml");
     // Every key here is overridden by a flag below.
@@ -169,8 +173,11 @@ async fn flags_override_the_config_file() {
     .unwrap();
     assert!(output.status.success(), "{}", text(&output));
     let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(summary["rows"], 30);
+    assert_eq!(summary["rows"], 29);
     assert_eq!(summary["partitions"][0]["commits"], 3, "--max-messages-per-commit 10");
+    assert_eq!(summary["partitions"][0]["bad_records"], 1);
+    let kept = bad_records.join(TOPIC).join("0-0").join(format!("{bad_offset:020}.bin"));
+    assert_eq!(std::fs::read(&kept).unwrap(), bad, "--bad-records");
     assert!(summary["audit_records_published"].as_u64().unwrap() >= 1, "--audit true");
     let commit = root.path().join("w/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
     let record: serde_json::Value =
