@@ -186,6 +186,13 @@ async fn flags_override_the_config_file() {
         (record["host"].as_str(), record["window_ms"].as_i64()),
         (Some("flag"), Some(60_000))
     );
+    // --row-group-rows 8: the file of the first commit's 10 rows has row groups of 8 and 2.
+    let path = record["files"][0]["path"].as_str().unwrap();
+    let file = std::fs::File::open(root.path().join("w").join(path)).unwrap();
+    let metadata =
+        parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&file, Default::default()).unwrap();
+    let groups: Vec<i64> = metadata.metadata().row_groups().iter().map(|g| g.num_rows()).collect();
+    assert_eq!(groups, [8, 2], "--row-group-rows 8");
 }
 
 #[test]
