@@ -215,6 +215,9 @@ async fn spool_max_bytes_and_spool_full_flags_choose_the_policy() {
                 http.post(format!("{url}/v1/events/page-view")).json(&body).send().await.unwrap();
             statuses.push(r.status().as_u16());
         }
+        // --spool-dir: the accepted events wait there.
+        let segments = std::fs::read_dir(dir.path().join("spool").join("segments")).unwrap();
+        assert!(segments.count() > 0, "no spool segment under --spool-dir");
         if policy == "block" {
             assert!(statuses.contains(&503), "{statuses:?}");
             assert_eq!(metric(&url, "frontend_agent_dropped_total").await, 0);
