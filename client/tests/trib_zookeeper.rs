@@ -161,6 +161,17 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
             assert!(p["owner"].is_null(), "released on clean exit: {described}");
         }
         assert!(described["members"].as_array().unwrap().is_empty());
+
+        // --auto-offset-reset largest: a new group starts at the log end, so it reads none of
+        // what is there, and stops after --idle-ms without a new message.
+        let args = ["consume", "--zookeeper", &zk, "--group", "late", "--topic", "events"];
+        let out = Command::new(TRIB)
+            .args(args)
+            .args(["--auto-offset-reset", "largest", "--idle-ms", "500"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty(), "read {} bytes from the log end", out.stdout.len());
     })
     .await
     .unwrap();
