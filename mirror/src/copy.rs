@@ -9,9 +9,10 @@
 //! A message's source offset is marked done (and so committed later) only once the target
 //! acknowledged it *and every message before it* in the stream: the acknowledger walks the
 //! window in order. It hands counts and marks to the stream's marker, which publishes the
-//! counts and only then marks; the acknowledger never waits for that round trip. A message the target refused or could not take is sent again after a
-//! capped backoff, together with every other failed message in the window, for as long as it
-//! takes; nothing is ever skipped. The window is bounded, so an unreachable target stops the
+//! counts and only then marks; the acknowledger never waits for that round trip. A message
+//! the target refused or could not take is sent again after a capped backoff, together with
+//! every other failed message in the window, for as long as it takes; nothing is ever
+//! skipped. The window is bounded, so an unreachable target stops the
 //! reading, and with it the fetching.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
