@@ -348,3 +348,58 @@ fn host_num_partitions_and_retention_ms_flags_are_applied() {
         .await;
     });
 }
+
+#[test]
+fn flush_and_segment_flags_are_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("data");
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--flush-ms",
+        "3600000",
+        "--flush-messages",
+        "3",
+        "--segment-ms",
+        "200",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let _process = Process::spawn(broker_bin().as_ref(), &args, port, &dir.path().join("log"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+        conn.create_topic("f", 1, &[]).await.unwrap();
+        // --flush-ms an hour: one message stays unflushed, so invisible (the default flushes
+        // within a second).
+        conn.produce("f", 0, Acks::Written, message_set(&[b"a"])).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert!(conn.fetch("f", 0, 0, 1 << 20).await.unwrap().is_empty(), "--flush-ms");
+        // --flush-messages 3: the third message flushes all three.
+        conn.produce("f", 0, Acks::Written, message_set(&[b"b", b"c"])).await.unwrap();
+        // (--segment-ms 200 below put them in a second segment: a fetch reads one segment.)
+        testkit::eventually(Duration::from_secs(15), "flush after 3 messages", || async {
+            let (mut offset, mut visible) = (0, 0);
+            loop {
+                let set = conn.fetch("f", 0, offset, 1 << 20).await.ok()?;
+                if set.is_empty() {
+                    break;
+                }
+                visible += messages_of(&set, offset).len();
+                offset += set.len() as i64;
+            }
+            (visible == 3).then_some(())
+        })
+        .await;
+        // --segment-ms 200: the append 1.5 s after the first started a new segment file.
+        let segments = std::fs::read_dir(data.join("f-0"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+            .count();
+        assert!(segments >= 2, "--segment-ms: {segments} segment file(s)");
+    });
+}

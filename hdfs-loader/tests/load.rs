@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use apache_avro::types::Value;
 use common::{BASE_TIME_MS, Cluster, TOPIC};
-use hdfs_loader::{Config, run_once};
+use hdfs_loader::Config;
 use object_store::ObjectStore;
 use schema_registry::audit::window_start;
-use tokio_util::sync::CancellationToken;
 
 fn config(host: &str) -> Config {
     Config { host_name: Some(host.into()), max_messages_per_commit: 150, ..Config::default() }
@@ -29,15 +28,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     // 400 events one every 18 s: two hours and a bit, so several hour directories.
     let ids = cluster.produce_page_views(400, 18_000).await;
     let (_dir, store) = local_store();
-    let summary = run_once(
-        &config("loader-a"),
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let summary = cluster.run(&config("loader-a"), &store).await.unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 400);
     assert!(summary.partitions.iter().all(|p| p.commits >= 1), "{summary:?}");
@@ -50,15 +41,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
         common::log_positions(&cluster.broker, TOPIC, 2).await
     );
 
-    let again = run_once(
-        &config("loader-a"),
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = cluster.run(&config("loader-a"), &store).await.unwrap();
     assert_eq!(again.rows, 0, "{again:?}");
     assert_eq!(
         hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap().positions.len(),
@@ -104,15 +87,7 @@ async fn audit_counts_survive_a_restart_without_double_counting() {
     for _ in 0..2 {
         // Each run is a new loader process as far as counts go: it derives them from commits.
         cluster.produce_page_views(50, 1).await;
-        let summary = run_once(
-            &config("loader-r"),
-            Arc::clone(&cluster.coordinator),
-            Arc::clone(&store),
-            Arc::clone(&cluster.registry),
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+        let summary = cluster.run(&config("loader-r"), &store).await.unwrap();
         assert!(summary.errors.is_empty(), "{:?}", summary.errors);
         assert_eq!(summary.audit_records_published, 1, "{summary:?}");
     }
@@ -137,22 +112,7 @@ async fn two_loaders_on_the_same_partitions_never_duplicate_a_row() {
     let mut fenced = 0;
     for _ in 0..6 {
         cluster.produce_page_views(120, 1_000).await;
-        let (a, b) = tokio::join!(
-            run_once(
-                &small,
-                Arc::clone(&cluster.coordinator),
-                Arc::clone(&store),
-                Arc::clone(&cluster.registry),
-                CancellationToken::new()
-            ),
-            run_once(
-                &small,
-                Arc::clone(&cluster.coordinator),
-                Arc::clone(&store),
-                Arc::clone(&cluster.registry),
-                CancellationToken::new()
-            ),
-        );
+        let (a, b) = tokio::join!(cluster.run(&small, &store), cluster.run(&small, &store),);
         for summary in [a.unwrap(), b.unwrap()] {
             assert!(summary.errors.is_empty(), "{:?}", summary.errors);
             fenced += summary.partitions.iter().filter(|p| p.fenced).count();
@@ -160,15 +120,7 @@ async fn two_loaders_on_the_same_partitions_never_duplicate_a_row() {
         common::unique_positions(&store, TOPIC).await;
     }
     // A last run picks up whatever a fenced loader left.
-    run_once(
-        &small,
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    cluster.run(&small, &store).await.unwrap();
     assert_eq!(
         common::unique_positions(&store, TOPIC).await,
         common::log_positions(&cluster.broker, TOPIC, 2).await
@@ -182,22 +134,7 @@ async fn loaders_with_different_hosts_share_partitions_through_owner_nodes() {
     cluster.produce_page_views(400, 1_000).await;
     let (_dir, store) = local_store();
     let (config_a, config_b) = (config("host-a"), config("host-b"));
-    let (a, b) = tokio::join!(
-        run_once(
-            &config_a,
-            Arc::clone(&cluster.coordinator),
-            Arc::clone(&store),
-            Arc::clone(&cluster.registry),
-            CancellationToken::new()
-        ),
-        run_once(
-            &config_b,
-            Arc::clone(&cluster.coordinator),
-            Arc::clone(&store),
-            Arc::clone(&cluster.registry),
-            CancellationToken::new()
-        ),
-    );
+    let (a, b) = tokio::join!(cluster.run(&config_a, &store), cluster.run(&config_b, &store),);
     let (a, b) = (a.unwrap(), b.unwrap());
     // An owned partition is skipped, or loaded by the other after its release (from where the
     // first committed): together they load every event once.
@@ -251,15 +188,7 @@ async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
         cluster.producer.send("signup", None, &payload).await.unwrap();
     }
     let (dir, store) = local_store();
-    let summary = run_once(
-        &config("evo"),
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let summary = cluster.run(&config("evo"), &store).await.unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     let files: Vec<_> = walk(dir.path().join("signup"));
     assert_eq!(files.len(), 1, "one file, one schema: {files:?}");
@@ -298,44 +227,20 @@ async fn an_undecodable_message_stops_the_run_at_its_offset_after_committing_wha
     let sent = cluster.producer.send(TOPIC, None, &bad).await.unwrap();
     cluster.produce_page_views(5, 1).await;
     let (_dir, store) = local_store();
-    let summary = run_once(
-        &config("bad"),
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let summary = cluster.run(&config("bad"), &store).await.unwrap();
     assert_eq!(summary.rows, 5, "{summary:?}");
     let bad_offset = sent.offset.expect("acks 1 gives the offset");
     assert_eq!(summary.errors.len(), 1, "{:?}", summary.errors);
     assert!(summary.errors[0].contains(&format!("offset {bad_offset}")), "{}", summary.errors[0]);
     assert!(summary.errors[0].contains("not in the registry"), "{}", summary.errors[0]);
     // Run again: still stopped at the same message, nothing skipped, nothing duplicated.
-    let again = run_once(
-        &config("bad"),
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = cluster.run(&config("bad"), &store).await.unwrap();
     assert_eq!((again.rows, again.errors.len()), (0, 1));
 
     // With a bad-records directory the message is set aside and counted, and the run goes on.
     let bad_dir = tempfile::tempdir().unwrap();
     let aside = Config { bad_records: Some(bad_dir.path().to_owned()), ..config("bad") };
-    let summary = run_once(
-        &aside,
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let summary = cluster.run(&aside, &store).await.unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 5);
     assert_eq!(summary.partitions[0].bad_records, 1);
@@ -386,29 +291,13 @@ async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_o
     let (_dir, store) = local_store();
     // Commits of 10 messages end only between wrappers of 25.
     let small = Config { max_messages_per_commit: 10, ..config("wrapped") };
-    let summary = run_once(
-        &small,
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let summary = cluster.run(&small, &store).await.unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 200);
     let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
     assert_eq!((rows.positions.len(), rows.event_ids.len()), (200, 200));
     let offsets: std::collections::HashSet<i64> = rows.positions.iter().map(|(_, o)| *o).collect();
     assert!(offsets.len() < 200, "rows of one wrapper share its offset");
-    let again = run_once(
-        &small,
-        Arc::clone(&cluster.coordinator),
-        Arc::clone(&store),
-        Arc::clone(&cluster.registry),
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = cluster.run(&small, &store).await.unwrap();
     assert_eq!(again.rows, 0);
 }

@@ -31,6 +31,22 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// One run of a loader with `config` against this cluster, into `store`.
+    pub async fn run(
+        &self,
+        config: &hdfs_loader::Config,
+        store: &Arc<dyn ObjectStore>,
+    ) -> Result<hdfs_loader::RunSummary, hdfs_loader::LoadError> {
+        hdfs_loader::run_once(
+            config,
+            Arc::clone(&self.coordinator),
+            Arc::clone(store),
+            Arc::clone(&self.registry),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+    }
+
     pub async fn start(partitions: u32) -> Cluster {
         let zookeeper = ZooKeeperServer::shared().connect_string();
         let connect = zookeeper.clone();
