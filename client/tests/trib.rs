@@ -347,3 +347,35 @@ async fn produce_consume_and_offsets_flags_take_effect() {
     assert_eq!(offsets(p.clone(), &["--time", "earliest"]).await, [0]);
     assert_eq!(offsets(empty, &[]).await, [0], "an empty partition");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_compression_acks_and_latest_take_effect() {
+    // Flushes only when asked: data is visible once a produce with --acks 2 has returned.
+    let broker = TestBroker::start_with(|c| {
+        c.flush_ms = 3_600_000;
+        c.flush_messages = 1_000_000;
+    })
+    .await;
+    broker.connect().await.create_topic("p", 3, &[]).await.unwrap();
+    let b = broker.addr.as_str();
+    let args = ["produce", "--brokers", b, "--topic", "p", "--partition", "2", "--acks", "2"];
+    stdout(&trib(&[&args[..], &["--compression", "zstd"]].concat(), b"x\ny\nz\n").await);
+    let consume = |partition: &'static str, offset: &'static str| {
+        let b = b.to_owned();
+        async move {
+            let args =
+                ["consume", "--json", "--brokers", &b, "--topic", "p", "--partition", partition];
+            stdout(&trib(&[&args[..], &["--offset", offset]].concat(), b"").await)
+        }
+    };
+    // --partition 2 (and --acks 2: visible at once although the broker flushes hourly).
+    assert_eq!(consume("0", "earliest").await, "");
+    let lines: Vec<serde_json::Value> =
+        consume("2", "earliest").await.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let payloads: Vec<&str> = lines.iter().map(|m| m["payload"].as_str().unwrap()).collect();
+    assert_eq!(payloads, ["x", "y", "z"]);
+    // --compression zstd: the three travel in one wrapper, so they share its offset.
+    assert!(lines.iter().all(|m| m["offset"] == 0), "{lines:?}");
+    // --offset latest: nothing of what is there.
+    assert_eq!(consume("2", "latest").await, "");
+}
