@@ -107,6 +107,16 @@ async fn killed_with_sigkill_mid_stream_and_restarted_it_loses_nothing_accepted(
     let payload = read_all(&broker.addr, "page-view").await.remove(0);
     let (_, header) = EventHeader::read(&payload).unwrap();
     assert_eq!((header.server.as_str(), header.service.as_str()), ("web-7", "from-file"));
+    // --compression zstd (the default is lz4): the broker holds zstd wrappers.
+    let conn = broker.connect().await;
+    let mut codecs = std::collections::BTreeSet::new();
+    for partition in 0..8 {
+        let Ok(set) = conn.fetch("page-view", partition, 0, 1 << 20).await else { break };
+        for message in protocol::MessageSetIter::new(&set, 0) {
+            codecs.insert(format!("{:?}", message.unwrap().1.codec()));
+        }
+    }
+    assert_eq!(codecs.into_iter().collect::<Vec<_>>(), ["Zstd"], "--compression zstd");
     let client = RegistryClient::new(registry.url()).unwrap();
     let schema = client.schema(client.latest("_audit-value").await.unwrap().id).await.unwrap();
     let audit = testkit::eventually(DEADLINE, "audit records", || async {
