@@ -379,3 +379,31 @@ async fn partition_compression_acks_and_latest_take_effect() {
     // --offset latest: nothing of what is there.
     assert_eq!(consume("2", "latest").await, "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reports_on_stderr_while_a_produce_runs() {
+    let broker = TestBroker::start().await;
+    let mut child = Command::new(TRIB)
+        .args(["produce", "--brokers", &broker.addr, "--topic", "slow", "--progress"])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(b"first\n").await.unwrap();
+    input.flush().await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    input.write_all(b"second\n").await.unwrap();
+    drop(input);
+    let output = child.wait_with_output().await.unwrap();
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // A report a second in (stderr is no terminal here, so only --progress asks for it), then
+    // the summary.
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("trib: ") && lines[0].ends_with("MiB/s"), "{stderr}");
+    assert!(lines[1].ends_with("to slow"), "{stderr}");
+}
