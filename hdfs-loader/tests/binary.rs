@@ -125,6 +125,12 @@ async fn flags_override_the_config_file() {
     .unwrap();
     let bad_records = root.path().join("bad");
     let store = format!("file://{}/w", root.path().display());
+    // A staged file of a run that died before committing, older than --staging-grace-ms 1000
+    // (the default grace, an hour, would keep it).
+    let leftover = root.path().join("w/_staging").join(TOPIC).join("0-0/dead-run/x.parquet");
+    std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
+    std::fs::write(&leftover, b"partial").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
     let args = [
         "run",
         "--config",
@@ -178,6 +184,7 @@ async fn flags_override_the_config_file() {
     assert_eq!(summary["partitions"][0]["bad_records"], 1);
     let kept = bad_records.join(TOPIC).join("0-0").join(format!("{bad_offset:020}.bin"));
     assert_eq!(std::fs::read(&kept).unwrap(), bad, "--bad-records");
+    assert!(!leftover.exists(), "--staging-grace-ms 1000: the dead run's staged file is gone");
     assert!(summary["audit_records_published"].as_u64().unwrap() >= 1, "--audit true");
     let commit = root.path().join("w/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
     let record: serde_json::Value =
