@@ -13,7 +13,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use schema_registry::audit::Tier;
+use events::audit::Tier;
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{Clock, HostCount, Ledger, Verdict, WindowReport};

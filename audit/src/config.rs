@@ -98,7 +98,7 @@ impl Default for Config {
             live: Vec::new(),
             registry: None,
             http: "127.0.0.1:8090".into(),
-            window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
+            window_ms: events::audit::WINDOW_MS_DEFAULT,
             grace_ms: 900_000,
             loader_grace_ms: None,
             history_ms: 7 * 24 * 3_600_000,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
-use schema_registry::audit::Tier;
+use events::audit::Tier;
 
 use crate::api::{self, ApiError, TopicSummary};
 use crate::html::{self, Status, chip, escape, number, page};

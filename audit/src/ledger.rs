@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use schema_registry::audit::{AuditRecord, Tier};
+use events::audit::{AuditRecord, Tier};
 use serde::Serialize;
 
 /// What the books say about one window of one topic.
@@ -189,7 +189,7 @@ impl Ledger {
     /// Counts `events` more events of `topic` with `header.time` = `time_ms`, present in the
     /// live cluster `cluster`.
     pub fn add_live(&mut self, cluster: &str, topic: &str, time_ms: i64, events: i64) {
-        let window_start = schema_registry::audit::window_start(time_ms, self.window_ms);
+        let window_start = events::audit::window_start(time_ms, self.window_ms);
         let hosts = self.hosts_mut(Tier::Live, topic, window_start);
         match hosts.get_mut(cluster) {
             Some(count) => *count += events,

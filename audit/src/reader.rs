@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use client::{ConsumerError, FetchedMessages, SimpleConsumer, SimpleConsumerConfig};
 use cluster::{Coordinator, PartitionId, Registry, RegistryError};
-use schema_registry::audit::{AUDIT_TOPIC, AuditRecord};
-use schema_registry::envelope::{self, EventHeader};
+use events::audit::{AUDIT_TOPIC, AuditRecord};
+use events::envelope::{self, EventHeader};
 use schema_registry::{ClientError, RegistryClient};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

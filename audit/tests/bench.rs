@@ -11,9 +11,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Audit, Cluster, past_window, record, test_config};
+use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, Tier};
 use protocol::Acks;
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, Tier};
 use testkit::broker::message_set;
 use testkit::registry::TestRegistry;
 

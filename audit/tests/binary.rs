@@ -7,10 +7,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Cluster, WAIT, WINDOW_MS, produce_audit, produce_events, record};
+use events::audit::Tier::Agent;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use schema_registry::RegistryClient;
-use schema_registry::audit::Tier::Agent;
 use serde_json::Value;
 use testkit::registry::TestRegistry;
 

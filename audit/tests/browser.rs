@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use audit::Config;
 use common::{Audit, Cluster, produce_audit, produce_events};
+use events::audit::{AuditRecord, Tier};
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AuditRecord, Tier};
 use testkit::registry::TestRegistry;
 
 /// One-minute windows, decided one minute after they close.

@@ -5,8 +5,8 @@ mod common;
 
 use cluster::Embedded;
 use common::{Audit, Cluster, past_window, produce_audit, produce_events, record, test_config};
+use events::audit::Tier::{Agent, Mirror};
 use schema_registry::RegistryClient;
-use schema_registry::audit::Tier::{Agent, Mirror};
 use serde_json::json;
 use testkit::registry::TestRegistry;
 

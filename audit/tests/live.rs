@@ -7,8 +7,8 @@ use common::{
     Audit, Cluster, past_window, produce_audit, produce_events, produce_events_to, produce_raw,
     record, test_config,
 };
+use events::audit::Tier::{Agent, Mirror};
 use schema_registry::RegistryClient;
-use schema_registry::audit::Tier::{Agent, Mirror};
 use serde_json::json;
 use testkit::registry::TestRegistry;
 

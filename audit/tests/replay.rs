@@ -5,8 +5,8 @@
 mod common;
 
 use common::{Audit, Cluster, future_window, past_window, produce_audit, record, test_config};
+use events::audit::Tier::{Agent, Loader, Mirror};
 use schema_registry::RegistryClient;
-use schema_registry::audit::Tier::{Agent, Loader, Mirror};
 use serde_json::{Value, json};
 use testkit::registry::TestRegistry;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use broker::VisibleAfter;
 use client::{SimpleConsumer, SimpleConsumerConfig};
 use deploy::demo::cluster::{Cluster, ClusterSpec, session};
-use schema_registry::envelope::EventHeader;
+use events::envelope::EventHeader;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

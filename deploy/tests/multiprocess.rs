@@ -148,8 +148,7 @@ settings = {{ grace_ms = {GRACE_MS} }}
 {extra}"#,
             binaries = Path::new(TRIBUTARY).parent().expect("bin dir").display(),
             configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").display(),
-            schemas =
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas").display(),
+            schemas = events::schemas::source_dir().display(),
             zookeeper = p("zookeeper"),
             s3 = p("s3"),
             seaweed_base = free_port_block(9),

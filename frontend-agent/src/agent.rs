@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use client::{BrokerSource, Partitioner, Producer, ProducerConfig, RegistryBrokers, StaticBrokers};
 use cluster::{Coordinator, Registry};
+use events::AuditPublisher;
 use protocol::Acks;
 use schema_registry::RegistryClient;
 use serde_json::Value;
@@ -71,7 +72,6 @@ struct Inner {
     defaults: HeaderDefaults,
     metrics: Arc<Metrics>,
     producer: Producer,
-    registry: Arc<RegistryClient>,
     closed: AtomicBool,
     /// Stops the tailers (first, on shutdown).
     stop_input: CancellationToken,
@@ -126,7 +126,6 @@ impl Agent {
             spool: Arc::clone(&spool),
             metrics: Arc::clone(&metrics),
             producer: producer.clone(),
-            registry: Arc::clone(&registry),
             closed: AtomicBool::new(false),
             stop_input: CancellationToken::new(),
             stop: CancellationToken::new(),
@@ -145,14 +144,14 @@ impl Agent {
                 config.retry_backoff_max_ms,
                 stop.clone(),
             )),
-            tokio::spawn(audit::run(
-                Arc::clone(&spool),
-                producer,
-                registry,
-                Arc::clone(&metrics),
-                config.audit_publish_ms,
-                stop.clone(),
-            )),
+            tokio::spawn({
+                let counts =
+                    audit::SpoolCounts { spool: Arc::clone(&spool), metrics: Arc::clone(&metrics) };
+                let publisher = AuditPublisher::new(registry, producer);
+                let interval = Duration::from_millis(config.audit_publish_ms);
+                let stop = stop.clone();
+                async move { publisher.run(&counts, interval, stop).await }
+            }),
             tokio::spawn(checkpoints(Arc::clone(&spool), config.spool_ack_sync_ms, stop)),
         ];
         *lock(&agent.inner.workers) = workers;
@@ -334,17 +333,6 @@ impl Agent {
         for task in workers {
             let _ = task.await;
         }
-        let last_publish =
-            audit::publish(&inner.spool, &inner.producer, &inner.registry, &inner.metrics);
-        match tokio::time::timeout(FINAL_STEP_TIMEOUT, last_publish).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot publish the last audit counts; they are kept for the next start")
-            }
-            Err(_) => tracing::warn!(
-                "publishing the last audit counts timed out; they are kept for the next start"
-            ),
-        }
         if tokio::time::timeout(FINAL_STEP_TIMEOUT, inner.producer.close()).await.is_err() {
             tracing::warn!("closing the producer timed out");
         }
@@ -356,7 +344,7 @@ impl Agent {
     }
 }
 
-/// Longest wait for each of the last audit publication and the producer's close.
+/// Longest wait for the producer's close.
 const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn producer_config(

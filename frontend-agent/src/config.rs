@@ -95,7 +95,7 @@ impl Default for Config {
             service: "frontend".to_owned(),
             host_name: None,
             acks: 1,
-            audit_window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
+            audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit_publish_ms: 5_000,
             spool_max_bytes: 1 << 30,
             spool_segment_bytes: 64 << 20,

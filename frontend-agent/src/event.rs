@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use apache_avro::Schema;
+use events::audit::AUDIT_TOPIC;
+use events::envelope::{EVENT_ID_BYTES, MAGIC};
 use schema_registry::RegistryClient;
-use schema_registry::audit::AUDIT_TOPIC;
-use schema_registry::envelope::{EVENT_ID_BYTES, MAGIC};
 use serde_json::{Map, Value};
 
 use crate::encode::{self, EncodeError, Names};

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use events::audit::{AUDIT_TOPIC, AuditRecord};
+use events::envelope::EventHeader;
 use nix::sys::signal::Signal;
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_TOPIC, AuditRecord};
-use schema_registry::envelope::EventHeader;
 use testkit::broker::TestBroker;
 use testkit::process::{Process, free_port};
 use testkit::registry::TestRegistry;
@@ -403,7 +403,7 @@ async fn simulate_sends_over_http_to_an_agent_or_into_one_started_in_process() {
     })
     .await;
     let client = RegistryClient::new(registry.url()).unwrap();
-    let (_, search) = client.decode(&searches[0]).await.unwrap();
+    let (_, search) = events::envelope::decode_with(&client, &searches[0]).await.unwrap();
     let apache_avro::types::Value::Record(fields) = search else { panic!("a record") };
     assert!(fields.iter().any(|(name, _)| name == "query"));
 }

@@ -5,9 +5,9 @@
 mod common;
 
 use apache_avro::types::Value as Avro;
+use events::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use frontend_agent::{Agent, serve_http};
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use serde_json::{Value, json};
 use testkit::broker::TestBroker;
 use testkit::registry::TestRegistry;
@@ -75,7 +75,7 @@ async fn http_events_reach_the_broker_in_the_envelope_with_the_header_filled_in(
     let latest = client.latest("page-view-value").await.unwrap();
     let mut ids = std::collections::HashSet::new();
     for (i, payload) in payloads.iter().enumerate() {
-        let (schema_id, value) = client.decode(payload).await.unwrap();
+        let (schema_id, value) = events::envelope::decode_with(&client, payload).await.unwrap();
         assert_eq!(schema_id, latest.id, "encoded with the topic's latest schema");
         let header = field(&value, "header");
         let Avro::Fixed(16, id) = field(header, "id") else { panic!("a 16-byte id") };

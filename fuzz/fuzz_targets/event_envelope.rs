@@ -2,12 +2,15 @@
 //! schema never panic.
 #![no_main]
 
+use events::envelope::{EventHeader, header_time, split};
 use libfuzzer_sys::fuzz_target;
-use schema_registry::envelope::{EventHeader, split};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((_, datum)) = split(data) {
         assert!(datum.len() + 5 <= data.len());
     }
-    let _ = EventHeader::read(data);
+    let header = EventHeader::read(data);
+    if let Ok((_, header)) = header {
+        assert_eq!(header_time(data), Some(header.time));
+    }
 });

@@ -5,30 +5,23 @@
 //! cluster after each round of commits.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use apache_avro::Schema;
 use client::{Producer, ProducerConfig, RegistryBrokers};
+use events::audit::{AuditCounts, Tier, window_start};
+use events::{AuditPublisher, SharedCounts};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use schema_registry::RegistryClient;
-use schema_registry::audit::{
-    AUDIT_SUBJECT, AUDIT_TOPIC, AuditCounts, AuditRecord, Tier, window_start,
-};
 
 use crate::LoadError;
 use crate::commit::CommitRecord;
 use crate::layout;
 
-/// Attempts to publish one round before the records wait for the next round.
-const PUBLISH_ATTEMPTS_MAX: u32 = 3;
-const PUBLISH_BACKOFF_MS: u64 = 200;
-
 pub struct LoaderAudit {
-    counts: AuditCounts,
+    counts: SharedCounts,
     host: String,
-    producer: Producer,
+    publisher: AuditPublisher,
 }
 
 impl LoaderAudit {
@@ -36,6 +29,7 @@ impl LoaderAudit {
         host: &str,
         window_ms: i64,
         cluster: cluster::Registry,
+        registry: Arc<RegistryClient>,
     ) -> Result<LoaderAudit, LoadError> {
         let counts = AuditCounts::new(Tier::Loader, host, window_ms)
             .map_err(|e| LoadError::Audit(e.to_string()))?;
@@ -49,16 +43,17 @@ impl LoaderAudit {
         };
         let producer = Producer::new(config, Arc::new(RegistryBrokers::new(cluster)))
             .map_err(|e| LoadError::Audit(e.to_string()))?;
-        Ok(LoaderAudit { counts, host: host.to_owned(), producer })
+        Ok(LoaderAudit {
+            // Every window is kept: a restart derives them again from the commit records anyway.
+            counts: SharedCounts::new(counts, None),
+            host: host.to_owned(),
+            publisher: AuditPublisher::new(registry, producer),
+        })
     }
 
     /// Counts every record of `topic` this host committed (all published again: a later
     /// record supersedes an earlier one, so that is harmless).
-    pub async fn load_topic(
-        &mut self,
-        store: &dyn ObjectStore,
-        topic: &str,
-    ) -> Result<(), LoadError> {
+    pub async fn load_topic(&self, store: &dyn ObjectStore, topic: &str) -> Result<(), LoadError> {
         let prefix = Path::from(format!("{}/{topic}", layout::COMMITS));
         let metas: Vec<_> = store
             .list(Some(&prefix))
@@ -90,78 +85,26 @@ impl LoaderAudit {
     }
 
     /// Adds a record just committed.
-    pub fn count(&mut self, record: &CommitRecord) {
+    pub fn count(&self, record: &CommitRecord) {
+        let mut counts = self.counts.lock();
         for (&window, &rows) in &record.windows {
             // A record written with another window size is counted in the window holding its
             // window's start (exact whenever the sizes divide each other).
-            let start = window_start(window, self.counts.window_ms());
-            self.counts.add(&record.topic, start, rows);
+            let start = window_start(window, counts.window_ms());
+            counts.add(&record.topic, start, rows);
         }
     }
 
     pub fn count_of(&self, topic: &str, window_start: i64) -> i64 {
-        self.counts.count(topic, window_start)
+        self.counts.lock().count(topic, window_start)
     }
 
     /// Publishes the changed counts; those that fail are kept for the next round.
-    pub async fn publish(&mut self, registry: &RegistryClient) -> Result<usize, LoadError> {
-        let records = self.counts.take_changed();
-        if records.is_empty() {
-            return Ok(0);
-        }
-        let result = self.send(registry, &records).await;
-        if result.is_err() {
-            self.counts.mark_changed(&records);
-        }
-        result.map(|()| records.len())
-    }
-
-    async fn send(
-        &self,
-        registry: &RegistryClient,
-        records: &[AuditRecord],
-    ) -> Result<(), LoadError> {
-        let audit_error = |e: &dyn std::fmt::Display| LoadError::Audit(e.to_string());
-        let latest = registry.latest(AUDIT_SUBJECT).await.map_err(|e| audit_error(&e))?;
-        let schema: Arc<Schema> = registry.schema(latest.id).await.map_err(|e| audit_error(&e))?;
-        let payloads = records
-            .iter()
-            .map(|r| r.encode(latest.id, &schema))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| audit_error(&e))?;
-        let mut attempt = 0;
-        loop {
-            match self.send_once(records, &payloads).await {
-                Ok(()) => return Ok(()),
-                Err(e) if attempt + 1 >= PUBLISH_ATTEMPTS_MAX => return Err(e),
-                Err(e) => {
-                    tracing::warn!(error = %e, attempt, "publishing audit counts failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(PUBLISH_BACKOFF_MS << attempt)).await;
-                    attempt += 1;
-                }
-            }
-        }
-    }
-
-    async fn send_once(
-        &self,
-        records: &[AuditRecord],
-        payloads: &[Vec<u8>],
-    ) -> Result<(), LoadError> {
-        let mut pending = Vec::with_capacity(payloads.len());
-        for (record, payload) in records.iter().zip(payloads) {
-            let key =
-                format!("{}/{}/{}/{}", record.tier, record.host, record.topic, record.window_start);
-            let sent = self.producer.enqueue(AUDIT_TOPIC, Some(key.as_bytes()), payload).await;
-            pending.push(sent.map_err(|e| LoadError::Audit(e.to_string()))?);
-        }
-        for sent in pending {
-            sent.await.map_err(|e| LoadError::Audit(e.to_string()))?;
-        }
-        Ok(())
+    pub async fn publish(&self) -> Result<usize, LoadError> {
+        self.publisher.publish(&self.counts).await.map_err(|e| LoadError::Audit(e.to_string()))
     }
 
     pub async fn close(&self) {
-        self.producer.close().await;
+        self.publisher.producer().close().await;
     }
 }

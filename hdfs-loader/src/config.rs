@@ -51,7 +51,7 @@ impl Default for Config {
             fetch_bytes: 1 << 20,
             zstd_level: 3,
             bad_records: None,
-            window_ms: schema_registry::audit::WINDOW_MS_DEFAULT,
+            window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit: true,
             staging_grace_ms: 3_600_000,
         }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
+use events::envelope;
 use schema_registry::RegistryClient;
-use schema_registry::envelope;
 
 /// Why one message could not be decoded.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -12,13 +12,13 @@ use arrow::datatypes::{DataType, Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use client::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
 use cluster::PartitionId;
+use events::audit::window_start;
 use object_store::ObjectStore;
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use schema_registry::RegistryClient;
-use schema_registry::audit::window_start;
 use tokio_util::sync::CancellationToken;
 
 use crate::columns::{Column, RecordShape};

@@ -60,7 +60,7 @@ impl Loader {
         let host = config.host();
         let cluster = Registry::new(coordinator);
         let audit = if config.audit {
-            Some(LoaderAudit::new(&host, config.window_ms, cluster.clone())?)
+            Some(LoaderAudit::new(&host, config.window_ms, cluster.clone(), Arc::clone(&registry))?)
         } else {
             None
         };
@@ -107,7 +107,7 @@ impl Loader {
             }
         }
         // Counts of what this host committed before must be in place before any new commit.
-        if let Some(audit) = &mut self.audit {
+        if let Some(audit) = &self.audit {
             for context in &topics {
                 if !self.audited_topics.contains(&context.topic) {
                     audit.load_topic(&*self.store, &context.topic).await?;
@@ -143,7 +143,7 @@ impl Loader {
         for (topic, partition, result) in results {
             match result {
                 Some((load, outcome)) => {
-                    if let Some(audit) = &mut self.audit {
+                    if let Some(audit) = &self.audit {
                         load.records.iter().for_each(|r| audit.count(r));
                     }
                     summary.rows += load.rows;
@@ -157,8 +157,8 @@ impl Loader {
             }
         }
         summary.partitions.sort_by(|a, b| (&a.topic, &a.partition).cmp(&(&b.topic, &b.partition)));
-        if let Some(audit) = &mut self.audit {
-            match audit.publish(&self.registry).await {
+        if let Some(audit) = &self.audit {
+            match audit.publish().await {
                 Ok(published) => summary.audit_records_published = published,
                 Err(e) => {
                     tracing::warn!(error = %e, "audit counts not published; kept for the next round");

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use apache_avro::types::Value;
 use common::{BASE_TIME_MS, Cluster, TOPIC};
+use events::audit::window_start;
 use hdfs_loader::Config;
 use object_store::ObjectStore;
-use schema_registry::audit::window_start;
 
 fn config(host: &str) -> Config {
     Config { host_name: Some(host.into()), max_messages_per_commit: 150, ..Config::default() }
@@ -172,7 +172,7 @@ async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
             ("header".into(), header(n)),
             ("email".into(), Value::String(format!("{n}@x"))),
         ]);
-        let payload = cluster.registry.encode(id1, value).await.unwrap();
+        let payload = events::envelope::encode_with(&cluster.registry, id1, value).await.unwrap();
         cluster.producer.send("signup", None, &payload).await.unwrap();
     }
     let id2 = cluster.registry.register("signup-value", v2).await.unwrap();
@@ -184,7 +184,7 @@ async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
             ("plan".into(), Value::Enum(1, "PRO".into())),
             ("tags".into(), Value::Array(vec![Value::String("new".into())])),
         ]);
-        let payload = cluster.registry.encode(id2, value).await.unwrap();
+        let payload = events::envelope::encode_with(&cluster.registry, id2, value).await.unwrap();
         cluster.producer.send("signup", None, &payload).await.unwrap();
     }
     let (dir, store) = local_store();
@@ -278,11 +278,9 @@ async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_o
     let mut pending = Vec::new();
     for n in 0..200 {
         let id = common::event_id(2_000_000 + n);
-        let payload = cluster
-            .registry
-            .encode(schema_id, common::page_view(BASE_TIME_MS + n, id, n))
-            .await
-            .unwrap();
+        let value = common::page_view(BASE_TIME_MS + n, id, n);
+        let payload =
+            events::envelope::encode_with(&cluster.registry, schema_id, value).await.unwrap();
         pending.push(producer.enqueue(TOPIC, None, &payload).await.unwrap());
     }
     for sent in pending {

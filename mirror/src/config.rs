@@ -1,8 +1,8 @@
 //! What a mirror is configured with. Every field has a default; [`Config::validate`] checks
 //! them together and compiles the topic filter.
 
+use events::audit::WINDOW_MS_DEFAULT;
 use regex::Regex;
-use schema_registry::audit::WINDOW_MS_DEFAULT;
 use serde::Deserialize;
 use thiserror::Error;
 

@@ -23,13 +23,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError};
 use cluster::PartitionId;
+use events::audit::{AUDIT_TOPIC, window_start};
 use futures::FutureExt;
-use schema_registry::audit::{AUDIT_TOPIC, window_start};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{Audit, now_ms};
-use crate::events;
+use crate::audit::Audit;
+use crate::headers;
 use crate::metrics::{Metrics, PartitionStats};
 use crate::target::Target;
 
@@ -324,7 +324,7 @@ async fn acknowledge(
 fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, done: &mut Done) {
     let mut events = 0u64;
     let mut last_time = None;
-    let counted_events = events::for_each_event(&run.set, |time| {
+    let counted_events = headers::for_each_event(&run.set, |time| {
         events += 1;
         if let Some(time) = time {
             last_time = Some(time);
@@ -341,7 +341,7 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
     stats.events.fetch_add(events, Ordering::Relaxed);
     stats.bytes.fetch_add(bytes, Ordering::Relaxed);
     if let Some(time) = last_time {
-        stats.record_age_ms.store((now_ms() - time).max(0), Ordering::Relaxed);
+        stats.record_age_ms.store((service::now_ms() - time).max(0), Ordering::Relaxed);
     }
     shared.metrics.totals.add(run.messages, events, bytes);
     done.marks.insert(run.partition, run.next_offset);
@@ -374,7 +374,7 @@ async fn mark(shared: &Shared, topic: &str, consumer: &GroupConsumer, handoff: &
             unpublished = true;
         }
         if unpublished {
-            if let Err(e) = shared.audit.publish(&shared.target.producer).await {
+            if let Err(e) = shared.audit.publish().await {
                 tracing::warn!(%topic, error = %e, retry_in_ms = backoff_ms, "cannot publish audit counts; offsets are marked once they are");
                 tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
                 backoff_ms = (backoff_ms * 2).min(RESEND_BACKOFF_MAX_MS);

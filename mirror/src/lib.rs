@@ -16,7 +16,7 @@
 mod audit;
 mod config;
 mod copy;
-mod events;
+mod headers;
 mod metrics;
 mod source;
 mod target;
@@ -24,8 +24,8 @@ mod target;
 use std::sync::Arc;
 
 use cluster::Coordinator;
+use events::audit::{AuditCounts, Tier};
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AuditCounts, Tier};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
@@ -92,7 +92,8 @@ impl Mirror {
             })?;
         let target_session = Arc::clone(&target);
         let target = target::Target::new(target, config.partitions, config.buffer_bytes)?;
-        let audit = Arc::new(audit::Audit::new(counts, registry));
+        let audit =
+            Arc::new(audit::Audit::new(counts, Arc::new(registry), target.producer.clone()));
         // Cumulative counts go on from what this host published before it stopped.
         match audit.restore(&cluster::Registry::new(Arc::clone(&target_session))).await {
             Ok(records) => tracing::info!(records, "took back this host's audit counts"),
@@ -128,12 +129,11 @@ impl Mirror {
         let metrics_task = metrics
             .map(|listener| tokio::spawn(metrics::serve(listener, metrics_state, stop.clone())));
         let audit_stop = CancellationToken::new();
-        let audit_task = tokio::spawn(audit::publish_loop(
-            audit,
-            target.producer.clone(),
-            config.audit_publish_ms,
-            audit_stop.clone(),
-        ));
+        let audit_task = tokio::spawn({
+            let interval = std::time::Duration::from_millis(config.audit_publish_ms);
+            let stop = audit_stop.clone();
+            async move { audit.run(interval, stop).await }
+        });
         Ok(Mirror { stop, tasks, metrics_task, audit_stop, audit_task, target, totals })
     }
 

@@ -7,12 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use apache_avro::Schema;
-use apache_avro::types::Value;
 use reqwest::{Method, Url};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::envelope::{self, EnvelopeError};
 use crate::error::RegistryError;
 use crate::registry::SubjectVersion;
 use crate::schema;
@@ -50,8 +48,6 @@ pub enum ClientError {
     },
     #[error(transparent)]
     InvalidSchema(#[from] RegistryError),
-    #[error(transparent)]
-    Envelope(#[from] EnvelopeError),
     #[error(transparent)]
     SchemaFiles(#[from] SchemaFileError),
 }
@@ -136,23 +132,6 @@ impl RegistryClient {
     /// The newest live version of `subject` (never cached: it changes).
     pub async fn latest(&self, subject: &str) -> Result<SubjectVersion, ClientError> {
         self.call(Method::GET, &["subjects", subject, "versions", "latest"], None).await
-    }
-
-    /// Encodes `datum` with the schema registered as `schema_id` into an event envelope.
-    pub async fn encode(
-        &self,
-        schema_id: i32,
-        datum: impl Into<Value>,
-    ) -> Result<Vec<u8>, ClientError> {
-        let schema = self.schema(schema_id).await?;
-        Ok(envelope::encode(schema_id, &schema, datum)?)
-    }
-
-    /// Decodes an event envelope with the schema its id names.
-    pub async fn decode(&self, payload: &[u8]) -> Result<(i32, Value), ClientError> {
-        let (schema_id, _) = envelope::split(payload)?;
-        let schema = self.schema(schema_id).await?;
-        Ok(envelope::decode(payload, &schema)?)
     }
 
     /// Registers every `.avsc` file in `dir` as subject `{file stem}-value` (see

@@ -4,8 +4,9 @@
 //! tier uses with it.
 //!
 //! In the pipeline, the frontend agent registers its event schemas and encodes events as
-//! `0x00 | i32 schema id | Avro datum` ([`envelope`]); the mirror passes bytes through; the
-//! HDFS loader and the audit service look schemas up by id ([`client`]) to decode.
+//! `0x00 | i32 schema id | Avro datum` (the `events` crate owns that envelope); the mirror
+//! passes bytes through; the HDFS loader and the audit service look schemas up by id
+//! ([`client`]) to decode.
 //!
 //! The service speaks the Confluent Schema Registry REST API for Avro ([`api`]), so existing
 //! Confluent serializers and tools work against it unchanged. It checks compatibility by the
@@ -13,11 +14,9 @@
 //! change in an fsynced, checksummed append-only log ([`store`]) before acknowledging it.
 
 pub mod api;
-pub mod audit;
 pub mod client;
 pub mod compatibility;
 pub mod config;
-pub mod envelope;
 pub mod error;
 pub mod registry;
 pub mod resolution;

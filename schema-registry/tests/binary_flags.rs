@@ -87,7 +87,8 @@ async fn flags_override_the_config_file_and_the_rest_of_it_applies() {
 
 #[tokio::test]
 async fn register_schemas_flag_registers_the_shipped_schemas_once() {
-    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas");
+    let schemas = events::schemas::source_dir();
+    let schemas = schemas.to_str().expect("a UTF-8 path");
     let mut registry = RegistryProcess::start_with_args(BINARY, &["--register-schemas", schemas]);
     let subjects = ["_audit-value", "click-value", "page-view-value", "search-value"];
     assert_eq!(get(&format!("{}/subjects", registry.url())).await.expect_ok(), &json!(subjects));

@@ -1,30 +1,11 @@
-//! The registry client: registration, id → schema and (subject, schema) → id caches, the
-//! envelope through the registry, and typed errors.
+//! The registry client: registration, id → schema and (subject, schema) → id caches, and
+//! typed errors.
 
 mod common;
 
-use std::path::PathBuf;
-
-use apache_avro::types::Value;
 use common::{Server, record};
 use schema_registry::client::{ClientError, RegistryClient};
-use schema_registry::envelope::EnvelopeError;
 use serde_json::json;
-
-fn schemas_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/schemas"))
-}
-
-fn audit_record() -> Value {
-    Value::Record(vec![
-        ("tier".into(), Value::String("agent".into())),
-        ("host".into(), Value::String("web-17".into())),
-        ("topic".into(), Value::String("page-view".into())),
-        ("window_start".into(), Value::Long(1_700_000_400_000)),
-        ("window_ms".into(), Value::Long(600_000)),
-        ("count".into(), Value::Long(42)),
-    ])
-}
 
 #[tokio::test]
 async fn caches_schemas_by_id_and_ids_by_subject_and_schema() {
@@ -46,42 +27,6 @@ async fn caches_schemas_by_id_and_ids_by_subject_and_schema() {
     assert!(client.schema(id).await.is_ok());
     assert!(matches!(client.schema(unseen).await, Err(ClientError::Http { .. })));
     assert!(matches!(client.register("other-subject", &v1).await, Err(ClientError::Http { .. })));
-}
-
-#[tokio::test]
-async fn encodes_and_decodes_events_through_the_registry() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let client = RegistryClient::new(&format!("{}/", server.url)).unwrap();
-    let registered = client.register_dir(schemas_dir()).await.unwrap();
-    let subjects: Vec<&str> = registered.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["_audit-value", "click-value", "page-view-value", "search-value"]);
-    let audit_id = registered[0].1;
-
-    let bytes = client.encode(audit_id, audit_record()).await.unwrap();
-    assert_eq!(&bytes[..5], &[&[0u8][..], &audit_id.to_be_bytes()].concat()[..]);
-    // A second client, with empty caches, fetches the schema by id to decode.
-    let reader = RegistryClient::new(&server.url).unwrap();
-    assert_eq!(reader.decode(&bytes).await.unwrap(), (audit_id, audit_record()));
-
-    let mut unknown = bytes.clone();
-    unknown[1..5].copy_from_slice(&999i32.to_be_bytes());
-    assert!(matches!(reader.decode(&unknown).await, Err(ClientError::UnknownSchemaId(999))));
-    assert!(matches!(
-        reader.encode(999, audit_record()).await,
-        Err(ClientError::UnknownSchemaId(999))
-    ));
-    let mut wrong_magic = bytes.clone();
-    wrong_magic[0] = 0xff;
-    assert!(matches!(
-        reader.decode(&wrong_magic).await,
-        Err(ClientError::Envelope(EnvelopeError::WrongMagic(0xff)))
-    ));
-    assert!(matches!(
-        reader.decode(&bytes[..3]).await,
-        Err(ClientError::Envelope(EnvelopeError::Truncated { .. }))
-    ));
-    server.stop().await;
 }
 
 #[tokio::test]

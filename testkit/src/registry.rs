@@ -151,7 +151,7 @@ fn answers_http(addr: SocketAddr) -> bool {
 }
 
 /// A registry served in-process (over HTTP on a free loopback port) with the pipeline's shipped
-/// schemas registered (`schema-registry/schemas/`), for tests of the services that use one:
+/// schemas registered (`events/schemas/`), for tests of the services that use one:
 /// the agent, the loader, the audit. Stops when dropped.
 pub struct TestRegistry {
     url: String,
@@ -168,7 +168,7 @@ impl TestRegistry {
         let addr = listener.local_addr().expect("registry address");
         let config = schema_registry::Config {
             data_dir: dir.path().join("data"),
-            register_schemas: Some(shipped_schemas_dir()),
+            register_schemas: Some(events::schemas::source_dir()),
             ..schema_registry::Config::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -183,7 +183,7 @@ impl TestRegistry {
         let url = format!("http://{addr}");
         let client = schema_registry::RegistryClient::new(&url).expect("registry client");
         crate::eventually(START_TIMEOUT, "the registry to serve the shipped schemas", || async {
-            client.latest(schema_registry::audit::AUDIT_SUBJECT).await.ok()
+            client.latest(events::AUDIT_SUBJECT).await.ok()
         })
         .await;
         TestRegistry { url, _dir: dir, _stop: stop }
@@ -193,9 +193,4 @@ impl TestRegistry {
     pub fn url(&self) -> &str {
         &self.url
     }
-}
-
-/// The directory of the pipeline's event schemas, shipped with the schema registry.
-pub fn shipped_schemas_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas")
 }

@@ -11,9 +11,9 @@ use apache_avro::types::Value;
 use audit::{AuditError, Config};
 use client::Connection;
 use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord, Tier};
 use protocol::Acks;
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord, Tier};
 use serde_json::Value as Json;
 use testkit::broker::{TestBroker, message_set};
 use testkit::zookeeper::ZooKeeperServer;
@@ -197,7 +197,11 @@ pub async fn event_payloads(registry: &RegistryClient, times_ms: &[i64]) -> Vec<
             ("referrer".into(), Value::Union(0, Box::new(Value::Null))),
             ("duration_ms".into(), Value::Int(12)),
         ]);
-        payloads.push(registry.encode(latest.id, event).await.expect("event encodes"));
+        payloads.push(
+            events::envelope::encode_with(&registry, latest.id, event)
+                .await
+                .expect("event encodes"),
+        );
     }
     payloads
 }

@@ -1,6 +1,6 @@
 //! The demo's schema registry: the real service on a loopback port, with the pipeline's
-//! schemas (shipped in `schema-registry/schemas/`, compiled into this binary so it runs from
-//! anywhere) registered over its HTTP API.
+//! schemas (`events::schemas`, compiled into this binary so it runs from anywhere) registered
+//! over its HTTP API.
 
 use std::path::Path;
 
@@ -10,14 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::DemoError;
 
-/// The pipeline's event schemas: `(subject, schema)`.
-pub const SCHEMAS: [(&str, &str); 4] = [
-    ("page-view-value", include_str!("../../../schema-registry/schemas/page-view.avsc")),
-    ("click-value", include_str!("../../../schema-registry/schemas/click.avsc")),
-    ("search-value", include_str!("../../../schema-registry/schemas/search.avsc")),
-    ("_audit-value", include_str!("../../../schema-registry/schemas/_audit.avsc")),
-];
-
 pub struct Registry {
     pub url: String,
     stop: CancellationToken,
@@ -25,8 +17,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Serves a registry with its log in `data_dir` and registers [`SCHEMAS`] (a no-op for
-    /// schemas a previous run registered).
+    /// Serves a registry with its log in `data_dir` and registers the shipped schemas (a no-op
+    /// for schemas a previous run registered).
     pub async fn start(data_dir: &Path) -> Result<Registry, DemoError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -43,9 +35,7 @@ impl Registry {
         }));
         let url = format!("http://{addr}");
         let client = RegistryClient::new(&url).map_err(DemoError::Registry)?;
-        for (subject, schema) in SCHEMAS {
-            client.register(subject, schema).await.map_err(DemoError::Registry)?;
-        }
+        events::schemas::register(&client).await.map_err(DemoError::Registry)?;
         Ok(Registry { url, stop, task })
     }
 

@@ -284,7 +284,7 @@ fn schema_registry(topology: &Topology, binaries: &Path) -> Component {
     ]);
     // The pipeline's schemas, unless the topology names its own directory in `settings`.
     if !topology.schema_registry.settings.contains_key("register_schemas") {
-        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas");
+        let shipped = events::schemas::source_dir();
         derived.insert("register_schemas".into(), display(&shipped).into());
     }
     let mut component = service(

@@ -26,7 +26,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use schema_registry::audit::{AuditCounts, AuditRecord, Tier, window_start};
+use events::audit::{AuditCounts, AuditRecord, Tier, window_start};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::SpoolFull;

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use client::{SimpleConsumer, SimpleConsumerConfig};
+use events::envelope::EventHeader;
 use frontend_agent::encode::encode_hex;
 use frontend_agent::{Agent, Brokers, Config};
 use schema_registry::RegistryClient;
-use schema_registry::envelope::EventHeader;
 use serde_json::{Value, json};
 
 pub const DEADLINE: Duration = Duration::from_secs(60);

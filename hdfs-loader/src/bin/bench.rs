@@ -153,9 +153,7 @@ async fn start_registry(dir: &std::path::Path) -> anyhow::Result<String> {
     let url = format!("http://{}", listener.local_addr()?);
     let config = schema_registry::Config {
         data_dir: dir.join("registry"),
-        register_schemas: Some(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../schema-registry/schemas"),
-        ),
+        register_schemas: Some(events::schemas::source_dir()),
         ..schema_registry::Config::default()
     };
     tokio::spawn(async move {
@@ -225,7 +223,7 @@ async fn produce(
             ),
             ("duration_ms".into(), Value::Int((n % 700) as i32)),
         ]);
-        let payload = schema_registry::envelope::encode(schema_id, &schema, event)?;
+        let payload = events::envelope::encode(schema_id, &schema, event)?;
         pending.push_back(producer.enqueue(TOPIC, None, &payload).await?);
         // Bound what waits for acknowledgement.
         while pending.len() > 100_000 {

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use apache_avro::types::Value;
 use client::{Producer, ProducerConfig, SimpleConsumer, SimpleConsumerConfig, StaticBrokers};
 use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord};
 use object_store::ObjectStore;
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord};
 use testkit::broker::TestBroker;
 use testkit::registry::TestRegistry;
 use testkit::zookeeper::ZooKeeperServer;
@@ -85,9 +85,8 @@ impl Cluster {
         for _ in 0..count {
             let n = SEQUENCE.fetch_add(1, Ordering::Relaxed) as i64;
             let id = event_id(n);
-            let payload = self
-                .registry
-                .encode(schema_id, page_view(BASE_TIME_MS + n * spacing_ms, id, n))
+            let value = page_view(BASE_TIME_MS + n * spacing_ms, id, n);
+            let payload = events::envelope::encode_with(&self.registry, schema_id, value)
                 .await
                 .expect("encode");
             pending.push(self.producer.enqueue(TOPIC, None, &payload).await.expect("enqueue"));
@@ -138,7 +137,7 @@ pub fn event_id(n: i64) -> [u8; 16] {
     id
 }
 
-/// A page view of the shipped schema (`schema-registry/schemas/page-view.avsc`).
+/// A page view of the shipped schema (`events/schemas/page-view.avsc`).
 pub fn page_view(time_ms: i64, id: [u8; 16], n: i64) -> Value {
     Value::Record(vec![
         (

@@ -10,9 +10,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use client::SimpleConsumer;
 use cluster::{Coordinator, Registry, ZooKeeper, ZooKeeperConfig};
+use events::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use protocol::{Acks, Codec};
 use schema_registry::RegistryClient;
-use schema_registry::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use testkit::broker::{TestBroker, message_set};
 use testkit::zookeeper::ZooKeeperServer;
 
@@ -169,7 +169,9 @@ pub async fn mirror_audit(
 ) -> BTreeMap<(String, String, i64), AuditRecord> {
     let mut latest = BTreeMap::new();
     for payload in cluster.payloads(AUDIT_TOPIC).await {
-        let Ok((_, value)) = registry.decode(&payload).await else { continue };
+        let Ok((_, value)) = events::envelope::decode_with(registry, &payload).await else {
+            continue;
+        };
         let record = AuditRecord::from_value(&value).unwrap();
         if record.tier != Tier::Mirror {
             continue;

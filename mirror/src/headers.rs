@@ -3,10 +3,9 @@
 //! wrapper of several, inflated here to count them; the bytes sent on are never touched.
 
 use client::CompressionError;
+use events::envelope::header_time;
 use protocol::MessageSetIter;
 
-/// Bytes of the envelope before the Avro datum: magic byte and schema id.
-const ENVELOPE_PREFIX_BYTES: usize = 5;
 /// Bytes one wrapper may inflate to when counting its events.
 const INFLATED_BYTES_MAX: usize = 64 << 20;
 
@@ -29,23 +28,6 @@ pub(crate) fn for_each_event(
         }
     }
     Ok(())
-}
-
-/// `header.time` of an event: the zig-zag varint right after the envelope prefix
-/// (`DESIGN.md`, "Event envelope"), read without the schema.
-pub(crate) fn header_time(payload: &[u8]) -> Option<i64> {
-    if payload.first() != Some(&0) {
-        return None;
-    }
-    let datum = payload.get(ENVELOPE_PREFIX_BYTES..)?;
-    let mut raw: u64 = 0;
-    for (i, &byte) in datum.iter().take(10).enumerate() {
-        raw |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -98,13 +80,5 @@ mod tests {
             let expected = [Some(1_700_000_000_123), Some(1), Some(-5), Some(1 << 40), None];
             assert_eq!(times(&wrapper), expected, "a plain message, then a wrapper: {codec:?}");
         }
-    }
-
-    #[test]
-    fn payloads_that_are_not_events_have_no_time() {
-        assert_eq!(header_time(b""), None);
-        assert_eq!(header_time(b"\x01\0\0\0\x07\x02"), None, "wrong magic");
-        assert_eq!(header_time(b"\0\0\0"), None, "truncated prefix");
-        assert_eq!(header_time(b"\0\0\0\0\x07\x80\x80"), None, "truncated varint");
     }
 }

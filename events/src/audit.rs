@@ -115,7 +115,7 @@ impl AuditRecord {
     }
 
     /// Encodes the record as an event payload: `schema` is the `_audit` schema registered
-    /// under `schema_id` (see [`crate::RegistryClient::latest`] with [`AUDIT_SUBJECT`]).
+    /// under `schema_id` (see [`schema_registry::RegistryClient::latest`] with [`AUDIT_SUBJECT`]).
     pub fn encode(&self, schema_id: i32, schema: &Schema) -> Result<Vec<u8>, AuditError> {
         Ok(envelope::encode(schema_id, schema, self.to_value())?)
     }

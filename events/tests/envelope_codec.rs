@@ -3,8 +3,8 @@
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
+use events::envelope::{self, EnvelopeError, EventHeader};
 use proptest::prelude::*;
-use schema_registry::envelope::{self, EnvelopeError, EventHeader};
 
 fn shipped(name: &str) -> Schema {
     let path = format!("{}/schemas/{name}.avsc", env!("CARGO_MANIFEST_DIR"));

@@ -1,6 +1,8 @@
 //! The event envelope of DESIGN.md (Confluent's wire format): `0x00 | i32 schema id
 //! (big-endian) | Avro binary datum`. The first field of every event is the `header` record,
-//! so [`EventHeader::read`] gets `time`, `server`, `service` and `id` without the schema.
+//! so [`EventHeader::read`] gets `time`, `server`, `service` and `id` without the schema, and
+//! [`header_time`] the time alone without allocating. [`decode_with`] and [`encode_with`] look
+//! the schema up in the registry.
 
 use std::io::Read;
 
@@ -8,6 +10,7 @@ use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
+use schema_registry::{ClientError, RegistryClient};
 
 /// First byte of every envelope.
 pub const MAGIC: u8 = 0;
@@ -70,8 +73,8 @@ pub fn split(payload: &[u8]) -> Result<(i32, &[u8]), EnvelopeError> {
     Ok((i32::from_be_bytes(*id), datum))
 }
 
-/// Decodes an envelope whose schema id names `schema` (the caller looked it up, e.g. with
-/// [`crate::client::RegistryClient::decode`], which does it for you).
+/// Decodes an envelope whose schema id names `schema` (the caller looked it up; [`decode_with`]
+/// does it for you).
 pub fn decode(payload: &[u8], schema: &Schema) -> Result<(i32, Value), EnvelopeError> {
     let (schema_id, mut datum) = split(payload)?;
     let undecodable = |source| EnvelopeError::Undecodable { schema_id, source };
@@ -81,6 +84,44 @@ pub fn decode(payload: &[u8], schema: &Schema) -> Result<(i32, Value), EnvelopeE
         return Err(EnvelopeError::TrailingBytes { schema_id, trailing: datum.len() });
     }
     Ok((schema_id, value))
+}
+
+/// Why an envelope could not be decoded or encoded with the registry's schema.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CodecError {
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error(transparent)]
+    Registry(#[from] ClientError),
+}
+
+/// Decodes an envelope with the schema its id names, fetched from (and cached by) `registry`.
+pub async fn decode_with(
+    registry: &RegistryClient,
+    payload: &[u8],
+) -> Result<(i32, Value), CodecError> {
+    let (schema_id, _) = split(payload)?;
+    let schema = registry.schema(schema_id).await?;
+    Ok(decode(payload, &schema)?)
+}
+
+/// Encodes `datum` with the schema registered as `schema_id`, fetched from `registry`.
+pub async fn encode_with(
+    registry: &RegistryClient,
+    schema_id: i32,
+    datum: impl Into<Value>,
+) -> Result<Vec<u8>, CodecError> {
+    let schema = registry.schema(schema_id).await?;
+    Ok(encode(schema_id, &schema, datum)?)
+}
+
+/// `header.time` of an event envelope (ms since the epoch) without its schema and without
+/// allocating: the zig-zag varint right after the 5-byte prefix. `None` for a payload that is
+/// not an envelope or whose header is cut short.
+pub fn header_time(payload: &[u8]) -> Option<i64> {
+    let (_, mut datum) = split(payload).ok()?;
+    read_long(&mut datum).ok()
 }
 
 /// The `header` record every event starts with (DESIGN.md, "Event envelope").
@@ -131,4 +172,20 @@ fn read_string(input: &mut &[u8]) -> Result<String, EnvelopeError> {
     let bytes = input.get(..len).ok_or(EnvelopeError::BadHeader("truncated string"))?;
     *input = &input[len..];
     String::from_utf8(bytes.to_vec()).map_err(|_| EnvelopeError::BadHeader("string is not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_time_reads_the_first_varint_of_an_envelope() {
+        // time -5 zig-zags to 9; then the strings would follow.
+        assert_eq!(header_time(b"\0\0\0\0\x07\x09\x06web"), Some(-5));
+        assert_eq!(header_time(b"\0\0\0\0\x07\xac\x02"), Some(150));
+        assert_eq!(header_time(b""), None);
+        assert_eq!(header_time(b"\x01\0\0\0\x07\x02"), None, "wrong magic");
+        assert_eq!(header_time(b"\0\0\0"), None, "truncated prefix");
+        assert_eq!(header_time(b"\0\0\0\0\x07\x80\x80"), None, "truncated varint");
+    }
 }
