@@ -198,9 +198,7 @@ pub async fn event_payloads(registry: &RegistryClient, times_ms: &[i64]) -> Vec<
             ("duration_ms".into(), Value::Int(12)),
         ]);
         payloads.push(
-            events::envelope::encode_with(&registry, latest.id, event)
-                .await
-                .expect("event encodes"),
+            events::envelope::encode_with(registry, latest.id, event).await.expect("event encodes"),
         );
     }
     payloads
