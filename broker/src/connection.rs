@@ -12,7 +12,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use protocol::{
@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::broker::Broker;
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
-use crate::metrics::Metrics;
+use crate::metrics::{Latency, RequestKind};
 use crate::sendfile::send_slice;
 
 /// Read buffer growth per read; a frame's declared size is never reserved up front.
@@ -39,6 +39,26 @@ const OUTPUT_BYTES_MAX: usize = 256 << 10;
 /// Pipelined request bytes read while a long-poll fetch waits; beyond them the connection
 /// stops reading until the fetch is answered.
 const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
+
+/// A long-poll fetch waiting: counted in the parked gauge, and its wait timed, until dropped.
+struct Parked<'a> {
+    metrics: &'a crate::metrics::Metrics,
+    since: Instant,
+}
+
+impl<'a> Parked<'a> {
+    fn new(metrics: &'a crate::metrics::Metrics) -> Parked<'a> {
+        metrics.parked_now.inc();
+        Parked { metrics, since: Instant::now() }
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.metrics.parked_now.dec();
+        self.metrics.observe(Latency::long_poll_wait, self.since.elapsed());
+    }
+}
 
 /// A frame with a bad size or an undecodable body.
 struct BadFrame;
@@ -190,24 +210,29 @@ impl Connection {
     /// Appends a run of produces to one partition and answers each (unless `acks` is 0).
     async fn handle_produce_run(&mut self, run: Vec<protocol::ProduceRequest>) {
         let broker = Arc::clone(&self.broker);
-        Metrics::add(&broker.metrics().produce_requests, run.len() as u64);
+        let started = Instant::now();
+        broker.metrics().request(RequestKind::produce, run.len() as u64);
         let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
         let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
         let results = broker.produce_run(topic, partition, acks, &sets).await;
-        if acks != Acks::None {
-            for result in results {
+        for result in results {
+            if let Err(error) = result {
+                broker.metrics().request_error(RequestKind::produce, error);
+            }
+            if acks != Acks::None {
                 let result = result.map(|(partition, offset)| {
                     Response::Produce(ProduceResponse { partition, offset })
                 });
                 self.respond(result);
             }
         }
+        broker.metrics().observe(Latency::produce, started.elapsed());
     }
 
     /// Answers a request that cannot be trusted with an error, then closes: after a bad frame
     /// the byte stream has no reliable boundary left.
     fn reject(&mut self, error: ErrorCode) -> Next {
-        Metrics::add(&self.broker.metrics().requests_rejected, 1);
+        self.broker.metrics().rejected_frames.inc();
         Response::encode_error(&mut self.output, error);
         Next::Close
     }
@@ -215,11 +240,16 @@ impl Connection {
     fn respond(&mut self, result: Result<Response, ErrorCode>) {
         match result {
             Ok(response) => response.encode(&mut self.output),
-            Err(error) => {
-                Metrics::add(&self.broker.metrics().requests_rejected, 1);
-                Response::encode_error(&mut self.output, error);
-            }
+            Err(error) => Response::encode_error(&mut self.output, error),
         }
+    }
+
+    /// [`Connection::respond`] for a request of `kind`, counting its error.
+    fn answer(&mut self, kind: RequestKind, result: Result<Response, ErrorCode>) {
+        if let Err(error) = &result {
+            self.broker.metrics().request_error(kind, *error);
+        }
+        self.respond(result);
     }
 
     async fn handle(&mut self, request: Request) -> io::Result<Next> {
@@ -227,7 +257,8 @@ impl Connection {
         match request {
             Request::Produce(p) => self.handle_produce_run(vec![p]).await,
             Request::MultiProduce(m) => {
-                Metrics::add(&broker.metrics().produce_requests, 1);
+                let started = Instant::now();
+                broker.metrics().request(RequestKind::multiproduce, 1);
                 let mut parts = Vec::with_capacity(m.entries.len());
                 for e in &m.entries {
                     let part =
@@ -235,54 +266,77 @@ impl Connection {
                             Ok((partition, offset)) => {
                                 ProducePart { error: ErrorCode::None, partition, offset }
                             }
-                            Err(error) => ProducePart { error, partition: e.partition, offset: -1 },
+                            Err(error) => {
+                                broker.metrics().request_error(RequestKind::multiproduce, error);
+                                ProducePart { error, partition: e.partition, offset: -1 }
+                            }
                         };
                     parts.push(part);
                 }
                 if m.acks != Acks::None {
                     self.respond(Ok(Response::MultiProduce(MultiProduceResponse { parts })));
                 }
+                broker.metrics().observe(Latency::produce, started.elapsed());
             }
-            Request::Fetch(f) => match broker.plan_fetch(&f) {
-                Ok(slice) => {
-                    let len = slice.as_ref().map_or(0, |s| s.len as usize);
-                    encode_response_header(&mut self.output, len, ErrorCode::None);
-                    self.send(slice.as_ref()).await?;
+            Request::Fetch(f) => {
+                let started = Instant::now();
+                broker.metrics().request(RequestKind::fetch, 1);
+                match broker.plan_fetch(&f) {
+                    Ok(slice) => {
+                        let len = slice.as_ref().map_or(0, |s| s.len as usize);
+                        encode_response_header(&mut self.output, len, ErrorCode::None);
+                        self.send(slice.as_ref()).await?;
+                        broker.metrics().sent(&f.topic, len as u64);
+                    }
+                    Err(error) => self.answer(RequestKind::fetch, Err(error)),
                 }
-                Err(error) => self.respond(Err(error)),
-            },
-            Request::MultiFetch(m) => self.multi_fetch(&m.fetches).await?,
+                broker.metrics().observe(Latency::fetch, started.elapsed());
+            }
+            Request::MultiFetch(m) => {
+                let started = Instant::now();
+                broker.metrics().request(RequestKind::multifetch, 1);
+                self.multi_fetch(RequestKind::multifetch, &m.fetches).await?;
+                broker.metrics().observe(Latency::fetch, started.elapsed());
+            }
             Request::MultiFetchWait(m) => {
+                broker.metrics().request(RequestKind::multifetch_wait, 1);
                 if m.max_wait_ms < 0 {
-                    self.respond(Err(ErrorCode::InvalidRequest));
+                    self.answer(RequestKind::multifetch_wait, Err(ErrorCode::InvalidRequest));
                 } else if m.min_bytes < 0 {
-                    self.respond(Err(ErrorCode::InvalidFetchSize));
+                    self.answer(RequestKind::multifetch_wait, Err(ErrorCode::InvalidFetchSize));
                 } else {
                     if let Next::Gone = self.wait_for_data(&m).await? {
                         return Ok(Next::Gone);
                     }
-                    self.multi_fetch(&m.fetches).await?;
+                    let started = Instant::now();
+                    self.multi_fetch(RequestKind::multifetch_wait, &m.fetches).await?;
+                    broker.metrics().observe(Latency::fetch, started.elapsed());
                 }
             }
             Request::Offsets(o) => {
+                broker.metrics().request(RequestKind::offsets, 1);
                 let result = broker.offsets(&o.topic, o.partition, o.time, o.max_number).await;
-                self.respond(result.map(|offsets| Response::Offsets(OffsetsResponse { offsets })));
+                let result = result.map(|offsets| Response::Offsets(OffsetsResponse { offsets }));
+                self.answer(RequestKind::offsets, result);
             }
             Request::Metadata(m) => {
+                broker.metrics().request(RequestKind::metadata, 1);
                 let topics = broker.metadata(&m.topics);
                 let broker_id = broker.config().broker_id;
                 self.respond(Ok(Response::Metadata(MetadataResponse { broker_id, topics })));
             }
             Request::CreateTopic(c) => {
+                broker.metrics().request(RequestKind::create_topic, 1);
                 let result = broker.create_topic(&c.topic, c.partitions, &c.configs).await;
-                self.respond(result.map(|()| Response::CreateTopic(protocol::CreateTopicResponse)));
+                let result = result.map(|()| Response::CreateTopic(protocol::CreateTopicResponse));
+                self.answer(RequestKind::create_topic, result);
             }
         }
         Ok(Next::Continue)
     }
 
     /// Answers a multifetch: each part's header, then its bytes by `sendfile`.
-    async fn multi_fetch(&mut self, fetches: &[FetchRequest]) -> io::Result<()> {
+    async fn multi_fetch(&mut self, kind: RequestKind, fetches: &[FetchRequest]) -> io::Result<()> {
         let parts: Vec<_> = fetches.iter().map(|f| self.broker.plan_fetch(f)).collect();
         let part_len = |p: &Result<Option<FileSlice>, ErrorCode>| match p {
             Ok(Some(slice)) => slice.len as usize,
@@ -290,11 +344,15 @@ impl Connection {
         };
         let body_len: usize = parts.iter().map(|p| FRAME_SIZE_BYTES + 2 + part_len(p)).sum();
         encode_response_header(&mut self.output, body_len, ErrorCode::None);
-        for part in &parts {
+        for (part, fetch) in parts.iter().zip(fetches) {
             let error = part.as_ref().err().copied().unwrap_or(ErrorCode::None);
             encode_response_header(&mut self.output, part_len(part), error);
-            if let Ok(slice) = part {
-                self.send(slice.as_ref()).await?;
+            match part {
+                Ok(slice) => {
+                    self.send(slice.as_ref()).await?;
+                    self.broker.metrics().sent(&fetch.topic, part_len(part) as u64);
+                }
+                Err(error) => self.broker.metrics().request_error(kind, *error),
             }
         }
         Ok(())
@@ -328,10 +386,12 @@ impl Connection {
             return Ok(Next::Continue);
         }
         let Some(_slot) = self.broker.try_park() else {
-            Metrics::add(&self.broker.metrics().fetches_not_parked, 1);
+            self.broker.metrics().fetches_not_parked.inc();
             return Ok(Next::Continue);
         };
-        Metrics::add(&self.broker.metrics().fetches_parked, 1);
+        let metrics = Arc::clone(self.broker.metrics());
+        metrics.fetches_parked.inc();
+        let _parked = Parked::new(&metrics);
         // Answers to earlier requests go out now, not after the wait.
         self.flush_output().await?;
         let deadline = tokio::time::Instant::now() + max_wait;

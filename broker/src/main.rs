@@ -5,15 +5,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use broker::{BrokerConfig, VisibleAfter};
+use broker::{Broker, BrokerConfig, VisibleAfter};
 use clap::Parser;
+use serde::Serialize;
+use service::Failure;
 
 /// A Tributary broker: partitioned append-only logs served over TCP.
-#[derive(Debug, Parser)]
+#[derive(Debug, Parser, Serialize)]
 #[command(version, about)]
 struct Cli {
     /// TOML file whose keys are the flag names below (with `_` for `-`); flags override it.
     #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
     config: Option<PathBuf>,
     #[arg(long, value_name = "N")]
     broker_id: Option<i32>,
@@ -24,6 +27,9 @@ struct Cli {
     port: Option<u16>,
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics: Option<String>,
     /// Partitions of a topic created without an explicit count.
     #[arg(long, value_name = "N")]
     num_partitions: Option<u32>,
@@ -78,104 +84,41 @@ struct Cli {
     zookeeper_session_timeout_ms: Option<u64>,
 }
 
-impl Cli {
-    fn into_config(self) -> anyhow::Result<BrokerConfig> {
-        let mut config = match &self.config {
-            Some(path) => BrokerConfig::from_file(path)?,
-            None => BrokerConfig::default(),
-        };
-        macro_rules! apply {
-            ($($field:ident),*) => { $(if let Some(v) = self.$field { config.$field = v; })* };
-        }
-        apply!(
-            broker_id,
-            host,
-            port,
-            data_dir,
-            num_partitions,
-            auto_create_topics,
-            max_request_bytes,
-            max_message_bytes,
-            max_connections,
-            max_parked_fetches,
-            max_fetch_wait_ms,
-            flush_messages,
-            flush_ms,
-            segment_bytes,
-            segment_ms,
-            visible_after,
-            retention_ms,
-            retention_check_ms,
-            zookeeper_session_timeout_ms
-        );
-        // Optional in the file too: a flag sets them, its absence keeps the file's value.
-        if self.zookeeper.is_some() {
-            config.zookeeper = self.zookeeper;
-        }
-        if self.retention_bytes.is_some() {
-            config.retention_bytes = self.retention_bytes;
-        }
-        config.validate()?;
-        Ok(config)
-    }
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("broker: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
-    };
-    let config = match cli.into_config() {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("broker: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match serve(config) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("broker: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let cli: Cli = service::cli::parse("broker");
+    service::cli::finish("broker", start(cli))
 }
 
-#[tokio::main]
+fn start(cli: Cli) -> Result<(), Failure> {
+    let config: BrokerConfig =
+        service::config::load(cli.config.as_deref(), &cli).map_err(Failure::usage)?;
+    config.validate().map_err(Failure::usage)?;
+    service::logging::init("info").map_err(Failure::usage)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))?;
+    Ok(())
+}
+
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
+    let shutdown = service::shutdown::on_signal()?;
     let addr = config.listen_addr();
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    broker::run(listener, config, shutdown_signal()).await?;
-    Ok(())
-}
-
-/// Completes on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers; stop the broker with SIGKILL");
-        return std::future::pending().await;
+    let metrics = match &config.metrics {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {addr}"))?,
+        ),
+        None => None,
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
+    let broker = Broker::open(config).await?;
+    if let Some(listener) = metrics {
+        tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
+        let registry = broker.metrics().registry();
+        tokio::spawn(service::metrics::serve(listener, registry, shutdown.clone()));
     }
+    broker::serve(listener, broker, shutdown).await?;
+    Ok(())
 }

@@ -1,36 +1,377 @@
-//! Counters of what the broker has done, readable while it runs.
+//! What the broker has done and holds, for `/metrics` (`--metrics HOST:PORT`) and for tests:
+//! bytes and messages in and bytes out per topic, requests by type and by error, latency
+//! histograms of produce, fetch and long-poll waits, connections, parked fetches, flush
+//! latency, and — read at scrape time from the logs — each partition's start, end, visible
+//! end and size.
+//!
+//! Messages out are not counted: fetch data goes file → socket by `sendfile` and is never
+//! read by the broker (Kafka does not count them either; consumers do, and the audit).
+//!
+//! The hot path pays one atomic add per counter: per-topic counters are looked up by `&str`
+//! in a map of handles (no allocation), request counters are fixed handles per request type.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-#[derive(Debug, Default)]
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use protocol::ErrorCode;
+use service::metrics::{Registry, latency_buckets};
+
+use crate::log::LogManager;
+
+/// A request type, as the `request` label names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RequestKind {
+    produce,
+    fetch,
+    multifetch,
+    multiproduce,
+    offsets,
+    metadata,
+    create_topic,
+    multifetch_wait,
+}
+
+impl RequestKind {
+    const ALL: [RequestKind; 8] = [
+        RequestKind::produce,
+        RequestKind::fetch,
+        RequestKind::multifetch,
+        RequestKind::multiproduce,
+        RequestKind::offsets,
+        RequestKind::metadata,
+        RequestKind::create_topic,
+        RequestKind::multifetch_wait,
+    ];
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RequestLabels {
+    request: RequestKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ErrorLabels {
+    request: RequestKind,
+    error: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct TopicLabels {
+    topic: String,
+}
+
+/// Which latency a histogram measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Latency {
+    /// A produce, from its decoding to its answer (acks 2: the flush included).
+    produce,
+    /// A fetch or multifetch answered at once, from its decoding to its last byte sent.
+    fetch,
+    /// How long a long-poll fetch waited parked for data.
+    long_poll_wait,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LatencyLabels {
+    operation: Latency,
+}
+
+/// The counters of one topic.
+#[derive(Debug, Clone, Default)]
+struct TopicCounters {
+    messages_in: Counter,
+    bytes_in: Counter,
+    bytes_out: Counter,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
 pub struct Metrics {
-    pub connections_accepted: AtomicU64,
+    registry: Arc<Registry>,
+    pub connections_accepted: Counter,
     /// Connections closed at once because `max_connections` were open.
-    pub connections_refused: AtomicU64,
-    pub produce_requests: AtomicU64,
-    pub messages_in: AtomicU64,
-    pub bytes_in: AtomicU64,
+    pub connections_refused: Counter,
+    pub connections_open: Gauge,
+    requests: Family<RequestLabels, Counter>,
+    request_handles: [Counter; RequestKind::ALL.len()],
+    request_errors: Family<ErrorLabels, Counter>,
+    latency: Family<LatencyLabels, Histogram, fn() -> Histogram>,
+    latency_handles: [Histogram; 3],
+    messages_in: Family<TopicLabels, Counter>,
+    bytes_in: Family<TopicLabels, Counter>,
+    bytes_out: Family<TopicLabels, Counter>,
+    topics: RwLock<HashMap<String, TopicCounters>>,
     /// Writes to a log: fewer than produce requests when pipelined produces to one partition
     /// are appended together.
-    pub appends: AtomicU64,
-    pub fetch_requests: AtomicU64,
+    pub appends: Counter,
     /// Long-poll fetches that waited for data.
-    pub fetches_parked: AtomicU64,
+    pub fetches_parked: Counter,
     /// Long-poll fetches answered at once because `max_parked_fetches` were waiting.
-    pub fetches_not_parked: AtomicU64,
+    pub fetches_not_parked: Counter,
+    /// Long-poll fetches waiting now.
+    pub parked_now: Gauge,
     /// Message bytes sent to consumers, all of them by `sendfile(2)`.
-    pub bytes_sent_by_sendfile: AtomicU64,
-    pub sendfile_calls: AtomicU64,
-    /// Requests answered with an error or a closed connection.
-    pub requests_rejected: AtomicU64,
+    pub sendfile_bytes: Counter,
+    pub sendfile_calls: Counter,
+    /// Frames that could not be trusted (bad size, undecodable): answered with an error, then
+    /// the connection closed.
+    pub rejected_frames: Counter,
+    flush_latency: Histogram,
 }
 
 impl Metrics {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// The broker's metrics, with the partitions of `logs` read at every scrape.
+    pub(crate) fn new(logs: Arc<LogManager>) -> Metrics {
+        let mut registry = Registry::with_prefix("tributary_broker");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let request_handles = RequestKind::ALL
+            .map(|request| requests.get_or_create(&RequestLabels { request }).clone());
+        let latency: Family<LatencyLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        let latency_handles = [Latency::produce, Latency::fetch, Latency::long_poll_wait]
+            .map(|operation| latency.get_or_create(&LatencyLabels { operation }).clone());
+        let metrics = Metrics {
+            registry: Arc::new(Registry::default()),
+            connections_accepted: Counter::default(),
+            connections_refused: Counter::default(),
+            connections_open: Gauge::default(),
+            requests,
+            request_handles,
+            request_errors: Family::default(),
+            latency,
+            latency_handles,
+            messages_in: Family::default(),
+            bytes_in: Family::default(),
+            bytes_out: Family::default(),
+            topics: RwLock::new(HashMap::new()),
+            appends: Counter::default(),
+            fetches_parked: Counter::default(),
+            fetches_not_parked: Counter::default(),
+            parked_now: Gauge::default(),
+            sendfile_bytes: Counter::default(),
+            sendfile_calls: Counter::default(),
+            rejected_frames: Counter::default(),
+            flush_latency: latency_histogram(),
+        };
+        let m = &metrics;
+        registry.register(
+            "connections_accepted",
+            "Connections accepted.",
+            m.connections_accepted.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "Connections closed at once because max_connections were open.",
+            m.connections_refused.clone(),
+        );
+        registry.register("connections_open", "Connections open now.", m.connections_open.clone());
+        registry.register("requests", "Requests by type.", m.requests.clone());
+        registry.register(
+            "request_errors",
+            "Requests answered with an error (or a closed connection), by type and error.",
+            m.request_errors.clone(),
+        );
+        registry.register(
+            "request_latency_seconds",
+            "Produce (to its answer), fetch (to its last byte) and long-poll wait latencies.",
+            m.latency.clone(),
+        );
+        registry.register("messages_in", "Messages appended, by topic.", m.messages_in.clone());
+        registry.register("bytes_in", "Message bytes appended, by topic.", m.bytes_in.clone());
+        registry.register(
+            "bytes_out",
+            "Message bytes sent to consumers, by topic.",
+            m.bytes_out.clone(),
+        );
+        registry.register(
+            "appends",
+            "Writes to a log (a pipelined run is one).",
+            m.appends.clone(),
+        );
+        registry.register(
+            "fetches_parked",
+            "Long-poll fetches that waited for data.",
+            m.fetches_parked.clone(),
+        );
+        registry.register(
+            "fetches_not_parked",
+            "Long-poll fetches answered at once because max_parked_fetches were waiting.",
+            m.fetches_not_parked.clone(),
+        );
+        registry.register("parked_fetches", "Long-poll fetches waiting now.", m.parked_now.clone());
+        registry.register("sendfile_bytes", "Bytes sent by sendfile(2).", m.sendfile_bytes.clone());
+        registry.register("sendfile_calls", "sendfile(2) calls.", m.sendfile_calls.clone());
+        registry.register(
+            "rejected_frames",
+            "Frames with a bad size or body: answered with an error, the connection closed.",
+            m.rejected_frames.clone(),
+        );
+        registry.register(
+            "flush_latency_seconds",
+            "How long a partition's flush (its fsyncs) took.",
+            m.flush_latency.clone(),
+        );
+        registry.register_collector(Box::new(PartitionCollector { logs }));
+        Metrics { registry: Arc::new(registry), ..metrics }
     }
 
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
+    /// The registry `/metrics` serves.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    pub(crate) fn request(&self, kind: RequestKind, n: u64) {
+        self.request_handles[kind as usize].inc_by(n);
+    }
+
+    /// Requests of `kind` so far.
+    pub fn requests(&self, kind: RequestKind) -> u64 {
+        self.request_handles[kind as usize].get()
+    }
+
+    /// Produce requests (single and multi) so far.
+    pub fn produce_requests(&self) -> u64 {
+        self.requests(RequestKind::produce) + self.requests(RequestKind::multiproduce)
+    }
+
+    /// Fetch requests of every kind (single, multi, long poll) so far.
+    pub fn fetch_requests(&self) -> u64 {
+        [RequestKind::fetch, RequestKind::multifetch, RequestKind::multifetch_wait]
+            .into_iter()
+            .map(|kind| self.requests(kind))
+            .sum()
+    }
+
+    pub(crate) fn request_error(&self, kind: RequestKind, error: ErrorCode) {
+        self.request_errors
+            .get_or_create(&ErrorLabels { request: kind, error: error_name(error) })
+            .inc();
+    }
+
+    pub(crate) fn observe(&self, latency: Latency, elapsed: Duration) {
+        self.latency_handles[latency as usize].observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn flushed(&self, elapsed: Duration) {
+        self.flush_latency.observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn appended(&self, topic: &str, messages: u64, bytes: u64) {
+        self.appends.inc();
+        self.with_topic(topic, |c| {
+            c.messages_in.inc_by(messages);
+            c.bytes_in.inc_by(bytes);
+        });
+    }
+
+    pub(crate) fn sent(&self, topic: &str, bytes: u64) {
+        if bytes > 0 {
+            self.with_topic(topic, |c| {
+                c.bytes_out.inc_by(bytes);
+            });
+        }
+    }
+
+    /// Messages appended to `topic` so far.
+    pub fn messages_in(&self, topic: &str) -> u64 {
+        self.topic_value(topic, |c| c.messages_in.get())
+    }
+
+    /// Message bytes sent to consumers of `topic` so far.
+    pub fn bytes_out(&self, topic: &str) -> u64 {
+        self.topic_value(topic, |c| c.bytes_out.get())
+    }
+
+    fn topic_value(&self, topic: &str, value: impl Fn(&TopicCounters) -> u64) -> u64 {
+        self.topics.read().unwrap_or_else(|p| p.into_inner()).get(topic).map_or(0, value)
+    }
+
+    fn with_topic(&self, topic: &str, update: impl Fn(&TopicCounters)) {
+        if let Some(counters) = self.topics.read().unwrap_or_else(|p| p.into_inner()).get(topic) {
+            return update(counters);
+        }
+        let mut topics = self.topics.write().unwrap_or_else(|p| p.into_inner());
+        let counters = topics.entry(topic.to_owned()).or_insert_with(|| {
+            let labels = TopicLabels { topic: topic.to_owned() };
+            TopicCounters {
+                messages_in: self.messages_in.get_or_create(&labels).clone(),
+                bytes_in: self.bytes_in.get_or_create(&labels).clone(),
+                bytes_out: self.bytes_out.get_or_create(&labels).clone(),
+            }
+        });
+        update(counters);
+    }
+}
+
+/// The error label: the code's name in snake case.
+fn error_name(error: ErrorCode) -> &'static str {
+    match error {
+        ErrorCode::Unknown => "unknown",
+        ErrorCode::None => "none",
+        ErrorCode::OffsetOutOfRange => "offset_out_of_range",
+        ErrorCode::InvalidMessage => "invalid_message",
+        ErrorCode::WrongPartition => "wrong_partition",
+        ErrorCode::InvalidFetchSize => "invalid_fetch_size",
+        ErrorCode::MessageTooLarge => "message_too_large",
+        ErrorCode::InvalidRequest => "invalid_request",
+        ErrorCode::UnknownTopic => "unknown_topic",
+        ErrorCode::InvalidTopicName => "invalid_topic_name",
+        ErrorCode::InvalidConfig => "invalid_config",
+    }
+}
+
+/// One number of a partition's log.
+type PartitionValue = fn(&crate::log::Partition) -> u64;
+
+/// Each partition's offsets and size, read from the logs at scrape time.
+struct PartitionCollector {
+    logs: Arc<LogManager>,
+}
+
+impl std::fmt::Debug for PartitionCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PartitionCollector")
+    }
+}
+
+impl Collector for PartitionCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let partitions = self.logs.partitions();
+        let families: [(&str, &str, PartitionValue); 4] = [
+            ("log_start_offset", "Offset of the first byte a partition still keeps.", |p| {
+                p.start_offset()
+            }),
+            ("log_end_offset", "Offset the next append to a partition gets.", |p| p.end()),
+            ("log_visible_offset", "End of a partition's data that fetches see.", |p| {
+                p.visible_end()
+            }),
+            ("log_size_bytes", "Bytes a partition keeps on disk.", |p| p.end() - p.start_offset()),
+        ];
+        for (name, help, value) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for partition in &partitions {
+                let labels = [
+                    ("topic", partition.topic().to_owned()),
+                    ("partition", partition.index().to_string()),
+                ];
+                let gauge = ConstGauge::new(i64::try_from(value(partition)).unwrap_or(i64::MAX));
+                gauge.encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }

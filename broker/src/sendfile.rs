@@ -32,8 +32,8 @@ pub(crate) async fn send_slice(
                 ));
             }
             Ok(n) => {
-                Metrics::add(&metrics.bytes_sent_by_sendfile, n as u64);
-                Metrics::add(&metrics.sendfile_calls, 1);
+                metrics.sendfile_bytes.inc_by(n as u64);
+                metrics.sendfile_calls.inc();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),

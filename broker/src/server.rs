@@ -1,6 +1,5 @@
 //! Accepts connections until shutdown, then stops them and flushes every partition.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,27 +11,26 @@ use tokio_util::task::TaskTracker;
 use crate::broker::{Broker, BrokerError};
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
-use crate::metrics::Metrics;
 
 /// How long connections get to finish the request in hand after shutdown begins.
 const DRAIN_MS: u64 = 5_000;
 
-/// Opens the logs in `config.data_dir` and serves `listener` until `shutdown` completes.
+/// Opens the logs in `config.data_dir` and serves `listener` until `shutdown` is cancelled.
 pub async fn run(
     listener: TcpListener,
     config: BrokerConfig,
-    shutdown: impl Future,
+    shutdown: CancellationToken,
 ) -> Result<(), BrokerError> {
     let broker = Broker::open(config).await?;
     serve(listener, broker, shutdown).await
 }
 
-/// Serves an opened broker until `shutdown` completes; then closes every connection and
+/// Serves an opened broker until `shutdown` is cancelled; then closes every connection and
 /// flushes every partition before returning.
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
-    shutdown: impl Future,
+    shutdown: CancellationToken,
 ) -> Result<(), BrokerError> {
     let limit = Arc::new(Semaphore::new(broker.config().max_connections as usize));
     let connections = TaskTracker::new();
@@ -49,34 +47,35 @@ pub async fn serve(
         broker.close().await?;
         return Err(e);
     }
-    let mut accept_backoff = Duration::from_millis(1);
-    tokio::pin!(shutdown);
+    let mut accept_backoff = service::Backoff::from_ms(1, 1_000);
     loop {
         let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
+            () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Typically out of file descriptors: wait rather than spin.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(accept_backoff).await;
-                    accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                    accept_backoff.sleep().await;
                     continue;
                 }
             },
         };
-        accept_backoff = Duration::from_millis(1);
+        accept_backoff.reset();
         let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
-            Metrics::add(&broker.metrics().connections_refused, 1);
+            broker.metrics().connections_refused.inc();
             tracing::warn!(%peer, max = broker.config().max_connections, "too many connections; closing");
             continue;
         };
-        Metrics::add(&broker.metrics().connections_accepted, 1);
+        broker.metrics().connections_accepted.inc();
+        broker.metrics().connections_open.inc();
         let connection = Connection::new(stream, Arc::clone(&broker), stop.clone());
+        let metrics = Arc::clone(broker.metrics());
         connections.spawn(async move {
             if let Err(e) = connection.run().await {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
+            metrics.connections_open.dec();
             drop(permit);
         });
     }

@@ -19,10 +19,8 @@ async fn a_broker_registers_in_an_embedded_session() {
     broker.register_in(embedded.session("/tributary/live-a").unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, broker, async move {
-        let _ = stopped.await;
-    }));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(serve(listener, broker, stop.clone()));
 
     let brokers = eventually(Duration::from_secs(10), "the broker's node", || async {
         let brokers = observer.brokers().await.unwrap();
@@ -41,7 +39,7 @@ async fn a_broker_registers_in_an_embedded_session() {
     assert!(other.brokers().await.unwrap().is_empty());
 
     drop(conn);
-    stop.send(()).unwrap();
+    stop.cancel();
     server.await.unwrap().unwrap();
     assert!(observer.brokers().await.unwrap().is_empty(), "a clean stop unregisters");
 }

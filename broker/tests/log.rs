@@ -261,13 +261,12 @@ async fn recovers_a_corrupted_tail() {
 
 #[tokio::test]
 async fn fetch_data_is_sent_with_sendfile() {
-    use broker::Metrics;
     let broker = TestBroker::start_with(|c| c.flush_messages = 1).await;
     let conn = broker.connect().await;
     let payloads: Vec<Vec<u8>> = (0..50).map(|i| vec![i as u8; 1000]).collect();
     conn.produce("sf", 0, Acks::Flushed, message_set(&payloads)).await.unwrap();
     let metrics = broker.broker.metrics();
-    let before = Metrics::get(&metrics.bytes_sent_by_sendfile);
+    let before = metrics.sendfile_bytes.get();
     let set = conn.fetch("sf", 0, 0, 1 << 20).await.unwrap();
     let parts = conn
         .multi_fetch(vec![
@@ -276,11 +275,11 @@ async fn fetch_data_is_sent_with_sendfile() {
         ])
         .await
         .unwrap();
-    let after = Metrics::get(&metrics.bytes_sent_by_sendfile);
+    let after = metrics.sendfile_bytes.get();
     assert_eq!(set.len(), 50 * 1009);
     assert_eq!(parts.iter().map(|p| p.messages.len()).sum::<usize>(), 8000);
     assert_eq!(after - before, (50 * 1009 + 8000) as u64, "every fetched byte went by sendfile");
-    assert!(Metrics::get(&metrics.sendfile_calls) >= 3);
+    assert!(metrics.sendfile_calls.get() >= 3);
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use broker::Metrics;
 use bytes::BytesMut;
 use client::Connection;
 use protocol::{Acks, ErrorCode, FetchPart, FetchRequest};
@@ -149,7 +148,7 @@ async fn a_client_that_disconnects_while_parked_frees_its_slot() {
     wait_parked(&broker, 1).await;
     broker.connect().await.produce("t", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
     assert_eq!(payloads(&poll.await.unwrap().unwrap()), ["x"]);
-    assert_eq!(Metrics::get(&broker.broker.metrics().fetches_not_parked), 0);
+    assert_eq!(broker.broker.metrics().fetches_not_parked.get(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,7 +164,7 @@ async fn long_polls_over_the_limit_are_answered_at_once() {
         broker.connect().await.multi_fetch_wait(20_000, 1, vec![part("t", 0, 0)]).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert!(parts[0].messages.is_empty());
-    assert_eq!(Metrics::get(&broker.broker.metrics().fetches_not_parked), 1);
+    assert_eq!(broker.broker.metrics().fetches_not_parked.get(), 1);
     parked.abort();
 }
 

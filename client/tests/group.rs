@@ -223,7 +223,7 @@ async fn idle_fetchers_wait_in_long_polls_and_wake_on_new_data() {
     let parked = || cluster.brokers.iter().map(|b| b.broker.parked_fetches()).sum::<usize>();
     eventually(WAIT, "a long poll per partition", || async { (parked() == 8).then_some(()) }).await;
     let fetches = || {
-        let metric = |b: &TestBroker| broker::Metrics::get(&b.broker.metrics().fetch_requests);
+        let metric = |b: &TestBroker| b.broker.metrics().fetch_requests();
         cluster.brokers.iter().map(metric).sum::<u64>()
     };
     let before = fetches();

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker::Metrics;
 use client::{
     BlockingProducer, BufferFull, Partitioner, Producer, ProducerConfig, ProducerError,
     SimpleConsumer, SimpleConsumerConfig, StaticBrokers,
@@ -54,7 +53,7 @@ async fn many_sends_become_few_produce_requests() {
     broker.connect().await.create_topic("batched", 1, &[]).await.unwrap();
     let config = ProducerConfig { batch_messages: 100, linger_ms: 50, ..ProducerConfig::default() };
     let producer = producer(&broker, config);
-    let before = Metrics::get(&broker.broker.metrics().produce_requests);
+    let before = broker.broker.metrics().produce_requests();
     let mut pending = Vec::new();
     for i in 0..1000 {
         pending.push(producer.enqueue("batched", None, format!("m{i}").as_bytes()).await.unwrap());
@@ -63,7 +62,7 @@ async fn many_sends_become_few_produce_requests() {
     for p in pending {
         offsets.push(p.await.unwrap().offset.unwrap());
     }
-    let requests = Metrics::get(&broker.broker.metrics().produce_requests) - before;
+    let requests = broker.broker.metrics().produce_requests() - before;
     assert!((10..=20).contains(&requests), "1000 messages in {requests} requests");
     assert!(offsets.windows(2).all(|w| w[0] < w[1]), "each message has its own, increasing offset");
     let expected: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
@@ -188,14 +187,14 @@ async fn sends_with_acks_1_survive_a_broker_restart_without_loss_or_reordering()
     });
     // Restart while messages are still being sent.
     eventually(WAIT, "some messages appended", || async {
-        (Metrics::get(&broker.broker.metrics().messages_in) > 100).then_some(())
+        (broker.broker.metrics().messages_in("restart") > 100).then_some(())
     })
     .await;
-    let appended_before = Metrics::get(&broker.broker.metrics().messages_in) as usize;
+    let appended_before = broker.broker.metrics().messages_in("restart") as usize;
     let broker = broker.restart_on_same_addr(|_| {}).await;
     assert_eq!(sending.await.unwrap().unwrap(), TOTAL, "every send acknowledged");
     assert!(appended_before < TOTAL, "the restart came mid-stream");
-    assert!(Metrics::get(&broker.broker.metrics().messages_in) > 0, "sends resumed after it");
+    assert!(broker.broker.metrics().messages_in("restart") > 0, "sends resumed after it");
     // Nothing lost; a retried batch may repeat, but first appearances keep the send order.
     let payloads = read_all(&broker, "restart", 0, TOTAL).await;
     let mut seen = std::collections::HashSet::new();

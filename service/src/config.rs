@@ -18,8 +18,8 @@ use serde::de::DeserializeOwned;
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path}, line {line}: {message}")]
-    File { path: PathBuf, line: usize, message: String },
+    #[error("config file {path}, line {line} `{text}`: {message}")]
+    File { path: PathBuf, line: usize, text: String, message: String },
     #[error("{0}")]
     Flags(String),
 }
@@ -45,10 +45,14 @@ pub fn load<T: DeserializeOwned>(
 fn read_file<T: DeserializeOwned>(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-    let at = |e: toml::de::Error| ConfigError::File {
-        path: path.to_owned(),
-        line: e.span().map_or(1, |span| text[..span.start].matches('\n').count() + 1),
-        message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+    let at = |e: toml::de::Error| {
+        let line = e.span().map_or(1, |span| text[..span.start].matches('\n').count() + 1);
+        ConfigError::File {
+            path: path.to_owned(),
+            line,
+            text: text.lines().nth(line - 1).unwrap_or_default().trim().to_owned(),
+            message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+        }
     };
     toml::from_str::<T>(&text).map_err(at)?;
     toml::from_str::<toml::Table>(&text).map_err(at)
@@ -125,7 +129,7 @@ mod tests {
     fn a_value_of_the_wrong_type_is_named() {
         let f = file("port = \"eighty\"\n");
         let error = load::<Settings>(Some(f.path()), &Flags::default()).unwrap_err().to_string();
-        assert!(error.contains("line 1") && error.contains("eighty"), "{error}");
+        assert!(error.contains("line 1 `port = \"eighty\"`"), "{error}");
         let missing = load::<Settings>(Some(Path::new("/no/such/file.toml")), &Flags::default());
         assert!(matches!(missing, Err(ConfigError::Read { .. })));
     }

@@ -8,8 +8,8 @@ use bytes::{Bytes, BytesMut};
 use client::Connection;
 use protocol::{Codec, MessageSetIter};
 use tempfile::TempDir;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// A running broker. Dropping it stops the server task; [`TestBroker::stop`] stops it cleanly
 /// and hands back the data directory for a restart.
@@ -17,7 +17,7 @@ pub struct TestBroker {
     pub addr: String,
     pub broker: Arc<Broker>,
     data_dir: Option<TempDir>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: CancellationToken,
     task: Option<JoinHandle<Result<(), broker::BrokerError>>>,
 }
 
@@ -46,11 +46,9 @@ impl TestBroker {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr").to_string();
         let broker = Broker::open(config).await.expect("broker opens");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), async {
-            let _ = stopped.await;
-        }));
-        TestBroker { addr, broker, data_dir: Some(data_dir), stop: Some(stop), task: Some(task) }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
+        TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -64,7 +62,7 @@ impl TestBroker {
     /// Shuts down as on SIGTERM (connections closed, partitions flushed) and returns the data
     /// directory.
     pub async fn stop(mut self) -> TempDir {
-        let _ = self.stop.take().expect("running").send(());
+        self.stop.cancel();
         let result = self.task.take().expect("running").await.expect("server task");
         result.expect("clean shutdown");
         self.data_dir.take().expect("data dir")
@@ -136,12 +134,10 @@ impl TestBroker {
         configure(&mut config);
         let listener = bind_with_retry(addr).await;
         let broker = Broker::open(config).await.expect("broker opens");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), async {
-            let _ = stopped.await;
-        }));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
         let addr = addr.to_owned();
-        TestBroker { addr, broker, data_dir: Some(data_dir), stop: Some(stop), task: Some(task) }
+        TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
     }
 }
 

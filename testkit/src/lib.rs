@@ -2,6 +2,7 @@
 //! loopback port chosen by the OS and stops it when dropped.
 
 pub mod broker;
+pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod registry;

@@ -76,3 +76,33 @@ impl Drop for Process {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `binary` with `args` to its end (at most 30 s) and checks that it refused them as a
+/// user error: exit code 2 and exactly one line on stderr, which is returned.
+pub fn usage_error(binary: &Path, args: &[&str]) -> String {
+    let output = Command::new(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{} {args:?}: {stderr}", binary.display());
+    assert_eq!(stderr.lines().count(), 1, "one line on stderr: {stderr:?}");
+    stderr.trim_end().to_owned()
+}
+
+/// Writes `text` to a config file in `dir` and returns its path as a string.
+pub fn config_file(dir: &Path, text: &str) -> String {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).expect("write config file");
+    path.to_str().expect("UTF-8 path").to_owned()
+}
+
+/// Sends SIGTERM and checks that the process exits with code 0 within `within`.
+pub fn terminates_cleanly(process: &mut Process, within: Duration) {
+    process.signal(Signal::SIGTERM);
+    let started = Instant::now();
+    let status = process.wait_exit(within);
+    assert!(status.success(), "SIGTERM ends the process with 0, not {status}");
+    assert!(started.elapsed() < within, "it stopped within {within:?}");
+}

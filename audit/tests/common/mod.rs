@@ -113,7 +113,11 @@ impl Cluster {
         broker.register_in(embedded.session(chroot).expect("embedded session"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().unwrap().to_string();
-        let task = tokio::spawn(broker::serve(listener, broker, std::future::pending::<()>()));
+        let task = tokio::spawn(broker::serve(
+            listener,
+            broker,
+            tokio_util::sync::CancellationToken::new(),
+        ));
         Cluster {
             connect: format!("embedded:{chroot}"),
             coordinator: embedded.session(chroot).expect("embedded session"),

@@ -93,10 +93,7 @@ impl Cluster {
                 source: e,
             })?;
             broker.register_in(session(embedded, &chroot)?);
-            let stopped = stop.clone();
-            cluster.tasks.push(tokio::spawn(broker::serve(listener, broker, async move {
-                stopped.cancelled().await
-            })));
+            cluster.tasks.push(tokio::spawn(broker::serve(listener, broker, stop.clone())));
             cluster.addrs.push(addr.to_string());
             cluster.data_dirs.push(dir);
         }

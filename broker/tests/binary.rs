@@ -1,0 +1,100 @@
+//! The `broker` binary as an operator runs it: its `/metrics` page read by a real parser
+//! during traffic, SIGTERM, and the one-line refusals of a bad config key or duration.
+
+use std::time::Duration;
+
+use protocol::{Acks, FetchRequest};
+use testkit::broker::message_set;
+use testkit::metrics::{has, parse, scrape, value};
+use testkit::process::{Process, config_file, free_port, terminates_cleanly, usage_error};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_broker");
+
+#[test]
+fn metrics_show_a_produce_and_consume_run_to_a_scraper() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--metrics",
+        &format!("127.0.0.1:{metrics_port}"),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
+    let addr = format!("127.0.0.1:{port}");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let conn = client::Connection::connect(&addr).await.unwrap();
+        for i in 0..10 {
+            let set = message_set(&[format!("a-{i}"), format!("b-{i}")]);
+            conn.produce("views", 0, Acks::Flushed, set).await.unwrap();
+        }
+        let fetched = conn.fetch("views", 0, 0, 1 << 20).await.unwrap();
+        assert!(!fetched.is_empty());
+        let waited = conn
+            .multi_fetch_wait(
+                50,
+                1 << 20,
+                vec![FetchRequest {
+                    topic: "views".into(),
+                    partition: 0,
+                    offset: fetched.len() as i64,
+                    max_bytes: 1024,
+                }],
+            )
+            .await
+            .unwrap();
+        assert!(waited[0].messages.is_empty(), "nothing new: the long poll times out");
+        assert!(conn.fetch("no-such-topic", 0, 0, 100).await.is_err());
+    });
+
+    let samples = parse(&scrape(&format!("127.0.0.1:{metrics_port}")));
+    let views = [("topic", "views")];
+    assert_eq!(value(&samples, "tributary_broker_messages_in_total", &views), 20.0);
+    assert!(value(&samples, "tributary_broker_bytes_in_total", &views) > 0.0);
+    assert!(value(&samples, "tributary_broker_bytes_out_total", &views) > 0.0);
+    assert_eq!(value(&samples, "tributary_broker_requests_total", &[("request", "produce")]), 10.0);
+    assert!(value(&samples, "tributary_broker_requests_total", &[("request", "fetch")]) >= 2.0);
+    let unknown = [("request", "fetch"), ("error", "unknown_topic")];
+    assert_eq!(value(&samples, "tributary_broker_request_errors_total", &unknown), 1.0);
+    for operation in ["produce", "fetch", "long_poll_wait"] {
+        let count = value(
+            &samples,
+            "tributary_broker_request_latency_seconds_count",
+            &[("operation", operation)],
+        );
+        assert!(count >= 1.0, "{operation} latency observed");
+    }
+    assert!(value(&samples, "tributary_broker_flush_latency_seconds_count", &[]) >= 10.0);
+    assert!(value(&samples, "tributary_broker_connections_accepted_total", &[]) >= 1.0);
+    assert!(has(&samples, "tributary_broker_connections_open"));
+    assert!(has(&samples, "tributary_broker_parked_fetches"));
+    assert_eq!(value(&samples, "tributary_broker_fetches_parked_total", &[]), 1.0);
+    let partition = [("topic", "views"), ("partition", "0")];
+    let end = value(&samples, "tributary_broker_log_end_offset", &partition);
+    assert!(end > 0.0);
+    assert_eq!(value(&samples, "tributary_broker_log_visible_offset", &partition), end);
+    assert_eq!(value(&samples, "tributary_broker_log_size_bytes", &partition), end);
+    terminates_cleanly(&mut process, Duration::from_secs(10));
+}
+
+#[test]
+fn bad_config_keys_and_durations_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = config_file(dir.path(), "port = 7000\nprot = 7001\n");
+    let error = usage_error(BINARY.as_ref(), &["--config", &file]);
+    assert!(
+        error.starts_with("broker: ") && error.contains("prot") && error.contains("line 2"),
+        "{error}"
+    );
+    let error = usage_error(BINARY.as_ref(), &["--flush-ms", "1s"]);
+    assert!(error.contains("--flush-ms") && error.contains("1s"), "{error}");
+    let file = config_file(dir.path(), "flush_ms = \"1s\"\n");
+    let error = usage_error(BINARY.as_ref(), &["--config", &file]);
+    assert!(error.contains("line 1 `flush_ms = \"1s\"`") && error.contains("u64"), "{error}");
+    let error = usage_error(BINARY.as_ref(), &["--flush-ms", "0"]);
+    assert!(error.contains("flush_ms"), "{error}");
+}
