@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::compatibility::CompatibilityLevel;
 
@@ -12,7 +12,7 @@ use crate::compatibility::CompatibilityLevel;
 pub const MAX_REQUEST_BYTES_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Everything the service needs to start. Field names are the TOML keys.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address the binary binds (`run` takes an already bound listener).

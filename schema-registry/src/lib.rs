@@ -18,6 +18,7 @@ pub mod client;
 pub mod compatibility;
 pub mod config;
 pub mod error;
+mod metrics;
 pub mod registry;
 pub mod resolution;
 pub mod schema;
@@ -25,11 +26,11 @@ pub mod schema_files;
 mod state;
 pub mod store;
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 pub use crate::client::{ClientError, RegistryClient};
 pub use crate::compatibility::CompatibilityLevel;
@@ -57,13 +58,13 @@ pub enum RunError {
     Serve(#[source] std::io::Error),
 }
 
-/// Serves the registry on `listener` until `shutdown` completes. Opens (and replays) the log
+/// Serves the registry on `listener` until `shutdown` is cancelled. Opens (and replays) the log
 /// in `config.data_dir` and registers `config.register_schemas` first; requests that arrive
 /// meanwhile wait in the listener's backlog.
 pub async fn run(
     listener: TcpListener,
     config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     config.validate()?;
     let registry =
@@ -75,7 +76,10 @@ pub async fn run(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, data_dir = %config.data_dir.display(), "schema registry serving");
     }
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await.map_err(RunError::Serve)
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .map_err(RunError::Serve)
 }
 
 /// Registers every `.avsc` file in `dir` (see [`schema_files`]) in `registry`. Files already

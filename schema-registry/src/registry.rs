@@ -146,6 +146,11 @@ impl Registry {
     }
 
     /// Subjects with a live version (or any version, with `deleted`), sorted.
+    /// Schemas kept, and subjects with a live version: what `/metrics` shows.
+    pub fn sizes(&self) -> (usize, usize) {
+        self.read().sizes()
+    }
+
     pub fn subjects(&self, deleted: bool, prefix: &str) -> Vec<String> {
         self.read()
             .subjects()

@@ -55,6 +55,12 @@ impl State {
         }
     }
 
+    /// Schemas kept, and subjects with a live version.
+    pub fn sizes(&self) -> (usize, usize) {
+        let live = self.subjects.values().filter(|s| s.has_versions(false)).count();
+        (self.schemas.len(), live)
+    }
+
     pub fn schema(&self, id: i32) -> Option<&ParsedSchema> {
         self.schemas.get(&id)
     }

@@ -29,7 +29,7 @@ fn assert_one_line_error(args: &[&str], mentions: &str) {
     let (code, stderr) = run_failing(args);
     assert_ne!(code, 0, "{args:?} succeeded");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr:?}");
-    assert!(stderr.starts_with("error: "), "{stderr:?}");
+    assert!(stderr.starts_with("schema-registry: "), "{stderr:?}");
     assert!(stderr.contains(mentions), "{args:?}: {stderr:?} lacks {mentions:?}");
 }
 
@@ -54,7 +54,7 @@ fn bad_config_files_are_one_line_errors() {
         path.to_str().unwrap().to_owned()
     };
     let wrong_type = write("a.toml", "host = \"127.0.0.1\"\nport = \"eighty\"\n");
-    assert_one_line_error(&["--config", &wrong_type], "a.toml:2");
+    assert_one_line_error(&["--config", &wrong_type], "a.toml, line 2 `port = \"eighty\"`");
     let bad_level = write("b.toml", "compatibility = \"SIDEWAYS\"\n");
     assert_one_line_error(&["--config", &bad_level], "SIDEWAYS");
     let unknown_key = write("c.toml", "colour = \"blue\"\n");
@@ -62,7 +62,7 @@ fn bad_config_files_are_one_line_errors() {
     let tiny_limit = write("d.toml", "max_request_bytes = 10\n");
     assert_one_line_error(&["--config", &tiny_limit], "max_request_bytes");
     let not_toml = write("e.toml", "[[[\n");
-    assert_one_line_error(&["--config", &not_toml], "e.toml:1");
+    assert_one_line_error(&["--config", &not_toml], "e.toml, line 1");
     assert_one_line_error(&["--config", "/no/such/file.toml"], "/no/such/file.toml");
 }
 
@@ -105,6 +105,41 @@ async fn register_schemas_flag_registers_the_shipped_schemas_once() {
         let latest = get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
         assert_eq!(&latest.expect_ok()["id"], id);
     }
+}
+
+#[test]
+fn usage_errors_exit_2_and_failures_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = testkit::process::config_file(dir.path(), "port = 0\ncolour = \"blue\"\n");
+    let error = testkit::process::usage_error(BINARY.as_ref(), &["--config", &file]);
+    assert!(error.contains("line 2") && error.contains("colour"), "{error}");
+    let error = testkit::process::usage_error(BINARY.as_ref(), &["--max-concurrent-requests", "0"]);
+    assert!(error.contains("max_concurrent_requests"), "{error}");
+    let (code, _) = run_failing(&["--host", "no.such.host.invalid", "--port", "0"]);
+    assert_eq!(code, 1, "a host that cannot be bound is a failure, not a usage error");
+}
+
+#[tokio::test]
+async fn metrics_count_requests_and_schemas_for_a_scraper() {
+    let schemas = events::schemas::source_dir();
+    let registry = RegistryProcess::start_with_args(
+        BINARY,
+        &["--register-schemas", schemas.to_str().unwrap()],
+    );
+    for _ in 0..3 {
+        get(&format!("{}/subjects", registry.url())).await.expect_ok();
+    }
+    get(&format!("{}/subjects/nobody/versions", registry.url())).await;
+    let addr = registry.url().trim_start_matches("http://").to_owned();
+    let samples = testkit::metrics::parse(&testkit::metrics::scrape(&addr));
+    use testkit::metrics::value;
+    let ok = [("method", "GET"), ("route", "/subjects"), ("status", "200")];
+    assert_eq!(value(&samples, "tributary_registry_http_requests_total", &ok), 3.0);
+    let missing = [("route", "/subjects/{subject}/versions"), ("status", "404")];
+    assert_eq!(value(&samples, "tributary_registry_http_requests_total", &missing), 1.0);
+    assert!(value(&samples, "tributary_registry_http_request_duration_seconds_count", &[]) >= 4.0);
+    assert_eq!(value(&samples, "tributary_registry_schemas", &[]), 4.0);
+    assert_eq!(value(&samples, "tributary_registry_subjects", &[]), 4.0);
 }
 
 #[test]

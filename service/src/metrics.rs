@@ -7,12 +7,19 @@
 //! [`prometheus_client::collector::Collector`] registered beside the metrics.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 pub use prometheus_client;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 pub use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -52,6 +59,74 @@ pub fn router<S: Clone + Send + Sync + 'static>(registry: Arc<Registry>) -> Rout
     )
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct HttpLabels {
+    method: String,
+    route: String,
+    status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+/// Requests and their latency for an HTTP service, by method, route (the pattern it matched,
+/// e.g. `/subjects/{subject}/versions`, so that paths do not make a label per subject) and
+/// status.
+#[derive(Debug, Clone)]
+pub struct HttpMetrics {
+    requests: Family<HttpLabels, Counter>,
+    latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+}
+
+impl HttpMetrics {
+    /// Registers `http_requests_total` and `http_request_duration_seconds` in `registry`.
+    pub fn register(registry: &mut Registry) -> HttpMetrics {
+        let metrics = HttpMetrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+        };
+        registry.register(
+            "http_requests",
+            "HTTP requests by method, route and status.",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by method and route, to the response's head.",
+            metrics.latency.clone(),
+        );
+        metrics
+    }
+
+    /// Counts and times every request of `router`.
+    pub fn layer<S: Clone + Send + Sync + 'static>(&self, router: Router<S>) -> Router<S> {
+        router.layer(axum::middleware::from_fn_with_state(self.clone(), track))
+    }
+}
+
+async fn track(State(metrics): State<HttpMetrics>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = match request.extensions().get::<MatchedPath>() {
+        Some(path) => path.as_str().to_owned(),
+        None => "unmatched".to_owned(),
+    };
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let route_labels = RouteLabels { method, route };
+    metrics.latency.get_or_create(&route_labels).observe(started.elapsed().as_secs_f64());
+    let RouteLabels { method, route } = route_labels;
+    metrics.requests.get_or_create(&HttpLabels { method, route, status }).inc();
+    response
+}
+
 /// Serves `GET /metrics` on `listener` until `stop`.
 pub async fn serve(
     listener: TcpListener,
@@ -78,6 +153,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn http_requests_are_counted_by_route_and_status() {
+        let mut registry = Registry::default();
+        let http = HttpMetrics::register(&mut registry);
+        let app = http.layer(Router::new().route("/items/{id}", get(|| async { "item" })));
+        let app = app.merge(router(Arc::new(registry)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        for path in ["/items/1", "/items/2", "/nothing"] {
+            get_path(addr, path).await;
+        }
+        let text = get_text(addr).await;
+        let ok = "http_requests_total{method=\"GET\",route=\"/items/{id}\",status=\"200\"} 2";
+        assert!(text.contains(ok), "{text}");
+        assert!(
+            text.contains(
+                "http_request_duration_seconds_count{method=\"GET\",route=\"/items/{id}\"} 2"
+            ),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
     async fn serves_the_registry_over_http() {
         let mut registry = Registry::with_prefix("test");
         let messages = Family::<Topic, Counter>::default();
@@ -99,15 +197,18 @@ mod tests {
         server.await.unwrap().unwrap();
     }
 
-    async fn get_text(addr: std::net::SocketAddr) -> String {
+    async fn get_path(addr: std::net::SocketAddr, path: &str) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    async fn get_text(addr: std::net::SocketAddr) -> String {
+        let response = get_path(addr, "/metrics").await;
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
         assert!(response.contains(CONTENT_TYPE), "{response}");
         response.split_once("\r\n\r\n").unwrap().1.to_owned()

@@ -156,7 +156,7 @@ fn answers_http(addr: SocketAddr) -> bool {
 pub struct TestRegistry {
     url: String,
     _dir: TempDir,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _stop: tokio_util::sync::DropGuard,
 }
 
 impl TestRegistry {
@@ -171,11 +171,9 @@ impl TestRegistry {
             register_schemas: Some(events::schemas::source_dir()),
             ..schema_registry::Config::default()
         };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let shutdown = stop.clone();
         tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = stopped.await;
-            };
             if let Err(e) = schema_registry::run(listener, config, shutdown).await {
                 panic!("the in-process registry failed: {e}");
             }
@@ -186,7 +184,7 @@ impl TestRegistry {
             client.latest(events::AUDIT_SUBJECT).await.ok()
         })
         .await;
-        TestRegistry { url, _dir: dir, _stop: stop }
+        TestRegistry { url, _dir: dir, _stop: stop.drop_guard() }
     }
 
     /// Base URL, e.g. `http://127.0.0.1:40123`.

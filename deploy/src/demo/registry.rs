@@ -29,10 +29,7 @@ impl Registry {
         let config =
             schema_registry::Config { data_dir: data_dir.to_owned(), ..Default::default() };
         let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        let task = tokio::spawn(schema_registry::run(listener, config, async move {
-            stopped.cancelled().await
-        }));
+        let task = tokio::spawn(schema_registry::run(listener, config, stop.clone()));
         let url = format!("http://{addr}");
         let client = RegistryClient::new(&url).map_err(DemoError::Registry)?;
         events::schemas::register(&client).await.map_err(DemoError::Registry)?;

@@ -157,7 +157,9 @@ async fn start_registry(dir: &std::path::Path) -> anyhow::Result<String> {
         ..schema_registry::Config::default()
     };
     tokio::spawn(async move {
-        if let Err(e) = schema_registry::run(listener, config, std::future::pending::<()>()).await {
+        if let Err(e) =
+            schema_registry::run(listener, config, tokio_util::sync::CancellationToken::new()).await
+        {
             eprintln!("registry failed: {e}");
         }
     });

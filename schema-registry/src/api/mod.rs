@@ -19,9 +19,11 @@ use self::http::{ApiError, Reply};
 use crate::config::Config;
 use crate::registry::Registry;
 
-/// The API's routes, bounded by `config`'s request size and concurrency limits.
+/// The API's routes, bounded by `config`'s request size and concurrency limits, and
+/// `GET /metrics`.
 pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
-    Router::new()
+    let (metrics, http) = crate::metrics::register(Arc::clone(&registry));
+    let api = Router::new()
         .route("/", get(root))
         .route("/subjects", get(subjects::list))
         .route("/subjects/{subject}", post(subjects::lookup).delete(subjects::delete))
@@ -47,6 +49,8 @@ pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
             "/config/{subject}",
             get(config::get_subject).put(config::put_subject).delete(config::delete_subject),
         )
+        .merge(service::metrics::router(metrics));
+    http.layer(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_request_bytes))

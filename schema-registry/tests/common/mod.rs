@@ -9,12 +9,12 @@ use reqwest::Method;
 use schema_registry::Config;
 use schema_registry::api::http::CONTENT_TYPE;
 use serde_json::Value;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub struct Server {
     pub url: String,
-    stop: Option<oneshot::Sender<()>>,
+    stop: CancellationToken,
     task: Option<JoinHandle<Result<(), schema_registry::RunError>>>,
 }
 
@@ -27,18 +27,14 @@ impl Server {
     pub async fn start_with(config: Config) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(schema_registry::run(listener, config, async {
-            let _ = stopped.await;
-        }));
-        Server { url, stop: Some(stop), task: Some(task) }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(schema_registry::run(listener, config, stop.clone()));
+        Server { url, stop, task: Some(task) }
     }
 
     /// Stops serving and waits until the registry has shut down.
     pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop.cancel();
         if let Some(task) = self.task.take() {
             task.await.unwrap().unwrap();
         }
