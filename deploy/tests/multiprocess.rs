@@ -365,9 +365,9 @@ fn agent_counts(
 ) -> Option<(u64, u64, u64)> {
     let page = get(runtime, http, &format!("http://127.0.0.1:{port}/metrics"))?;
     Some((
-        metric(&page, "frontend_agent_accepted_total")?,
-        metric(&page, "frontend_agent_acknowledged_total")?,
-        metric(&page, "frontend_agent_dropped_total")?,
+        metric(&page, "tributary_agent_accepted_total")?,
+        metric(&page, "tributary_agent_acknowledged_total")?,
+        metric(&page, "tributary_agent_dropped_total")?,
     ))
 }
 

@@ -158,8 +158,7 @@ fn main() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1/events/page-view", listener.local_addr().unwrap());
         let stop = tokio_util::sync::CancellationToken::new();
-        let stopped = stop.clone();
-        tokio::spawn(serve_http(listener, agent.clone(), async move { stopped.cancelled().await }));
+        tokio::spawn(serve_http(listener, agent.clone(), stop.clone()));
         let mut body = Vec::new();
         for event in events() {
             serde_json::to_writer(&mut body, &event).unwrap();

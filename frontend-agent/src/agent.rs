@@ -182,8 +182,8 @@ impl Agent {
         }
         let reject = |index: usize, source: EventError| {
             if source.is_bad_event() {
-                Metrics::add(&inner.metrics.rejected, events.len() as u64);
-                Metrics::add(&inner.metrics.rejected_requests, 1);
+                inner.metrics.rejected.inc_by(events.len() as u64);
+                inner.metrics.rejected_requests.inc();
                 SendError::Invalid { index, source }
             } else {
                 SendError::Unavailable(source)
@@ -191,7 +191,7 @@ impl Agent {
         };
         let schema = inner.schemas.get(topic).await.map_err(|e| reject(0, e))?;
         let topic: Arc<str> = Arc::from(topic);
-        let now_ms = crate::now_ms();
+        let now_ms = service::now_ms();
         let max_bytes = inner.config.max_event_bytes;
         let mut spooled = Vec::with_capacity(events.len());
         for (index, event) in events.iter().enumerate() {
@@ -221,13 +221,13 @@ impl Agent {
         let schema = match inner.schemas.get(topic).await {
             Ok(schema) => schema,
             Err(e) if e.is_bad_event() => {
-                Metrics::add(&inner.metrics.rejected, events.len() as u64);
+                inner.metrics.rejected.inc_by(events.len() as u64);
                 return Err(SendError::Invalid { index: 0, source: e });
             }
             Err(e) => return Err(SendError::Unavailable(e)),
         };
         let topic: Arc<str> = Arc::from(topic);
-        let now_ms = crate::now_ms();
+        let now_ms = service::now_ms();
         let mut spooled = Vec::with_capacity(events.len());
         let mut invalid = Vec::new();
         for (index, event) in events.iter().enumerate() {
@@ -246,7 +246,7 @@ impl Agent {
                 Err(e) => invalid.push((index, e)),
             }
         }
-        Metrics::add(&inner.metrics.rejected, invalid.len() as u64);
+        inner.metrics.rejected.inc_by(invalid.len() as u64);
         Ok((self.spool_events(spooled).await?, invalid))
     }
 
@@ -259,16 +259,16 @@ impl Agent {
         }
         match inner.spool.append(events).await {
             Ok(_) => {
-                Metrics::add(&inner.metrics.accepted, count as u64);
-                inner.metrics.request_events.observe(count as u64);
+                inner.metrics.accepted.inc_by(count as u64);
+                inner.metrics.request_events.observe(count as f64);
                 Ok(count)
             }
             Err(SpoolError::Full { retry_after_ms, .. }) => {
-                Metrics::add(&inner.metrics.refused_full, 1);
+                inner.metrics.refused_full.inc();
                 Err(SendError::Full { retry_after_ms })
             }
             Err(SpoolError::TooLarge { bytes, max_bytes }) => {
-                Metrics::add(&inner.metrics.rejected_requests, 1);
+                inner.metrics.rejected_requests.inc();
                 Err(SendError::TooLarge { bytes, max_bytes })
             }
             Err(SpoolError::Closed) => Err(SendError::ShuttingDown),
@@ -282,12 +282,12 @@ impl Agent {
 
     /// Events accepted (durably spooled) since start.
     pub fn accepted(&self) -> u64 {
-        Metrics::get(&self.inner.metrics.accepted)
+        self.inner.metrics.accepted.get()
     }
 
     /// Events acknowledged by a broker since start.
     pub fn acknowledged(&self) -> u64 {
-        Metrics::get(&self.inner.metrics.acknowledged)
+        self.inner.metrics.acknowledged.get()
     }
 
     /// Events in the spool not yet acknowledged (replayed ones included).

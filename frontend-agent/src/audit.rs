@@ -31,7 +31,7 @@ impl AuditSource for SpoolCounts {
     }
 
     fn published(&self, records: &[AuditRecord]) {
-        Metrics::add(&self.metrics.audit_published, records.len() as u64);
+        self.metrics.audit_published.inc_by(records.len() as u64);
         self.spool.forget_audit_before(service::now_ms() - AUDIT_RETAIN_MS);
     }
 }

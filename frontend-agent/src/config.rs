@@ -1,13 +1,13 @@
 //! What the agent is configured with. Keys are the binary's flag names with `_` for `-`;
 //! every one but `registry` has a default.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use protocol::Codec;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What happens when an event would grow the spool past `spool_max_bytes`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SpoolFull {
     /// Refuse the new events (HTTP 503 with Retry-After): nothing accepted is ever dropped.
@@ -32,7 +32,7 @@ impl std::str::FromStr for SpoolFull {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Schema registry base URL, e.g. `http://127.0.0.1:8081`.
@@ -72,6 +72,9 @@ pub struct Config {
     pub linger_ms: u64,
     /// Largest HTTP request body.
     pub max_request_bytes: usize,
+    /// HTTP requests read and handled at once; the input's memory is at most this many
+    /// times `max_request_bytes`.
+    pub max_concurrent_requests: usize,
     /// Largest encoded event.
     pub max_event_bytes: usize,
     /// A topic's latest schema is asked for again after this long.
@@ -108,6 +111,7 @@ impl Default for Config {
             batch_bytes: 512 << 10,
             linger_ms: 5,
             max_request_bytes: 16 << 20,
+            max_concurrent_requests: 32,
             max_event_bytes: 1 << 20,
             schema_refresh_ms: 60_000,
             retry_backoff_max_ms: 5_000,
@@ -119,10 +123,6 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("config file {path}, line {line}: {message}")]
-    Parse { path: PathBuf, line: usize, message: String },
     #[error("invalid config: {0}")]
     Invalid(String),
 }
@@ -135,26 +135,6 @@ pub struct TailSpec {
 }
 
 impl Config {
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        toml::from_str(&text).map_err(|e| {
-            let start = e.span().map_or(0, |span| span.start);
-            ConfigError::Parse {
-                path: path.to_owned(),
-                line: text[..start.min(text.len())].matches('\n').count() + 1,
-                // One line: the message without the list of every expected key.
-                message: e
-                    .message()
-                    .split(", expected")
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_owned(),
-            }
-        })
-    }
-
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |reason: String| Err(ConfigError::Invalid(reason));
         if self.registry.is_empty() {
@@ -198,9 +178,14 @@ impl Config {
                 return invalid(format!("{name} must be positive"));
             }
         }
-        if self.batch_messages == 0 || self.batch_bytes == 0 || self.max_request_bytes == 0 {
+        if self.batch_messages == 0
+            || self.batch_bytes == 0
+            || self.max_request_bytes == 0
+            || self.max_concurrent_requests == 0
+        {
             return invalid(
-                "batch_messages, batch_bytes and max_request_bytes must be positive".into(),
+                "batch_messages, batch_bytes, max_request_bytes and max_concurrent_requests must be positive"
+                    .into(),
             );
         }
         self.codec()?;
@@ -250,15 +235,6 @@ impl Config {
 
     /// `host_name`, or the machine's hostname.
     pub fn host(&self) -> String {
-        self.host_name.clone().unwrap_or_else(machine_hostname)
+        self.host_name.clone().unwrap_or_else(service::host::name)
     }
-}
-
-/// The kernel's hostname; `localhost` if it cannot be read.
-pub fn machine_hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
 }

@@ -6,8 +6,13 @@
 //! `200 {"accepted": N}`. Any invalid event refuses the whole request with
 //! `400 {"error": …, "index": i}`, and so does a request larger than the whole spool (without
 //! `index`); a full spool (`block`) answers 503 with Retry-After.
+//!
+//! At most `max_concurrent_requests` requests are read and handled at once, which bounds the
+//! input's memory to `max_concurrent_requests × max_request_bytes`; a request that finds no
+//! slot within [`BUSY_WAIT_MS`] is answered 503 with Retry-After (counted as `refused_busy`).
 
-use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -17,36 +22,53 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, SendError};
-use crate::metrics::Metrics;
 
-/// Serves the agent's HTTP endpoints on `listener` until `shutdown` completes, then lets
+/// How long a request waits for one of the `max_concurrent_requests` slots before a 503.
+pub const BUSY_WAIT_MS: u64 = 1_000;
+
+#[derive(Clone)]
+struct Input {
+    agent: Agent,
+    slots: Arc<Semaphore>,
+}
+
+/// Serves the agent's HTTP endpoints on `listener` until `shutdown` is cancelled, then lets
 /// requests in progress finish.
 pub async fn serve_http(
     listener: TcpListener,
     agent: Agent,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let app = Router::new()
+    let metrics = agent.metrics();
+    let slots = Arc::new(Semaphore::new(agent.config().max_concurrent_requests));
+    let routes = Router::new()
         .route("/v1/events/{topic}", post(post_events))
-        .route("/metrics", get(metrics))
-        .route("/health", get(|| async { "ok\n" }))
-        .with_state(agent);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
-}
-
-async fn metrics(State(agent): State<Agent>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], agent.metrics().render())
-        .into_response()
+        .route("/health", get(|| async { "ok\n" }));
+    let app = metrics
+        .http
+        .layer(routes)
+        .with_state(Input { agent: agent.clone(), slots })
+        .merge(service::metrics::router(metrics.registry()));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
 async fn post_events(
-    State(agent): State<Agent>,
+    State(Input { agent, slots }): State<Input>,
     Path(topic): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let wait = tokio::time::timeout(Duration::from_millis(BUSY_WAIT_MS), slots.acquire_owned());
+    let Ok(Ok(_slot)) = wait.await else {
+        agent.metrics().refused_busy.inc();
+        let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "the agent is busy", None);
+        response.headers_mut().insert(header::RETRY_AFTER, 1.into());
+        return response;
+    };
     let limit = agent.config().max_request_bytes;
     let Ok(body) = axum::body::to_bytes(body, limit).await else {
         return refuse(&agent, 0, format!("the request body exceeds {limit} bytes"));
@@ -109,7 +131,7 @@ fn parse(body: &[u8], ndjson: bool) -> Result<Vec<Value>, (usize, String)> {
 /// A 400 for a request refused before its events were validated (counted as one rejected
 /// request; its events are unknown in number).
 fn refuse(agent: &Agent, index: usize, reason: String) -> Response {
-    Metrics::add(&agent.metrics().rejected_requests, 1);
+    agent.metrics().rejected_requests.inc();
     error(StatusCode::BAD_REQUEST, &reason, Some(index))
 }
 

@@ -21,7 +21,6 @@ pub mod simulate;
 pub mod spool;
 mod tail;
 
-use std::future::Future;
 use std::sync::Arc;
 
 pub use agent::{Agent, AgentError, Brokers, SendError};
@@ -36,7 +35,7 @@ pub async fn run(
     brokers: Brokers,
     registry: Arc<schema_registry::RegistryClient>,
     listener: tokio::net::TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), RunError> {
     let agent = Agent::start(config, brokers, registry).await?;
     let served = serve_http(listener, agent.clone(), shutdown).await;
@@ -51,11 +50,4 @@ pub enum RunError {
     Agent(#[from] AgentError),
     #[error("the HTTP server failed: {0}")]
     Http(std::io::Error),
-}
-
-/// Milliseconds since the epoch, now.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -12,7 +12,8 @@ use clap::{Args, Parser, Subcommand};
 use cluster::{ZooKeeper, ZooKeeperConfig};
 use frontend_agent::{Agent, Brokers, Config, SpoolFull, Target};
 use schema_registry::RegistryClient;
-use tokio_util::sync::CancellationToken;
+use serde::Serialize;
+use service::Failure;
 
 /// The frontend agent: ships activity events to the live brokers through a durable spool.
 #[derive(Debug, Parser)]
@@ -30,10 +31,11 @@ enum Command {
     Simulate(SimulateArgs),
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize)]
 struct ServeArgs {
     /// TOML file whose keys are the flag names (with `_` for `-`); flags override it.
     #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
     config: Option<PathBuf>,
     /// Schema registry URL.
     #[arg(long, value_name = "URL")]
@@ -67,23 +69,27 @@ struct ServeArgs {
     spool_max_bytes: Option<u64>,
     /// What to do when the spool is full.
     #[arg(long, value_name = "block|drop-oldest")]
-    spool_full: Option<String>,
+    spool_full: Option<SpoolFull>,
     /// Follow a newline-delimited JSON file into a topic (repeatable).
     #[arg(long, value_name = "FILE=TOPIC")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     tail: Vec<String>,
     /// Batch compression: none, gzip, lz4 or zstd.
     #[arg(long, value_name = "CODEC")]
     compression: Option<String>,
+    /// HTTP requests handled at once; more wait up to a second, then get 503.
+    #[arg(long, value_name = "N")]
+    max_concurrent_requests: Option<usize>,
 }
 
 #[derive(Debug, Args)]
 struct SimulateArgs {
     /// Events per second.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     rate: u64,
-    /// Seconds to run.
-    #[arg(long, value_name = "S")]
-    duration: f64,
+    /// How long to run, with a unit: 30s, 5m, 1h.
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::parse_positive)]
+    duration: Duration,
     #[arg(
         long,
         value_name = "T,…",
@@ -99,103 +105,43 @@ struct SimulateArgs {
 }
 
 impl ServeArgs {
-    fn into_config(self) -> anyhow::Result<Config> {
-        let mut config = match &self.config {
-            Some(path) => Config::from_file(path)?,
-            None => Config::default(),
-        };
-        macro_rules! apply {
-            ($($field:ident),*) => { $(if let Some(v) = self.$field { config.$field = v; })* };
-        }
-        apply!(
-            registry,
-            brokers,
-            http,
-            spool_dir,
-            service,
-            acks,
-            audit_window_ms,
-            audit_publish_ms,
-            spool_max_bytes,
-            compression
-        );
-        if self.zookeeper.is_some() {
-            config.zookeeper = self.zookeeper;
-        }
-        if self.host_name.is_some() {
-            config.host_name = self.host_name;
-        }
-        if let Some(policy) = self.spool_full {
-            config.spool_full = policy.parse::<SpoolFull>()?;
-        }
-        if !self.tail.is_empty() {
-            config.tail = self.tail;
-        }
-        config.validate()?;
-        config.validate_brokers()?;
-        RegistryClient::new(&config.registry)?;
+    fn into_config(self) -> Result<Config, Failure> {
+        let config: Config =
+            service::config::load(self.config.as_deref(), &self).map_err(Failure::usage)?;
+        config.validate().map_err(Failure::usage)?;
+        config.validate_brokers().map_err(Failure::usage)?;
+        RegistryClient::new(&config.registry).map_err(Failure::usage)?;
         Ok(config)
     }
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("frontend-agent: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
+    let cli: Cli = service::cli::parse("frontend-agent");
+    service::cli::finish("frontend-agent", start(cli))
+}
+
+fn start(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve(args) => {
+            let config = args.into_config()?;
+            runtime()?.block_on(serve(config))?;
         }
-    };
-    let result = match cli.command {
-        Command::Serve(args) => match args.into_config() {
-            Ok(config) => {
-                init_logging();
-                serve(config)
-            }
-            Err(e) => return usage_error(&e),
-        },
         Command::Simulate(args) => {
-            if args.rate == 0 || !args.duration.is_finite() || args.duration <= 0.0 {
-                return usage_error(&anyhow::anyhow!("--rate and --duration must be positive"));
-            }
             let config = match &args.agent {
                 Some(_) => None,
-                None => match args.serve.into_config() {
-                    Ok(config) => Some(config),
-                    Err(e) => return usage_error(&e),
-                },
+                None => Some(args.serve.into_config()?),
             };
-            init_logging();
-            let duration = Duration::from_secs_f64(args.duration);
-            simulate(args.agent, config, args.rate, duration, args.topics)
-        }
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("frontend-agent: {e:#}");
-            ExitCode::FAILURE
+            let (rate, duration) = (args.rate, args.duration);
+            runtime()?.block_on(simulate(args.agent, config, rate, duration, args.topics))?;
         }
     }
+    Ok(())
 }
 
-fn usage_error(e: &anyhow::Error) -> ExitCode {
-    eprintln!("frontend-agent: {e:#}");
-    ExitCode::from(2)
-}
-
-fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+/// Logging and the runtime, once the settings are known to be good.
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    service::logging::init("info").map_err(Failure::usage)?;
+    Ok(tokio::runtime::Runtime::new().context("cannot start the async runtime")?)
 }
 
 /// The registry client and the live brokers a config names.
@@ -217,8 +163,8 @@ async fn connect(config: &Config) -> anyhow::Result<(Arc<RegistryClient>, Broker
     Ok((registry, brokers))
 }
 
-#[tokio::main]
 async fn serve(config: Config) -> anyhow::Result<()> {
+    let shutdown = service::shutdown::on_signal()?;
     let (registry, brokers) = connect(&config).await?;
     let listener = tokio::net::TcpListener::bind(&config.http)
         .await
@@ -227,13 +173,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let agent = Agent::start(config, brokers, registry).await?;
     println!("listening on {addr}");
     std::io::stdout().flush().context("stdout")?;
-    let served = frontend_agent::serve_http(listener, agent.clone(), shutdown_signal()).await;
+    let served = frontend_agent::serve_http(listener, agent.clone(), shutdown).await;
     agent.shutdown().await?;
     served.context("the HTTP server failed")?;
     Ok(())
 }
 
-#[tokio::main]
 async fn simulate(
     agent_url: Option<String>,
     config: Option<Config>,
@@ -241,12 +186,7 @@ async fn simulate(
     duration: Duration,
     topics: Vec<String>,
 ) -> anyhow::Result<()> {
-    let shutdown = CancellationToken::new();
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        signal.cancel();
-    });
+    let shutdown = service::shutdown::on_signal()?;
     let (target, agent) = match (agent_url, config) {
         (Some(url), _) => (Target::Http(url), None),
         (None, Some(config)) => {
@@ -269,19 +209,4 @@ async fn simulate(
         println!("acknowledged {}", agent.acknowledged());
     }
     Ok(())
-}
-
-/// Completes on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers; stop the agent with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
 }

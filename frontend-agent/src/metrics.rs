@@ -1,124 +1,129 @@
-//! The agent's counters, rendered as Prometheus text at `GET /metrics`.
+//! The agent's counters, kept with `prometheus-client` and served at `GET /metrics` beside
+//! the HTTP requests by route and status.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-/// Upper bounds of the size histograms' buckets (events).
-const SIZE_BUCKETS: [u64; 8] = [1, 10, 50, 100, 500, 1_000, 5_000, 10_000];
-
-/// A histogram of sizes with fixed buckets.
-#[derive(Debug, Default)]
-pub struct Sizes {
-    buckets: [AtomicU64; SIZE_BUCKETS.len()],
-    count: AtomicU64,
-    sum: AtomicU64,
-}
-
-impl Sizes {
-    pub fn observe(&self, size: u64) {
-        if let Some(i) = SIZE_BUCKETS.iter().position(|&b| size <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum.fetch_add(size, Ordering::Relaxed);
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        let mut cumulative = 0;
-        for (bound, bucket) in SIZE_BUCKETS.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum.load(Ordering::Relaxed));
-        let _ = writeln!(out, "{name}_count {count}");
-    }
-}
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use service::metrics::{HttpMetrics, Registry, size_buckets};
 
 /// Every counter the agent keeps. Shared by the input paths, the spool and the shipper.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     /// Events durably spooled and answered as accepted.
-    pub accepted: AtomicU64,
+    pub accepted: Counter,
     /// Events refused (invalid, or in a request with an invalid one).
-    pub rejected: AtomicU64,
+    pub rejected: Counter,
     /// Requests refused as invalid.
-    pub rejected_requests: AtomicU64,
+    pub rejected_requests: Counter,
     /// Requests refused because the spool was full (`block`).
-    pub refused_full: AtomicU64,
+    pub refused_full: Counter,
+    /// HTTP requests refused because `max_concurrent_requests` were in progress.
+    pub refused_busy: Counter,
     /// Events written to the spool (replayed ones are not written again).
-    pub spooled: AtomicU64,
+    pub spooled: Counter,
     /// Events acknowledged by a broker (each at most once).
-    pub acknowledged: AtomicU64,
+    pub acknowledged: Counter,
     /// Events deleted unacknowledged by `drop-oldest`.
-    pub dropped: AtomicU64,
+    pub dropped: Counter,
     /// Events sent again after a failed batch: each may reach the brokers twice.
-    pub resent: AtomicU64,
+    pub resent: Counter,
     /// Failed shipping attempts (a broker outage shows as a run of these).
-    pub ship_failures: AtomicU64,
+    pub ship_failures: Counter,
     /// Audit records published to `_audit`.
-    pub audit_published: AtomicU64,
+    pub audit_published: Counter,
     /// Bytes of the spool's segment files.
-    pub spool_bytes: AtomicU64,
+    pub spool_bytes: Gauge,
+    /// The spool's bound, `spool_max_bytes`.
+    pub spool_max_bytes: Gauge,
     /// Events per accepted request or library batch.
-    pub request_events: Sizes,
+    pub request_events: Histogram,
     /// Events per batch read from the spool for shipping.
-    pub ship_batch_events: Sizes,
+    pub ship_batch_events: Histogram,
+    pub(crate) http: HttpMetrics,
+    registry: Arc<Registry>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let mut registry = Registry::with_prefix("tributary_agent");
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let counter = Counter::default();
+            registry.register(name, help, counter.clone());
+            counter
+        };
+        let r = &mut registry;
+        let accepted = counter(r, "accepted", "Events durably spooled and accepted.");
+        let rejected = counter(r, "rejected", "Events rejected as invalid.");
+        let rejected_requests = counter(r, "rejected_requests", "Requests rejected as invalid.");
+        let refused_full =
+            counter(r, "refused_full", "Requests refused because the spool was full.");
+        let refused_busy = counter(
+            r,
+            "refused_busy",
+            "HTTP requests refused because max_concurrent_requests were in progress.",
+        );
+        let spooled = counter(r, "spooled", "Events written to the spool.");
+        let acknowledged = counter(r, "acknowledged", "Events acknowledged by a broker.");
+        let dropped =
+            counter(r, "dropped", "Events dropped unacknowledged by spool_full=drop-oldest.");
+        let resent =
+            counter(r, "resent", "Events sent again after a failed batch (possible duplicates).");
+        let ship_failures = counter(r, "ship_failures", "Failed attempts to ship from the spool.");
+        let audit_published = counter(r, "audit_published", "Audit records published to _audit.");
+        let spool_bytes = Gauge::default();
+        registry.register(
+            "spool_bytes",
+            "Bytes of the spool's segment files.",
+            spool_bytes.clone(),
+        );
+        let spool_max_bytes = Gauge::default();
+        registry.register("spool_max_bytes", "The spool's bound.", spool_max_bytes.clone());
+        let request_events = Histogram::new(size_buckets());
+        registry.register(
+            "request_events",
+            "Events per accepted request or library batch.",
+            request_events.clone(),
+        );
+        let ship_batch_events = Histogram::new(size_buckets());
+        registry.register(
+            "ship_batch_events",
+            "Events per batch read from the spool for shipping.",
+            ship_batch_events.clone(),
+        );
+        let http = HttpMetrics::register(&mut registry);
+        Metrics {
+            accepted,
+            rejected,
+            rejected_requests,
+            refused_full,
+            refused_busy,
+            spooled,
+            acknowledged,
+            dropped,
+            resent,
+            ship_failures,
+            audit_published,
+            spool_bytes,
+            spool_max_bytes,
+            request_events,
+            ship_batch_events,
+            http,
+            registry: Arc::new(registry),
+        }
+    }
 }
 
 impl Metrics {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// The registry `/metrics` serves.
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
     }
 
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-
-    /// Prometheus text exposition format, version 0.0.4.
+    /// The page `/metrics` serves, in the OpenMetrics text format.
     pub fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        let counters: [(&str, &AtomicU64, &str); 10] = [
-            ("accepted", &self.accepted, "Events durably spooled and accepted."),
-            ("rejected", &self.rejected, "Events rejected as invalid."),
-            ("rejected_requests", &self.rejected_requests, "Requests rejected as invalid."),
-            ("refused_full", &self.refused_full, "Requests refused because the spool was full."),
-            ("spooled", &self.spooled, "Events written to the spool."),
-            ("acknowledged", &self.acknowledged, "Events acknowledged by a broker."),
-            ("dropped", &self.dropped, "Events dropped unacknowledged by spool_full=drop-oldest."),
-            (
-                "resent",
-                &self.resent,
-                "Events sent again after a failed batch (possible duplicates).",
-            ),
-            ("ship_failures", &self.ship_failures, "Failed attempts to ship from the spool."),
-            ("audit_published", &self.audit_published, "Audit records published to _audit."),
-        ];
-        for (name, counter, help) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP frontend_agent_{name}_total {help}\n# TYPE frontend_agent_{name}_total counter\nfrontend_agent_{name}_total {}",
-                Metrics::get(counter)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP frontend_agent_spool_bytes Bytes of the spool's segment files.\n# TYPE frontend_agent_spool_bytes gauge\nfrontend_agent_spool_bytes {}",
-            Metrics::get(&self.spool_bytes)
-        );
-        self.request_events.render(
-            &mut out,
-            "frontend_agent_request_events",
-            "Events per accepted request or library batch.",
-        );
-        self.ship_batch_events.render(
-            &mut out,
-            "frontend_agent_ship_batch_events",
-            "Events per batch read from the spool for shipping.",
-        );
-        out
+        service::metrics::encode(&self.registry)
     }
 }
 
@@ -129,13 +134,16 @@ mod tests {
     #[test]
     fn renders_counters_and_cumulative_buckets() {
         let metrics = Metrics::default();
-        Metrics::add(&metrics.accepted, 3);
-        metrics.request_events.observe(3);
-        metrics.request_events.observe(700);
+        metrics.accepted.inc_by(3);
+        metrics.request_events.observe(3.0);
+        metrics.request_events.observe(700.0);
         let text = metrics.render();
-        assert!(text.contains("frontend_agent_accepted_total 3\n"), "{text}");
-        assert!(text.contains("frontend_agent_request_events_bucket{le=\"10\"} 1\n"), "{text}");
-        assert!(text.contains("frontend_agent_request_events_bucket{le=\"1000\"} 2\n"), "{text}");
-        assert!(text.contains("frontend_agent_request_events_sum 703\n"), "{text}");
+        assert!(text.contains("tributary_agent_accepted_total 3\n"), "{text}");
+        assert!(text.contains("tributary_agent_request_events_bucket{le=\"4.0\"} 1\n"), "{text}");
+        assert!(
+            text.contains("tributary_agent_request_events_bucket{le=\"1024.0\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("tributary_agent_request_events_sum 703.0\n"), "{text}");
     }
 }

@@ -64,7 +64,7 @@ pub(crate) async fn run(
                 break;
             }
             failed.store(false, Ordering::Release);
-            Metrics::add(&metrics.ship_failures, 1);
+            metrics.ship_failures.inc();
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
@@ -100,7 +100,7 @@ pub(crate) async fn run(
             continue;
         }
         spool.retain_undone(&mut batch);
-        metrics.ship_batch_events.observe(batch.len() as u64);
+        metrics.ship_batch_events.observe(batch.len() as f64);
         for record in batch {
             if failed.load(Ordering::Acquire) {
                 break;
@@ -115,7 +115,7 @@ pub(crate) async fn run(
                 }
             };
             if record.seq < sent_end {
-                Metrics::add(&metrics.resent, 1);
+                metrics.resent.inc();
             }
             sent_end = sent_end.max(record.seq + 1);
             let event = InFlight::Event {

@@ -7,7 +7,7 @@
 //! same directory; a file truncated in place is followed from its start.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, SendError};
 use crate::config::TailSpec;
-use crate::metrics::Metrics;
 
 /// Bytes read from a file per step at most.
 const CHUNK_BYTES_MAX: usize = 4 << 20;
@@ -57,7 +56,11 @@ impl Tailer {
     }
 
     pub(crate) async fn run(self, stop: CancellationToken) {
-        let mut saved = self.read_position();
+        let mut saved = read_position(&self.position_path, &self.spec);
+        let dir = self.position_path.parent().expect("the position file is in a directory");
+        if let Err(e) = tokio::fs::create_dir_all(dir).await {
+            tracing::error!(dir = %dir.display(), error = %e, "cannot create the tail position directory");
+        }
         let mut current: Option<Open> = None;
         let mut retry_ms = self.poll.as_millis() as u64;
         loop {
@@ -95,7 +98,11 @@ impl Tailer {
                 }
                 open.offset += consumed;
                 saved = Position { inode: open.inode, offset: open.offset };
-                if let Err(e) = self.write_position(saved) {
+                // The fsyncs block: off the runtime's threads.
+                let text = serde_json::to_vec(&saved).expect("a position serializes");
+                if let Err(e) =
+                    service::durable::write_async(self.position_path.clone(), text).await
+                {
                     tracing::error!(path = %self.position_path.display(), error = %e, "cannot save the tail position");
                 }
                 continue;
@@ -174,7 +181,7 @@ impl Tailer {
             match serde_json::from_str::<Value>(line) {
                 Ok(event) => events.push(event),
                 Err(e) => {
-                    Metrics::add(&self.agent.metrics().rejected, 1);
+                    self.agent.metrics().rejected.inc();
                     tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping a line that is not JSON");
                 }
             }
@@ -198,7 +205,7 @@ impl Tailer {
                         break;
                     }
                     Err(e @ SendError::TooLarge { .. }) => {
-                        Metrics::add(&self.agent.metrics().rejected, 1);
+                        self.agent.metrics().rejected.inc();
                         tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping an event larger than the whole spool");
                         break;
                     }
@@ -219,25 +226,24 @@ impl Tailer {
         }
         true
     }
+}
 
-    fn read_position(&self) -> Position {
-        std::fs::read(&self.position_path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default()
-    }
-
-    /// Staged file, fsync, rename, fsync the directory.
-    fn write_position(&self, position: Position) -> std::io::Result<()> {
-        let dir = self.position_path.parent().expect("the position file is in a directory");
-        std::fs::create_dir_all(dir)?;
-        let staged = self.position_path.with_extension("tmp");
-        let mut file = File::create(&staged)?;
-        file.write_all(&serde_json::to_vec(&position).expect("a position serializes"))?;
-        file.sync_all()?;
-        std::fs::rename(&staged, &self.position_path)?;
-        File::open(dir)?.sync_all()
-    }
+/// The saved position. None yet is the start of the file; one that cannot be read or parsed
+/// is said in the log (the file is then read from its start: lines may be shipped again,
+/// never skipped).
+fn read_position(path: &std::path::Path, spec: &TailSpec) -> Position {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Position::default(),
+        Err(e) => {
+            tracing::error!(path = %path.display(), file = %spec.file.display(), error = %e, "cannot read the tail position; reading the file from its start");
+            return Position::default();
+        }
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        tracing::error!(path = %path.display(), file = %spec.file.display(), error = %e, "the tail position is corrupt; reading the file from its start");
+        Position::default()
+    })
 }
 
 /// Complete lines from the offset on (at most [`CHUNK_BYTES_MAX`]) and the bytes they span;

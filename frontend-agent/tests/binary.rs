@@ -230,10 +230,10 @@ async fn spool_max_bytes_and_spool_full_flags_choose_the_policy() {
         assert!(segments.count() > 0, "no spool segment under --spool-dir");
         if policy == "block" {
             assert!(statuses.contains(&503), "{statuses:?}");
-            assert_eq!(metric(&url, "frontend_agent_dropped_total").await, 0);
+            assert_eq!(metric(&url, "tributary_agent_dropped_total").await, 0);
         } else {
             assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
-            assert!(metric(&url, "frontend_agent_dropped_total").await > 0);
+            assert!(metric(&url, "tributary_agent_dropped_total").await > 0);
         }
     }
 }
@@ -309,11 +309,12 @@ fn bad_flags_and_config_exit_2_with_one_line() {
         (args(&["serve", "--config", bad_key.to_str().unwrap()]), "unknown field `no_such_key`"),
         (args(&["serve", "--config", "/nonexistent/agent.toml"]), "cannot read config file"),
         (args(&["serve", "--bogus"]), "unexpected argument"),
+        (args(&["simulate", "--rate", "0", "--duration", "1s", "--agent", "http://a"]), "--rate"),
         (
-            args(&["simulate", "--rate", "0", "--duration", "1", "--agent", "http://a"]),
-            "must be positive",
+            args(&["simulate", "--rate", "5", "--duration", "1", "--agent", "http://a"]),
+            "expected a number with a unit",
         ),
-        (args(&["simulate", "--rate", "5", "--duration", "1"]), "registry is required"),
+        (args(&["simulate", "--rate", "5", "--duration", "1s"]), "registry is required"),
     ];
     for (args, expected) in cases {
         let output = Command::new(BINARY).args(&args).output().unwrap();
@@ -370,7 +371,7 @@ async fn simulate_sends_over_http_to_an_agent_or_into_one_started_in_process() {
         "--rate",
         "2000",
         "--duration",
-        "1",
+        "1s",
         "--topics",
         "page-view,click",
     ]))
@@ -378,14 +379,14 @@ async fn simulate_sends_over_http_to_an_agent_or_into_one_started_in_process() {
     let accepted = number_after(&out, "accepted");
     assert!(accepted > 500, "{out}");
     assert!(!out.contains("search:"), "only the topics asked for: {out}");
-    assert_eq!(metric(&url, "frontend_agent_accepted_total").await, accepted);
+    assert_eq!(metric(&url, "tributary_agent_accepted_total").await, accepted);
 
     let out = simulate(args(&[
         "simulate",
         "--rate",
         "1000",
         "--duration",
-        "1",
+        "1s",
         "--registry",
         registry.url(),
         "--brokers",

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{ZooKeeper, ZooKeeperConfig};
-use frontend_agent::metrics::Metrics;
 use frontend_agent::{Agent, Brokers, SpoolFull, serve_http};
 use schema_registry::RegistryClient;
 use testkit::broker::TestBroker;
@@ -68,7 +67,7 @@ async fn events_accepted_during_a_30s_broker_outage_all_reach_the_broker_afterwa
         (agent.acknowledged() == accepted.len() as u64 && agent.unacknowledged() == 0).then_some(())
     })
     .await;
-    assert!(Metrics::get(&agent.metrics().ship_failures) > 0, "the outage was noticed");
+    assert!(agent.metrics().ship_failures.get() > 0, "the outage was noticed");
     agent.shutdown().await.unwrap();
 }
 
@@ -85,8 +84,7 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1/events/page-view", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    tokio::spawn(serve_http(listener, agent.clone(), async move { stopped.cancelled().await }));
+    tokio::spawn(serve_http(listener, agent.clone(), stop.clone()));
     let http = reqwest::Client::new();
     let mut accepted = Vec::new();
     let mut n = 0;
@@ -114,15 +112,15 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
     })
     .await;
     // A request that could never fit, however empty the spool: 400, not a 503 to retry forever.
-    let rejected_before = Metrics::get(&agent.metrics().rejected_requests);
+    let rejected_before = agent.metrics().rejected_requests.get();
     let huge: Vec<_> = (2_000_000..2_002_000).map(page_view).collect();
     let r = http.post(&url).json(&huge).send().await.unwrap();
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
     assert!(body["error"].as_str().unwrap().contains("exceed the whole spool"), "{body}");
-    assert_eq!(Metrics::get(&agent.metrics().rejected_requests), rejected_before + 1);
-    assert_eq!(Metrics::get(&agent.metrics().dropped), 0);
-    assert!(Metrics::get(&agent.metrics().refused_full) >= 1);
+    assert_eq!(agent.metrics().rejected_requests.get(), rejected_before + 1);
+    assert_eq!(agent.metrics().dropped.get(), 0);
+    assert!(agent.metrics().refused_full.get() >= 1);
     stop.cancel();
     agent.shutdown().await.unwrap();
 }
@@ -141,10 +139,10 @@ async fn a_full_spool_under_drop_oldest_drops_the_oldest_and_counts_them() {
         let events: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();
         agent.send_batch("page-view", &events).await.expect("drop-oldest never refuses");
     }
-    let dropped = Metrics::get(&agent.metrics().dropped);
+    let dropped = agent.metrics().dropped.get();
     assert!(dropped > 0, "the spool overflowed");
     assert!(
-        agent.metrics().render().contains(&format!("frontend_agent_dropped_total {dropped}\n"))
+        agent.metrics().render().contains(&format!("tributary_agent_dropped_total {dropped}\n"))
     );
 
     let _broker = TestBroker::start_at(tempfile::tempdir().unwrap(), &addr, |_| {}).await;
@@ -234,7 +232,7 @@ async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_no
     std::fs::rename(log, log.with_extension("log.1")).unwrap();
     append_lines(log, 2_000..2_100);
     wait_for_ids(&broker.addr, "page-view", &(0..2_100).collect::<Vec<_>>()).await;
-    assert_eq!(Metrics::get(&agent.metrics().rejected), 1, "the bad line is counted and skipped");
+    assert_eq!(agent.metrics().rejected.get(), 1, "the bad line is counted and skipped");
     agent.shutdown().await.unwrap();
 
     let agent = start(cfg).await;
@@ -278,6 +276,6 @@ async fn tailed_lines_more_than_the_whole_spool_holds_are_spooled_in_parts() {
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..3_000).collect::<Vec<_>>()).await;
     assert_eq!(counts.len(), 3_000);
     assert!(counts.values().all(|&c| c == 1), "no line spooled twice");
-    assert_eq!(Metrics::get(&agent.metrics().rejected), 0);
+    assert_eq!(agent.metrics().rejected.get(), 0);
     agent.shutdown().await.unwrap();
 }

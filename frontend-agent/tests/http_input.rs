@@ -19,8 +19,7 @@ use common::*;
 async fn serve(agent: &Agent, stop: &CancellationToken) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = stop.clone();
-    tokio::spawn(serve_http(listener, agent.clone(), async move { stop.cancelled().await }));
+    tokio::spawn(serve_http(listener, agent.clone(), stop.clone()));
     url
 }
 
@@ -121,9 +120,16 @@ async fn http_events_reach_the_broker_in_the_envelope_with_the_header_filled_in(
     }
 
     let metrics = http.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("frontend_agent_accepted_total 5\n"), "{metrics}");
-    assert!(metrics.contains("frontend_agent_acknowledged_total 5\n"), "{metrics}");
-    assert!(metrics.contains("frontend_agent_request_events_count 3\n"), "{metrics}");
+    assert!(metrics.contains("tributary_agent_accepted_total 5\n"), "{metrics}");
+    assert!(metrics.contains("tributary_agent_acknowledged_total 5\n"), "{metrics}");
+    assert!(metrics.contains("tributary_agent_request_events_count 3\n"), "{metrics}");
+    let samples = testkit::metrics::parse(&metrics);
+    let posted = [("method", "POST"), ("route", "/v1/events/{topic}"), ("status", "200")];
+    assert_eq!(
+        testkit::metrics::value(&samples, "tributary_agent_http_requests_total", &posted),
+        3.0
+    );
+    assert!(testkit::metrics::value(&samples, "tributary_agent_audit_published_total", &[]) >= 1.0);
     stop.cancel();
     agent.shutdown().await.unwrap();
 }
@@ -208,8 +214,8 @@ async fn every_kind_of_invalid_event_refuses_the_whole_request_with_its_reason()
 
     assert_eq!(agent.accepted(), 0, "nothing of a refused request is accepted");
     let metrics = agent.metrics().render();
-    assert!(metrics.contains("frontend_agent_rejected_requests_total 12\n"), "{metrics}");
-    assert!(metrics.contains("frontend_agent_spooled_total 0\n"), "{metrics}");
+    assert!(metrics.contains("tributary_agent_rejected_requests_total 12\n"), "{metrics}");
+    assert!(metrics.contains("tributary_agent_spooled_total 0\n"), "{metrics}");
     stop.cancel();
     agent.shutdown().await.unwrap();
     assert!(read_all(&broker.addr, "page-view").await.is_empty());

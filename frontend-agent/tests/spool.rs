@@ -108,7 +108,7 @@ async fn a_full_spool_refuses_under_block_and_drops_the_oldest_under_drop_oldest
     for _ in 0..50 {
         spool.append(events(10)).await.unwrap();
     }
-    let dropped = Metrics::get(&metrics.dropped);
+    let dropped = metrics.dropped.get();
     let kept = read_all(&spool);
     assert!(dropped > 0);
     assert_eq!(kept.len() as u64 + dropped, 500, "every event is kept or counted as dropped");

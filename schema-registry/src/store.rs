@@ -148,7 +148,7 @@ fn open_blocking(dir: &Path) -> Result<(Store, Vec<Record>), StoreError> {
         })?;
     if !existed {
         // The new file's directory entry must be durable before any record in it is.
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))?;
+        service::durable::sync_dir(dir).map_err(io_err(dir))?;
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io_err(&path))?;

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use nix::fcntl::{Flock, FlockArg};
 use thiserror::Error;
 
-use super::durable::write_durably;
 use super::partition::{LogError, Partition, sync_dir};
 use crate::config::{BrokerConfig, ConfigError, LogConfig, TopicOverrides};
 
@@ -189,7 +188,8 @@ impl LogManager {
         }
         let settings = self.data_dir.join(TOPICS_DIR).join(format!("{name}.toml"));
         let text = toml::to_string(&overrides).expect("overrides serialize");
-        write_durably(&settings, text.as_bytes()).map_err(io_error("writing", &settings))?;
+        service::durable::write(&settings, text.as_bytes())
+            .map_err(io_error("writing", &settings))?;
         let topic = self.build_topic(name, overrides, kept)?;
         let added = topic.partitions[kept.len()..].to_vec();
         if !added.is_empty() {

@@ -516,5 +516,5 @@ fn write_all_vectored_at(file: &fs::File, sets: &[&[u8]], mut position: u64) -> 
 
 /// Fsyncs a directory so that created and deleted entries survive a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_error("syncing directory", dir))
+    service::durable::sync_dir(dir).map_err(io_error("syncing directory", dir))
 }

@@ -142,12 +142,8 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
             frontend_agent::Agent::start(config, brokers, Arc::clone(&registry_client)).await?;
         let listener = bind("127.0.0.1:0", "agent HTTP input").await?;
         agent_urls.push(format!("http://{}", local_addr(&listener, "agent HTTP input")?));
-        let stopped = stop_http.clone();
-        http_tasks.push(tokio::spawn(frontend_agent::serve_http(
-            listener,
-            agent.clone(),
-            async move { stopped.cancelled().await },
-        )));
+        let http = frontend_agent::serve_http(listener, agent.clone(), stop_http.clone());
+        http_tasks.push(tokio::spawn(http));
         agents.push(agent);
     }
 

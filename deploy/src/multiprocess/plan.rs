@@ -3,6 +3,7 @@
 //! order, `down` stops them in the reverse order, `status` lists them.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::ready::Ready;
 use super::topology::{
@@ -457,7 +458,7 @@ fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u1
             "simulate".into(),
             agent.clone(),
             format!("--rate={}", sim.rate),
-            format!("--duration={}", duration_ms as f64 / 1000.0),
+            format!("--duration={}", service::duration::format(Duration::from_millis(duration_ms))),
             format!("--topics={}", sim.topics.join(",")),
         ],
         env: vec![("NO_COLOR".into(), "1".into())],

@@ -4,17 +4,13 @@
 //! directory fsynced.
 
 use std::collections::BTreeSet;
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Shared, SpoolError};
 
 const FILE: &str = "acked";
-const STAGED: &str = "acked.tmp";
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Checkpoint {
@@ -81,18 +77,13 @@ pub(super) fn write_and_clean(shared: &Shared) -> Result<(), SpoolError> {
             tracing::error!(path = %path.display(), error = %e, "cannot delete an acknowledged spool segment");
         }
     }
-    shared.metrics.spool_bytes.store(state.total_bytes, Ordering::Relaxed);
+    shared.metrics.spool_bytes.set(state.total_bytes as i64);
     Ok(())
 }
 
 fn write(dir: &Path, checkpoint: &Checkpoint) -> Result<(), SpoolError> {
     let json = serde_json::to_string(checkpoint).expect("a checkpoint serializes");
-    let staged = dir.join(STAGED);
     let path = dir.join(FILE);
-    let mut file = File::create(&staged).map_err(SpoolError::io("create", &staged))?;
-    file.write_all(format!("{:08x}\n{json}", crc32fast::hash(json.as_bytes())).as_bytes())
-        .map_err(SpoolError::io("write", &staged))?;
-    file.sync_all().map_err(SpoolError::io("fsync", &staged))?;
-    std::fs::rename(&staged, &path).map_err(SpoolError::io("rename", &staged))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(SpoolError::io("fsync directory", dir))
+    let text = format!("{:08x}\n{json}", crc32fast::hash(json.as_bytes()));
+    service::durable::write(&path, text.as_bytes()).map_err(SpoolError::io("write", &path))
 }

@@ -206,7 +206,7 @@ impl Spool {
         let file = writer::create_segment(&segments_dir, next_seq)?;
         segments.push_back(Segment { base: next_seq, end: next_seq, bytes: 0 });
         let total_bytes = segments.iter().map(|s| s.bytes).sum();
-        metrics.spool_bytes.store(total_bytes, std::sync::atomic::Ordering::Relaxed);
+        metrics.spool_bytes.set(total_bytes as i64);
         let mut state = State {
             segments,
             total_bytes,
@@ -295,7 +295,7 @@ impl Spool {
             state.dirty = true;
         }
         drop(state);
-        Metrics::add(&self.shared.metrics.acknowledged, counted);
+        self.shared.metrics.acknowledged.inc_by(counted);
     }
 
     /// Audit records whose counts changed since last taken.

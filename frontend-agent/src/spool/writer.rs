@@ -6,14 +6,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Write};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::record::{self, Next};
 use super::{Append, Segment, Shared, SpoolError, State, segment_path};
 use crate::config::SpoolFull;
-use crate::metrics::Metrics;
 
 type Reply = oneshot::Sender<Result<u64, SpoolError>>;
 
@@ -98,7 +96,7 @@ pub(super) fn create_segment(dir: &Path, base: u64) -> Result<File, SpoolError> 
         .truncate(true)
         .open(&path)
         .map_err(SpoolError::io("create", &path))?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(SpoolError::io("fsync directory", dir))?;
+    service::durable::sync_dir(dir).map_err(SpoolError::io("fsync directory", dir))?;
     Ok(file)
 }
 
@@ -179,7 +177,7 @@ impl Writer {
                 let next_seq = self.shared.lock().next_seq;
                 self.shared.durable.send_replace(next_seq);
                 for (reply, first, count) in admitted {
-                    Metrics::add(&self.shared.metrics.spooled, count);
+                    self.shared.metrics.spooled.inc_by(count);
                     let _ = reply.send(Ok(first));
                 }
             }
@@ -216,7 +214,7 @@ impl Writer {
         let active = state.segments.back_mut().expect("an active segment");
         active.end += count;
         active.bytes += bytes;
-        self.shared.metrics.spool_bytes.store(state.total_bytes, Ordering::Relaxed);
+        self.shared.metrics.spool_bytes.set(state.total_bytes as i64);
         Ok(first)
     }
 
@@ -232,7 +230,7 @@ impl Writer {
         state.acked_above.retain(|&seq| seq >= floor);
         state.advance_floor();
         state.dirty = true;
-        Metrics::add(&self.shared.metrics.dropped, dropped);
+        self.shared.metrics.dropped.inc_by(dropped);
         tracing::warn!(
             dropped,
             first_seq = segment.base,
