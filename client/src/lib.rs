@@ -8,7 +8,7 @@ mod compression;
 mod connection;
 mod discovery;
 mod error;
-mod group;
+pub mod group;
 mod partitioner;
 mod producer;
 mod registry_brokers;

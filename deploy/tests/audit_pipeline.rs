@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use client::group::lag::total_lag;
 use deploy::demo::cluster::{Cluster, ClusterSpec, session};
-use deploy::demo::lag::group_lag;
 use schema_registry::RegistryClient;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -136,7 +136,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
     let live_registry = cluster::Registry::new(session(&embedded, &live.chroot).unwrap());
     let group = mirror::Config::default().group;
     testkit::eventually(WAIT, "the mirror to catch up", || async {
-        (group_lag(&live_registry, &group).await.ok() == Some(0)
+        (total_lag(&live_registry, &group).await.ok() == Some(Some(0))
             && mirror.totals().events() >= (2 * EVENTS_PER_TOPIC - lost) as u64)
             .then_some(())
     })

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use client::{SimpleConsumer, SimpleConsumerConfig};
+use client::group::lag::{Lag, LogEnds};
 use cluster::{PartitionId, Registry};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
@@ -38,7 +38,8 @@ pub struct PartitionStatus {
     pub committed_offset: Option<i64>,
     /// The broker's visible log end; `None` without a cluster or when the broker is away.
     pub log_end: Option<i64>,
-    /// Bytes of log not loaded yet.
+    /// Bytes of log not loaded yet (`client::group::lag`: from the log start before the
+    /// first commit).
     pub lag: Option<i64>,
     pub last_commit_ms: Option<i64>,
     pub rows: u64,
@@ -111,16 +112,17 @@ async fn topic_status(
     partitions: BTreeMap<PartitionId, Option<String>>,
 ) -> Result<TopicStatus, LoadError> {
     let mut statuses = Vec::new();
+    let mut ends = LogEnds::new();
     for (partition, addr) in partitions {
         let last = PartitionCommits::new(Arc::clone(store), topic, partition).last().await?;
         let committed = last.as_ref().map(|r| r.end);
         let mut log_end = None;
         let mut lag = None;
         if let Some(addr) = addr {
-            match partition_ends(&addr, topic, partition.partition as i32).await {
-                Ok((earliest, end)) => {
+            match ends.ends(&addr, topic, partition.partition as i32).await {
+                Ok((log_start, end)) => {
                     log_end = Some(end);
-                    lag = Some((end - committed.unwrap_or(earliest)).max(0));
+                    lag = Some(Lag { committed, log_start, log_end: end }.bytes());
                 }
                 Err(e) => {
                     tracing::warn!(%topic, %partition, error = %e, "cannot ask the broker for the log end")
@@ -175,17 +177,6 @@ async fn topic_status(
         partitions: statuses,
         hours,
     })
-}
-
-async fn partition_ends(
-    addr: &str,
-    topic: &str,
-    partition: i32,
-) -> Result<(i64, i64), client::ConsumerError> {
-    let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
-    let earliest = consumer.earliest_offset(topic, partition).await?;
-    let end = consumer.latest_offset(topic, partition).await?;
-    Ok((earliest, end))
 }
 
 impl Status {

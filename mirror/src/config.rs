@@ -3,7 +3,7 @@
 
 use events::audit::WINDOW_MS_DEFAULT;
 use regex::Regex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -17,11 +17,32 @@ pub enum ConfigError {
     OutOfRange { field: &'static str, value: i64, min: i64, max: i64 },
     #[error("host_name must not be empty")]
     HostName,
+    #[error("source {0:?}: expected NAME=CONNECT, NAME of [A-Za-z0-9._-] and CONNECT not empty")]
+    Source(String),
+    #[error("source {0:?} is given twice")]
+    SourceTwice(String),
+    #[error("at least one source NAME=CONNECT is required")]
+    NoSource,
+    #[error("{0} is required")]
+    Missing(&'static str),
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+/// Everything a mirror is configured with; the keys are the binary's flag names. The
+/// connection settings (`source`, `target`, `registry`, `metrics`) are for the binary, which
+/// connects and binds; [`crate::Mirror::start`] is handed those already built.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// Live clusters to copy from, each `NAME=host:port[,…]/chroot` (binary only).
+    pub source: Vec<String>,
+    /// The analytics cluster's ZooKeeper, `host:port[,…]/chroot` (binary only).
+    pub target: Option<String>,
+    /// Schema registry URL, for the `_audit` schema (binary only).
+    pub registry: Option<String>,
+    /// Where `/metrics` listens, `HOST:PORT` (binary only).
+    pub metrics: Option<String>,
+    /// ZooKeeper session timeout of every cluster connection (binary only).
+    pub zookeeper_session_timeout_ms: u64,
     /// Consumer group on every source cluster.
     pub group: String,
     /// Copy only topics whose whole name matches this regular expression (all by default).
@@ -43,7 +64,7 @@ pub struct Config {
     pub audit_window_ms: i64,
     /// Changed audit counts are published this often (and on shutdown).
     pub audit_publish_ms: u64,
-    /// Lag and rates in `/metrics` are refreshed this often.
+    /// Lag in `/metrics` is refreshed this often.
     pub metrics_refresh_ms: u64,
     /// On shutdown, wait this long for the target to acknowledge what is in flight.
     pub drain_timeout_ms: u64,
@@ -52,6 +73,11 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
+            source: Vec::new(),
+            target: None,
+            registry: None,
+            metrics: None,
+            zookeeper_session_timeout_ms: 6_000,
             group: "mirror".into(),
             include: None,
             exclude: None,
@@ -93,6 +119,12 @@ impl Config {
         range("audit_publish_ms", as_i64(self.audit_publish_ms), 10, 3_600_000)?;
         range("metrics_refresh_ms", as_i64(self.metrics_refresh_ms), 10, 3_600_000)?;
         range("drain_timeout_ms", as_i64(self.drain_timeout_ms), 0, 3_600_000)?;
+        range(
+            "zookeeper_session_timeout_ms",
+            as_i64(self.zookeeper_session_timeout_ms),
+            1_000,
+            60_000,
+        )?;
         Ok(TopicFilter {
             include: whole_name("include", self.include.as_deref())?,
             exclude: whole_name("exclude", self.exclude.as_deref())?,
@@ -101,15 +133,44 @@ impl Config {
 
     /// The host named in audit records.
     pub fn host(&self) -> String {
-        if let Some(host) = &self.host_name {
-            return host.clone();
-        }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        match host.trim() {
-            "" => "localhost".into(),
-            host => host.into(),
-        }
+        self.host_name.clone().unwrap_or_else(service::host::name)
     }
+
+    /// The binary's settings: every source as `(name, connect)`, the target and the registry,
+    /// all required.
+    pub fn connections(&self) -> Result<Connections, ConfigError> {
+        if self.source.is_empty() {
+            return Err(ConfigError::NoSource);
+        }
+        let mut sources: Vec<(String, String)> = Vec::new();
+        for source in &self.source {
+            let (name, connect) =
+                source.split_once('=').ok_or_else(|| ConfigError::Source(source.clone()))?;
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+            if !valid || connect.is_empty() {
+                return Err(ConfigError::Source(source.clone()));
+            }
+            if sources.iter().any(|(n, _)| n == name) {
+                return Err(ConfigError::SourceTwice(name.to_owned()));
+            }
+            sources.push((name.to_owned(), connect.to_owned()));
+        }
+        let target = self.target.clone().ok_or(ConfigError::Missing("target"))?;
+        let registry = self.registry.clone().ok_or(ConfigError::Missing("registry"))?;
+        Ok(Connections { sources, target, registry })
+    }
+}
+
+/// What the binary connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connections {
+    /// `(name, ZooKeeper connect string)` of every live cluster.
+    pub sources: Vec<(String, String)>,
+    /// The analytics cluster's ZooKeeper.
+    pub target: String,
+    /// The schema registry's URL.
+    pub registry: String,
 }
 
 fn whole_name(flag: &'static str, pattern: Option<&str>) -> Result<Option<Regex>, ConfigError> {

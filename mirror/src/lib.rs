@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{Config, ConfigError, TopicFilter};
+pub use config::{Config, ConfigError, Connections, TopicFilter};
 pub use metrics::Totals;
 
 #[derive(Debug, Error)]
@@ -121,13 +121,10 @@ impl Mirror {
             tasks.spawn(source.run(stop.clone()));
         }
         tasks.spawn(target::follow_brokers(target.clone(), stop.clone()));
-        tasks.spawn(refresh_rates(
-            Arc::clone(&metrics_state),
-            config.metrics_refresh_ms,
-            stop.clone(),
-        ));
-        let metrics_task = metrics
-            .map(|listener| tokio::spawn(metrics::serve(listener, metrics_state, stop.clone())));
+        let registry = metrics_state.registry();
+        let metrics_task = metrics.map(|listener| {
+            tokio::spawn(service::metrics::serve(listener, registry, stop.clone()))
+        });
         let audit_stop = CancellationToken::new();
         let audit_task = tokio::spawn({
             let interval = std::time::Duration::from_millis(config.audit_publish_ms);
@@ -174,14 +171,4 @@ pub async fn run(
     shutdown.cancelled().await;
     mirror.shutdown().await?;
     Ok(totals)
-}
-
-async fn refresh_rates(metrics: Arc<metrics::Metrics>, refresh_ms: u64, stop: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_millis(refresh_ms)) => {}
-        }
-        metrics.refresh_rates();
-    }
 }

@@ -11,13 +11,12 @@ use clap::Parser;
 use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
 use mirror::Config;
 use schema_registry::RegistryClient;
-use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
+use serde::Serialize;
+use service::Failure;
 
 /// Copies every topic of the live clusters into the analytics cluster, at least once.
-#[derive(Debug, Default, Parser, Deserialize)]
+#[derive(Debug, Parser, Serialize)]
 #[command(version, about)]
-#[serde(default, deny_unknown_fields)]
 struct Cli {
     /// TOML file whose keys are the flag names below (with `_` for `-`; `source` is a list);
     /// flags override it.
@@ -26,6 +25,7 @@ struct Cli {
     config: Option<PathBuf>,
     /// A live cluster to copy from, `NAME=host:port[,host:port…]/chroot`; repeat for several.
     #[arg(long, value_name = "NAME=CONNECT")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     source: Vec<String>,
     /// The analytics cluster's ZooKeeper, `host:port[,host:port…]/chroot`.
     #[arg(long, value_name = "CONNECT")]
@@ -66,7 +66,7 @@ struct Cli {
     /// Publish changed audit counts this often [default: 5000].
     #[arg(long, value_name = "MS")]
     audit_publish_ms: Option<u64>,
-    /// Refresh lag and rates in /metrics this often [default: 5000].
+    /// Refresh lag in /metrics this often [default: 5000].
     #[arg(long, value_name = "MS")]
     metrics_refresh_ms: Option<u64>,
     /// On shutdown, wait this long for the target to acknowledge what is in flight [default: 10000].
@@ -77,160 +77,42 @@ struct Cli {
     zookeeper_session_timeout_ms: Option<u64>,
 }
 
-/// Everything `main` needs, checked.
-struct Settings {
-    config: Config,
-    sources: Vec<(String, String)>,
-    target: String,
-    registry: String,
-    metrics: Option<String>,
-    session_timeout_ms: u64,
-}
-
-impl Cli {
-    fn into_settings(self) -> anyhow::Result<Settings> {
-        let mut file = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                toml::from_str::<Cli>(&text)
-                    .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message().trim()))?
-            }
-            None => Cli::default(),
-        };
-        macro_rules! apply {
-            ($($field:ident),*) => { $(if self.$field.is_some() { file.$field = self.$field; })* };
-        }
-        apply!(
-            target,
-            registry,
-            group,
-            include,
-            exclude,
-            partitions,
-            metrics,
-            host_name,
-            commit_ms,
-            inflight_messages,
-            buffer_bytes,
-            audit_window_ms,
-            audit_publish_ms,
-            metrics_refresh_ms,
-            drain_timeout_ms,
-            zookeeper_session_timeout_ms
-        );
-        if !self.source.is_empty() {
-            file.source = self.source;
-        }
-        let mut config = Config::default();
-        macro_rules! set {
-            ($($field:ident),*) => { $(if let Some(v) = file.$field { config.$field = v; })* };
-        }
-        set!(
-            group,
-            partitions,
-            commit_ms,
-            inflight_messages,
-            buffer_bytes,
-            audit_window_ms,
-            audit_publish_ms,
-            metrics_refresh_ms,
-            drain_timeout_ms
-        );
-        config.include = file.include;
-        config.exclude = file.exclude;
-        config.host_name = file.host_name;
-        config.validate()?;
-        if file.source.is_empty() {
-            anyhow::bail!("at least one --source NAME=CONNECT is required");
-        }
-        let mut sources: Vec<(String, String)> = Vec::new();
-        for source in &file.source {
-            let Some((name, connect)) = source.split_once('=') else {
-                anyhow::bail!("--source {source:?} is not NAME=CONNECT");
-            };
-            let valid = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-            if !valid || connect.is_empty() {
-                anyhow::bail!(
-                    "--source {source:?}: NAME must be [A-Za-z0-9._-]+ and CONNECT not empty"
-                );
-            }
-            if sources.iter().any(|(n, _)| n == name) {
-                anyhow::bail!("--source {name:?} is given twice");
-            }
-            sources.push((name.to_owned(), connect.to_owned()));
-        }
-        let target = file.target.context("--target CONNECT is required")?;
-        let registry = file.registry.context("--registry URL is required")?;
-        let session_timeout_ms = file.zookeeper_session_timeout_ms.unwrap_or(6_000);
-        if !(1_000..=60_000).contains(&session_timeout_ms) {
-            anyhow::bail!("--zookeeper-session-timeout-ms must be between 1000 and 60000");
-        }
-        Ok(Settings {
-            config,
-            sources,
-            target,
-            registry,
-            metrics: file.metrics,
-            session_timeout_ms,
-        })
-    }
-}
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("mirror: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
-    };
-    let settings = match cli.into_settings() {
-        Ok(settings) => settings,
-        Err(e) => {
-            eprintln!("mirror: {e:#}");
-            return ExitCode::from(2);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match serve(settings) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("mirror: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    let cli: Cli = service::cli::parse("mirror");
+    service::cli::finish("mirror", start(cli))
 }
 
-#[tokio::main]
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+fn start(cli: Cli) -> Result<(), Failure> {
+    let config: Config =
+        service::config::load(cli.config.as_deref(), &cli).map_err(Failure::usage)?;
+    config.validate().map_err(Failure::usage)?;
+    config.connections().map_err(Failure::usage)?;
+    service::logging::init("info").map_err(Failure::usage)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(serve(config))?;
+    Ok(())
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let shutdown = service::shutdown::on_signal()?;
+    let mirror::Connections { sources, target, registry } = config.connections()?;
+    let session_timeout_ms = config.zookeeper_session_timeout_ms;
     let connect = |connect: String| async move {
         let mut config = ZooKeeperConfig::new(connect.clone());
-        config.session_timeout_ms = settings.session_timeout_ms;
+        config.session_timeout_ms = session_timeout_ms;
         let session: Arc<dyn Coordinator> = ZooKeeper::connect(config)
             .await
             .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
         anyhow::Ok(session)
     };
-    let mut sources = Vec::new();
-    for (name, source) in settings.sources {
-        sources.push((name, connect(source).await?));
+    let mut sessions = Vec::new();
+    for (name, source) in sources {
+        sessions.push((name, connect(source).await?));
     }
-    let target = connect(settings.target).await?;
-    let registry = RegistryClient::new(&settings.registry)
-        .with_context(|| format!("bad registry URL {}", settings.registry))?;
-    let metrics = match &settings.metrics {
+    let target = connect(target).await?;
+    let registry =
+        RegistryClient::new(&registry).with_context(|| format!("bad registry URL {registry}"))?;
+    let metrics = match &config.metrics {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -243,28 +125,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let shutdown = CancellationToken::new();
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        signal.cancel();
-    });
-    let totals = mirror::run(settings.config, sources, target, registry, metrics, shutdown).await?;
+    let totals = mirror::run(config, sessions, target, registry, metrics, shutdown).await?;
     tracing::info!(messages = totals.messages(), events = totals.events(), "mirror stopped");
     Ok(())
-}
-
-/// Completes on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        tracing::error!("cannot install signal handlers; stop the mirror with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM"),
-        _ = int.recv() => tracing::info!("SIGINT"),
-    }
 }

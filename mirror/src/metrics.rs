@@ -1,18 +1,20 @@
-//! What `/metrics` shows (Prometheus text format): per source partition the lag (log end −
-//! committed offset), messages/s and bytes/s, and record age (ack time − `header.time` of
-//! the last copied event); and totals for the whole mirror.
+//! What `/metrics` shows (OpenMetrics text, through `prometheus-client`): per source partition
+//! the lag (log end − committed offset, `client::group::lag`), the messages, events and bytes
+//! the target acknowledged, and the record age (ack time − `header.time` of the last copied
+//! event); rates are Prometheus's `rate()` of the counters. The copy path only adds to atomics;
+//! the page is built from them at scrape time.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use axum::Router;
-use axum::routing::get;
 use cluster::PartitionId;
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use service::metrics::Registry;
 
 /// A gauge not known yet.
 pub(crate) const UNKNOWN: i64 = -1;
@@ -27,16 +29,6 @@ pub(crate) struct PartitionStats {
     pub(crate) record_age_ms: AtomicI64,
     /// Log end − committed offset while this mirror owns the partition, else [`UNKNOWN`].
     pub(crate) lag_bytes: AtomicI64,
-    rates: Mutex<Rates>,
-}
-
-#[derive(Clone, Copy)]
-struct Rates {
-    at: Instant,
-    messages: u64,
-    bytes: u64,
-    messages_per_s: f64,
-    bytes_per_s: f64,
 }
 
 impl PartitionStats {
@@ -47,17 +39,9 @@ impl PartitionStats {
             bytes: AtomicU64::new(0),
             record_age_ms: AtomicI64::new(UNKNOWN),
             lag_bytes: AtomicI64::new(UNKNOWN),
-            rates: Mutex::new(Rates {
-                at: Instant::now(),
-                messages: 0,
-                bytes: 0,
-                messages_per_s: 0.0,
-                bytes_per_s: 0.0,
-            }),
         }
     }
 }
-
 /// Totals of the whole mirror, for the launcher's summary; clones share them.
 #[derive(Clone, Default)]
 pub struct Totals(Arc<TotalCounters>);
@@ -130,109 +114,84 @@ impl Metrics {
         }
     }
 
-    /// Recomputes every partition's rates over the time since the last call.
-    pub(crate) fn refresh_rates(&self) {
-        let partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
-        for stats in partitions.values() {
-            let mut rates = stats.rates.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            let seconds = now.duration_since(rates.at).as_secs_f64().max(1e-3);
-            let messages = stats.messages.load(Ordering::Relaxed);
-            let bytes = stats.bytes.load(Ordering::Relaxed);
-            rates.messages_per_s = (messages - rates.messages) as f64 / seconds;
-            rates.bytes_per_s = (bytes - rates.bytes) as f64 / seconds;
-            (rates.at, rates.messages, rates.bytes) = (now, messages, bytes);
-        }
+    /// The registry `/metrics` serves: these stats, read at scrape time.
+    pub(crate) fn registry(self: &Arc<Metrics>) -> Arc<Registry> {
+        let mut registry = Registry::with_prefix("tributary_mirror");
+        registry.register_collector(Box::new(Scrape(Arc::clone(self))));
+        Arc::new(registry)
     }
+}
 
-    pub(crate) fn render(&self) -> String {
-        let partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = String::new();
-        let mut family =
-            |name: &str,
-             kind: &str,
-             help: &str,
-             value: &dyn Fn(&PartitionStats) -> Option<String>| {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-                for ((source, topic, partition), stats) in partitions.iter() {
-                    if let Some(v) = value(stats) {
-                        let (source, topic) = (escape(source), escape(topic));
-                        let _ = writeln!(
-                            out,
-                            "{name}{{source=\"{source}\",topic=\"{topic}\",partition=\"{partition}\"}} {v}"
-                        );
-                    }
-                }
-            };
-        let known = |v: i64| (v != UNKNOWN).then(|| v.to_string());
-        family(
-            "mirror_lag_bytes",
-            "gauge",
+struct Scrape(Arc<Metrics>);
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("mirror metrics")
+    }
+}
+
+type Labels = [(&'static str, String); 3];
+type StatsCounter = fn(&PartitionStats) -> &AtomicU64;
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let partitions: Vec<(Labels, Arc<PartitionStats>)> = {
+            let partitions = self.0.partitions.lock().unwrap_or_else(|p| p.into_inner());
+            partitions
+                .iter()
+                .map(|((source, topic, partition), stats)| {
+                    let labels = [
+                        ("source", source.clone()),
+                        ("topic", topic.clone()),
+                        ("partition", partition.to_string()),
+                    ];
+                    (labels, Arc::clone(stats))
+                })
+                .collect()
+        };
+        let known = |v: i64| (v != UNKNOWN).then_some(v);
+        let mut family = encoder.encode_descriptor(
+            "lag_bytes",
             "Log end minus committed offset of a source partition this mirror owns.",
-            &|s| known(s.lag_bytes.load(Ordering::Relaxed)),
-        );
-        family(
-            "mirror_messages_per_second",
-            "gauge",
-            "Messages acknowledged by the target per second, over the last refresh.",
-            &|s| {
-                Some(format!(
-                    "{:.1}",
-                    s.rates.lock().unwrap_or_else(|p| p.into_inner()).messages_per_s
-                ))
-            },
-        );
-        family(
-            "mirror_bytes_per_second",
-            "gauge",
-            "Bytes acknowledged by the target per second, over the last refresh.",
-            &|s| {
-                Some(format!(
-                    "{:.1}",
-                    s.rates.lock().unwrap_or_else(|p| p.into_inner()).bytes_per_s
-                ))
-            },
-        );
-        family(
-            "mirror_record_age_ms",
-            "gauge",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, stats) in &partitions {
+            if let Some(lag) = known(stats.lag_bytes.load(Ordering::Relaxed)) {
+                ConstGauge::new(lag).encode(family.encode_family(labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "record_age_seconds",
             "Acknowledgement time minus header.time of the last copied event.",
-            &|s| known(s.record_age_ms.load(Ordering::Relaxed)),
-        );
-        family(
-            "mirror_messages_total",
-            "counter",
-            "Messages acknowledged by the target (a compressed wrapper counts once).",
-            &|s| Some(s.messages.load(Ordering::Relaxed).to_string()),
-        );
-        family(
-            "mirror_events_total",
-            "counter",
-            "Events acknowledged by the target (each event in a wrapper counts).",
-            &|s| Some(s.events.load(Ordering::Relaxed).to_string()),
-        );
-        family(
-            "mirror_bytes_total",
-            "counter",
-            "Bytes of the messages acknowledged by the target.",
-            &|s| Some(s.bytes.load(Ordering::Relaxed).to_string()),
-        );
-        out
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, stats) in &partitions {
+            if let Some(age) = known(stats.record_age_ms.load(Ordering::Relaxed)) {
+                ConstGauge::new(age as f64 / 1000.0).encode(family.encode_family(labels)?)?;
+            }
+        }
+        let counters: [(&str, &str, StatsCounter); 3] = [
+            ("messages", "Messages acknowledged by the target (a wrapper counts once).", |s| {
+                &s.messages
+            }),
+            (
+                "events",
+                "Events acknowledged by the target (each event in a wrapper counts).",
+                |s| &s.events,
+            ),
+            ("bytes", "Bytes of the messages acknowledged by the target.", |s| &s.bytes),
+        ];
+        for (name, help, counter) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, stats) in &partitions {
+                let value = counter(stats).load(Ordering::Relaxed);
+                ConstCounter::new(value).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
     }
-}
-
-fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-/// Serves `GET /metrics` on `listener` until `stop`.
-pub(crate) async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
-    let app = Router::new().route("/metrics", get(move || async move { metrics.render() }));
-    axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await
 }
 
 #[cfg(test)]
@@ -241,20 +200,21 @@ mod tests {
 
     #[test]
     fn renders_one_line_per_partition_and_family() {
-        let metrics = Metrics::default();
+        let metrics = Arc::new(Metrics::default());
         let p = PartitionId { broker: 1, partition: 3 };
         let stats = metrics.partition("live-a", "page-view", p);
         stats.messages.fetch_add(5, Ordering::Relaxed);
         stats.bytes.fetch_add(1000, Ordering::Relaxed);
         metrics.set_lags("live-a", &BTreeMap::from([(("page-view".to_owned(), p), 42)]));
-        metrics.refresh_rates();
-        let text = metrics.render();
+        let registry = metrics.registry();
+        let text = service::metrics::encode(&registry);
         let labels = "{source=\"live-a\",topic=\"page-view\",partition=\"1-3\"}";
-        assert!(text.contains(&format!("mirror_lag_bytes{labels} 42")), "{text}");
-        assert!(text.contains(&format!("mirror_messages_total{labels} 5")), "{text}");
-        assert!(text.contains(&format!("mirror_bytes_total{labels} 1000")), "{text}");
-        assert!(!text.contains("mirror_record_age_ms{"), "unknown gauges are left out: {text}");
+        assert!(text.contains(&format!("tributary_mirror_lag_bytes{labels} 42")), "{text}");
+        assert!(text.contains(&format!("tributary_mirror_messages_total{labels} 5")), "{text}");
+        assert!(text.contains(&format!("tributary_mirror_bytes_total{labels} 1000")), "{text}");
+        assert!(!text.contains("record_age_seconds{"), "unknown gauges are left out: {text}");
         metrics.set_lags("live-a", &BTreeMap::new());
-        assert!(!metrics.render().contains("mirror_lag_bytes{"), "lag of a partition given up");
+        let text = service::metrics::encode(&registry);
+        assert!(!text.contains("lag_bytes{"), "lag of a partition given up");
     }
 }

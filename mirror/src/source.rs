@@ -5,11 +5,12 @@
 //! *generation*: the old consumer stops reading, waits (bounded) for the target to
 //! acknowledge what it read, commits and leaves the group; a new one joins with every topic.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use client::{CommitPolicy, GroupConsumer, GroupConsumerConfig, OffsetReset, SimpleConsumer};
+use client::group::lag::LogEnds;
+use client::{CommitPolicy, GroupConsumer, GroupConsumerConfig, OffsetReset};
 use cluster::{Coordinator, Registry};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -187,7 +188,7 @@ async fn report_lag(
     shared: Arc<Shared>,
     refresh_ms: u64,
 ) {
-    let mut connections: HashMap<String, SimpleConsumer> = HashMap::new();
+    let mut ends = LogEnds::new();
     loop {
         tokio::time::sleep(Duration::from_millis(refresh_ms)).await;
         let Some(owned) = (match consumer.upgrade() {
@@ -200,25 +201,10 @@ async fn report_lag(
         let mut lags = BTreeMap::new();
         for (topic, partition, _) in owned {
             let Some(broker) = brokers.get(&partition.broker) else { continue };
-            let addr = broker.addr();
-            if !connections.contains_key(&addr) {
-                match SimpleConsumer::connect(&addr, Default::default()).await {
-                    Ok(c) => {
-                        connections.insert(addr.clone(), c);
-                    }
-                    Err(_) => continue,
-                }
+            let lag = ends.group_lag(&registry, &group, &broker.addr(), &topic, partition).await;
+            if let Ok(lag) = lag {
+                lags.insert((topic, partition), lag.bytes());
             }
-            let index = partition.partition as i32;
-            let end = match connections[&addr].latest_offset(&topic, index).await {
-                Ok(end) => end,
-                Err(_) => {
-                    connections.remove(&addr);
-                    continue;
-                }
-            };
-            let Ok(committed) = registry.offset(&group, &topic, partition).await else { continue };
-            lags.insert((topic, partition), (end - committed.unwrap_or(0)).max(0));
         }
         shared.metrics.set_lags(&source, &lags);
     }

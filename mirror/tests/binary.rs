@@ -91,7 +91,8 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     // Both share the 8 partitions: each reports the lag of its own.
     eventually(WAIT, "both mirrors own partitions", || async {
         let (one, two) = (metrics(port_1).await?, metrics(port_2).await?);
-        let (one, two) = (lines(&one, "mirror_lag_bytes"), lines(&two, "mirror_lag_bytes"));
+        let (one, two) =
+            (lines(&one, "tributary_mirror_lag_bytes"), lines(&two, "tributary_mirror_lag_bytes"));
         (!one.is_empty() && !two.is_empty() && one.len() + two.len() == 8).then_some(())
     })
     .await;
@@ -109,7 +110,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     wait_for_all(&analytics, "page-view", &all, "every event despite the kill").await;
     eventually(WAIT, "the survivor owns all 8 partitions", || async {
         let text = metrics(port_2).await?;
-        (lines(&text, "mirror_lag_bytes").len() == 8).then_some(())
+        (lines(&text, "tributary_mirror_lag_bytes").len() == 8).then_some(())
     })
     .await;
     let layout = analytics.registry().await.topic_brokers("page-view").await.unwrap();

@@ -113,14 +113,23 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let http = reqwest::Client::new();
     let text = eventually(WAIT, "lag 0 in /metrics", || async {
         let text = http.get(&metrics_url).send().await.ok()?.text().await.ok()?;
-        text.contains("mirror_lag_bytes{source=\"live-b\",topic=\"click\",partition=\"0-0\"} 0")
-            .then_some(text)
+        text.contains(
+            "tributary_mirror_lag_bytes{source=\"live-b\",topic=\"click\",partition=\"0-0\"} 0",
+        )
+        .then_some(text)
     })
     .await;
-    for family in ["mirror_messages_per_second", "mirror_bytes_per_second", "mirror_record_age_ms"]
-    {
+    for family in [
+        "tributary_mirror_messages_total",
+        "tributary_mirror_events_total",
+        "tributary_mirror_bytes_total",
+        "tributary_mirror_record_age_seconds",
+    ] {
         assert!(text.contains(&format!("{family}{{source=\"live-a\",topic=\"page-view\"")));
     }
+    let samples = testkit::metrics::parse(&text);
+    let page_views = [("source", "live-a"), ("topic", "page-view")];
+    assert!(testkit::metrics::value(&samples, "tributary_mirror_events_total", &page_views) > 0.0);
 
     // The mirror tier counts every event the target acknowledged, per topic and window.
     let client = RegistryClient::new(registry.url()).unwrap();

@@ -6,6 +6,7 @@
 
 mod assignment;
 mod fetcher;
+pub mod lag;
 mod owned;
 mod rebalance;
 mod stream;

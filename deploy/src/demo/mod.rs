@@ -13,7 +13,6 @@
 
 pub mod cluster;
 mod data_dir;
-pub mod lag;
 pub mod registry;
 mod summary;
 
@@ -315,8 +314,9 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     let group = mirror::Config::default().group;
     wait_until("the mirror to catch up", || async {
         for registry in &live_registries {
-            match lag::group_lag(registry, &group).await {
-                Ok(0) => {}
+            match client::group::lag::total_lag(registry, &group).await {
+                Ok(Some(0)) => {}
+                // Behind, or a broker is down (its lag unknown).
                 Ok(_) => return false,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the mirror's lag");

@@ -2,10 +2,9 @@
 //! which partition, how far the group has committed, and how far behind the log end it is.
 
 use std::collections::BTreeMap;
-use std::collections::btree_map::Entry;
 
 use anyhow::Context;
-use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
+use client::group::lag::{PartitionLag, group_lag};
 use serde_json::json;
 
 use crate::cli::GroupsCommand;
@@ -32,67 +31,27 @@ pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
     }
 }
 
-struct Row {
-    topic: String,
-    partition: cluster::PartitionId,
-    owner: Option<String>,
-    committed: Option<i64>,
-    log_end: Option<i64>,
-}
-
 async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyhow::Result<()> {
     let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
     if topics.is_empty() {
         anyhow::bail!("no consumer group {group}");
     }
-    let brokers = registry.brokers().await?;
     let members = registry.consumers(group).await?;
-    let mut consumers: BTreeMap<i32, SimpleConsumer> = BTreeMap::new();
-    let mut rows = Vec::new();
+    let mut owners = BTreeMap::new();
     for topic in &topics {
-        let owners = registry.owners(group, topic).await?;
-        let offsets = registry.offsets(group, topic).await?;
-        let mut partitions = registry.partitions(topic).await?;
-        // Partitions of brokers that are down still show their committed offsets.
-        partitions.extend(offsets.keys().copied());
-        partitions.sort();
-        partitions.dedup();
-        for partition in partitions {
-            let log_end = match brokers.get(&partition.broker) {
-                Some(info) => {
-                    let consumer = match consumers.entry(partition.broker) {
-                        Entry::Occupied(entry) => entry.into_mut(),
-                        Entry::Vacant(entry) => {
-                            let config = SimpleConsumerConfig::default();
-                            entry.insert(SimpleConsumer::connect(&info.addr(), config).await?)
-                        }
-                    };
-                    let p = partition.partition as i32;
-                    consumer
-                        .offsets(topic, p, OffsetTime::Latest, 1)
-                        .await
-                        .ok()
-                        .and_then(|o| o.first().copied())
-                }
-                None => None, // the broker is down
-            };
-            rows.push(Row {
-                topic: topic.clone(),
-                partition,
-                owner: owners.get(&partition).cloned(),
-                committed: offsets.get(&partition).copied(),
-                log_end,
-            });
-        }
+        owners.insert(topic.clone(), registry.owners(group, topic).await?);
     }
-    let lag = |r: &Row| Some(r.log_end? - r.committed?);
+    let rows = group_lag(registry, group, &topics).await?;
+    let owner = |r: &PartitionLag| owners.get(&r.topic).and_then(|o| o.get(&r.partition)).cloned();
     if json {
         let partitions: Vec<_> = rows
             .iter()
             .map(|r| {
                 json!({
-                    "topic": r.topic, "partition": r.partition.to_string(), "owner": r.owner,
-                    "committed": r.committed, "log_end": r.log_end, "lag": lag(r),
+                    "topic": r.topic, "partition": r.partition.to_string(), "owner": owner(r),
+                    "committed": r.committed, "log_start": r.lag.map(|l| l.log_start),
+                    "log_end": r.lag.map(|l| l.log_end), "lag": r.lag.map(|l| l.bytes()),
+                    "lag_from_log_start": r.lag.map(|l| l.from_start()),
                 })
             })
             .collect();
@@ -111,15 +70,23 @@ async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyh
     );
     let show = |o: Option<i64>| o.map_or("-".to_owned(), |o| o.to_string());
     for r in &rows {
+        // With nothing committed the lag counts from the log start: marked `*`.
+        let lag = match r.lag {
+            Some(lag) if lag.from_start() => format!("{}*", lag.bytes()),
+            lag => show(lag.map(|l| l.bytes())),
+        };
         println!(
             "{:<20} {:>9} {:<28} {:>14} {:>14} {:>12}",
             r.topic,
             r.partition.to_string(),
-            r.owner.as_deref().unwrap_or("-"),
+            owner(r).as_deref().unwrap_or("-"),
             show(r.committed),
-            show(r.log_end),
-            show(lag(r))
+            show(r.lag.map(|l| l.log_end)),
+            lag
         );
+    }
+    if rows.iter().any(|r| r.lag.is_some_and(|l| l.from_start())) {
+        println!("* nothing committed: the lag counts from the start of the log");
     }
     Ok(())
 }
