@@ -145,7 +145,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
     let mut loader = hdfs_loader::Loader::new(
         hdfs_loader::Config {
             host_name: Some("loader-1".into()),
-            window_ms: WINDOW_MS,
+            audit_window_ms: WINDOW_MS,
             ..hdfs_loader::Config::default()
         },
         session(&embedded, &analytics.chroot).unwrap(),

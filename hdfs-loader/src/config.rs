@@ -2,13 +2,27 @@
 //! (TOML, keys as the flag names with `_` for `-`) and flags.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use regex::Regex;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// Where to write: `file:///path`, `s3://bucket/prefix` or `memory://` (binary only).
+    pub store: Option<String>,
+    /// The analytics cluster's ZooKeeper, `host:port[,…][/chroot]` (binary only).
+    pub zookeeper: Option<String>,
+    /// Its session timeout (binary only).
+    pub zookeeper_session_timeout_ms: u64,
+    /// The schema registry's URL (binary only).
+    pub registry: Option<String>,
+    /// `serve`: time between rounds, with a unit (`30s`, `5m`).
+    #[serde(with = "service::duration::serde_text")]
+    pub interval: Duration,
+    /// `serve`: where `/metrics` listens, `HOST:PORT` (binary only).
+    pub metrics: Option<String>,
     /// Regex (whole name) of the topics to load; every topic when unset. Topics starting with
     /// `_` (such as `_audit`) are loaded only when the pattern names them literally.
     pub topics: Option<String>,
@@ -31,7 +45,7 @@ pub struct Config {
     /// Write messages that cannot be decoded here (and count them) instead of stopping.
     pub bad_records: Option<PathBuf>,
     /// Audit window.
-    pub window_ms: i64,
+    pub audit_window_ms: i64,
     /// Publish `loader` counts to `_audit` after each commit round.
     pub audit: bool,
     /// Staged files not named by a commit are deleted once older than this.
@@ -41,6 +55,12 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
+            store: None,
+            zookeeper: None,
+            zookeeper_session_timeout_ms: 6_000,
+            registry: None,
+            interval: Duration::from_secs(60),
+            metrics: None,
             topics: None,
             group: "hdfs-loader".into(),
             host_name: None,
@@ -51,7 +71,7 @@ impl Default for Config {
             fetch_bytes: 1 << 20,
             zstd_level: 3,
             bad_records: None,
-            window_ms: events::audit::WINDOW_MS_DEFAULT,
+            audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit: true,
             staging_grace_ms: 3_600_000,
         }
@@ -65,18 +85,9 @@ pub enum ConfigError {
     BadTopics(#[from] regex::Error),
     #[error("{field}: {reason}")]
     Invalid { field: &'static str, reason: &'static str },
-    #[error("cannot read {path}: {reason}")]
-    File { path: PathBuf, reason: String },
 }
 
 impl Config {
-    pub fn from_file(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::File { path: path.to_owned(), reason: e.to_string() })?;
-        toml::from_str(&text)
-            .map_err(|e| ConfigError::File { path: path.to_owned(), reason: e.to_string() })
-    }
-
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason| Err(ConfigError::Invalid { field, reason });
         self.topic_filter()?;
@@ -101,8 +112,11 @@ impl Config {
         if !(1..=22).contains(&self.zstd_level) {
             return invalid("zstd_level", "must be between 1 and 22");
         }
-        if self.window_ms <= 0 {
-            return invalid("window_ms", "must be positive");
+        if self.audit_window_ms <= 0 {
+            return invalid("audit_window_ms", "must be positive");
+        }
+        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
+            return invalid("zookeeper_session_timeout_ms", "must be between 1000 and 60000");
         }
         Ok(())
     }
@@ -118,13 +132,7 @@ impl Config {
 
     /// `host_name`, or this machine's hostname.
     pub fn host(&self) -> String {
-        self.host_name.clone().unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_owned())
-                .ok()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| "localhost".into())
-        })
+        self.host_name.clone().unwrap_or_else(service::host::name)
     }
 }
 

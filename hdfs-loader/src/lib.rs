@@ -15,6 +15,7 @@ mod config;
 pub mod decode;
 pub mod layout;
 mod load;
+mod metrics;
 pub mod readback;
 mod run;
 mod status;

@@ -207,7 +207,7 @@ impl PartitionLoader<'_> {
                     committed_at_ms: now_ms(),
                     max_time_ms,
                     schema_id: self.topic.reader_id,
-                    window_ms: self.config.window_ms,
+                    window_ms: self.config.audit_window_ms,
                     windows: chunk.windows,
                 };
                 match commits.commit(&record).await? {
@@ -396,7 +396,7 @@ impl PartitionLoader<'_> {
             chunk.rows += 1;
             *chunk
                 .windows
-                .entry(window_start(event.time_ms, self.config.window_ms))
+                .entry(window_start(event.time_ms, self.config.audit_window_ms))
                 .or_default() += 1;
             chunk.max_time_ms = chunk.max_time_ms.max(event.time_ms);
             if file.offsets.len() >= self.config.batch_rows {

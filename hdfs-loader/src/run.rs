@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
+use crate::metrics::Metrics;
 use crate::{Config, LoadError};
 
 /// What one run did.
@@ -47,6 +48,7 @@ pub struct Loader {
     /// Per partition, the start of the last commit record a round saw: where the next round's
     /// listing of commit records begins.
     known_starts: std::sync::Mutex<HashMap<(String, PartitionId), i64>>,
+    metrics: Metrics,
 }
 
 impl Loader {
@@ -60,7 +62,12 @@ impl Loader {
         let host = config.host();
         let cluster = Registry::new(coordinator);
         let audit = if config.audit {
-            Some(LoaderAudit::new(&host, config.window_ms, cluster.clone(), Arc::clone(&registry))?)
+            Some(LoaderAudit::new(
+                &host,
+                config.audit_window_ms,
+                cluster.clone(),
+                Arc::clone(&registry),
+            )?)
         } else {
             None
         };
@@ -73,6 +80,7 @@ impl Loader {
             audit,
             audited_topics: Vec::new(),
             known_starts: std::sync::Mutex::new(HashMap::new()),
+            metrics: Metrics::default(),
         })
     }
 
@@ -222,7 +230,10 @@ impl Loader {
     /// the next one.
     pub async fn serve(&mut self, interval: Duration, shutdown: &CancellationToken) {
         loop {
-            match self.run(shutdown).await {
+            let started = std::time::Instant::now();
+            let round = self.run(shutdown).await;
+            self.metrics.round(round.as_ref().ok(), started.elapsed());
+            match round {
                 Ok(summary) => {
                     for error in &summary.errors {
                         tracing::error!(%error, "round failed for a partition");
@@ -245,6 +256,11 @@ impl Loader {
 
     fn known_starts(&self) -> std::sync::MutexGuard<'_, HashMap<(String, PartitionId), i64>> {
         self.known_starts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The registry `/metrics` serves in `serve` mode.
+    pub fn metrics_registry(&self) -> Arc<service::metrics::Registry> {
+        self.metrics.registry()
     }
 
     pub async fn close(&self) {
@@ -273,17 +289,27 @@ pub async fn run_once(
     summary
 }
 
-/// Runs continuously, a round every `interval`, until `shutdown`; returns after the round in
-/// progress has committed what it staged.
+/// Runs continuously, a round every `interval`, until `shutdown`, serving `/metrics` on
+/// `metrics` if given; returns after the round in progress has committed what it staged.
 pub async fn serve(
     config: &Config,
     coordinator: Arc<dyn Coordinator>,
     store: Arc<dyn ObjectStore>,
     registry: Arc<RegistryClient>,
-    interval: Duration,
+    metrics: Option<tokio::net::TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<(), LoadError> {
     let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
-    loader.serve(interval, &shutdown).await;
+    let metrics = metrics.map(|listener| {
+        tokio::spawn(service::metrics::serve(listener, loader.metrics_registry(), shutdown.clone()))
+    });
+    loader.serve(config.interval, &shutdown).await;
+    if let Some(task) = metrics {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the metrics server failed"),
+            Err(e) => tracing::error!(error = %e, "the metrics server task failed"),
+        }
+    }
     Ok(())
 }

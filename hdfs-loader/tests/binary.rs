@@ -63,7 +63,7 @@ async fn run_from_a_config_file_writes_parquet_that_duckdb_counts_per_hour() {
             "zookeeper = \"{}\"\nzookeeper_session_timeout_ms = 4000\nregistry = \"{}\"\nstore = \"file://{}/warehouse\"\n\
              topics = \"{TOPIC}\"\ngroup = \"nightly\"\nhost_name = \"from-file\"\nmax_messages_per_commit = 100\n\
              row_group_rows = 64\nbatch_rows = 32\npartitions_in_parallel = 1\nfetch_bytes = 65536\nzstd_level = 5\n\
-             window_ms = 3600000\naudit = false\nstaging_grace_ms = 60000\n",
+             audit_window_ms = 3600000\naudit = false\nstaging_grace_ms = 60000\n",
             cluster.zookeeper,
             cluster.registry_server.url(),
             root.path().display()
@@ -120,7 +120,7 @@ async fn flags_override_the_config_file() {
     std::fs::write(
         &config,
         "zookeeper = \"127.0.0.1:1/nowhere\"\nregistry = \"http://127.0.0.1:1\"\nstore = \"memory://\"\n\
-         topics = \"nothing\"\nhost_name = \"file\"\nmax_messages_per_commit = 1000\nwindow_ms = 1000\naudit = false\n",
+         topics = \"nothing\"\nhost_name = \"file\"\nmax_messages_per_commit = 1000\naudit_window_ms = 1000\naudit = false\n",
     )
     .unwrap();
     let bad_records = root.path().join("bad");
@@ -163,7 +163,7 @@ async fn flags_override_the_config_file() {
         "1",
         "--bad-records",
         bad_records.to_str().unwrap(),
-        "--window-ms",
+        "--audit-window-ms",
         "60000",
         "--audit",
         "true",
@@ -233,7 +233,7 @@ fn bad_flags_and_config_exit_2_with_one_line_naming_the_problem() {
         ),
         ([&["run", "--fetch-bytes", "1"][..], &common].concat(), "fetch_bytes"),
         ([&["run", "--zstd-level", "99"][..], &common].concat(), "zstd_level"),
-        ([&["run", "--window-ms", "0"][..], &common].concat(), "window_ms"),
+        ([&["run", "--audit-window-ms", "0"][..], &common].concat(), "window_ms"),
         ([&["run", "--audit", "maybe"][..], &common].concat(), "--audit"),
         ([&["run", "--staging-grace-ms", "soon"][..], &common].concat(), "--staging-grace-ms"),
         (
@@ -242,6 +242,7 @@ fn bad_flags_and_config_exit_2_with_one_line_naming_the_problem() {
         ),
         ([&["run", "--bad-records"][..], &common].concat(), "--bad-records"),
         ([&["serve", "--interval", "5 parsecs"][..], &common].concat(), "--interval"),
+        ([&["serve", "--interval", "90"][..], &common].concat(), "expected a number with a unit"),
         (vec!["status"], "--store"),
     ];
     for (args, needle) in cases {
@@ -313,6 +314,7 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
     let store_url = format!("file://{}", root.path().display());
     let store = hdfs_loader::store_from_url(&store_url).unwrap();
     let log = root.path().join("serve.log");
+    let metrics_addr = format!("127.0.0.1:{}", testkit::process::free_port());
     let mut child = Command::new(BIN)
         .args([
             "serve",
@@ -324,6 +326,8 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
             &store_url,
             "--interval",
             "200ms",
+            "--metrics",
+            &metrics_addr,
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -339,6 +343,20 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
         (common::unique_positions(&store, TOPIC).await.len() == 35).then_some(())
     })
     .await;
+    use testkit::metrics::value;
+    let samples = testkit::eventually(Duration::from_secs(30), "35 rows in /metrics", || async {
+        let addr = metrics_addr.clone();
+        let samples = tokio::task::spawn_blocking(move || {
+            testkit::metrics::parse(&testkit::metrics::scrape(&addr))
+        })
+        .await
+        .unwrap();
+        (value(&samples, "tributary_loader_rows_committed_total", &[]) == 35.0).then_some(samples)
+    })
+    .await;
+    assert!(value(&samples, "tributary_loader_commits_total", &[]) >= 2.0);
+    assert!(value(&samples, "tributary_loader_rounds_total", &[("outcome", "ok")]) >= 2.0);
+    assert!(value(&samples, "tributary_loader_last_commit_timestamp_seconds", &[]) > 1.7e9);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

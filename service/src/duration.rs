@@ -33,6 +33,12 @@ pub fn parse_positive(text: &str) -> Result<Duration, DurationError> {
     Ok(duration)
 }
 
+/// The text itself, once checked to be a positive duration: for a flag passed on to a config
+/// key that [`serde_text`] reads (`value_parser = service::duration::checked`).
+pub fn checked(text: &str) -> Result<String, DurationError> {
+    parse_positive(text).map(|_| text.to_owned())
+}
+
 /// A duration as [`parse`] reads it back: `1m 30s`, `250ms`.
 pub fn format(duration: Duration) -> String {
     humantime::format_duration(duration).to_string()

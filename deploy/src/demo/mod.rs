@@ -177,7 +177,7 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
     let loader_config = hdfs_loader::Config {
         host_name: Some("loader-1".into()),
-        window_ms: options.window_ms,
+        audit_window_ms: options.window_ms,
         ..hdfs_loader::Config::default()
     };
     let mut loader = hdfs_loader::Loader::new(

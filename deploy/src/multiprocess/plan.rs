@@ -487,7 +487,7 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
         ("registry", registry_url(topology).into()),
         ("interval", topology.loader.interval.clone().into()),
         ("host_name", "loader".into()),
-        ("window_ms", window_ms(topology)),
+        ("audit_window_ms", window_ms(topology)),
     ]);
     let settings = Service {
         config: topology.loader.config.clone(),
