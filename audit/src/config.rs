@@ -2,21 +2,17 @@
 //! for `-`. The connection settings (`zookeeper`, `live`, `registry`, `http`) are for the
 //! binary, which connects and binds; the library is handed those already built.
 
-use std::path::Path;
-
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("config file {path}: {source}")]
-    Parse { path: String, source: Box<toml::de::Error> },
     #[error("{key} must be positive, got {value}")]
     NotPositive { key: &'static str, value: i64 },
     #[error("{key} must not be negative, got {value}")]
     Negative { key: &'static str, value: i64 },
+    #[error("{key} must be between {min} and {max}, got {value}")]
+    OutOfRange { key: &'static str, min: u64, max: u64, value: u64 },
     #[error("{key} must be at least {min}, got {value}")]
     TooSmall { key: &'static str, min: u32, value: u32 },
     #[error("live cluster {0:?} is not NAME=CONNECT (e.g. dc-a=127.0.0.1:2181/tributary/live-a)")]
@@ -55,7 +51,7 @@ impl std::str::FromStr for LiveCluster {
 /// The smallest fetch the client accepts.
 const FETCH_BYTES_MIN: u32 = 64;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// ZooKeeper of the analytics cluster, whose `_audit` topic is read (binary only).
@@ -67,7 +63,9 @@ pub struct Config {
     /// `HOST:PORT` the dashboard listens on (binary only).
     pub http: String,
     /// Window length; must equal the window of every tier's records.
-    pub window_ms: i64,
+    pub audit_window_ms: i64,
+    /// ZooKeeper session timeout of every cluster connection (binary only).
+    pub zookeeper_session_timeout_ms: u64,
     /// How long after a window closes its counts may still grow before a shortfall is loss.
     pub grace_ms: i64,
     /// The same for the `loader` tier, a batch job that counts a window only once a run has
@@ -97,8 +95,9 @@ impl Default for Config {
             zookeeper: None,
             live: Vec::new(),
             registry: None,
-            http: "127.0.0.1:8090".into(),
-            window_ms: events::audit::WINDOW_MS_DEFAULT,
+            http: "127.0.0.1:8080".into(),
+            audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
+            zookeeper_session_timeout_ms: 6_000,
             grace_ms: 900_000,
             loader_grace_ms: None,
             history_ms: 7 * 24 * 3_600_000,
@@ -114,14 +113,6 @@ impl Default for Config {
 }
 
 impl Config {
-    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
-        toml::from_str(&text)
-            .map_err(|source| ConfigError::Parse { path: shown, source: Box::new(source) })
-    }
-
     /// The live clusters, parsed.
     pub fn live_clusters(&self) -> Result<Vec<LiveCluster>, ConfigError> {
         let mut clusters: Vec<LiveCluster> = Vec::with_capacity(self.live.len());
@@ -137,7 +128,7 @@ impl Config {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
-            ("window_ms", self.window_ms),
+            ("audit_window_ms", self.audit_window_ms),
             ("history_ms", self.history_ms),
             ("dashboard_windows", self.dashboard_windows as i64),
             ("refresh_s", self.refresh_s as i64),
@@ -163,6 +154,14 @@ impl Config {
                 value: self.fetch_bytes,
             });
         }
+        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
+            return Err(ConfigError::OutOfRange {
+                key: "zookeeper_session_timeout_ms",
+                min: 1_000,
+                max: 60_000,
+                value: self.zookeeper_session_timeout_ms,
+            });
+        }
         self.live_clusters()?;
         Ok(())
     }
@@ -176,7 +175,7 @@ mod tests {
     fn defaults_are_valid_and_follow_design() {
         let config = Config::default();
         config.validate().unwrap();
-        assert_eq!(config.window_ms, 600_000);
+        assert_eq!(config.audit_window_ms, 600_000);
     }
 
     #[test]
@@ -200,10 +199,10 @@ mod tests {
 
     #[test]
     fn bad_numbers_are_typed_errors() {
-        let zero_window = Config { window_ms: 0, ..Config::default() };
+        let zero_window = Config { audit_window_ms: 0, ..Config::default() };
         assert!(matches!(
             zero_window.validate(),
-            Err(ConfigError::NotPositive { key: "window_ms", .. })
+            Err(ConfigError::NotPositive { key: "audit_window_ms", .. })
         ));
         let negative_grace = Config { grace_ms: -1, ..Config::default() };
         assert!(matches!(

@@ -25,7 +25,7 @@ const CHART_WINDOWS_MAX: usize = 48;
 fn status(shared: &Shared, clock: Clock) -> Status {
     Status {
         caught_up: clock.caught_up,
-        window_ms: shared.config.window_ms,
+        window_ms: shared.config.audit_window_ms,
         grace_ms: clock.grace_ms,
         now_ms: clock.now_ms,
     }
@@ -33,7 +33,7 @@ fn status(shared: &Shared, clock: Clock) -> Status {
 
 /// Windows shorter than a minute are labelled to the second.
 fn seconds(shared: &Shared) -> bool {
-    shared.config.window_ms % 60_000 != 0
+    shared.config.audit_window_ms % 60_000 != 0
 }
 
 fn error_page(shared: &Shared, error: ApiError) -> Response {

@@ -1,137 +1,135 @@
-//! `GET /metrics` in the Prometheus text format: per topic and tier the events missing and
-//! duplicated over decided windows (`audit_missing_events`, `audit_duplicate_events`), windows
-//! per verdict, and the service's own counters.
+//! `GET /metrics` (OpenMetrics, through `prometheus-client`): per topic and tier the events
+//! missing and duplicated over decided windows, windows per verdict, and the service's own
+//! counters, all read from the ledger and the readers' stats at scrape time; and the HTTP
+//! requests by route and status.
 
-use std::fmt::Write;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use service::metrics::{HttpMetrics, Registry};
 
 use crate::ledger::Verdict;
 use crate::state::{Shared, lock};
 
-/// A label value with `\`, `"` and newlines escaped, as the text format requires.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// The service's registry, and the layer that counts its HTTP requests.
+pub(crate) fn register(shared: Arc<Shared>) -> (Arc<Registry>, HttpMetrics) {
+    let mut registry = Registry::with_prefix("tributary_audit");
+    let http = HttpMetrics::register(&mut registry);
+    registry.register_collector(Box::new(Books(shared)));
+    (Arc::new(registry), http)
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+struct Books(Arc<Shared>);
+
+impl std::fmt::Debug for Books {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("audit books")
+    }
 }
 
-pub(crate) fn render(shared: &Shared) -> String {
-    let clock = shared.clock();
-    let mut missing = String::new();
-    let mut duplicate = String::new();
-    let mut windows = String::new();
-    {
-        let ledger = lock(&shared.ledger);
-        let tiers = ledger.active_tiers();
-        let downstream = tiers.get(1..).unwrap_or_default();
-        for topic in ledger.topics() {
-            let reports = ledger.windows(topic, i64::MIN, i64::MAX, clock);
-            let topic_label = label(topic);
-            for tier in downstream {
-                let tier = tier.as_str();
-                let lost: i64 = reports.iter().filter_map(|r| r.missing.get(tier)).sum();
-                let extra: i64 = reports.iter().filter_map(|r| r.duplicate.get(tier)).sum();
-                let _ = writeln!(
-                    missing,
-                    "audit_missing_events{{topic=\"{topic_label}\",tier=\"{tier}\"}} {lost}"
-                );
-                let _ = writeln!(
-                    duplicate,
-                    "audit_duplicate_events{{topic=\"{topic_label}\",tier=\"{tier}\"}} {extra}"
-                );
-            }
-            for verdict in Verdict::ALL {
-                let n = reports.iter().filter(|r| r.verdict == verdict).count();
-                let verdict = verdict.as_str();
-                let _ = writeln!(
-                    windows,
-                    "audit_windows{{topic=\"{topic_label}\",verdict=\"{verdict}\"}} {n}"
-                );
+type Row = (Vec<(&'static str, String)>, i64);
+
+impl Collector for Books {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let shared = &self.0;
+        let clock = shared.clock();
+        let (mut missing, mut duplicate, mut windows): (Vec<Row>, Vec<Row>, Vec<Row>) =
+            Default::default();
+        {
+            let ledger = lock(&shared.ledger);
+            let tiers = ledger.active_tiers();
+            let downstream = tiers.get(1..).unwrap_or_default();
+            for topic in ledger.topics() {
+                let reports = ledger.windows(topic, i64::MIN, i64::MAX, clock);
+                for tier in downstream {
+                    let tier = tier.as_str();
+                    let lost: i64 = reports.iter().filter_map(|r| r.missing.get(tier)).sum();
+                    let extra: i64 = reports.iter().filter_map(|r| r.duplicate.get(tier)).sum();
+                    let labels = vec![("topic", topic.to_owned()), ("tier", tier.to_owned())];
+                    missing.push((labels.clone(), lost));
+                    duplicate.push((labels, extra));
+                }
+                for verdict in Verdict::ALL {
+                    let n = reports.iter().filter(|r| r.verdict == verdict).count();
+                    let labels =
+                        vec![("topic", topic.to_owned()), ("verdict", verdict.as_str().to_owned())];
+                    windows.push((labels, n as i64));
+                }
             }
         }
+        let gauges = [
+            (
+                "missing_events",
+                "Events a tier lacks against the reference tier (agent), summed over decided windows.",
+                missing,
+            ),
+            (
+                "duplicate_events",
+                "Events a tier has beyond the reference tier (agent), summed over decided windows.",
+                duplicate,
+            ),
+            ("windows", "Windows per topic and verdict.", windows),
+        ];
+        for (name, help, rows) in gauges {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (labels, value) in &rows {
+                ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
+            }
+        }
+        ConstGauge::new(i64::from(clock.caught_up)).encode(encoder.encode_descriptor(
+            "caught_up",
+            "1 once _audit and the live clusters were read to the end they had on start.",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let stats = &shared.stats;
+        ConstCounter::new(stats.records_applied.load(Ordering::Relaxed)).encode(
+            encoder.encode_descriptor(
+                "records_applied",
+                "_audit records taken into the ledger.",
+                None,
+                MetricType::Counter,
+            )?,
+        )?;
+        ConstCounter::new(stats.read_errors.load(Ordering::Relaxed)).encode(
+            encoder.encode_descriptor(
+                "read_errors",
+                "Failed fetches, registry reads and cluster scans (each retried).",
+                None,
+                MetricType::Counter,
+            )?,
+        )?;
+        let rejected: Vec<(&'static str, u64)> =
+            lock(&stats.records_rejected).iter().map(|(k, v)| (*k, *v)).collect();
+        let mut family = encoder.encode_descriptor(
+            "records_rejected",
+            "_audit records not taken, by reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, n) in rejected {
+            ConstCounter::new(n).encode(family.encode_family(&[("reason", reason)])?)?;
+        }
+        for (name, help, map) in [
+            ("live_events", "Events counted in each live cluster since start.", &stats.live_events),
+            (
+                "live_unreadable",
+                "Live messages without a readable event header.",
+                &stats.live_unreadable,
+            ),
+        ] {
+            let counts: Vec<(String, u64)> =
+                lock(map).iter().map(|(k, v)| (k.clone(), *v)).collect();
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (cluster, n) in counts {
+                ConstCounter::new(n).encode(family.encode_family(&[("cluster", cluster)])?)?;
+            }
+        }
+        Ok(())
     }
-    let mut out = String::new();
-    family(
-        &mut out,
-        "audit_missing_events",
-        "gauge",
-        "Events a tier lacks against the reference tier (agent), summed over decided windows.",
-    );
-    out.push_str(&missing);
-    family(
-        &mut out,
-        "audit_duplicate_events",
-        "gauge",
-        "Events a tier has beyond the reference tier (agent), summed over decided windows.",
-    );
-    out.push_str(&duplicate);
-    family(&mut out, "audit_windows", "gauge", "Windows per topic and verdict.");
-    out.push_str(&windows);
-
-    let stats = &shared.stats;
-    family(
-        &mut out,
-        "audit_caught_up",
-        "gauge",
-        "1 once _audit and the live clusters were read to the end they had on start.",
-    );
-    let _ = writeln!(out, "audit_caught_up {}", u8::from(clock.caught_up));
-    family(
-        &mut out,
-        "audit_records_applied_total",
-        "counter",
-        "_audit records taken into the ledger.",
-    );
-    let _ = writeln!(
-        out,
-        "audit_records_applied_total {}",
-        stats.records_applied.load(Ordering::Relaxed)
-    );
-    family(
-        &mut out,
-        "audit_records_rejected_total",
-        "counter",
-        "_audit records not taken, by reason.",
-    );
-    for (reason, n) in lock(&stats.records_rejected).iter() {
-        let _ = writeln!(out, "audit_records_rejected_total{{reason=\"{reason}\"}} {n}");
-    }
-    family(
-        &mut out,
-        "audit_live_events_total",
-        "counter",
-        "Events counted in each live cluster since start.",
-    );
-    for (cluster, n) in lock(&stats.live_events).iter() {
-        let _ = writeln!(out, "audit_live_events_total{{cluster=\"{}\"}} {n}", label(cluster));
-    }
-    family(
-        &mut out,
-        "audit_live_unreadable_total",
-        "counter",
-        "Live messages without a readable event header.",
-    );
-    for (cluster, n) in lock(&stats.live_unreadable).iter() {
-        let _ = writeln!(out, "audit_live_unreadable_total{{cluster=\"{}\"}} {n}", label(cluster));
-    }
-    family(
-        &mut out,
-        "audit_read_errors_total",
-        "counter",
-        "Failed fetches, registry reads and cluster scans (each retried).",
-    );
-    let _ = writeln!(out, "audit_read_errors_total {}", stats.read_errors.load(Ordering::Relaxed));
-    out
-}
-
-pub(crate) async fn get_metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], render(&shared))
 }

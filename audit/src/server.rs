@@ -11,7 +11,8 @@ use crate::state::Shared;
 use crate::{api, dashboard, metrics};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let (registry, http) = metrics::register(Arc::clone(&shared));
+    let pages = Router::new()
         .route("/", get(dashboard::overview))
         .route("/topics/{topic}", get(dashboard::topic_page))
         .route("/topics/{topic}/windows/{start}", get(dashboard::window_page))
@@ -19,10 +20,11 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/topics", get(api::get_topics))
         .route("/api/windows", get(api::get_windows))
         .route("/api/window", get(api::get_window))
-        .route("/metrics", get(metrics::get_metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(|| async { "ok\n" }));
+    http.layer(pages)
         .fallback(dashboard::not_found)
         .with_state(shared)
+        .merge(service::metrics::router(registry))
 }
 
 /// Serves until `stop`, then finishes the requests in flight.

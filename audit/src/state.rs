@@ -35,7 +35,7 @@ impl Shared {
             partitions_pending: AtomicUsize::new(0),
         };
         Shared {
-            ledger: Mutex::new(Ledger::new(config.window_ms)),
+            ledger: Mutex::new(Ledger::new(config.audit_window_ms)),
             config,
             catch_up,
             stats: Stats::default(),

@@ -64,7 +64,10 @@ async fn rebuild_rates_and_page_times() {
     audit.wait_caught_up().await;
     let elapsed = started.elapsed();
     let (_, metrics) = audit.get("/metrics").await;
-    assert!(metrics.contains(&format!("audit_live_events_total{{cluster=\"dc-a\"}} {events}")));
+    assert!(
+        metrics
+            .contains(&format!("tributary_audit_live_events_total{{cluster=\"dc-a\"}} {events}"))
+    );
     println!(
         "live tier: {events} events ({:.1} MB) counted in {:.2} s: {:.0} events/s",
         bytes as f64 / 1e6,
@@ -102,7 +105,7 @@ async fn rebuild_rates_and_page_times() {
     audit.wait_caught_up().await;
     let elapsed = started.elapsed();
     let (_, metrics) = audit.get("/metrics").await;
-    assert!(metrics.contains(&format!("audit_records_applied_total {count}")));
+    assert!(metrics.contains(&format!("tributary_audit_records_applied_total {count}")));
     println!(
         "_audit replay: {count} records ({topics} topics x {windows} windows x 3 tiers x {hosts} hosts) in {:.2} s: {:.0} records/s",
         elapsed.as_secs_f64(),

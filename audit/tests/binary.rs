@@ -113,7 +113,7 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
         registry_server.url().into(),
         "--http".into(),
         format!("127.0.0.1:{port}"),
-        "--window-ms".into(),
+        "--audit-window-ms".into(),
         WINDOW_MS.to_string(),
         "--grace-ms".into(),
         "0".into(),
@@ -122,18 +122,21 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
     ]);
     assert_eq!(audit.url, format!("http://127.0.0.1:{port}"), "--http");
     // Agent counts come from --zookeeper's _audit, decoded with --registry; live counts from
-    // --live under its name; windows of --window-ms; decided 10 s after with --grace-ms 0.
+    // --live under its name; windows of --audit-window-ms; decided 10 s after with --grace-ms 0.
     let report = audit.wait_window("page-view", window, |w| w["verdict"] == "complete").await;
     assert_eq!(report["tiers"], serde_json::json!({"agent": 2, "live": 2}));
     let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
     assert_eq!(detail["hosts"]["live"][0]["host"], "dc-a");
     assert!(audit.get("/").await.contains("page-view"));
     assert_eq!(audit.json("/api/summary").await["loader_grace_ms"], 45_000, "--loader-grace-ms");
+    let page = audit.get("/metrics").await;
+    assert!(page.contains("tributary_audit_missing_events{topic=\"page-view\",tier=\"live\"} 0"));
+    let samples = testkit::metrics::parse(&page);
+    let complete = [("topic", "page-view"), ("verdict", "complete")];
+    assert!(testkit::metrics::value(&samples, "tributary_audit_windows", &complete) >= 1.0);
+    let pages = [("route", "/api/window"), ("status", "200")];
     assert!(
-        audit
-            .get("/metrics")
-            .await
-            .contains("audit_missing_events{topic=\"page-view\",tier=\"live\"} 0")
+        testkit::metrics::value(&samples, "tributary_audit_http_requests_total", &pages) >= 1.0
     );
     assert!(audit.stop(Signal::SIGTERM).success());
 }
@@ -154,7 +157,7 @@ async fn a_config_file_sets_every_key_and_flags_override_it() {
 live = ["dc-file={live}"]
 registry = "{registry}"
 http = "127.0.0.1:0"
-window_ms = 60000
+audit_window_ms = 60000
 grace_ms = 0
 loader_grace_ms = 2000
 history_ms = 86400000
@@ -176,7 +179,7 @@ catch_up_max_ms = 30000
     let audit = Running::start(&[
         "--config".into(),
         config.display().to_string(),
-        "--window-ms".into(),
+        "--audit-window-ms".into(),
         WINDOW_MS.to_string(),
     ]);
     let report = audit.wait_window("page-view", window, |w| w["verdict"] == "complete").await;
@@ -211,8 +214,8 @@ fn bad_flags_and_config_get_one_line_and_exit_code_2() {
         ok.iter().copied().chain(extra.iter().copied()).collect()
     };
     assert!(refused(&["--bogus"]).contains("--bogus"));
-    assert!(refused(&with(&["--window-ms", "0"])).contains("window_ms"));
-    assert!(refused(&with(&["--window-ms", "ten"])).contains("ten"));
+    assert!(refused(&with(&["--audit-window-ms", "0"])).contains("window_ms"));
+    assert!(refused(&with(&["--audit-window-ms", "ten"])).contains("ten"));
     assert!(refused(&with(&["--grace-ms=-5"])).contains("grace_ms"));
     assert!(refused(&with(&["--loader-grace-ms=-5"])).contains("loader_grace_ms"));
     assert!(refused(&with(&["--live", "nameless"])).contains("NAME=CONNECT"));
@@ -222,6 +225,6 @@ fn bad_flags_and_config_get_one_line_and_exit_code_2() {
     assert!(refused(&["--config", "/nonexistent/audit.toml"]).contains("/nonexistent/audit.toml"));
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("audit.toml");
-    std::fs::write(&config, "window_ms = 1000\nwindow_size = 5\n").unwrap();
+    std::fs::write(&config, "audit_window_ms = 1000\nwindow_size = 5\n").unwrap();
     assert!(refused(&["--config", config.to_str().unwrap()]).contains("window_size"));
 }

@@ -118,7 +118,7 @@ async fn chromium_shows_the_flagged_window_the_chart_and_the_short_host() {
     let analytics = Cluster::start().await;
     let (dc_a, dc_b) = (Cluster::start().await, Cluster::start().await);
     let anomalies = feed(&registry, &analytics, &dc_a, &dc_b).await;
-    let config = Config { window_ms: W, grace_ms: W, refresh_s: 30, ..common::test_config() };
+    let config = Config { audit_window_ms: W, grace_ms: W, refresh_s: 30, ..common::test_config() };
     let live = [("dc-a", &dc_a), ("dc-b", &dc_b)];
     let audit = Audit::start(config, &analytics, &live, registry_server.url()).await;
     let loss = anomalies.loss_window;

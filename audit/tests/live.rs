@@ -65,9 +65,9 @@ async fn live_clusters_are_counted_by_header_time_and_a_restart_counts_the_same(
 
     let (_, metrics) = audit.get("/metrics").await;
     for line in [
-        r#"audit_live_events_total{cluster="dc-a"} 5"#,
-        r#"audit_live_events_total{cluster="dc-b"} 1"#,
-        r#"audit_live_unreadable_total{cluster="dc-a"} 1"#,
+        r#"tributary_audit_live_events_total{cluster="dc-a"} 5"#,
+        r#"tributary_audit_live_events_total{cluster="dc-b"} 1"#,
+        r#"tributary_audit_live_unreadable_total{cluster="dc-a"} 1"#,
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }

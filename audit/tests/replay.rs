@@ -93,12 +93,12 @@ async fn known_loss_duplication_and_open_windows_get_their_verdicts() {
 
     let (_, metrics) = audit.get("/metrics").await;
     for line in [
-        r#"audit_missing_events{topic="page-view",tier="loader"} 7"#,
-        r#"audit_missing_events{topic="page-view",tier="mirror"} 0"#,
-        r#"audit_duplicate_events{topic="page-view",tier="mirror"} 3"#,
-        r#"audit_windows{topic="page-view",verdict="loss"} 1"#,
-        "audit_caught_up 1",
-        "audit_records_applied_total 15",
+        r#"tributary_audit_missing_events{topic="page-view",tier="loader"} 7"#,
+        r#"tributary_audit_missing_events{topic="page-view",tier="mirror"} 0"#,
+        r#"tributary_audit_duplicate_events{topic="page-view",tier="mirror"} 3"#,
+        r#"tributary_audit_windows{topic="page-view",verdict="loss"} 1"#,
+        "tributary_audit_caught_up 1",
+        "tributary_audit_records_applied_total 15",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }
@@ -178,11 +178,11 @@ async fn records_that_cannot_be_reconciled_are_counted_and_skipped() {
     assert_eq!(window["tiers"], json!({"agent": 5}));
     let (_, metrics) = audit.get("/metrics").await;
     for line in [
-        r#"audit_records_rejected_total{reason="window_ms"} 1"#,
-        r#"audit_records_rejected_total{reason="unaligned"} 1"#,
-        r#"audit_records_rejected_total{reason="not_an_envelope"} 1"#,
-        r#"audit_records_rejected_total{reason="unknown_schema"} 1"#,
-        "audit_records_applied_total 1",
+        r#"tributary_audit_records_rejected_total{reason="window_ms"} 1"#,
+        r#"tributary_audit_records_rejected_total{reason="unaligned"} 1"#,
+        r#"tributary_audit_records_rejected_total{reason="not_an_envelope"} 1"#,
+        r#"tributary_audit_records_rejected_total{reason="unknown_schema"} 1"#,
+        "tributary_audit_records_applied_total 1",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
     }

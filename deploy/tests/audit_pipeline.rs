@@ -93,7 +93,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
     let dashboard = format!("http://{}", audit_listener.local_addr().unwrap());
     let stop_audit = CancellationToken::new();
     let audit_task = tokio::spawn(audit::run(
-        audit::Config { window_ms: WINDOW_MS, grace_ms: 1_000, ..audit::Config::default() },
+        audit::Config { audit_window_ms: WINDOW_MS, grace_ms: 1_000, ..audit::Config::default() },
         session(&embedded, &analytics.chroot).unwrap(),
         vec![("live-a".into(), session(&embedded, &live.chroot).unwrap())],
         RegistryClient::new(registry.url()).unwrap(),

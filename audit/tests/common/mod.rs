@@ -38,7 +38,7 @@ pub fn future_window() -> i64 {
 /// Small windows, no grace, quick retries: what every test runs with.
 pub fn test_config() -> Config {
     Config {
-        window_ms: WINDOW_MS,
+        audit_window_ms: WINDOW_MS,
         grace_ms: 0,
         fetch_wait_ms: 20,
         discovery_ms: 300,

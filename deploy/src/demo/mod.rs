@@ -189,7 +189,7 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
 
     // The audit service and its dashboard.
     let audit_config = audit::Config {
-        window_ms: options.window_ms,
+        audit_window_ms: options.window_ms,
         grace_ms: options.grace_ms,
         // The loader runs every `loader_interval`: until then its shortfall is not loss.
         loader_grace_ms: Some(

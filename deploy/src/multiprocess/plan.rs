@@ -413,7 +413,7 @@ fn audit(topology: &Topology, binaries: &Path) -> Component {
         ("live", toml::Value::Array(live)),
         ("registry", registry_url(topology).into()),
         ("http", format!("{HOST}:{}", topology.audit_port()).into()),
-        ("window_ms", window_ms(topology)),
+        ("audit_window_ms", window_ms(topology)),
     ]);
     let mut component =
         service(topology, "audit", binaries.join("audit"), "audit", &topology.audit, derived);
