@@ -27,19 +27,35 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-/// Parses the command line into `C`. On a bad argument prints `{binary}: {clap's first line}`
-/// and exits with code 2; `--help` and `--version` print and exit 0.
+/// Parses the command line into `C`. On a bad argument prints `{binary}: {what clap says}` on
+/// one line and exits with code 2; `--help` and `--version` print and exit 0; a missing
+/// subcommand prints the help and exits 2.
 pub fn parse<C: clap::Parser>(binary: &str) -> C {
     match C::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            e.exit()
+        }
         Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{binary}: {}", first.trim_start_matches("error: "));
+            eprintln!("{binary}: {}", clap_message(&e));
             std::process::exit(2);
         }
     }
+}
+
+/// Clap's first paragraph on one line, e.g. `the following required arguments were not
+/// provided: --topic <TOPIC>` (the first line alone would leave out which).
+fn clap_message(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let paragraph: Vec<&str> = rendered
+        .trim_start()
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let message = paragraph.join(" ");
+    message.strip_prefix("error: ").unwrap_or(&message).to_owned()
 }
 
 /// The exit code for `result`, after printing a failure as one line.
@@ -51,7 +67,7 @@ pub fn finish(binary: &str, result: Result<(), Failure>) -> ExitCode {
             ExitCode::from(2)
         }
         Err(Failure::Runtime(e)) => {
-            tracing::error!("{}", one_line(&e));
+            // Not through `tracing` as well: stderr is the log, and the line is said once.
             eprintln!("{binary}: {}", one_line(&e));
             ExitCode::FAILURE
         }
@@ -75,7 +91,23 @@ pub fn one_line(error: &anyhow::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[arg(long)]
+        topic: String,
+    }
+
+    #[test]
+    fn a_clap_error_is_one_line_that_names_the_argument() {
+        let error = Args::try_parse_from(["x"]).unwrap_err();
+        let message = clap_message(&error);
+        assert!(!message.contains('\n') && message.contains("--topic"), "{message}");
+        assert!(!message.starts_with("error:"), "{message}");
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("no broker answered for topic x: {0}")]

@@ -131,8 +131,7 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
     let mut progress = Progress::new("consumed", args.progress);
     let mut out = std::io::BufWriter::with_capacity(64 << 10, std::io::stdout().lock());
     let idle = Duration::from_millis(args.idle_ms);
-    let stop = shutdown_signal();
-    tokio::pin!(stop);
+    let stop = service::shutdown::on_signal()?;
     let outcome = loop {
         if progress.messages >= limit {
             break Ok(());
@@ -145,7 +144,7 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
             }
         };
         let message = tokio::select! {
-            _ = &mut stop => break Ok(()),
+            () = stop.cancelled() => break Ok(()),
             next = next => match next {
                 None | Some(None) => break Ok(()), // idle, or the consumer closed
                 Some(Some(message)) => message,
@@ -177,18 +176,4 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
         eprintln!("trib: {}", progress.summary());
     }
     outcome
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
-        (Ok(mut int), Ok(mut term)) => {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }

@@ -16,36 +16,23 @@ mod topics;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use clap::error::ErrorKind;
+use anyhow::Context;
+use service::Failure;
 
 use cli::{Cli, Command};
 
-/// Exit code of a failure while running.
-const EXIT_FAILURE: u8 = 1;
-/// Exit code of bad arguments, as clap and most Unix tools use.
-const EXIT_USAGE: u8 = 2;
-
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return usage_error(e),
-    };
-    init_logging();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("trib: error: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
-    };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("trib: error: {e:#}");
-            ExitCode::from(EXIT_FAILURE)
-        }
-    }
+    let cli: Cli = service::cli::parse("trib");
+    service::cli::finish("trib", start(cli))
+}
+
+fn start(cli: Cli) -> Result<(), Failure> {
+    // By default only errors, since a failure is reported anyway (`RUST_LOG=warn` shows
+    // retries and unreachable brokers as they happen).
+    service::logging::init("error").map_err(Failure::usage)?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    runtime.block_on(run(cli))?;
+    Ok(())
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -57,44 +44,4 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Offsets(args) => offsets::run(args, json).await,
         Command::Groups { command } => groups::run(command, json).await,
     }
-}
-
-/// Help and version go to stdout with success; a bad argument is one line and exit code 2.
-fn usage_error(error: clap::Error) -> ExitCode {
-    match error.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
-            let _ = error.print();
-            ExitCode::SUCCESS
-        }
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            let _ = error.print();
-            ExitCode::from(EXIT_USAGE)
-        }
-        _ => {
-            // clap's first paragraph, e.g. "required arguments were not provided:\n  --topic"
-            let rendered = error.render().to_string();
-            let paragraph: Vec<&str> = rendered
-                .trim_start()
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect();
-            let message = paragraph.join(" ");
-            let message = message.strip_prefix("error: ").unwrap_or(&message);
-            eprintln!("trib: error: {message} (see trib --help)");
-            ExitCode::from(EXIT_USAGE)
-        }
-    }
-}
-
-/// Logs to stderr at `RUST_LOG`; by default only errors, since a failure is reported anyway
-/// (`RUST_LOG=warn` shows retries and unreachable brokers as they happen).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
 }
