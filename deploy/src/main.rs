@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deploy::multiprocess::{DeployError, Deployment};
+use service::Failure;
 
 /// The Tributary launcher.
 #[derive(Debug, Parser)]
@@ -51,7 +53,7 @@ enum Commands {
 #[derive(Debug, clap::Args)]
 struct DemoArgs {
     /// Run this long (e.g. 60s, 5m, 1h), then drain; until Ctrl-C without it.
-    #[arg(long, value_name = "D", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", value_parser = service::duration::parse_positive)]
     duration: Option<Duration>,
     /// Where every broker, the registry, the agents' spools and the Parquet output live. Emptied
     /// first if an earlier demo made it; any other non-empty directory is refused.
@@ -67,40 +69,12 @@ struct DemoArgs {
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080")]
     dashboard: String,
     /// How often the loader runs.
-    #[arg(long, value_name = "D", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "D", default_value = "60s", value_parser = service::duration::parse_positive)]
     loader_interval: Duration,
 }
 
-/// `90`, `90s`, `1500ms`, `5m`, `1h`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit_ms) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1_000)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60_000)
-    } else if let Some(n) = text.strip_suffix('h') {
-        (n, 3_600_000)
-    } else {
-        (text, 1_000)
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 1500ms, 5m, 1h)"))?;
-    match n.checked_mul(unit_ms) {
-        Some(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-        _ => Err(format!("{text:?} must be positive and at most a few centuries")),
-    }
-}
-
-fn demo(args: DemoArgs) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+fn demo(args: DemoArgs) -> Result<(), Failure> {
+    service::logging::init("warn").map_err(Failure::usage)?;
     let options = deploy::demo::DemoOptions {
         duration: args.duration,
         data_dir: args.data_dir,
@@ -110,69 +84,32 @@ fn demo(args: DemoArgs) -> ExitCode {
         loader_interval: args.loader_interval,
         ..deploy::demo::DemoOptions::default()
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("tributary: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;
     let result = runtime.block_on(async {
-        let interrupt = tokio_util::sync::CancellationToken::new();
-        let on_signal = interrupt.clone();
-        tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut term), Ok(mut int)) =
-                (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-            else {
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            on_signal.cancel();
-        });
-        deploy::demo::run(options, interrupt).await
-    });
+        let interrupt = service::shutdown::on_signal()?;
+        anyhow::Ok(deploy::demo::run(options, interrupt).await)
+    })?;
     match result {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e @ deploy::demo::DemoError::NotADemoDir(_)) => {
-            eprintln!("tributary: {e}");
-            ExitCode::from(2)
-        }
-        Err(e) => {
-            eprintln!("tributary: {e}");
-            ExitCode::FAILURE
-        }
+        Ok(_) => Ok(()),
+        Err(e @ deploy::demo::DemoError::NotADemoDir(_)) => Err(Failure::usage(e)),
+        Err(e) => Err(Failure::Runtime(e.into())),
     }
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(), // --help, --version
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            eprintln!("tributary: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
-    };
+    let cli: Cli = service::cli::parse("tributary");
+    service::cli::finish("tributary", start(cli))
+}
+
+fn start(cli: Cli) -> Result<(), Failure> {
     if let Commands::Demo(args) = cli.command {
         return demo(args);
     }
-    match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tributary: {e}");
-            // A bad topology or process name is a usage error, like a bad flag.
-            match e {
-                DeployError::Topology(_) | DeployError::UnknownProcess { .. } => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
-            }
-        }
-    }
+    run(cli.command).map_err(|e| match e {
+        // A bad topology or process name is a usage error, like a bad flag.
+        DeployError::Topology(_) | DeployError::UnknownProcess { .. } => Failure::usage(e),
+        e => Failure::Runtime(e.into()),
+    })
 }
 
 fn run(command: Commands) -> Result<(), DeployError> {

@@ -39,6 +39,9 @@ fn free_ports(n: usize) -> Vec<u16> {
 /// The first of `n` consecutive free ports (SeaweedFS takes a block of them). Each call
 /// (and each test process) starts looking somewhere else, so tests running at once do not
 /// pick the same block.
+/// Brokers of the test topology: two per cluster.
+const BROKERS: u16 = 6;
+
 fn free_port_block(n: u16) -> u16 {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let first =
@@ -70,21 +73,23 @@ impl Deployment {
             "zookeeper",
             "s3",
             "registry",
-            "live-a-0",
-            "live-a-1",
             "live-a-lb",
             "live-a-agent",
-            "live-b-0",
-            "live-b-1",
             "live-b-lb",
             "live-b-agent",
-            "analytics-0",
-            "analytics-1",
             "mirror",
+            "loader",
             "audit",
         ];
-        let ports: BTreeMap<&'static str, u16> =
+        let mut ports: BTreeMap<&'static str, u16> =
             names.into_iter().zip(free_ports(names.len())).collect();
+        // The six brokers on consecutive ports, and their metrics ports six above them.
+        let brokers = free_port_block(2 * BROKERS);
+        let broker_names =
+            ["live-a-0", "live-a-1", "live-b-0", "live-b-1", "analytics-0", "analytics-1"];
+        for (name, port) in broker_names.into_iter().zip(brokers..) {
+            ports.insert(name, port);
+        }
         let p = |name: &str| ports[name];
         let topology = dir.path().join("topology.toml");
         let text = format!(
@@ -114,6 +119,7 @@ settings = {{ register_schemas = "{schemas}" }}
 [broker]
 config = "{configs}/broker.toml"
 settings = {{ num_partitions = 2, flush_ms = 100, zookeeper_session_timeout_ms = 3000 }}
+metrics_port_offset = {BROKERS}
 
 [live.live-a]
 broker_ports = [{la0}, {la1}]
@@ -139,6 +145,7 @@ settings = {{ audit_publish_ms = 1000, commit_ms = 500 }}
 
 [loader]
 interval = "2s"
+metrics_port = {loader}
 config = "{configs}/hdfs-loader.toml"
 
 [audit]
@@ -164,6 +171,7 @@ settings = {{ grace_ms = {GRACE_MS} }}
             an0 = p("analytics-0"),
             an1 = p("analytics-1"),
             mirror = p("mirror"),
+            loader = p("loader"),
             audit = p("audit"),
         );
         std::fs::write(&topology, text).expect("write topology");
@@ -271,6 +279,7 @@ fn bad_topology_is_one_line_naming_the_key_with_exit_code_2() {
             "zookeeper.chroot_prefix",
         ),
         (format!("{minimal}[loader]\ninterval = \"soon\"\n"), "loader.interval"),
+        (format!("{minimal}[loader]\ninterval = \"90\"\n"), "loader.interval"),
         (format!("{minimal}[broker]\nport = 5\n"), "broker.port"),
         (minimal.replace("run_dir = \"run\"\n", ""), "run_dir"),
         (format!("{minimal}[broker]\nsettings = {{ port = 5 }}\n"), "broker.settings.port"),
@@ -468,6 +477,24 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         (a.1 > 0 && b.1 > 0).then_some(())
     });
 
+    // Every service's /metrics, as `up` lists them, is read by a real OpenMetrics parser.
+    let pages: Vec<&str> = up
+        .lines()
+        .skip_while(|line| !line.starts_with("metrics"))
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        pages.len(),
+        6 + 1 + 2 + 1 + 1 + 1,
+        "brokers, registry, agents, mirror, loader, audit: {up}"
+    );
+    for url in pages {
+        let addr = url.trim_start_matches("http://").trim_end_matches("/metrics");
+        let samples = testkit::metrics::parse(&testkit::metrics::scrape(addr));
+        assert!(!samples.is_empty(), "{url} has samples");
+    }
+
     // A live broker dies; HAProxy sends the agent's batches to the other one meanwhile, and
     // `up` restarts it once its ZooKeeper registration has expired.
     let victim = deployment.pid("broker-live-a-0");
@@ -612,7 +639,7 @@ fn config_defaults_to_deploy_local_toml_from_the_repository_root() {
     );
     assert_eq!(names, expected, "{stdout}");
     assert!(stdout.contains("127.0.0.1:9101 in 127.0.0.1:2181/tributary/live-a"), "{stdout}");
-    assert!(stdout.contains("http://127.0.0.1:8600/"), "{stdout}");
+    assert!(stdout.contains("http://127.0.0.1:8080/"), "{stdout}");
 }
 
 #[test]

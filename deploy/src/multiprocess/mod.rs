@@ -244,7 +244,14 @@ impl Deployment {
                 t.seaweedfs.s3_port
             ),
         )?;
-        say(out, format_args!("logs            {}", t.run_dir.join("logs").display()))
+        say(out, format_args!("logs            {}", t.run_dir.join("logs").display()))?;
+        say(out, format_args!("metrics (Prometheus text at each):"))?;
+        for component in &self.components {
+            if let Some(url) = &component.metrics {
+                say(out, format_args!("  {:<20} {url}", component.name))?;
+            }
+        }
+        Ok(())
     }
 
     /// Every process's state, in start order.

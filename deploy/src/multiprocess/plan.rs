@@ -3,12 +3,13 @@
 //! order, `down` stops them in the reverse order, `status` lists them.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::ready::Ready;
-use super::topology::{
-    HOST, SEAWEEDFS_EXTRA_PORTS, Service, Topology, TopologyError, parse_duration_ms,
-};
+use super::topology::{HOST, SEAWEEDFS_EXTRA_PORTS, Service, Topology, TopologyError};
 
 /// One process of the deployment.
 #[derive(Debug, Clone)]
@@ -35,6 +36,8 @@ pub struct Component {
     /// If it exits before it is ready with this text in its log, the condition is temporary:
     /// `up` starts it again (once a second, within the ready timeout).
     pub retry_on: Option<&'static str>,
+    /// Its `/metrics` URL, where it has one.
+    pub metrics: Option<String>,
 }
 
 /// A generated config file.
@@ -48,9 +51,46 @@ pub struct ConfigFile {
 pub enum ConfigContent {
     /// Written as is (ZooKeeper's `zoo.cfg`, HAProxy's config).
     Text(String),
-    /// A service's TOML: its `config` file, then its `settings`, then the keys the topology
-    /// decides (ports, addresses, directories), which `settings` may not set.
-    Toml { key: String, base: Option<PathBuf>, settings: toml::Table, derived: toml::Table },
+    /// A service's TOML: its `config` file, then its `settings`, read into the service's own
+    /// typed config (so a key it does not know is the topology's error, named), then the
+    /// fields the topology decides (ports, addresses, directories) set on it, and the whole
+    /// config serialized. `settings` may not set those fields.
+    Service { key: String, base: Option<PathBuf>, settings: toml::Table, typed: TypedConfig },
+}
+
+/// How one kind of service's config is built: the fields the topology sets, and the service's
+/// own config type that the file is read into and written from.
+#[derive(Clone)]
+pub struct TypedConfig {
+    /// The keys [`TypedConfig::build`] sets; `settings` may not name them.
+    derived: &'static [&'static str],
+    build: Arc<dyn Fn(toml::Table) -> Result<String, String> + Send + Sync>,
+}
+
+impl std::fmt::Debug for TypedConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedConfig").field("derived", &self.derived).finish_non_exhaustive()
+    }
+}
+
+impl TypedConfig {
+    /// The config of type `T` read from the user's keys, with `set` applied: `set` assigns
+    /// exactly the fields named in `derived`.
+    fn new<T: Serialize + DeserializeOwned + 'static>(
+        derived: &'static [&'static str],
+        set: impl Fn(&mut T) + Send + Sync + 'static,
+    ) -> TypedConfig {
+        let build = move |user: toml::Table| {
+            let mut config: T = toml::Value::Table(user).try_into().map_err(|e| one_line(&e))?;
+            set(&mut config);
+            toml::to_string(&config).map_err(|e| one_line(&e))
+        };
+        TypedConfig { derived, build: Arc::new(build) }
+    }
+}
+
+fn one_line(e: &impl std::fmt::Display) -> String {
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 impl ConfigContent {
@@ -58,41 +98,40 @@ impl ConfigContent {
     pub fn render(&self, topology_path: &Path) -> Result<String, TopologyError> {
         match self {
             ConfigContent::Text(text) => Ok(text.clone()),
-            ConfigContent::Toml { key, base, settings, derived } => {
+            ConfigContent::Service { key, base, settings, typed } => {
+                let error = |at: String, message: String| TopologyError::Key {
+                    path: topology_path.to_owned(),
+                    key: at,
+                    message,
+                };
                 let mut table = match base {
                     Some(path) => {
-                        let text =
-                            std::fs::read_to_string(path).map_err(|e| TopologyError::Key {
-                                path: topology_path.to_owned(),
-                                key: format!("{key}.config"),
-                                message: format!("cannot read {}: {e}", path.display()),
-                            })?;
-                        toml::from_str::<toml::Table>(&text).map_err(|e| TopologyError::Key {
-                            path: topology_path.to_owned(),
-                            key: format!("{key}.config"),
-                            message: format!("{}: {}", path.display(), e.message()),
+                        let text = std::fs::read_to_string(path).map_err(|e| {
+                            error(
+                                format!("{key}.config"),
+                                format!("cannot read {}: {e}", path.display()),
+                            )
+                        })?;
+                        toml::from_str::<toml::Table>(&text).map_err(|e| {
+                            error(
+                                format!("{key}.config"),
+                                format!("{}: {}", path.display(), e.message()),
+                            )
                         })?
                     }
                     None => toml::Table::new(),
                 };
                 for (name, value) in settings {
-                    if derived.contains_key(name) {
-                        return Err(TopologyError::Key {
-                            path: topology_path.to_owned(),
-                            key: format!("{key}.settings.{name}"),
-                            message: "is set by the topology itself; remove it".into(),
-                        });
+                    if typed.derived.contains(&name.as_str()) {
+                        return Err(error(
+                            format!("{key}.settings.{name}"),
+                            "is set by the topology itself; remove it".into(),
+                        ));
                     }
                     table.insert(name.clone(), value.clone());
                 }
-                for (name, value) in derived {
-                    table.insert(name.clone(), value.clone());
-                }
-                let body = toml::to_string(&table).map_err(|e| TopologyError::Key {
-                    path: topology_path.to_owned(),
-                    key: format!("{key}.settings"),
-                    message: e.to_string(),
-                })?;
+                let body = (typed.build)(table)
+                    .map_err(|message| error(format!("{key}.settings"), message))?;
                 Ok(format!(
                     "# Generated by `tributary up`; edit the topology file instead.\n{body}"
                 ))
@@ -176,6 +215,7 @@ fn zookeeper(topology: &Topology) -> Component {
         marker: display(&config),
         ours: false,
         retry_on: None,
+        metrics: None,
     }
 }
 
@@ -235,6 +275,7 @@ fn seaweedfs(topology: &Topology) -> Component {
         marker: format!("-dir={}", data.display()),
         ours: false,
         retry_on: None,
+        metrics: None,
     }
 }
 
@@ -245,7 +286,7 @@ fn service(
     program: PathBuf,
     key: &str,
     service: &Service,
-    derived: toml::Table,
+    typed: TypedConfig,
 ) -> Component {
     let config = config_path(topology, name, "toml");
     Component {
@@ -256,11 +297,11 @@ fn service(
         env_remove: Vec::new(),
         config: Some(ConfigFile {
             path: config.clone(),
-            content: ConfigContent::Toml {
+            content: ConfigContent::Service {
                 key: key.to_owned(),
                 base: service.config.clone(),
                 settings: service.settings.clone(),
-                derived,
+                typed,
             },
         }),
         dirs: Vec::new(),
@@ -269,34 +310,35 @@ fn service(
         marker: display(&config),
         ours: true,
         retry_on: None,
+        metrics: None,
     }
-}
-
-fn table<const N: usize>(entries: [(&str, toml::Value); N]) -> toml::Table {
-    entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn schema_registry(topology: &Topology, binaries: &Path) -> Component {
     let port = topology.schema_registry_port();
-    let mut derived = table([
-        ("host", HOST.into()),
-        ("port", i64::from(port).into()),
-        ("data_dir", display(&data_dir(topology, "schema-registry")).into()),
-    ]);
+    let data_dir = data_dir(topology, "schema-registry");
     // The pipeline's schemas, unless the topology names its own directory in `settings`.
-    if !topology.schema_registry.settings.contains_key("register_schemas") {
-        let shipped = events::schemas::source_dir();
-        derived.insert("register_schemas".into(), display(&shipped).into());
-    }
+    let shipped = (!topology.schema_registry.settings.contains_key("register_schemas"))
+        .then(events::schemas::source_dir);
+    let typed =
+        TypedConfig::new(&["host", "port", "data_dir"], move |c: &mut schema_registry::Config| {
+            c.host = HOST.into();
+            c.port = port;
+            c.data_dir = data_dir.clone();
+            if let Some(dir) = &shipped {
+                c.register_schemas = Some(dir.clone());
+            }
+        });
     let mut component = service(
         topology,
         "schema-registry",
         binaries.join("schema-registry"),
         "schema_registry",
         &topology.schema_registry,
-        derived,
+        typed,
     );
     component.address = registry_url(topology);
+    component.metrics = Some(format!("{}/metrics", registry_url(topology)));
     component
 }
 
@@ -307,21 +349,37 @@ pub fn registry_url(topology: &Topology) -> String {
 
 fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: u16) -> Component {
     let name = format!("broker-{cluster}-{id}");
-    let derived = table([
-        ("broker_id", i64::try_from(id).unwrap_or(i64::MAX).into()),
-        ("host", HOST.into()),
-        ("port", i64::from(port).into()),
-        ("data_dir", display(&data_dir(topology, &name)).into()),
-        ("zookeeper", topology.zookeeper_connect(cluster).into()),
-    ]);
-    let mut component =
-        service(topology, &name, binaries.join("broker"), "broker", &topology.broker, derived);
+    let data_dir = data_dir(topology, &name);
+    let zookeeper = topology.zookeeper_connect(cluster);
+    let metrics = format!("{HOST}:{}", topology.broker_metrics_port(port));
+    let metrics_url = format!("http://{metrics}/metrics");
+    let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
+    let typed = TypedConfig::new(
+        &["broker_id", "host", "port", "data_dir", "zookeeper", "metrics"],
+        move |c: &mut broker::BrokerConfig| {
+            c.broker_id = broker_id;
+            c.host = HOST.into();
+            c.port = port;
+            c.data_dir = data_dir.clone();
+            c.zookeeper = Some(zookeeper.clone());
+            c.metrics = Some(metrics.clone());
+        },
+    );
+    let mut component = service(
+        topology,
+        &name,
+        binaries.join("broker"),
+        "broker",
+        &topology.broker.service(),
+        typed,
+    );
     // Serving alone is not enough: the rest of the pipeline finds brokers in ZooKeeper.
     component.ready = Ready::LogLine { text: "registered broker".into() };
     // After a crash, the broker's id stays registered until its old ZooKeeper session
     // expires (`zookeeper_session_timeout_ms`); the new broker refuses to start until then.
     component.retry_on = Some("is already registered");
     component.address = format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster));
+    component.metrics = Some(metrics_url);
     component
 }
 
@@ -359,6 +417,7 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
         marker: display(&config),
         ours: false,
         retry_on: None,
+        metrics: None,
     }
 }
 
@@ -370,26 +429,27 @@ fn agent(
     port: u16,
 ) -> Component {
     let name = format!("agent-{cluster}");
-    let derived = table([
-        ("registry", registry_url(topology).into()),
-        // Through the load balancer, partition -1: any live broker takes any batch.
-        ("brokers", toml::Value::Array(vec![format!("{HOST}:{lb_port}").into()])),
-        ("http", format!("{HOST}:{port}").into()),
-        ("spool_dir", display(&data_dir(topology, &name)).into()),
-        // Each agent's audit counts are its own: (tier, host, topic, window) names a count.
-        ("host_name", name.clone().into()),
-        ("audit_window_ms", window_ms(topology)),
-    ]);
-    let mut component = service(
-        topology,
-        &name,
-        binaries.join("frontend-agent"),
-        "agent",
-        &topology.agent,
-        derived,
+    let (registry, spool_dir, host_name) =
+        (registry_url(topology), data_dir(topology, &name), name.clone());
+    let window_ms = window_ms(topology);
+    let typed = TypedConfig::new(
+        &["registry", "brokers", "http", "spool_dir", "host_name", "audit_window_ms"],
+        move |c: &mut frontend_agent::Config| {
+            c.registry = registry.clone();
+            // Through the load balancer, partition -1: any live broker takes any batch.
+            c.brokers = vec![format!("{HOST}:{lb_port}")];
+            c.http = format!("{HOST}:{port}");
+            c.spool_dir = spool_dir.clone();
+            // Each agent's audit counts are its own: (tier, host, topic, window) names a count.
+            c.host_name = Some(host_name.clone());
+            c.audit_window_ms = window_ms;
+        },
     );
+    let mut component =
+        service(topology, &name, binaries.join("frontend-agent"), "agent", &topology.agent, typed);
     component.args.insert(0, "serve".into());
     component.address = agent_url(port);
+    component.metrics = Some(format!("{}/metrics", agent_url(port)));
     component
 }
 
@@ -398,26 +458,33 @@ pub fn agent_url(port: u16) -> String {
     format!("http://{HOST}:{port}")
 }
 
-fn window_ms(topology: &Topology) -> toml::Value {
-    i64::try_from(topology.audit_window_ms).unwrap_or(i64::MAX).into()
+fn window_ms(topology: &Topology) -> i64 {
+    i64::try_from(topology.audit_window_ms).unwrap_or(i64::MAX)
 }
 
 fn audit(topology: &Topology, binaries: &Path) -> Component {
-    let live = topology
+    let live: Vec<String> = topology
         .live
         .keys()
-        .map(|name| toml::Value::from(format!("{name}={}", topology.zookeeper_connect(name))))
+        .map(|name| format!("{name}={}", topology.zookeeper_connect(name)))
         .collect();
-    let derived = table([
-        ("zookeeper", topology.zookeeper_connect(&topology.analytics.name).into()),
-        ("live", toml::Value::Array(live)),
-        ("registry", registry_url(topology).into()),
-        ("http", format!("{HOST}:{}", topology.audit_port()).into()),
-        ("audit_window_ms", window_ms(topology)),
-    ]);
+    let zookeeper = topology.zookeeper_connect(&topology.analytics.name);
+    let (registry, http, window_ms) =
+        (registry_url(topology), format!("{HOST}:{}", topology.audit_port()), window_ms(topology));
+    let typed = TypedConfig::new(
+        &["zookeeper", "live", "registry", "http", "audit_window_ms"],
+        move |c: &mut audit::Config| {
+            c.zookeeper = Some(zookeeper.clone());
+            c.live = live.clone();
+            c.registry = Some(registry.clone());
+            c.http = http.clone();
+            c.audit_window_ms = window_ms;
+        },
+    );
     let mut component =
-        service(topology, "audit", binaries.join("audit"), "audit", &topology.audit, derived);
+        service(topology, "audit", binaries.join("audit"), "audit", &topology.audit, typed);
     component.address = dashboard_url(topology);
+    component.metrics = Some(format!("{}metrics", dashboard_url(topology)));
     component
 }
 
@@ -427,29 +494,34 @@ pub fn dashboard_url(topology: &Topology) -> String {
 }
 
 fn mirror(topology: &Topology, binaries: &Path) -> Component {
-    let sources = topology
+    let sources: Vec<String> = topology
         .live
         .keys()
-        .map(|name| toml::Value::from(format!("{name}={}", topology.zookeeper_connect(name))))
+        .map(|name| format!("{name}={}", topology.zookeeper_connect(name)))
         .collect();
-    let derived = table([
-        ("source", toml::Value::Array(sources)),
-        ("target", topology.zookeeper_connect(&topology.analytics.name).into()),
-        ("registry", registry_url(topology).into()),
-        ("metrics", format!("{HOST}:{}", topology.mirror_port()).into()),
-        ("host_name", "mirror".into()),
-        ("audit_window_ms", window_ms(topology)),
-    ]);
+    let target = topology.zookeeper_connect(&topology.analytics.name);
+    let (registry, metrics, window_ms) =
+        (registry_url(topology), format!("{HOST}:{}", topology.mirror_port()), window_ms(topology));
+    let typed = TypedConfig::new(
+        &["source", "target", "registry", "metrics", "host_name", "audit_window_ms"],
+        move |c: &mut mirror::Config| {
+            c.source = sources.clone();
+            c.target = Some(target.clone());
+            c.registry = Some(registry.clone());
+            c.metrics = Some(metrics.clone());
+            c.host_name = Some("mirror".into());
+            c.audit_window_ms = window_ms;
+        },
+    );
     let mut component =
-        service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, derived);
+        service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, typed);
     component.address = format!("http://{HOST}:{}/metrics", topology.mirror_port());
+    component.metrics = Some(component.address.clone());
     component
 }
 
 fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u16) -> Component {
     let sim = &topology.simulator;
-    // Checked when the topology was loaded.
-    let duration_ms = parse_duration_ms(&sim.duration).unwrap_or(0);
     let agent = format!("--agent={}", agent_url(agent_port));
     Component {
         name: format!("simulator-{cluster}"),
@@ -458,7 +530,7 @@ fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u1
             "simulate".into(),
             agent.clone(),
             format!("--rate={}", sim.rate),
-            format!("--duration={}", service::duration::format(Duration::from_millis(duration_ms))),
+            format!("--duration={}", service::duration::format(sim.duration)),
             format!("--topics={}", sim.topics.join(",")),
         ],
         env: vec![("NO_COLOR".into(), "1".into())],
@@ -472,6 +544,7 @@ fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u1
         marker: agent,
         ours: true,
         retry_on: None,
+        metrics: None,
     }
 }
 
@@ -481,21 +554,31 @@ pub fn store_url(topology: &Topology) -> String {
 }
 
 fn loader(topology: &Topology, binaries: &Path) -> Component {
-    let derived = table([
-        ("store", store_url(topology).into()),
-        ("zookeeper", topology.zookeeper_connect(&topology.analytics.name).into()),
-        ("registry", registry_url(topology).into()),
-        ("interval", topology.loader.interval.clone().into()),
-        ("host_name", "loader".into()),
-        ("audit_window_ms", window_ms(topology)),
-    ]);
+    let store = store_url(topology);
+    let zookeeper = topology.zookeeper_connect(&topology.analytics.name);
+    let (registry, interval, window_ms) =
+        (registry_url(topology), topology.loader.interval, window_ms(topology));
+    let metrics = format!("{HOST}:{}", topology.loader_port());
+    let metrics_url = format!("http://{metrics}/metrics");
+    let typed = TypedConfig::new(
+        &["store", "zookeeper", "registry", "interval", "metrics", "host_name", "audit_window_ms"],
+        move |c: &mut hdfs_loader::Config| {
+            c.store = Some(store.clone());
+            c.zookeeper = Some(zookeeper.clone());
+            c.registry = Some(registry.clone());
+            c.interval = interval;
+            c.metrics = Some(metrics.clone());
+            c.host_name = Some("loader".into());
+            c.audit_window_ms = window_ms;
+        },
+    );
     let settings = Service {
         config: topology.loader.config.clone(),
         settings: topology.loader.settings.clone(),
         port: None,
     };
     let mut component =
-        service(topology, "loader", binaries.join("hdfs-loader"), "loader", &settings, derived);
+        service(topology, "loader", binaries.join("hdfs-loader"), "loader", &settings, typed);
     component.args.insert(0, "serve".into());
     // SeaweedFS runs without authentication: any key is accepted, but one must be given.
     let endpoint = format!("http://{HOST}:{}", topology.seaweedfs.s3_port);
@@ -510,8 +593,9 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
         .map(|(k, v)| (k.to_owned(), v.to_owned())),
     );
     component.env_remove.push("AWS_SESSION_TOKEN".into());
-    // It serves nothing: a bad setting or an unreachable store or ZooKeeper ends it at once.
-    component.ready = Ready::Running { ms: 2000 };
+    // It has no port of its own but the metrics one: ready once that listens.
+    component.ready = Ready::LogLine { text: "metrics listening on".into() };
     component.address = format!("{} at {endpoint}", store_url(topology));
+    component.metrics = Some(metrics_url);
     component
 }

@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 /// Where every process listens: the deployment is loopback-only.
@@ -48,7 +50,7 @@ pub struct Topology {
     pub schema_registry: Service,
     /// Settings every broker gets (`config`, `settings`); ports are per cluster.
     #[serde(default)]
-    pub broker: Service,
+    pub broker: Broker,
     /// Live clusters by name, each with brokers, a load balancer, an agent and a simulator.
     pub live: BTreeMap<String, LiveCluster>,
     pub analytics: Analytics,
@@ -123,6 +125,34 @@ pub struct Service {
     pub port: Option<u16>,
 }
 
+/// Every broker's settings. Its `/metrics` port is its broker port plus `metrics_port_offset`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Broker {
+    pub config: Option<PathBuf>,
+    #[serde(default)]
+    pub settings: toml::Table,
+    #[serde(default = "defaults::broker_metrics_port_offset")]
+    pub metrics_port_offset: u16,
+}
+
+impl Broker {
+    /// The broker's config and settings, as any service has them.
+    pub fn service(&self) -> Service {
+        Service { config: self.config.clone(), settings: self.settings.clone(), port: None }
+    }
+}
+
+impl Default for Broker {
+    fn default() -> Broker {
+        Broker {
+            config: None,
+            settings: toml::Table::new(),
+            metrics_port_offset: defaults::broker_metrics_port_offset(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LiveCluster {
@@ -150,9 +180,9 @@ pub struct Simulator {
     pub rate: u32,
     #[serde(default = "defaults::simulator_topics")]
     pub topics: Vec<String>,
-    /// How long a simulator runs, e.g. `"1h"`.
-    #[serde(default = "defaults::simulator_duration")]
-    pub duration: String,
+    /// How long a simulator runs, with a unit, e.g. `"1h"`.
+    #[serde(default = "defaults::simulator_duration", with = "service::duration::serde_text")]
+    pub duration: Duration,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,15 +191,20 @@ pub struct Loader {
     /// Key prefix inside the bucket.
     #[serde(default = "defaults::loader_prefix")]
     pub prefix: String,
-    /// Pause between two load runs, e.g. `"1m"`.
-    #[serde(default = "defaults::loader_interval")]
-    pub interval: String,
+    /// Pause between two load runs, with a unit, e.g. `"1m"`.
+    #[serde(default = "defaults::loader_interval", with = "service::duration::serde_text")]
+    pub interval: Duration,
+    /// Its `/metrics` port.
+    #[serde(default = "defaults::loader_metrics_port")]
+    pub metrics_port: u16,
     pub config: Option<PathBuf>,
     #[serde(default)]
     pub settings: toml::Table,
 }
 
 mod defaults {
+    use std::time::Duration;
+
     pub fn ready_timeout_ms() -> u64 {
         30_000
     }
@@ -221,14 +256,20 @@ mod defaults {
     pub fn simulator_topics() -> Vec<String> {
         vec!["page-view".into(), "click".into(), "search".into()]
     }
-    pub fn simulator_duration() -> String {
-        "24h".into()
+    pub fn simulator_duration() -> Duration {
+        Duration::from_secs(24 * 3600)
     }
     pub fn loader_prefix() -> String {
         "warehouse".into()
     }
-    pub fn loader_interval() -> String {
-        "1m".into()
+    pub fn loader_interval() -> Duration {
+        Duration::from_secs(60)
+    }
+    pub fn loader_metrics_port() -> u16 {
+        8502
+    }
+    pub fn broker_metrics_port_offset() -> u16 {
+        1000
     }
 }
 
@@ -268,6 +309,7 @@ impl Default for Loader {
         Loader {
             prefix: defaults::loader_prefix(),
             interval: defaults::loader_interval(),
+            metrics_port: defaults::loader_metrics_port(),
             config: None,
             settings: toml::Table::new(),
         }
@@ -325,18 +367,17 @@ impl Topology {
         if let Some(dir) = &mut self.binaries.dir {
             resolve(dir);
         }
-        for service in [
-            &mut self.schema_registry,
-            &mut self.broker,
-            &mut self.agent,
-            &mut self.mirror,
-            &mut self.audit,
-        ] {
-            if let Some(config) = &mut service.config {
-                resolve(config);
-            }
-        }
-        if let Some(config) = &mut self.loader.config {
+        for config in [
+            &mut self.schema_registry.config,
+            &mut self.broker.config,
+            &mut self.agent.config,
+            &mut self.mirror.config,
+            &mut self.audit.config,
+            &mut self.loader.config,
+        ]
+        .into_iter()
+        .flatten()
+        {
             resolve(config);
         }
         if let Some(toml::Value::String(dir)) =
@@ -378,10 +419,7 @@ impl Topology {
                 ),
             ));
         }
-        for (key, port, instead) in [
-            ("broker.port", self.broker.port, "live.NAME.broker_ports and analytics.broker_ports"),
-            ("agent.port", self.agent.port, "live.NAME.agent_port"),
-        ] {
+        for (key, port, instead) in [("agent.port", self.agent.port, "live.NAME.agent_port")] {
             if port.is_some() {
                 return Err(err(key, format!("ports are per cluster: set {instead}")));
             }
@@ -422,12 +460,6 @@ impl Topology {
         if self.simulator.topics.is_empty() {
             return Err(err("simulator.topics", "name at least one topic".into()));
         }
-        for (key, value) in [
-            ("simulator.duration", &self.simulator.duration),
-            ("loader.interval", &self.loader.interval),
-        ] {
-            parse_duration_ms(value).map_err(|message| err(key, message))?;
-        }
         if self.seaweedfs.bucket.is_empty()
             || !self
                 .seaweedfs
@@ -450,14 +482,15 @@ impl Topology {
                 return Err(err(&key, format!("port {port} is also `{other}`")));
             }
         }
-        for (key, service) in [
-            ("schema_registry", &self.schema_registry),
-            ("broker", &self.broker),
-            ("agent", &self.agent),
-            ("mirror", &self.mirror),
-            ("audit", &self.audit),
+        for (key, config) in [
+            ("schema_registry", &self.schema_registry.config),
+            ("broker", &self.broker.config),
+            ("agent", &self.agent.config),
+            ("mirror", &self.mirror.config),
+            ("audit", &self.audit.config),
+            ("loader", &self.loader.config),
         ] {
-            if let Some(config) = &service.config
+            if let Some(config) = config
                 && !config.is_file()
             {
                 return Err(err(
@@ -465,11 +498,6 @@ impl Topology {
                     format!("{} is not a file", config.display()),
                 ));
             }
-        }
-        if let Some(config) = &self.loader.config
-            && !config.is_file()
-        {
-            return Err(err("loader.config", format!("{} is not a file", config.display())));
         }
         Ok(())
     }
@@ -482,6 +510,7 @@ impl Topology {
             ("schema_registry.port".to_owned(), self.schema_registry_port()),
             ("mirror.port".to_owned(), self.mirror_port()),
             ("audit.port".to_owned(), self.audit_port()),
+            ("loader.metrics_port".to_owned(), self.loader_port()),
         ];
         for i in 0..SEAWEEDFS_EXTRA_PORTS {
             ports.push((
@@ -492,12 +521,22 @@ impl Topology {
         for (name, live) in &self.live {
             for (i, port) in live.broker_ports.iter().enumerate() {
                 ports.push((format!("live.{name}.broker_ports[{i}]"), *port));
+                let metrics = self.broker_metrics_port(*port);
+                ports.push((
+                    format!("live.{name}.broker_ports[{i}] + broker.metrics_port_offset"),
+                    metrics,
+                ));
             }
             ports.push((format!("live.{name}.lb_port"), live.lb_port));
             ports.push((format!("live.{name}.agent_port"), live.agent_port));
         }
         for (i, port) in self.analytics.broker_ports.iter().enumerate() {
             ports.push((format!("analytics.broker_ports[{i}]"), *port));
+            let metrics = self.broker_metrics_port(*port);
+            ports.push((
+                format!("analytics.broker_ports[{i}] + broker.metrics_port_offset"),
+                metrics,
+            ));
         }
         ports
     }
@@ -511,7 +550,16 @@ impl Topology {
     }
 
     pub fn audit_port(&self) -> u16 {
-        self.audit.port.unwrap_or(8600)
+        self.audit.port.unwrap_or(8080)
+    }
+
+    pub fn loader_port(&self) -> u16 {
+        self.loader.metrics_port
+    }
+
+    /// The `/metrics` port of the broker listening on `port`.
+    pub fn broker_metrics_port(&self, port: u16) -> u16 {
+        port.saturating_add(self.broker.metrics_port_offset)
     }
 
     /// `127.0.0.1:{port}{chroot_prefix}/{cluster}`: where a cluster's brokers register.
@@ -529,24 +577,6 @@ impl Topology {
             }
         }
     }
-}
-
-/// Parses `500ms`, `10s`, `5m`, `1h` (or a bare number of milliseconds) into milliseconds.
-pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 10s, 5m, 1h)"))?;
-    let factor = match unit {
-        "" | "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("{text:?} has an unknown unit (ms, s, m, h)")),
-    };
-    number.checked_mul(factor).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// `a/b/../c` → `a/c`, without touching the filesystem: the paths shown and matched against
@@ -571,18 +601,6 @@ fn normalize(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_in_every_unit() {
-        assert_eq!(parse_duration_ms("250"), Ok(250));
-        assert_eq!(parse_duration_ms("250ms"), Ok(250));
-        assert_eq!(parse_duration_ms("10s"), Ok(10_000));
-        assert_eq!(parse_duration_ms("5m"), Ok(300_000));
-        assert_eq!(parse_duration_ms("24h"), Ok(86_400_000));
-        assert!(parse_duration_ms("soon").is_err());
-        assert!(parse_duration_ms("5d").is_err());
-        assert!(parse_duration_ms("99999999999999999h").is_err());
-    }
 
     #[test]
     fn paths_are_normalised_lexically() {
