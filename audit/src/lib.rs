@@ -35,7 +35,7 @@ pub use config::{Config, ConfigError, LiveCluster};
 pub use ledger::{Clock, HostCount, Ledger, Rejected, Verdict, WindowReport};
 
 use reader::Feed;
-use state::{Shared, lock, now_ms};
+use state::{Shared, lock};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -114,7 +114,7 @@ async fn forget_old_windows(shared: Arc<Shared>, stop: CancellationToken) {
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        let before = now_ms().saturating_sub(shared.config.history_ms);
+        let before = service::now_ms().saturating_sub(shared.config.history_ms);
         lock(&shared.ledger).forget_before(before);
     }
 }

@@ -25,6 +25,7 @@ use cluster::{Coordinator, PartitionId, Registry, RegistryError};
 use events::audit::{AUDIT_TOPIC, AuditRecord};
 use events::envelope::{self, EventHeader};
 use schema_registry::{ClientError, RegistryClient};
+use service::Backoff;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -70,36 +71,6 @@ enum ReadError {
     Schemas(ClientError),
 }
 
-/// Doubling pauses between retries, capped.
-struct Backoff {
-    next_ms: u64,
-    max_ms: u64,
-}
-
-impl Backoff {
-    fn new(max_ms: u64) -> Backoff {
-        Backoff { next_ms: BACKOFF_FIRST_MS.min(max_ms), max_ms }
-    }
-
-    fn reset(&mut self) {
-        self.next_ms = BACKOFF_FIRST_MS.min(self.max_ms);
-    }
-
-    /// Sleeps for the next pause; false if `stop` came first.
-    async fn sleep(&mut self, stop: &CancellationToken) -> bool {
-        let pause = Duration::from_millis(self.next_ms);
-        self.next_ms = (self.next_ms * 2).min(self.max_ms);
-        pause_unless_stopped(pause, stop).await
-    }
-}
-
-async fn pause_unless_stopped(pause: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(pause) => true,
-        _ = stop.cancelled() => false,
-    }
-}
-
 /// Follows one source cluster until `stop`: finds the partitions of wanted topics and starts a
 /// reader for each new one on `tasks`. Counts its first complete scan toward the catch-up.
 pub(crate) async fn follow_cluster(
@@ -112,7 +83,7 @@ pub(crate) async fn follow_cluster(
     let registry = Registry::new(Arc::clone(&coordinator));
     let mut known: HashSet<(String, PartitionId)> = HashSet::new();
     let mut first_scan = true;
-    let mut backoff = Backoff::new(shared.config.retry_backoff_max_ms);
+    let mut backoff = Backoff::from_ms(BACKOFF_FIRST_MS, shared.config.retry_backoff_max_ms);
     let discovery = Duration::from_millis(shared.config.discovery_ms);
     while !stop.is_cancelled() {
         let scan = async {
@@ -135,7 +106,7 @@ pub(crate) async fn follow_cluster(
             Err(e) => {
                 shared.stats.read_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(source = feed.source(), error = %e, "cannot read the cluster's registry");
-                if backoff.sleep(&stop).await {
+                if backoff.wait(&stop).await {
                     continue;
                 }
                 break;
@@ -189,7 +160,8 @@ struct PartitionReader {
 
 impl PartitionReader {
     async fn run(mut self, stop: CancellationToken) {
-        let mut backoff = Backoff::new(self.shared.config.retry_backoff_max_ms);
+        let mut backoff =
+            Backoff::from_ms(BACKOFF_FIRST_MS, self.shared.config.retry_backoff_max_ms);
         while !stop.is_cancelled() {
             // At the end of the log `step` is a long poll (up to `fetch_wait_ms`): an idle
             // reader waits in the broker, not in a timer loop.
@@ -205,7 +177,7 @@ impl PartitionReader {
                         "read failed; retrying"
                     );
                     self.consumer = None;
-                    if !backoff.sleep(&stop).await {
+                    if !backoff.wait(&stop).await {
                         break;
                     }
                 }

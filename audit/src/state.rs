@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::Config;
 use crate::ledger::{Clock, Ledger};
@@ -13,10 +13,6 @@ use crate::ledger::{Clock, Ledger};
 /// (no `.await` and no panicking path is held inside).
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 pub(crate) struct Shared {
@@ -45,7 +41,7 @@ impl Shared {
     /// The clock verdicts are given by, now.
     pub fn clock(&self) -> Clock {
         Clock {
-            now_ms: now_ms(),
+            now_ms: service::now_ms(),
             grace_ms: self.config.grace_ms,
             loader_grace_ms: self.config.loader_grace_ms.unwrap_or(0).max(self.config.grace_ms),
             caught_up: self.catch_up.caught_up(),

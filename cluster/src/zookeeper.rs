@@ -52,7 +52,7 @@ struct Inner {
     events: broadcast::Sender<SessionEvent>,
 }
 
-/// Retry delays when the session must be opened again, doubling up to this cap.
+/// Retry delays when the session must be opened again, doubling (with jitter) up to this cap.
 const RECONNECT_BACKOFF_MAX_MS: u64 = 5_000;
 
 fn map_error(path: &str, e: zk::Error) -> CoordError {
@@ -178,14 +178,13 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher) {
             }
             zk::SessionState::Expired => {
                 tracing::warn!(connect = %inner.config.connect, "ZooKeeper session expired; opening a new one");
-                let mut backoff_ms = 100;
+                let mut backoff = service::Backoff::from_ms(100, RECONNECT_BACKOFF_MAX_MS);
                 let client = loop {
                     match open(&inner.hosts, &inner.chroot, &inner.config).await {
                         Ok(client) => break client,
                         Err(e) => {
-                            tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot open a new ZooKeeper session");
-                            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                            backoff_ms = (backoff_ms * 2).min(RECONNECT_BACKOFF_MAX_MS);
+                            tracing::warn!(error = %e, "cannot open a new ZooKeeper session; retrying");
+                            backoff.sleep().await;
                         }
                     }
                 };

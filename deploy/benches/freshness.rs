@@ -20,10 +20,6 @@ const TOPIC: &str = "page-view";
 /// Events per agent call; the offered rate is spread evenly over calls.
 const EVENTS_PER_CALL: u64 = 10;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 struct Args {
     rate: u64,
     seconds: u64,
@@ -116,7 +112,7 @@ async fn run(policy: VisibleAfter, args: &Args) -> Vec<i64> {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     continue;
                 };
-                let read_ms = now_ms();
+                let read_ms = service::now_ms();
                 for message in fetched.iter() {
                     let message = message.unwrap();
                     let (_, header) = EventHeader::read(&message.payload).unwrap();

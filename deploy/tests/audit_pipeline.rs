@@ -18,10 +18,6 @@ const WINDOW_MS: i64 = 10_000;
 const EVENTS_PER_TOPIC: usize = 300;
 const WAIT: Duration = Duration::from_secs(60);
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 fn event(topic: &str, time_ms: i64, n: usize) -> Value {
     let header = json!({"time": time_ms, "server": "web-1", "service": "test"});
     match topic {
@@ -77,7 +73,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
     .await
     .unwrap();
     // Every event in one window that has already closed.
-    let window = (now_ms() - 60_000).div_euclid(WINDOW_MS) * WINDOW_MS;
+    let window = (service::now_ms() - 60_000).div_euclid(WINDOW_MS) * WINDOW_MS;
     for topic in ["page-view", "click"] {
         let events: Vec<Value> =
             (0..EVENTS_PER_TOPIC).map(|n| event(topic, window + 1_000 + n as i64, n)).collect();

@@ -56,7 +56,7 @@ pub(crate) async fn run(
     let mut durable = spool.durable();
     // One past the highest seq ever handed to the producer: below it, a send is a resend.
     let mut sent_end = 0u64;
-    let mut backoff_ms = BACKOFF_START_MS;
+    let mut backoff = service::Backoff::from_ms(BACKOFF_START_MS, retry_backoff_max_ms);
     while !stop.is_cancelled() {
         if failed.load(Ordering::Acquire) {
             let (done, settled) = oneshot::channel();
@@ -65,11 +65,9 @@ pub(crate) async fn run(
             }
             failed.store(false, Ordering::Release);
             metrics.ship_failures.inc();
-            tokio::select! {
-                () = stop.cancelled() => break,
-                () = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+            if !backoff.wait(&stop).await {
+                break;
             }
-            backoff_ms = (backoff_ms * 2).min(retry_backoff_max_ms);
             if let Some(r) = reader.as_mut() {
                 r.seek(spool.floor());
             }
@@ -129,7 +127,7 @@ pub(crate) async fn run(
             }
         }
         if !failed.load(Ordering::Acquire) {
-            backoff_ms = BACKOFF_START_MS;
+            backoff.reset();
         }
     }
     drop(in_flight);

@@ -62,7 +62,7 @@ impl Tailer {
             tracing::error!(dir = %dir.display(), error = %e, "cannot create the tail position directory");
         }
         let mut current: Option<Open> = None;
-        let mut retry_ms = self.poll.as_millis() as u64;
+        let mut backoff = service::Backoff::new(self.poll, Duration::from_millis(RETRY_MS_MAX));
         loop {
             if current.is_none() {
                 current = self.open(saved);
@@ -93,7 +93,7 @@ impl Tailer {
                 }
             };
             if consumed > 0 {
-                if !self.ship(&lines, &stop, &mut retry_ms).await {
+                if !self.ship(&lines, &stop, &mut backoff).await {
                     return; // stopped before the lines were spooled: they are read again next start
                 }
                 open.offset += consumed;
@@ -175,7 +175,12 @@ impl Tailer {
 
     /// Spools `lines`, retrying while the spool is full or the registry is down; invalid
     /// lines are logged, counted and skipped. False if stopped first.
-    async fn ship(&self, lines: &[String], stop: &CancellationToken, retry_ms: &mut u64) -> bool {
+    async fn ship(
+        &self,
+        lines: &[String],
+        stop: &CancellationToken,
+        backoff: &mut service::Backoff,
+    ) -> bool {
         let mut events = Vec::with_capacity(lines.len());
         for line in lines {
             match serde_json::from_str::<Value>(line) {
@@ -195,7 +200,7 @@ impl Tailer {
                         for (index, e) in invalid {
                             tracing::warn!(file = %self.spec.file.display(), index, error = %e, "skipping an invalid event");
                         }
-                        *retry_ms = self.poll.as_millis() as u64;
+                        backoff.reset();
                         break;
                     }
                     Err(SendError::TooLarge { .. }) if batch.len() > 1 => {
@@ -218,10 +223,9 @@ impl Tailer {
                         tracing::warn!(file = %self.spec.file.display(), error = %e, "cannot spool tailed lines; retrying");
                     }
                 }
-                if !self.pause(stop, Duration::from_millis(*retry_ms)).await {
+                if !backoff.wait(stop).await {
                     return false;
                 }
-                *retry_ms = (*retry_ms * 2).min(RETRY_MS_MAX);
             }
         }
         true

@@ -367,7 +367,7 @@ mod tests {
             store.put(&Path::from(path), PutPayload::from_static(b"x")).await.unwrap();
         }
         let last = record(0, 10, vec![file(named, "t/x.parquet")]);
-        let now = crate::load::now_ms();
+        let now = service::now_ms();
         assert_eq!(commits.clean_staging(Some(&last), 60_000, now).await.unwrap(), 0, "young");
         assert_eq!(commits.clean_staging(Some(&last), 60_000, now + 120_000).await.unwrap(), 1);
         assert!(store.head(&Path::from(named)).await.is_ok());

@@ -138,8 +138,9 @@ impl PartitionLoader<'_> {
         if let Some(last) = &last {
             commits.roll_forward(last).await?;
         }
-        let removed =
-            commits.clean_staging(last.as_ref(), self.config.staging_grace_ms, now_ms()).await?;
+        let removed = commits
+            .clean_staging(last.as_ref(), self.config.staging_grace_ms, service::now_ms())
+            .await?;
         if removed > 0 {
             tracing::info!(%topic, partition = %self.partition, removed, "rolled back staged files of runs that died before committing");
         }
@@ -204,7 +205,7 @@ impl PartitionLoader<'_> {
                     bad_records: chunk.bad_records,
                     host: self.host.to_owned(),
                     run_id: self.run_id.to_owned(),
-                    committed_at_ms: now_ms(),
+                    committed_at_ms: service::now_ms(),
                     max_time_ms,
                     schema_id: self.topic.reader_id,
                     window_ms: self.config.audit_window_ms,
@@ -492,10 +493,4 @@ async fn write_bad_record(
         .map_err(io)?;
     tracing::warn!(%topic, %partition, offset, %reason, "wrote an undecodable message to the bad-records directory");
     Ok(())
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -86,7 +86,7 @@ impl Loader {
 
     /// Loads every selected partition to the log end seen when its load starts.
     pub async fn run(&mut self, shutdown: &CancellationToken) -> Result<RunSummary, LoadError> {
-        let run_id = format!("{:x}-{:08x}", crate::load::now_ms(), rand::random::<u32>());
+        let run_id = format!("{:x}-{:08x}", service::now_ms(), rand::random::<u32>());
         let mut summary = RunSummary { run_id: run_id.clone(), ..RunSummary::default() };
         let filter = self.config.topic_filter()?;
         let brokers = self.cluster.brokers().await?;

@@ -18,7 +18,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError};
@@ -273,7 +272,7 @@ async fn acknowledge(
     let mut window: VecDeque<InFlight> = VecDeque::new();
     let mut stats: HashMap<PartitionId, Arc<PartitionStats>> = HashMap::new();
     let mut done = Done::default();
-    let mut backoff_ms = RESEND_BACKOFF_MS;
+    let mut backoff = service::Backoff::from_ms(RESEND_BACKOFF_MS, RESEND_BACKOFF_MAX_MS);
     loop {
         while window.len() < shared.inflight_messages {
             match arrivals.try_recv() {
@@ -297,13 +296,12 @@ async fn acknowledge(
         if let Err(e) = outcome {
             front.state = State::Failed(e.clone());
             handoff.put(&mut done);
-            tracing::warn!(%topic, error = %e, retry_in_ms = backoff_ms, "target did not take messages; sending them again");
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            backoff_ms = (backoff_ms * 2).min(RESEND_BACKOFF_MAX_MS);
+            tracing::warn!(%topic, error = %e, "target did not take messages; sending them again");
+            backoff.sleep().await;
             resend(shared, topic, &mut window).await;
             continue;
         }
-        backoff_ms = RESEND_BACKOFF_MS;
+        backoff.reset();
         let item = window.pop_front().expect("front exists");
         let partition = item.run.partition;
         let stats = stats
@@ -356,7 +354,7 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
 async fn mark(shared: &Shared, topic: &str, consumer: &GroupConsumer, handoff: &Handoff) {
     let mut carried = Done::default();
     let mut unpublished = false;
-    let mut backoff_ms = RESEND_BACKOFF_MS;
+    let mut backoff = service::Backoff::from_ms(RESEND_BACKOFF_MS, RESEND_BACKOFF_MAX_MS);
     loop {
         if carried.is_empty() && !unpublished {
             if handoff.closed.load(Ordering::Acquire) {
@@ -375,13 +373,12 @@ async fn mark(shared: &Shared, topic: &str, consumer: &GroupConsumer, handoff: &
         }
         if unpublished {
             if let Err(e) = shared.audit.publish().await {
-                tracing::warn!(%topic, error = %e, retry_in_ms = backoff_ms, "cannot publish audit counts; offsets are marked once they are");
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                backoff_ms = (backoff_ms * 2).min(RESEND_BACKOFF_MAX_MS);
+                tracing::warn!(%topic, error = %e, "cannot publish audit counts; offsets are marked once they are");
+                backoff.sleep().await;
                 continue;
             }
             unpublished = false;
-            backoff_ms = RESEND_BACKOFF_MS;
+            backoff.reset();
         }
         for (partition, next_offset) in carried.marks.drain() {
             consumer.mark_done(topic, partition, next_offset).await;

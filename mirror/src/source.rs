@@ -40,26 +40,22 @@ impl Source {
         let registry = Registry::new(Arc::clone(&self.coordinator));
         let mut current: Option<Generation> = None;
         let mut copying = BTreeSet::new();
-        let mut backoff_ms = RETRY_BACKOFF_MS;
+        let mut backoff = service::Backoff::from_ms(RETRY_BACKOFF_MS, RETRY_BACKOFF_MAX_MS);
         loop {
-            let step = self.step(&registry, &mut current, &mut copying).await;
-            let retry_ms = match step {
+            match self.step(&registry, &mut current, &mut copying).await {
                 Ok(watch) => {
-                    backoff_ms = RETRY_BACKOFF_MS;
+                    backoff.reset();
                     tokio::select! {
                         _ = stop.cancelled() => break,
                         _ = watch => continue,
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(source = %self.name, error = %e, retry_in_ms = backoff_ms, "source not followed; retrying");
-                    backoff_ms
+                    tracing::warn!(source = %self.name, error = %e, "source not followed; retrying");
+                    if !backoff.wait(&stop).await {
+                        break;
+                    }
                 }
-            };
-            backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(Duration::from_millis(retry_ms)) => {}
             }
         }
         if let Some(generation) = current {

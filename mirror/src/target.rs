@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use client::{Connection, Partitioner, Producer, ProducerConfig, RegistryBrokers};
 use cluster::{BrokerInfo, Coordinator, Registry};
@@ -97,7 +96,7 @@ const FOLLOW_BACKOFF_MAX_MS: u64 = 5_000;
 /// Whenever the target's broker set changes, creates every topic copied so far on the brokers
 /// that lack it, until `stop`.
 pub(crate) async fn follow_brokers(target: Target, stop: CancellationToken) {
-    let mut backoff_ms = FOLLOW_BACKOFF_MS;
+    let mut backoff = service::Backoff::from_ms(FOLLOW_BACKOFF_MS, FOLLOW_BACKOFF_MAX_MS);
     loop {
         let step = async {
             let (brokers, watch) =
@@ -108,23 +107,20 @@ pub(crate) async fn follow_brokers(target: Target, stop: CancellationToken) {
             }
             Ok::<_, String>(watch)
         };
-        let wait = match step.await {
+        match step.await {
             Ok(watch) => {
-                backoff_ms = FOLLOW_BACKOFF_MS;
+                backoff.reset();
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = watch => continue,
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot create copied topics on the target brokers; retrying");
-                backoff_ms
+                tracing::warn!(error = %e, "cannot create copied topics on the target brokers; retrying");
+                if !backoff.wait(&stop).await {
+                    return;
+                }
             }
-        };
-        backoff_ms = (backoff_ms * 2).min(FOLLOW_BACKOFF_MAX_MS);
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
         }
     }
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::{Cluster, WAIT, events, mirror_audit, wait_for_all};
 use nix::sys::signal::Signal;
@@ -14,10 +14,6 @@ use testkit::process::{Process, free_port};
 use testkit::registry::TestRegistry;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_mirror");
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
@@ -41,7 +37,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     // Not copied: "debug" is --exclude'd, "other" not --include'd.
     for topic in ["debug", "other"] {
         live.create_topic(topic, 1).await;
-        live.produce(topic, 1, &events("live", topic, 0, 10, now_ms())).await;
+        live.produce(topic, 1, &events("live", topic, 0, 10, service::now_ms())).await;
     }
     let registry = TestRegistry::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -97,7 +93,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     })
     .await;
 
-    let time = now_ms();
+    let time = service::now_ms();
     let all = events("live", "page-view", 0, 3_000, time);
     for (i, batch) in all.chunks(500).enumerate() {
         live.produce("page-view", 4, batch).await;
@@ -139,7 +135,7 @@ async fn config_file_sets_every_key_and_flags_override_it() {
     live.create_topic("page-view", 1).await;
     live.create_topic("click", 1).await;
     live.create_topic("debug", 1).await;
-    let time = now_ms();
+    let time = service::now_ms();
     let views = events("live", "page-view", 0, 50, time);
     live.produce("page-view", 1, &views).await;
     live.produce("click", 1, &events("live", "click", 0, 50, time)).await;

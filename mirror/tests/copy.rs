@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use cluster::{Coordinator, PartitionId};
@@ -16,10 +16,6 @@ use protocol::{Acks, Codec, MessageSetIter};
 use schema_registry::RegistryClient;
 use testkit::eventually;
 use testkit::registry::TestRegistry;
-
-fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 fn config() -> Config {
     Config {
@@ -78,7 +74,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     live_a.create_topic("page-view", 2).await;
     live_b.create_topic("page-view", 2).await;
     live_b.create_topic("click", 1).await;
-    let time = now_ms();
+    let time = service::now_ms();
     let a_views = events("live-a", "page-view", 0, 300, time);
     let b_views = events("live-b", "page-view", 0, 300, time);
     let b_clicks = events("live-b", "click", 0, 200, time);
@@ -165,7 +161,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
 async fn compressed_wrappers_arrive_still_compressed_and_identical() {
     let (live, analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
     live.create_topic("page-view", 1).await;
-    let time = now_ms();
+    let time = service::now_ms();
     let plain = events("live", "page-view", 0, 3, time);
     let gzip = wrapper(Codec::Gzip, &events("live", "page-view", 3, 5, time));
     let zstd = wrapper(Codec::Zstd, &events("live", "page-view", 8, 7, time));
@@ -215,7 +211,7 @@ async fn compressed_wrappers_arrive_still_compressed_and_identical() {
 async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged_and_catches_up() {
     let (live, mut analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
     live.create_topic("page-view", 2).await;
-    let time = now_ms();
+    let time = service::now_ms();
     let before = events("live", "page-view", 0, 200, time);
     live.produce("page-view", 2, &before).await;
     let registry = TestRegistry::start().await;

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use protocol::MessageSetIter;
 use tokio::sync::mpsc;
@@ -19,6 +18,7 @@ use super::{GroupError, Inner, OffsetReset};
 use crate::{ConsumedMessage, ConsumerError, FetchedMessages, SimpleConsumer};
 
 /// Longest wait between attempts to reach a partition's broker.
+const RETRY_BACKOFF_FIRST_MS: u64 = 100;
 const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
 
 pub(crate) async fn fetch_partition(
@@ -37,7 +37,7 @@ pub(crate) async fn fetch_partition(
 async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc::Sender<Chunk>) {
     let topic = owned.topic.as_str();
     let partition = owned.partition.partition as i32;
-    let mut backoff_ms = 100;
+    let mut backoff = service::Backoff::from_ms(RETRY_BACKOFF_FIRST_MS, RETRY_BACKOFF_MAX_MS);
     let mut offset = owned.consumed.load(Ordering::Acquire);
     let fetch_wait_ms = inner.config.fetch_wait_ms as u32; // checked by validate()
     let mut connection: Option<SimpleConsumer> = None;
@@ -47,9 +47,8 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
             None => match SimpleConsumer::connect(addr, inner.config.fetch.clone()).await {
                 Ok(consumer) => connection.insert(consumer).clone(),
                 Err(e) => {
-                    tracing::warn!(%addr, error = %e, retry_in_ms = backoff_ms, "cannot reach broker");
-                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                    backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                    tracing::warn!(%addr, error = %e, "cannot reach broker; retrying");
+                    backoff.sleep().await;
                     continue;
                 }
             },
@@ -63,16 +62,15 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
                 }
                 Err(e) => {
                     connection = None;
-                    tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot read offsets");
-                    tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                    backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                    tracing::warn!(error = %e, "cannot read offsets; retrying");
+                    backoff.sleep().await;
                     continue;
                 }
             }
         }
         match consumer.fetch_wait(topic, partition, offset, fetch_wait_ms).await {
             Ok(fetched) => {
-                backoff_ms = 100;
+                backoff.reset();
                 let (messages, error) = split(&fetched, inner.config.framed);
                 if messages.is_empty() && error.is_none() {
                     continue; // the long poll waited; nothing came
@@ -104,9 +102,8 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
             }
             Err(e) => {
                 connection = None;
-                tracing::warn!(%topic, partition = %owned.partition, error = %e, retry_in_ms = backoff_ms, "fetch failed");
-                tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-                backoff_ms = (backoff_ms * 2).min(RETRY_BACKOFF_MAX_MS);
+                tracing::warn!(%topic, partition = %owned.partition, error = %e, "fetch failed; retrying");
+                backoff.sleep().await;
             }
         }
     }

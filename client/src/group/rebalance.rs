@@ -24,22 +24,23 @@ pub(crate) async fn follow_changes(
 ) {
     let mut first = Some(first);
     let mut session = inner.registry.coordinator().session_events();
-    let mut backoff_ms = inner.config.rebalance_backoff_ms;
+    let mut backoff = service::Backoff::from_ms(
+        inner.config.rebalance_backoff_ms,
+        inner.config.rebalance_backoff_max_ms,
+    );
     loop {
         // Watches are set before the rebalance reads, so no change goes unseen.
         let watches = match watches(&inner).await {
             Ok(watches) => watches,
             Err(e) => {
-                tracing::warn!(error = %e, retry_in_ms = backoff_ms, "cannot watch the registries");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(backoff_ms)) => {}
+                tracing::warn!(error = %e, "cannot watch the registries; retrying");
+                if !backoff.wait(&stop).await {
+                    return;
                 }
-                backoff_ms = (backoff_ms * 2).min(inner.config.rebalance_backoff_max_ms);
                 continue;
             }
         };
-        backoff_ms = inner.config.rebalance_backoff_ms;
+        backoff.reset();
         let settled = match rebalance(&inner).await {
             Ok(()) => true,
             Err(e) => {
@@ -117,8 +118,12 @@ fn deliver_error(inner: &Inner, error: &GroupError) {
 pub(crate) async fn rebalance(inner: &Arc<Inner>) -> Result<(), GroupError> {
     drain_marks(inner).await;
     let mut owned = inner.owned.lock().await;
-    let mut backoff_ms = inner.config.rebalance_backoff_ms;
     let retries = inner.config.rebalance_retries;
+    // Jittered, so that members that collided do not collide again in step.
+    let mut backoff = service::Backoff::from_ms(
+        inner.config.rebalance_backoff_ms,
+        inner.config.rebalance_backoff_max_ms,
+    );
     for attempt in 1..=retries {
         release_all(inner, &mut owned).await?;
         match claim_share(inner, &mut owned).await {
@@ -139,11 +144,8 @@ pub(crate) async fn rebalance(inner: &Arc<Inner>) -> Result<(), GroupError> {
                         owner,
                     });
                 }
-                tracing::debug!(%topic, %partition, %owner, backoff_ms, "partition still owned; backing off");
-                // Jitter keeps members that collided from colliding again in step.
-                let jitter = rand::random_range(0..=backoff_ms / 2);
-                tokio::time::sleep(Duration::from_millis(backoff_ms + jitter)).await;
-                backoff_ms = (backoff_ms * 2).min(inner.config.rebalance_backoff_max_ms);
+                tracing::debug!(%topic, %partition, %owner, "partition still owned; backing off");
+                backoff.sleep().await;
             }
         }
     }

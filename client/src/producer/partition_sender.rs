@@ -85,7 +85,10 @@ impl PartitionSender {
                 return;
             }
         };
-        let mut backoff_ms = self.config.retry_backoff_ms;
+        let mut backoff = service::Backoff::from_ms(
+            self.config.retry_backoff_ms,
+            self.config.retry_backoff_max_ms,
+        );
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -112,11 +115,10 @@ impl PartitionSender {
             }
             tracing::warn!(
                 %topic, partition, addr = %self.target.addr, attempts, messages = batch.len(),
-                %error, "produce failed; retrying in {backoff_ms} ms"
+                %error, "produce failed; retrying"
             );
             self.pool.forget(&self.target.addr);
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
-            backoff_ms = (backoff_ms * 2).clamp(1, self.config.retry_backoff_max_ms);
+            backoff.sleep().await;
         }
     }
 

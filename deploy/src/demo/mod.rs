@@ -332,14 +332,14 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     for error in &final_load.errors {
         tracing::error!(%error, "loader");
     }
-    let last_window_end = now_ms().div_euclid(options.window_ms) * options.window_ms;
+    let last_window_end = service::now_ms().div_euclid(options.window_ms) * options.window_ms;
     let decided_at = last_window_end + options.window_ms + options.grace_ms;
     println!(
         "waiting {} s for the last audit window to close",
-        (decided_at - now_ms()).max(0) / 1000
+        (decided_at - service::now_ms()).max(0) / 1000
     );
     wait_until("the audit to decide every window", || async {
-        now_ms() > decided_at + 1_000
+        service::now_ms() > decided_at + 1_000
             && watch.audit().await.is_some_and(|a| a.caught_up && a.windows.open == 0)
     })
     .await;
@@ -405,12 +405,6 @@ fn local_addr(
     what: &str,
 ) -> Result<std::net::SocketAddr, DemoError> {
     listener.local_addr().map_err(|source| DemoError::Bind { what: what.into(), source })
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Polls `done` every 200 ms for up to [`DRAIN_STEP_MAX`]; says so if it gave up.
