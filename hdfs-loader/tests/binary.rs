@@ -99,7 +99,7 @@ async fn run_from_a_config_file_writes_parquet_that_duckdb_counts_per_hour() {
     // Sequence numbers are shared by the tests running at once: each event's own says its time.
     let mut expected: BTreeMap<(String, String), i64> = BTreeMap::new();
     for id in &ids {
-        let dir = Hour::of(BASE_TIME_MS + common::event_sequence_of(id) * 30_000).dir();
+        let dir = Hour::of(BASE_TIME_MS + testkit::events::sequence_of(id) * 30_000).dir();
         let (dt, hr) = dir.split_once('/').unwrap();
         *expected.entry((dt[3..].to_owned(), hr[3..].to_owned())).or_default() += 1;
     }

@@ -127,7 +127,7 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], store: Arc<dyn
     let status = spawn(&args, env, &log).wait().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
     visible.check(&store).await;
-    let expected = common::log_positions(&cluster.broker, TOPIC, PARTITIONS as i32).await;
+    let expected = common::log_positions(cluster.broker(), TOPIC, PARTITIONS as i32).await;
     assert_eq!(visible.positions(), expected, "every offset of every partition, exactly once");
     eprintln!(
         "a run takes {run_ms} ms; {kills} kills, {completed} completed runs, {committed_while_killed} files committed between kills, {} rows, {} files in {:?}",

@@ -38,7 +38,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     assert!(ids.iter().all(|id| rows.event_ids.contains(id.as_slice())));
     assert_eq!(
         common::unique_positions(&store, TOPIC).await,
-        common::log_positions(&cluster.broker, TOPIC, 2).await
+        common::log_positions(cluster.broker(), TOPIC, 2).await
     );
 
     let again = cluster.run(&config("loader-a"), &store).await.unwrap();
@@ -63,7 +63,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     let mut expected = std::collections::BTreeMap::<i64, i64>::new();
     // Sequence numbers are shared by the tests running at once: each event's own says its time.
     for id in &ids {
-        let time_ms = BASE_TIME_MS + common::event_sequence_of(id) * 18_000;
+        let time_ms = BASE_TIME_MS + testkit::events::sequence_of(id) * 18_000;
         *expected.entry(window_start(time_ms, 600_000)).or_default() += 1;
     }
     testkit::eventually(Duration::from_secs(10), "the loader's counts per window", || async {
@@ -93,7 +93,7 @@ async fn audit_counts_survive_a_restart_without_double_counting() {
     }
     // Every event of this test binary falls in the first window (1 ms apart, far fewer than
     // 600 000 of them).
-    let window = window_start(BASE_TIME_MS + common::event_sequence_of(&ids[0]), 600_000);
+    let window = window_start(BASE_TIME_MS + testkit::events::sequence_of(&ids[0]), 600_000);
     // Published with acks 1: visible to consumers once the broker flushes (within 10 ms).
     let key = ("loader".to_owned(), "loader-r".to_owned(), TOPIC.to_owned(), window);
     testkit::eventually(Duration::from_secs(10), "the loader's count of 200", || async {
@@ -123,7 +123,7 @@ async fn two_loaders_on_the_same_partitions_never_duplicate_a_row() {
     cluster.run(&small, &store).await.unwrap();
     assert_eq!(
         common::unique_positions(&store, TOPIC).await,
-        common::log_positions(&cluster.broker, TOPIC, 2).await
+        common::log_positions(cluster.broker(), TOPIC, 2).await
     );
     assert!(fenced > 0, "the two loaders never raced for a commit");
 }
@@ -164,7 +164,7 @@ async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
             ("time".into(), Value::Long(BASE_TIME_MS + n)),
             ("server".into(), Value::String("s".into())),
             ("service".into(), Value::String("signup".into())),
-            ("id".into(), Value::Fixed(16, common::event_id(1_000_000 + n).to_vec())),
+            ("id".into(), Value::Fixed(16, testkit::events::event_id(1_000_000 + n).to_vec())),
         ])
     };
     for n in 0..10 {
@@ -271,14 +271,14 @@ async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_o
             linger_ms: 50,
             ..client::ProducerConfig::default()
         },
-        Arc::new(client::StaticBrokers::new([cluster.broker.addr.clone()])),
+        Arc::new(client::StaticBrokers::new([cluster.broker().addr.clone()])),
     )
     .unwrap();
     let schema_id = cluster.page_view_schema_id().await;
     let mut pending = Vec::new();
     for n in 0..200 {
-        let id = common::event_id(2_000_000 + n);
-        let value = common::page_view(BASE_TIME_MS + n, id, n);
+        let id = testkit::events::event_id(2_000_000 + n);
+        let value = testkit::events::page_view(BASE_TIME_MS + n, id, n);
         let payload =
             events::envelope::encode_with(&cluster.registry, schema_id, value).await.unwrap();
         pending.push(producer.enqueue(TOPIC, None, &payload).await.unwrap());

@@ -109,9 +109,9 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
         (lines(&text, "tributary_mirror_lag_bytes").len() == 8).then_some(())
     })
     .await;
-    let layout = analytics.registry().await.topic_brokers("page-view").await.unwrap();
+    let layout = analytics.registry().topic_brokers("page-view").await.unwrap();
     assert_eq!(layout.into_values().collect::<Vec<_>>(), [2], "--partitions");
-    let live_registry = live.registry().await;
+    let live_registry = live.registry();
     assert!(live_registry.groups().await.unwrap().contains(&"copiers".to_owned()), "--group");
     let client = RegistryClient::new(registry.url()).unwrap();
     eventually(WAIT, "audit of the survivor under its --host-name", || async {
@@ -122,7 +122,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
             .then_some(())
     })
     .await;
-    let topics = analytics.registry().await.topics().await.unwrap();
+    let topics = analytics.registry().topics().await.unwrap();
     assert!(!topics.iter().any(|t| t == "debug" || t == "other"), "filtered: {topics:?}");
 
     second.signal(Signal::SIGTERM);
@@ -188,10 +188,10 @@ zookeeper_session_timeout_ms = 4000
         assert_eq!(record.window_ms, 120_000);
         assert_eq!(record.topic, "page-view");
     }
-    let topics = analytics.registry().await.topics().await.unwrap();
+    let topics = analytics.registry().topics().await.unwrap();
     assert!(!topics.contains(&"click".to_owned()), "excluded: {topics:?}");
     assert!(!topics.contains(&"debug".to_owned()), "not included: {topics:?}");
-    let offsets = live.registry().await;
+    let offsets = live.registry();
     let partition = cluster::PartitionId { broker: 0, partition: 0 };
     eventually(WAIT, "offsets committed under the file's group", || async {
         offsets.offset("from-file", "page-view", partition).await.ok()?.map(|_| ())

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cluster::{Coordinator, PartitionId};
-use common::{Cluster, WAIT, events, mirror_audit, start_broker, wait_for_all, wrapper};
+use common::{Cluster, WAIT, events, mirror_audit, wait_for_all, wrapper};
 use mirror::{Config, Mirror};
 use protocol::{Acks, Codec, MessageSetIter};
 use schema_registry::RegistryClient;
@@ -47,7 +47,7 @@ async fn start(
 
 /// Offsets the mirror's group committed on `cluster` for `topic`, per partition.
 async fn committed(cluster: &Cluster, topic: &str) -> Vec<(PartitionId, Option<i64>)> {
-    let registry = cluster.registry().await;
+    let registry = cluster.registry();
     let mut offsets = Vec::new();
     for partition in registry.partitions(topic).await.unwrap() {
         offsets.push((partition, registry.offset("mirror", topic, partition).await.unwrap()));
@@ -91,7 +91,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let all_views: Vec<Bytes> = a_views.iter().chain(&b_views).cloned().collect();
     wait_for_all(&analytics, "page-view", &all_views, "page views of both clusters").await;
     wait_for_all(&analytics, "click", &b_clicks, "clicks").await;
-    let layout = analytics.registry().await.topic_brokers("page-view").await.unwrap();
+    let layout = analytics.registry().topic_brokers("page-view").await.unwrap();
     assert_eq!(layout.into_values().collect::<Vec<_>>(), [3, 3], "--partitions per broker");
 
     // A topic created on a live cluster later is copied without a restart.
@@ -141,8 +141,9 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     .await;
 
     // A target broker that joins later gets every copied topic, with --partitions.
-    let _joined = start_broker(&analytics.connect, 2, None).await;
-    let target = analytics.registry().await;
+    let mut analytics = analytics;
+    analytics.add_broker(2).await;
+    let target = analytics.registry();
     eventually(WAIT, "copied topics created on the new target broker", || async {
         for topic in ["page-view", "click", "search"] {
             let layout = target.topic_brokers(topic).await.ok()?;
@@ -223,9 +224,7 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
     .await;
     let committed_before = committed(&live, "page-view").await;
 
-    let broker = analytics.brokers.remove(0);
-    let addr = broker.addr.clone();
-    let data_dir = broker.stop().await;
+    let stopped = analytics.stop_broker(0).await;
     let during = events("live", "page-view", 200, 300, time);
     live.produce("page-view", 2, &during).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -235,7 +234,7 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
         "nothing the target did not acknowledge is committed"
     );
 
-    analytics.brokers.push(start_broker(&analytics.connect, 0, Some((data_dir, addr))).await);
+    analytics.start_again(stopped).await;
     let all: Vec<Bytes> = before.iter().chain(&during).cloned().collect();
     wait_for_all(&analytics, "page-view", &all, "every event after the outage").await;
     eventually(WAIT, "caught up and committed", || async {

@@ -2,6 +2,8 @@
 //! loopback port chosen by the OS and stops it when dropped.
 
 pub mod broker;
+pub mod cluster;
+pub mod events;
 pub mod metrics;
 pub mod process;
 pub mod proxy;

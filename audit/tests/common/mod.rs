@@ -5,18 +5,17 @@
 #![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use apache_avro::types::Value;
 use audit::{AuditError, Config};
 use client::Connection;
-use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use cluster::Coordinator;
 use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord, Tier};
 use protocol::Acks;
 use schema_registry::RegistryClient;
 use serde_json::Value as Json;
-use testkit::broker::{TestBroker, message_set};
-use testkit::zookeeper::ZooKeeperServer;
+use testkit::broker::message_set;
+use testkit::cluster::TestCluster;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -25,7 +24,7 @@ pub const WINDOW_MS: i64 = 1_000;
 
 /// A window start an hour ago, aligned: closed, and well inside the history.
 pub fn past_window(index: i64) -> i64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let now = service::now_ms();
     let base = (now - 3_600_000).div_euclid(WINDOW_MS) * WINDOW_MS;
     base + index * WINDOW_MS
 }
@@ -49,17 +48,18 @@ pub fn test_config() -> Config {
     }
 }
 
-/// A broker of a test cluster, stopped when dropped.
-pub enum BrokerHandle {
-    /// Registered in ZooKeeper by its configuration.
-    ZooKeeper(TestBroker),
-    /// Registered in an embedded coordination session, as the all-in-one launcher runs it.
+/// The brokers of a test cluster, stopped when dropped.
+pub enum Brokers {
+    /// Registered in ZooKeeper by their configuration.
+    ZooKeeper(TestCluster),
+    /// One broker registered in an embedded coordination session, as the all-in-one launcher
+    /// runs it.
     Embedded { task: JoinHandle<Result<(), broker::BrokerError>>, _dir: tempfile::TempDir },
 }
 
-impl Drop for BrokerHandle {
+impl Drop for Brokers {
     fn drop(&mut self) {
-        if let BrokerHandle::Embedded { task, .. } = self {
+        if let Brokers::Embedded { task, .. } = self {
             task.abort();
         }
     }
@@ -71,37 +71,27 @@ pub struct Cluster {
     pub coordinator: Arc<dyn Coordinator>,
     /// Where to produce to: the first broker.
     pub addr: String,
-    pub brokers: Vec<BrokerHandle>,
+    pub brokers: Brokers,
 }
 
 impl Cluster {
     /// A broker registered in its own chroot of the shared ZooKeeper.
     pub async fn start() -> Cluster {
-        let connect = ZooKeeperServer::shared().connect_string();
-        let coordinator = ZooKeeper::connect(ZooKeeperConfig::new(&connect))
-            .await
-            .expect("ZooKeeper session for the audit service");
-        let mut cluster =
-            Cluster { connect, coordinator, addr: String::new(), brokers: Vec::new() };
-        cluster.add_broker(0).await;
-        cluster
+        let brokers = TestCluster::start_with(1, |c| c.zookeeper_session_timeout_ms = 2_000).await;
+        Cluster {
+            connect: brokers.connect.clone(),
+            coordinator: brokers.session().await,
+            addr: brokers.addr().to_owned(),
+            brokers: Brokers::ZooKeeper(brokers),
+        }
     }
 
     /// Starts another broker of this cluster; returns its address.
     pub async fn add_broker(&mut self, broker_id: i32) -> String {
-        let connect = self.connect.clone();
-        let broker = TestBroker::start_with(|c| {
-            c.broker_id = broker_id;
-            c.zookeeper = Some(connect);
-            c.zookeeper_session_timeout_ms = 2_000;
-        })
-        .await;
-        let addr = broker.addr.clone();
-        if self.addr.is_empty() {
-            self.addr = addr.clone();
-        }
-        self.brokers.push(BrokerHandle::ZooKeeper(broker));
-        addr
+        let Brokers::ZooKeeper(brokers) = &mut self.brokers else {
+            panic!("an embedded test cluster has one broker");
+        };
+        brokers.add_broker(broker_id).await.addr.clone()
     }
 
     /// A broker registered in `chroot` of an embedded coordination backend.
@@ -122,7 +112,7 @@ impl Cluster {
             connect: format!("embedded:{chroot}"),
             coordinator: embedded.session(chroot).expect("embedded session"),
             addr,
-            brokers: vec![BrokerHandle::Embedded { task, _dir: dir }],
+            brokers: Brokers::Embedded { task, _dir: dir },
         }
     }
 
@@ -182,30 +172,7 @@ pub async fn produce_events_to(
 
 /// Page-view events in the envelope, one per entry of `times_ms` (its `header.time`).
 pub async fn event_payloads(registry: &RegistryClient, times_ms: &[i64]) -> Vec<Vec<u8>> {
-    let latest = registry.latest("page-view-value").await.expect("page-view schema registered");
-    let mut payloads = Vec::new();
-    for (i, time) in times_ms.iter().enumerate() {
-        let mut id = [0u8; 16];
-        id[..8].copy_from_slice(&(i as u64).to_be_bytes());
-        let header = Value::Record(vec![
-            ("time".into(), Value::Long(*time)),
-            ("server".into(), Value::String("web-1".into())),
-            ("service".into(), Value::String("frontend".into())),
-            ("id".into(), Value::Fixed(16, id.to_vec())),
-        ]);
-        let event = Value::Record(vec![
-            ("header".into(), header),
-            ("member_id".into(), Value::Union(0, Box::new(Value::Null))),
-            ("page_key".into(), Value::String("feed".into())),
-            ("url".into(), Value::String("/feed".into())),
-            ("referrer".into(), Value::Union(0, Box::new(Value::Null))),
-            ("duration_ms".into(), Value::Int(12)),
-        ]);
-        payloads.push(
-            events::envelope::encode_with(registry, latest.id, event).await.expect("event encodes"),
-        );
-    }
-    payloads
+    testkit::events::page_view_payloads(registry, times_ms).await
 }
 
 /// Produces raw payloads (not events) into `topic`.

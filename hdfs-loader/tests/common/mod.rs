@@ -7,15 +7,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use apache_avro::types::Value;
 use client::{Producer, ProducerConfig, SimpleConsumer, SimpleConsumerConfig, StaticBrokers};
-use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use cluster::Coordinator;
 use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, AuditRecord};
 use object_store::ObjectStore;
 use schema_registry::RegistryClient;
 use testkit::broker::TestBroker;
+use testkit::cluster::TestCluster;
 use testkit::registry::TestRegistry;
-use testkit::zookeeper::ZooKeeperServer;
 
 pub const TOPIC: &str = "page-view";
 /// 2025-12-01T00:00:00Z: events are spread over the hours after it.
@@ -24,7 +23,8 @@ pub const BASE_TIME_MS: i64 = 1_764_547_200_000;
 pub struct Cluster {
     pub zookeeper: String,
     pub coordinator: Arc<dyn Coordinator>,
-    pub broker: TestBroker,
+    /// The analytics cluster: one broker.
+    pub brokers: TestCluster,
     pub registry_server: TestRegistry,
     pub registry: Arc<RegistryClient>,
     pub producer: Producer,
@@ -48,29 +48,22 @@ impl Cluster {
     }
 
     pub async fn start(partitions: u32) -> Cluster {
-        let zookeeper = ZooKeeperServer::shared().connect_string();
-        let connect = zookeeper.clone();
-        let broker = TestBroker::start_with(move |config| {
-            config.zookeeper = Some(connect);
-            config.num_partitions = partitions;
-        })
-        .await;
-        broker
-            .connect()
-            .await
-            .create_topic(TOPIC, partitions as i32, &[])
-            .await
-            .expect("create topic");
-        let coordinator: Arc<dyn Coordinator> =
-            ZooKeeper::connect(ZooKeeperConfig::new(zookeeper.clone())).await.expect("zookeeper");
+        let brokers = TestCluster::start_with(1, move |c| c.num_partitions = partitions).await;
+        brokers.create_topic(TOPIC, partitions as i32).await;
+        let (zookeeper, coordinator) = (brokers.connect.clone(), brokers.session().await);
         let registry_server = TestRegistry::start().await;
         let registry = Arc::new(RegistryClient::new(registry_server.url()).expect("registry"));
         let producer = Producer::new(
             ProducerConfig { linger_ms: 1, ..ProducerConfig::default() },
-            Arc::new(StaticBrokers::new([broker.addr.clone()])),
+            Arc::new(StaticBrokers::new([brokers.addr().to_owned()])),
         )
         .expect("producer");
-        Cluster { zookeeper, coordinator, broker, registry_server, registry, producer }
+        Cluster { zookeeper, coordinator, brokers, registry_server, registry, producer }
+    }
+
+    /// The cluster's one broker.
+    pub fn broker(&self) -> &TestBroker {
+        &self.brokers.brokers[0]
     }
 
     pub async fn page_view_schema_id(&self) -> i32 {
@@ -102,9 +95,10 @@ impl Cluster {
     pub async fn audit_counts(&self) -> BTreeMap<(String, String, String, i64), i64> {
         let latest = self.registry.latest(AUDIT_SUBJECT).await.expect("audit schema");
         let schema = self.registry.schema(latest.id).await.expect("audit schema");
-        let consumer = SimpleConsumer::connect(&self.broker.addr, SimpleConsumerConfig::default())
-            .await
-            .expect("consumer");
+        let consumer =
+            SimpleConsumer::connect(self.brokers.addr(), SimpleConsumerConfig::default())
+                .await
+                .expect("consumer");
         let mut counts = BTreeMap::new();
         for partition in 0..8 {
             let Ok(end) = consumer.latest_offset(AUDIT_TOPIC, partition).await else { continue };
@@ -130,39 +124,7 @@ impl Cluster {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-pub fn event_id(n: i64) -> [u8; 16] {
-    let mut id = [0u8; 16];
-    id[..8].copy_from_slice(&n.to_be_bytes());
-    id[8..].copy_from_slice(&(std::process::id() as u64).to_be_bytes());
-    id
-}
-
-/// A page view of the shipped schema (`events/schemas/page-view.avsc`).
-pub fn page_view(time_ms: i64, id: [u8; 16], n: i64) -> Value {
-    Value::Record(vec![
-        (
-            "header".into(),
-            Value::Record(vec![
-                ("time".into(), Value::Long(time_ms)),
-                ("server".into(), Value::String("web-1".into())),
-                ("service".into(), Value::String("frontend".into())),
-                ("id".into(), Value::Fixed(16, id.to_vec())),
-            ]),
-        ),
-        (
-            "member_id".into(),
-            if n % 3 == 0 {
-                Value::Union(0, Box::new(Value::Null))
-            } else {
-                Value::Union(1, Box::new(Value::Long(n)))
-            },
-        ),
-        ("page_key".into(), Value::String(format!("page-{}", n % 10))),
-        ("url".into(), Value::String(format!("https://example.com/p/{n}"))),
-        ("referrer".into(), Value::Union(0, Box::new(Value::Null))),
-        ("duration_ms".into(), Value::Int((n % 500) as i32)),
-    ])
-}
+use testkit::events::{event_id, page_view};
 
 /// Positions of the rows under the topic's prefix; panics on a duplicate.
 pub async fn unique_positions(store: &Arc<dyn ObjectStore>, topic: &str) -> HashSet<(String, i64)> {
@@ -198,9 +160,4 @@ pub async fn log_positions(
         }
     }
     positions
-}
-
-/// The sequence number `produce_page_views` put in an event id.
-pub fn event_sequence_of(id: &[u8; 16]) -> i64 {
-    i64::from_be_bytes(id[..8].try_into().expect("8 bytes"))
 }

@@ -1,0 +1,95 @@
+//! Events for tests of every tier: page views of the shipped schema (as Avro values, or
+//! encoded through a registry), ids a test can recognise, and bare envelopes for tiers that
+//! read only the header.
+
+use apache_avro::types::Value;
+use bytes::Bytes;
+use schema_registry::RegistryClient;
+
+/// A 16-byte event id holding `n` (big-endian, first 8 bytes) and this process's id, so ids of
+/// two test processes sharing a cluster never collide.
+pub fn event_id(n: i64) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&n.to_be_bytes());
+    id[8..].copy_from_slice(&u64::from(std::process::id()).to_be_bytes());
+    id
+}
+
+/// The `n` an [`event_id`] holds.
+pub fn sequence_of(id: &[u8; 16]) -> i64 {
+    i64::from_be_bytes(id[..8].try_into().expect("8 bytes"))
+}
+
+/// A page view of the shipped schema (`events/schemas/page-view.avsc`) with `header.time`
+/// `time_ms` and `header.id` `id`; its other fields vary with `n`.
+pub fn page_view(time_ms: i64, id: [u8; 16], n: i64) -> Value {
+    Value::Record(vec![
+        (
+            "header".into(),
+            Value::Record(vec![
+                ("time".into(), Value::Long(time_ms)),
+                ("server".into(), Value::String("web-1".into())),
+                ("service".into(), Value::String("frontend".into())),
+                ("id".into(), Value::Fixed(16, id.to_vec())),
+            ]),
+        ),
+        (
+            "member_id".into(),
+            if n % 3 == 0 {
+                Value::Union(0, Box::new(Value::Null))
+            } else {
+                Value::Union(1, Box::new(Value::Long(n)))
+            },
+        ),
+        ("page_key".into(), Value::String(format!("page-{}", n % 10))),
+        ("url".into(), Value::String(format!("https://example.com/p/{n}"))),
+        ("referrer".into(), Value::Union(0, Box::new(Value::Null))),
+        ("duration_ms".into(), Value::Int((n % 500) as i32)),
+    ])
+}
+
+/// Page views encoded in the envelope with the registry's latest `page-view-value` schema, one
+/// per entry of `times_ms` (its `header.time`), ids `event_id(0..)`.
+pub async fn page_view_payloads(registry: &RegistryClient, times_ms: &[i64]) -> Vec<Vec<u8>> {
+    let latest = registry.latest("page-view-value").await.expect("page-view schema registered");
+    let mut payloads = Vec::with_capacity(times_ms.len());
+    for (n, time) in (0..).zip(times_ms) {
+        let value = page_view(*time, event_id(n), n);
+        let payload = events::envelope::encode_with(registry, latest.id, value).await;
+        payloads.push(payload.expect("a page view encodes"));
+    }
+    payloads
+}
+
+/// A bare envelope: schema id 1, `header.time` = `time_ms`, a fixed server, service and id,
+/// then `body` — for tiers that read only the header (the mirror); not an Avro datum.
+pub fn raw_event(time_ms: i64, body: &str) -> Bytes {
+    let mut payload = vec![0, 0, 0, 0, 1];
+    let mut zigzag = ((time_ms << 1) ^ (time_ms >> 63)) as u64;
+    loop {
+        let byte = (zigzag & 0x7f) as u8;
+        zigzag >>= 7;
+        if zigzag == 0 {
+            payload.push(byte);
+            break;
+        }
+        payload.push(byte | 0x80);
+    }
+    payload.extend_from_slice(b"\x08host\x06web");
+    payload.extend_from_slice(&[7; 16]);
+    payload.extend_from_slice(body.as_bytes());
+    Bytes::from(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_events_carry_their_header_time() {
+        for time in [0, -5, 1_764_547_200_000] {
+            assert_eq!(events::envelope::header_time(&raw_event(time, "x")), Some(time));
+        }
+        assert_eq!(sequence_of(&event_id(42)), 42);
+    }
+}
