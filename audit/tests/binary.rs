@@ -44,7 +44,8 @@ impl Running {
     }
 
     async fn get(&self, path: &str) -> String {
-        let response = reqwest::get(format!("{}{path}", self.url)).await.expect("GET");
+        let response =
+            testkit::http_client().get(format!("{}{path}", self.url)).send().await.expect("GET");
         assert!(response.status().is_success(), "GET {path}: {}", response.status());
         response.text().await.unwrap()
     }
@@ -56,8 +57,11 @@ impl Running {
     /// Waits until the window of `topic` at `start` satisfies `check`.
     async fn wait_window(&self, topic: &str, start: i64, check: impl Fn(&Value) -> bool) -> Value {
         testkit::eventually(WAIT, "the window's counts", || async {
-            let response =
-                reqwest::get(format!("{}/api/windows?topic={topic}", self.url)).await.ok()?;
+            let response = testkit::http_client()
+                .get(format!("{}/api/windows?topic={topic}", self.url))
+                .send()
+                .await
+                .ok()?;
             let windows: Vec<Value> = response.json().await.ok()?;
             windows.into_iter().find(|w| w["window_start"] == start && check(w))
         })

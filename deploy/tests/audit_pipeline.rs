@@ -96,7 +96,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
         audit_listener,
         stop_audit.clone(),
     ));
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     testkit::eventually(WAIT, "the audit to count the live cluster", || async {
         let report = audit_window(&http, &dashboard, "click", window).await;
         (report["tiers"]["live"] == EVENTS_PER_TOPIC).then_some(())

@@ -454,7 +454,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     let begun = Instant::now();
     let deployment = Deployment::new("\n[simulator]\nrate = 100\nduration = \"10m\"\n");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("http");
+    let http = testkit::http_client();
     let p = |name: &str| deployment.ports[name];
 
     let up = deployment.ok("up", &[]);

@@ -165,7 +165,7 @@ fn main() {
             body.push(b'\n');
         }
         let body = bytes::Bytes::from(body);
-        let http = reqwest::Client::new();
+        let http = testkit::http_client();
         let post = |http: reqwest::Client, body: bytes::Bytes, url: String| async move {
             let r = http
                 .post(url)

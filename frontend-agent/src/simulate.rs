@@ -97,6 +97,7 @@ pub async fn simulate(
     if let Some(unknown) = topics.iter().find(|t| !TOPICS.contains(&t.as_str())) {
         return Err(SimError::UnknownTopic(unknown.clone()));
     }
+    service::tls::install_crypto_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()

@@ -35,7 +35,7 @@ fn args(list: &[&str]) -> Vec<String> {
 /// Posts batches of 50 page views with fresh ids until `stop`; returns the accepted ids.
 fn keep_posting(url: String, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<u64>> {
     tokio::spawn(async move {
-        let http = reqwest::Client::new();
+        let http = testkit::http_client();
         let mut accepted = Vec::new();
         let mut n = 0;
         while !stop.is_cancelled() {
@@ -178,7 +178,14 @@ async fn zookeeper_tail_and_service_flags_ship_a_tailed_file_to_registered_broke
 }
 
 async fn metric(url: &str, name: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics")).await.unwrap().text().await.unwrap();
+    let text = testkit::http_client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
         .and_then(|v| v.parse().ok())
@@ -217,7 +224,7 @@ async fn spool_max_bytes_and_spool_full_flags_choose_the_policy() {
         )
         .await;
         let url = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
+        let http = testkit::http_client();
         let mut statuses = Vec::new();
         for batch in 0..30 {
             let body: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();

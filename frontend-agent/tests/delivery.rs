@@ -85,7 +85,7 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
     let url = format!("http://{}/v1/events/page-view", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
     tokio::spawn(serve_http(listener, agent.clone(), stop.clone()));
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let mut accepted = Vec::new();
     let mut n = 0;
     let refusal = loop {

@@ -36,7 +36,7 @@ async fn http_events_reach_the_broker_in_the_envelope_with_the_header_filled_in(
     let agent = start(config(registry.url(), spool.path(), &[&broker.addr])).await;
     let stop = CancellationToken::new();
     let url = serve(&agent, &stop).await;
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let before_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             as i64;
@@ -144,7 +144,7 @@ async fn every_kind_of_invalid_event_refuses_the_whole_request_with_its_reason()
     let agent = start(cfg).await;
     let stop = CancellationToken::new();
     let url = serve(&agent, &stop).await;
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let good = || json!({"page_key": "feed", "url": "u", "duration_ms": 1});
     let with = |key: &str, value: Value| {
         let mut event = good();

@@ -25,6 +25,7 @@ pub enum StoreUrlError {
 
 /// The store `url` names, rooted at its path (every key the loader writes is relative to it).
 pub fn store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>, StoreUrlError> {
+    service::tls::install_crypto_provider();
     let invalid =
         |reason: &str| StoreUrlError::Invalid { url: url.to_owned(), reason: reason.into() };
     let open = |source| StoreUrlError::Open { url: url.to_owned(), source };

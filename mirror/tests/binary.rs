@@ -21,7 +21,7 @@ fn args(list: &[&str]) -> Vec<String> {
 
 async fn metrics(port: u16) -> Option<String> {
     let url = format!("http://127.0.0.1:{port}/metrics");
-    reqwest::get(url).await.ok()?.text().await.ok()
+    testkit::http_client().get(url).send().await.ok()?.text().await.ok()
 }
 
 /// Lines of `family` in a `/metrics` text.

@@ -106,7 +106,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
             .then_some(())
     })
     .await;
-    let http = reqwest::Client::new();
+    let http = testkit::http_client();
     let text = eventually(WAIT, "lag 0 in /metrics", || async {
         let text = http.get(&metrics_url).send().await.ok()?.text().await.ok()?;
         text.contains(

@@ -85,6 +85,7 @@ impl RegistryClient {
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && !u.cannot_be_a_base())
             .ok_or_else(|| ClientError::InvalidUrl(base_url.to_owned()))?;
+        service::tls::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
             .build()

@@ -27,7 +27,7 @@ async fn register_until_killed(
     first: usize,
     acked: Arc<std::sync::Mutex<Vec<Acked>>>,
 ) {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let http = testkit::http_client();
     for i in first.. {
         let subject = format!("s{}", i % 4);
         let schema = record(&format!("R{i}"), json!([{ "name": format!("f{i}"), "type": "int" }]));

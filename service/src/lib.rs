@@ -34,6 +34,7 @@ pub mod host;
 pub mod logging;
 pub mod metrics;
 pub mod shutdown;
+pub mod tls;
 
 pub use backoff::Backoff;
 pub use cli::Failure;

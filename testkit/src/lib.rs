@@ -14,6 +14,12 @@ pub mod zookeeper;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// An HTTP client for tests (5 s timeout), with the process's TLS provider installed.
+pub fn http_client() -> reqwest::Client {
+    service::tls::install_crypto_provider();
+    reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client")
+}
+
 /// Polls `check` every 10 ms until it returns `Some`, failing the test after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where

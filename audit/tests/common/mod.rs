@@ -210,7 +210,7 @@ impl Audit {
             listener,
             stop.clone(),
         ));
-        Audit { url, stop, task, http: reqwest::Client::new() }
+        Audit { url, stop, task, http: testkit::http_client() }
     }
 
     /// Shuts down and waits until it has.

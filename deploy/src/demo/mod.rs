@@ -257,7 +257,10 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
         store: Arc::clone(&store),
         analytics: ::cluster::Registry::new(session(&embedded, &analytics.chroot)?),
         dashboard_url: dashboard_url.clone(),
-        http: reqwest::Client::new(),
+        http: {
+            service::tls::install_crypto_provider();
+            reqwest::Client::new()
+        },
         started,
     };
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);

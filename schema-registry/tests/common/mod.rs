@@ -78,7 +78,7 @@ impl Answer {
 /// One client for the whole test binary: building one is costly (TLS roots).
 pub fn http() -> &'static reqwest::Client {
     static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
-    CLIENT.get_or_init(reqwest::Client::new)
+    CLIENT.get_or_init(testkit::http_client)
 }
 
 pub async fn call(method: Method, url: &str, body: Option<Value>) -> Answer {
