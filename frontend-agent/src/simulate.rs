@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -251,7 +251,7 @@ impl Generator {
 
 /// An index in `0..n` skewed toward 0: the cube of a uniform draw, so the first tenth of the
 /// range takes nearly half the draws.
-fn skewed(rng: &mut impl Rng, n: u64) -> u64 {
+fn skewed(rng: &mut impl RngExt, n: u64) -> u64 {
     let u: f64 = rng.random();
     ((u * u * u) * n as f64) as u64 % n
 }

@@ -15,7 +15,7 @@ use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
-use rand::Rng;
+use rand::RngExt;
 use testkit::s3::S3Server;
 use tokio_util::sync::CancellationToken;
 
