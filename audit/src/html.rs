@@ -39,21 +39,6 @@ pub(crate) fn number(n: i64) -> String {
     out
 }
 
-/// Days since the epoch → (year, month, day), proleptic Gregorian (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 /// A UTC time as `YYYY-MM-DD HH:MM` (with `:SS` when `seconds`).
 pub(crate) fn utc(ms: i64, seconds: bool) -> String {
     let (date, time) = utc_parts(ms, seconds);
@@ -62,12 +47,10 @@ pub(crate) fn utc(ms: i64, seconds: bool) -> String {
 
 /// (`YYYY-MM-DD`, `HH:MM[:SS]`) of a UTC time.
 pub(crate) fn utc_parts(ms: i64, seconds: bool) -> (String, String) {
-    let secs = ms.div_euclid(1_000);
-    let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
-    let of_day = secs.rem_euclid(86_400);
-    let (h, m, s) = (of_day / 3_600, of_day % 3_600 / 60, of_day % 60);
+    let t = service::clock::Utc::of_ms(ms);
+    let (h, m, s) = (t.hour, t.minute, t.second);
     let time = if seconds { format!("{h:02}:{m:02}:{s:02}") } else { format!("{h:02}:{m:02}") };
-    (format!("{year:04}-{month:02}-{day:02}"), time)
+    (format!("{:04}-{:02}-{:02}", t.year, t.month, t.day), time)
 }
 
 /// `600000` → `10 min`.

@@ -13,6 +13,7 @@
 //! replay reaches the ends the sources had on start, every window is `open`.
 
 mod api;
+mod chart;
 mod config;
 mod dashboard;
 mod html;

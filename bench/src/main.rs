@@ -129,27 +129,12 @@ fn launchers(cli: &Cli) -> BenchResult<Vec<Box<dyn Launcher>>> {
     Ok(all)
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
-            let text = e.to_string();
-            eprintln!(
-                "tributary-bench: {}",
-                text.lines().next().unwrap_or_default().trim_start_matches("error: ")
-            );
-            return std::process::ExitCode::from(2);
-        }
-    };
-    match run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tributary-bench: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+fn main() -> std::process::ExitCode {
+    let cli: Cli = ::service::cli::parse("tributary-bench");
+    let result = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run(cli)));
+    ::service::cli::finish("tributary-bench", result.map_err(::service::Failure::Runtime))
 }
 
 async fn run(cli: Cli) -> BenchResult<()> {

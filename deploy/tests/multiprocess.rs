@@ -401,7 +401,8 @@ fn windows(
 
 /// Every Parquet file under `s3://tributary/warehouse/{topic}/`: (rows, distinct `header.id`s).
 fn parquet_ids(runtime: &tokio::runtime::Runtime, s3_port: u16) -> (u64, HashSet<Vec<u8>>) {
-    use arrow::array::{Array, AsArray};
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
     use futures::TryStreamExt;
     use object_store::{ObjectStore, ObjectStoreExt};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -435,7 +436,7 @@ fn parquet_ids(runtime: &tokio::runtime::Runtime, s3_port: u16) -> (u64, HashSet
                     rows += id.len() as u64;
                     for i in 0..id.len() {
                         let value = match id.data_type() {
-                            arrow::datatypes::DataType::FixedSizeBinary(_) => {
+                            arrow_schema::DataType::FixedSizeBinary(_) => {
                                 id.as_fixed_size_binary().value(i).to_vec()
                             }
                             _ => id.as_binary::<i32>().value(i).to_vec(),

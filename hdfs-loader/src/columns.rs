@@ -11,16 +11,16 @@ use std::sync::Arc;
 use apache_avro::Schema;
 use apache_avro::schema::{Name, UnionSchema};
 use apache_avro::types::Value;
-use arrow::array::builder::NullBufferBuilder;
-use arrow::array::{
-    ArrayBuilder, ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder,
-    FixedSizeBinaryBuilder, Float32Builder, Float64Builder, Int32Builder, Int64Builder, ListArray,
-    MapArray, NullArray, StringBuilder, StringDictionaryBuilder, StructArray,
-    Time32MillisecondBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
-    TimestampMillisecondBuilder, TimestampNanosecondBuilder,
+use arrow_array::builder::{
+    ArrayBuilder, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder,
+    FixedSizeBinaryBuilder, Float32Builder, Float64Builder, Int32Builder, Int64Builder,
+    StringBuilder, StringDictionaryBuilder, Time32MillisecondBuilder, Time64MicrosecondBuilder,
+    TimestampMicrosecondBuilder, TimestampMillisecondBuilder, TimestampNanosecondBuilder,
 };
-use arrow::buffer::OffsetBuffer;
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, Int32Type, TimeUnit};
+use arrow_array::types::Int32Type;
+use arrow_array::{ArrayRef, ListArray, MapArray, NullArray, StructArray};
+use arrow_buffer::{NullBufferBuilder, OffsetBuffer};
+use arrow_schema::{DataType, Field, FieldRef, Fields, TimeUnit};
 
 /// Nesting deeper than this is refused (it also stops a recursive schema).
 const DEPTH_MAX: usize = 32;
@@ -33,7 +33,7 @@ pub enum ColumnError {
     #[error("value does not match the schema at {path}: expected {expected}")]
     Mismatch { path: String, expected: &'static str },
     #[error("building the Arrow column: {0}")]
-    Arrow(#[from] arrow::error::ArrowError),
+    Arrow(#[from] arrow_schema::ArrowError),
 }
 
 /// An Avro type with named references resolved: what one column holds.
@@ -670,7 +670,8 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Array, AsArray};
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
 
     use super::*;
 
@@ -746,11 +747,11 @@ mod tests {
         assert!(matches!(fields[9].data_type(), DataType::Struct(f) if f.len() == 2));
         assert_eq!(fields[12].data_type(), &DataType::Decimal128(9, 2));
         assert_eq!(arrays[1].null_count(), 1);
-        assert_eq!(arrays[1].as_primitive::<arrow::datatypes::Int64Type>().value(1), 7);
+        assert_eq!(arrays[1].as_primitive::<arrow_array::types::Int64Type>().value(1), 7);
         assert_eq!(arrays[8].null_count(), 1);
         let union = arrays[9].as_struct();
         assert!(union.column(0).is_null(0) && union.column(1).is_valid(0));
-        assert_eq!(arrays[12].as_primitive::<arrow::datatypes::Decimal128Type>().value(0), -200);
+        assert_eq!(arrays[12].as_primitive::<arrow_array::types::Decimal128Type>().value(0), -200);
         assert!(arrays.iter().all(|a| a.len() == 2));
     }
 

@@ -39,11 +39,9 @@ impl Hour {
     }
 
     /// `(year, month, day, hour)` in UTC.
-    pub fn civil(self) -> (i64, u32, u32, u32) {
-        let days = self.start_ms.div_euclid(86_400_000);
-        let hour = (self.start_ms.rem_euclid(86_400_000) / HOUR_MS) as u32;
-        let (year, month, day) = civil_from_days(days);
-        (year, month, day, hour)
+    pub fn civil(self) -> (i32, u32, u32, u32) {
+        let t = service::clock::Utc::of_ms(self.start_ms);
+        (t.year, t.month, t.day, t.hour)
     }
 
     /// `dt=YYYY-MM-DD/hr=HH`.
@@ -55,15 +53,13 @@ impl Hour {
     /// Reads `dt=YYYY-MM-DD/hr=HH` back (the two path segments).
     pub fn parse(dt: &str, hr: &str) -> Option<Hour> {
         let date = dt.strip_prefix("dt=")?;
-        let hour: i64 = hr.strip_prefix("hr=")?.parse().ok()?;
+        let hour: u32 = hr.strip_prefix("hr=")?.parse().ok()?;
         let mut parts = date.splitn(3, '-');
-        let year: i64 = parts.next()?.parse().ok()?;
+        let year: i32 = parts.next()?.parse().ok()?;
         let month: u32 = parts.next()?.parse().ok()?;
         let day: u32 = parts.next()?.parse().ok()?;
-        if !(1..=12).contains(&month) || !(1..=31).contains(&day) || !(0..24).contains(&hour) {
-            return None;
-        }
-        Some(Hour { start_ms: days_from_civil(year, month, day) * 86_400_000 + hour * HOUR_MS })
+        let start_ms = service::clock::Utc::hour_start_ms(year, month, day, hour)?;
+        Some(Hour { start_ms })
     }
 }
 
@@ -71,31 +67,6 @@ impl fmt::Display for Hour {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.dir())
     }
-}
-
-/// Days since 1970-01-01 → proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-/// The inverse of [`civil_from_days`].
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year.rem_euclid(400);
-    let month = i64::from(month);
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// The file name of a partition's rows of one hour in the commit `[start, end)`.

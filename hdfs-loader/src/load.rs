@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use apache_avro::Schema;
-use arrow::array::{ArrayBuilder, ArrayRef, Int32Builder, Int64Builder, StringBuilder};
-use arrow::datatypes::{DataType, Field, SchemaRef};
-use arrow::record_batch::RecordBatch;
+use arrow_array::builder::{ArrayBuilder, Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, SchemaRef};
 use client::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
 use cluster::PartitionId;
 use events::audit::window_start;
@@ -53,7 +53,7 @@ impl TopicContext {
             reader_id,
             reader,
             shape: Arc::new(shape),
-            arrow: Arc::new(arrow::datatypes::Schema::new(fields)),
+            arrow: Arc::new(arrow_schema::Schema::new(fields)),
         })
     }
 }

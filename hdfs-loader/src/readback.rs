@@ -4,8 +4,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::Int64Type;
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};

@@ -194,7 +194,7 @@ async fn read_positions(
     store: &Arc<dyn ObjectStore>,
     path: &object_store::path::Path,
 ) -> Vec<(String, i64)> {
-    use arrow::array::AsArray;
+    use arrow_array::cast::AsArray;
     use object_store::ObjectStoreExt;
     let bytes = store.get(path).await.unwrap().bytes().await.unwrap();
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
@@ -208,7 +208,7 @@ async fn read_positions(
         let offsets = batch
             .column_by_name("_offset")
             .unwrap()
-            .as_primitive::<arrow::datatypes::Int64Type>()
+            .as_primitive::<arrow_array::types::Int64Type>()
             .clone();
         for i in 0..batch.num_rows() {
             positions.push((partitions.value(i).to_owned(), offsets.value(i)));

@@ -201,15 +201,13 @@ async fn events_of_two_schema_versions_land_in_files_of_the_latest_schema() {
     let mut schema_ids = Vec::new();
     for batch in reader {
         let batch = batch.unwrap();
-        let plan = arrow::compute::cast(
-            batch.column_by_name("plan").unwrap(),
-            &arrow::datatypes::DataType::Utf8,
-        )
-        .unwrap();
-        let plan = plan.as_any().downcast_ref::<arrow::array::StringArray>().unwrap();
-        plans.extend(plan.iter().map(|p| p.unwrap().to_owned()));
+        use arrow_array::cast::AsArray;
+        let plan = batch.column_by_name("plan").unwrap();
+        let plan = plan.as_dictionary::<arrow_array::types::Int32Type>();
+        let plan = plan.downcast_dict::<arrow_array::StringArray>().unwrap();
+        plans.extend(plan.into_iter().map(|p| p.unwrap().to_owned()));
         let ids = batch.column_by_name("_schema_id").unwrap();
-        let ids = ids.as_any().downcast_ref::<arrow::array::Int32Array>().unwrap();
+        let ids = ids.as_any().downcast_ref::<arrow_array::Int32Array>().unwrap();
         schema_ids.extend(ids.values().iter().copied());
         assert!(batch.column_by_name("tags").is_some());
     }

@@ -105,25 +105,306 @@ impl Default for DemoOptions {
 /// returns the summary (also printed, and written to `--summary-json`).
 pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<Summary, DemoError> {
     let started = Instant::now();
-    let data_dir = data_dir::prepare(&options.data_dir)?;
-    let embedded = ::cluster::Embedded::new();
-
-    let registry = registry::Registry::start(&data_dir.join("registry")).await?;
-    let registry_client = Arc::new(registry.client()?);
-
-    let mut live = Vec::new();
-    for name in LIVE {
-        live.push(Cluster::start(&embedded, &ClusterSpec::new(name, 2, 2), &data_dir).await?);
+    let mut pipeline = Pipeline::start(&options).await?;
+    pipeline.announce(&options);
+    let simulators = Simulators::start(&pipeline.agents, options.rate);
+    let watch = pipeline.watch(started)?;
+    pipeline.serve(&options, &watch, &interrupt).await?;
+    let simulated = simulators.stop().await;
+    pipeline.drain(&options, &watch, simulated).await?;
+    let summary = pipeline.summary(&watch, started).await?;
+    pipeline.stop().await?;
+    print!("{summary}");
+    if let Some(path) = &options.summary_json {
+        let json = serde_json::to_string_pretty(&summary).expect("the summary serializes");
+        std::fs::write(path, json + "\n")
+            .map_err(|source| DemoError::SummaryFile { path: path.clone(), source })?;
     }
-    let analytics =
-        Cluster::start(&embedded, &ClusterSpec::new(ANALYTICS, 2, 2), &data_dir).await?;
+    Ok(summary)
+}
 
-    // Frontend agents: one per live datacenter, each with its HTTP input.
-    let stop_http = CancellationToken::new();
-    let mut agents = Vec::new();
-    let mut agent_urls = Vec::new();
-    let mut http_tasks: Vec<JoinHandle<std::io::Result<()>>> = Vec::new();
-    for cluster in &live {
+/// Every component of the demo, running.
+struct Pipeline {
+    embedded: ::cluster::Embedded,
+    data_dir: PathBuf,
+    registry: registry::Registry,
+    registry_client: Arc<schema_registry::RegistryClient>,
+    live: Vec<Cluster>,
+    analytics: Cluster,
+    agents: Vec<frontend_agent::Agent>,
+    agent_urls: Vec<String>,
+    stop_http: CancellationToken,
+    http_tasks: Vec<JoinHandle<std::io::Result<()>>>,
+    mirror: mirror::Mirror,
+    mirror_metrics_url: String,
+    warehouse: PathBuf,
+    store: Arc<dyn object_store::ObjectStore>,
+    loader: hdfs_loader::Loader,
+    dashboard_url: String,
+    stop_audit: CancellationToken,
+    audit_task: JoinHandle<Result<(), audit::AuditError>>,
+}
+
+impl Pipeline {
+    /// Starts, in pipeline order, the registry, the clusters, the agents, the mirror, the
+    /// loader and the audit service.
+    async fn start(options: &DemoOptions) -> Result<Pipeline, DemoError> {
+        let data_dir = data_dir::prepare(&options.data_dir)?;
+        let embedded = ::cluster::Embedded::new();
+        let registry = registry::Registry::start(&data_dir.join("registry")).await?;
+        let registry_client = Arc::new(registry.client()?);
+        let mut live = Vec::new();
+        for name in LIVE {
+            live.push(Cluster::start(&embedded, &ClusterSpec::new(name, 2, 2), &data_dir).await?);
+        }
+        let analytics =
+            Cluster::start(&embedded, &ClusterSpec::new(ANALYTICS, 2, 2), &data_dir).await?;
+        let stop_http = CancellationToken::new();
+        let (agents, agent_urls, http_tasks) = start_agents(
+            options,
+            &embedded,
+            &live,
+            &registry,
+            &registry_client,
+            &data_dir,
+            &stop_http,
+        )
+        .await?;
+        let (mirror, mirror_metrics_url) =
+            start_mirror(options, &embedded, &live, &analytics, &registry).await?;
+        let warehouse = data_dir.join("warehouse");
+        std::fs::create_dir_all(&warehouse)
+            .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
+        let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
+        let loader = hdfs_loader::Loader::new(
+            hdfs_loader::Config {
+                host_name: Some("loader-1".into()),
+                audit_window_ms: options.window_ms,
+                ..hdfs_loader::Config::default()
+            },
+            session(&embedded, &analytics.chroot)?,
+            Arc::clone(&store),
+            Arc::clone(&registry_client),
+        )?;
+        let stop_audit = CancellationToken::new();
+        let (dashboard_url, audit_task) =
+            start_audit(options, &embedded, &live, &analytics, &registry, &stop_audit).await?;
+        Ok(Pipeline {
+            embedded,
+            data_dir,
+            registry,
+            registry_client,
+            live,
+            analytics,
+            agents,
+            agent_urls,
+            stop_http,
+            http_tasks,
+            mirror,
+            mirror_metrics_url,
+            warehouse,
+            store,
+            loader,
+            dashboard_url,
+            stop_audit,
+            audit_task,
+        })
+    }
+
+    /// Says where everything is.
+    fn announce(&self, options: &DemoOptions) {
+        println!("Tributary demo: the paper's two-datacenter pipeline in one process");
+        for cluster in self.live.iter().chain([&self.analytics]) {
+            println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
+        }
+        println!("  registry  {}", self.registry.url);
+        for (cluster, url) in self.live.iter().zip(&self.agent_urls) {
+            println!("  agent     {url}/v1/events/{{topic}}  → {}", cluster.name);
+        }
+        println!("  mirror    {}", self.mirror_metrics_url);
+        println!("  Parquet   {}", self.warehouse.display());
+        println!("  dashboard {}", self.dashboard_url);
+        println!("  data      {}", self.data_dir.display());
+        match options.duration {
+            Some(d) => {
+                println!("running for {} s, then draining (Ctrl-C drains sooner)", d.as_secs())
+            }
+            None => println!("running until Ctrl-C, then draining"),
+        }
+    }
+
+    /// What the status line reads.
+    fn watch(&self, started: Instant) -> Result<Watch, DemoError> {
+        service::tls::install_crypto_provider();
+        Ok(Watch {
+            agents: self.agents.clone(),
+            mirror: self.mirror.totals(),
+            store: Arc::clone(&self.store),
+            analytics: ::cluster::Registry::new(session(&self.embedded, &self.analytics.chroot)?),
+            dashboard_url: self.dashboard_url.clone(),
+            http: reqwest::Client::new(),
+            started,
+        })
+    }
+
+    /// Until `--duration` passes or `interrupt`: a status line every `status_interval`, a
+    /// loader run every `loader_interval`.
+    async fn serve(
+        &mut self,
+        options: &DemoOptions,
+        watch: &Watch,
+        interrupt: &CancellationToken,
+    ) -> Result<(), DemoError> {
+        let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
+        let mut next_load = tokio::time::Instant::now() + options.loader_interval;
+        let mut status = tokio::time::interval(options.status_interval);
+        status.tick().await;
+        let mut last = watch.sample().await;
+        loop {
+            let until_deadline = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = interrupt.cancelled() => { println!("interrupted: draining"); return Ok(()) }
+                _ = until_deadline => { println!("--duration reached: draining"); return Ok(()) }
+                _ = status.tick() => {
+                    let now = watch.sample().await;
+                    println!("{}", now.line(&last));
+                    last = now;
+                }
+                _ = tokio::time::sleep_until(next_load) => {
+                    let summary = self.loader.run(interrupt).await?;
+                    tracing::info!(rows = summary.rows, "loader run");
+                    next_load = tokio::time::Instant::now() + options.loader_interval;
+                }
+            }
+        }
+    }
+
+    /// The drain, once the frontends stopped: the agents ship what they spooled, the mirror
+    /// catches up, the loader runs once more, and the last windows close.
+    async fn drain(
+        &mut self,
+        options: &DemoOptions,
+        watch: &Watch,
+        simulated: u64,
+    ) -> Result<(), DemoError> {
+        println!("frontends stopped after {simulated} events; draining the agents' spools");
+        let agents = &self.agents;
+        wait_until("the agents' spools to be acknowledged", || async {
+            agents.iter().all(|a| a.unacknowledged() == 0)
+        })
+        .await;
+        // The agents publish their last counts within a second; the mirror then copies them.
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        println!("waiting for the mirror to catch up");
+        let live_registries: Vec<::cluster::Registry> = self
+            .live
+            .iter()
+            .map(|c| Ok(::cluster::Registry::new(session(&self.embedded, &c.chroot)?)))
+            .collect::<Result<_, DemoError>>()?;
+        let group = mirror::Config::default().group;
+        wait_until("the mirror to catch up", || async {
+            for registry in &live_registries {
+                match client::group::lag::total_lag(registry, &group).await {
+                    Ok(Some(0)) => {}
+                    // Behind, or a broker is down (its lag unknown).
+                    Ok(_) => return false,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read the mirror's lag");
+                        return false;
+                    }
+                }
+            }
+            true
+        })
+        .await;
+        println!("running the loader once more");
+        let final_load = self.loader.run(&CancellationToken::new()).await?;
+        for error in &final_load.errors {
+            tracing::error!(%error, "loader");
+        }
+        let last_window_end = service::now_ms().div_euclid(options.window_ms) * options.window_ms;
+        let decided_at = last_window_end + options.window_ms + options.grace_ms;
+        println!(
+            "waiting {} s for the last audit window to close",
+            (decided_at - service::now_ms()).max(0) / 1000
+        );
+        wait_until("the audit to decide every window", || async {
+            service::now_ms() > decided_at + 1_000
+                && watch.audit().await.is_some_and(|a| a.caught_up && a.windows.open == 0)
+        })
+        .await;
+        Ok(())
+    }
+
+    /// What every tier did, read back from the agents, the mirror, the Parquet files and the
+    /// audit.
+    async fn summary(&self, watch: &Watch, started: Instant) -> Result<Summary, DemoError> {
+        let audit_summary = watch.audit().await.unwrap_or_default();
+        let mut loaded_rows = 0;
+        let mut ids = std::collections::HashSet::new();
+        for topic in TOPICS {
+            let rows = hdfs_loader::readback::read_topic(&self.store, topic).await?;
+            loaded_rows += rows.positions.len() as u64;
+            ids.extend(rows.event_ids);
+        }
+        Ok(Summary {
+            accepted: self.agents.iter().map(|a| a.accepted()).sum(),
+            acknowledged: self.agents.iter().map(|a| a.acknowledged()).sum(),
+            mirrored: self.mirror.totals().messages(),
+            loaded_rows,
+            distinct_ids_loaded: ids.len() as u64,
+            windows: audit_summary.windows,
+            parquet_root: self.warehouse.clone(),
+            dashboard_url: self.dashboard_url.clone(),
+            duration_s: started.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// Stops everything in pipeline order.
+    async fn stop(self) -> Result<(), DemoError> {
+        self.loader.close().await;
+        self.stop_http.cancel();
+        for task in self.http_tasks {
+            let _ = task.await;
+        }
+        for agent in &self.agents {
+            agent.shutdown().await?;
+        }
+        self.mirror.shutdown().await?;
+        self.stop_audit.cancel();
+        match self.audit_task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(DemoError::Audit(e.to_string())),
+            Err(e) => return Err(DemoError::Audit(e.to_string())),
+        }
+        for cluster in self.live.into_iter().chain([self.analytics]) {
+            cluster.stop().await;
+        }
+        self.registry.stop().await;
+        drop(self.registry_client);
+        Ok(())
+    }
+}
+
+type AgentHandles = (Vec<frontend_agent::Agent>, Vec<String>, Vec<JoinHandle<std::io::Result<()>>>);
+
+/// Frontend agents: one per live datacenter, each with its HTTP input.
+async fn start_agents(
+    options: &DemoOptions,
+    embedded: &::cluster::Embedded,
+    live: &[Cluster],
+    registry: &registry::Registry,
+    registry_client: &Arc<schema_registry::RegistryClient>,
+    data_dir: &std::path::Path,
+    stop_http: &CancellationToken,
+) -> Result<AgentHandles, DemoError> {
+    let (mut agents, mut urls, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
+    for cluster in live {
         let config = frontend_agent::Config {
             registry: registry.url.clone(),
             // The agent validates that its config names the brokers; the session passed below
@@ -136,18 +417,27 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
             audit_publish_ms: 1_000,
             ..frontend_agent::Config::default()
         };
-        let brokers = frontend_agent::Brokers::Cluster(session(&embedded, &cluster.chroot)?);
+        let brokers = frontend_agent::Brokers::Cluster(session(embedded, &cluster.chroot)?);
         let agent =
-            frontend_agent::Agent::start(config, brokers, Arc::clone(&registry_client)).await?;
+            frontend_agent::Agent::start(config, brokers, Arc::clone(registry_client)).await?;
         let listener = bind("127.0.0.1:0", "agent HTTP input").await?;
-        agent_urls.push(format!("http://{}", local_addr(&listener, "agent HTTP input")?));
+        urls.push(format!("http://{}", local_addr(&listener, "agent HTTP input")?));
         let http = frontend_agent::serve_http(listener, agent.clone(), stop_http.clone());
-        http_tasks.push(tokio::spawn(http));
+        tasks.push(tokio::spawn(http));
         agents.push(agent);
     }
+    Ok((agents, urls, tasks))
+}
 
-    // The mirror in the analytics datacenter.
-    let mirror_config = mirror::Config {
+/// The mirror in the analytics datacenter, and its metrics URL.
+async fn start_mirror(
+    options: &DemoOptions,
+    embedded: &::cluster::Embedded,
+    live: &[Cluster],
+    analytics: &Cluster,
+    registry: &registry::Registry,
+) -> Result<(mirror::Mirror, String), DemoError> {
+    let config = mirror::Config {
         host_name: Some("mirror-1".into()),
         audit_window_ms: options.window_ms,
         audit_publish_ms: 1_000,
@@ -155,40 +445,26 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
     };
     let sources = live
         .iter()
-        .map(|c| Ok((c.name.clone(), session(&embedded, &c.chroot)?)))
+        .map(|c| Ok((c.name.clone(), session(embedded, &c.chroot)?)))
         .collect::<Result<Vec<_>, DemoError>>()?;
-    let mirror_metrics = bind("127.0.0.1:0", "mirror metrics").await?;
-    let mirror_metrics_url =
-        format!("http://{}/metrics", local_addr(&mirror_metrics, "mirror metrics")?);
-    let mirror = mirror::Mirror::start(
-        mirror_config,
-        sources,
-        session(&embedded, &analytics.chroot)?,
-        registry.client()?,
-        Some(mirror_metrics),
-    )
-    .await?;
-    let mirror_totals = mirror.totals();
+    let metrics = bind("127.0.0.1:0", "mirror metrics").await?;
+    let url = format!("http://{}/metrics", local_addr(&metrics, "mirror metrics")?);
+    let target = session(embedded, &analytics.chroot)?;
+    let mirror =
+        mirror::Mirror::start(config, sources, target, registry.client()?, Some(metrics)).await?;
+    Ok((mirror, url))
+}
 
-    // The loader, every `loader_interval` into Parquet under the data directory.
-    let warehouse = data_dir.join("warehouse");
-    std::fs::create_dir_all(&warehouse)
-        .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
-    let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
-    let loader_config = hdfs_loader::Config {
-        host_name: Some("loader-1".into()),
-        audit_window_ms: options.window_ms,
-        ..hdfs_loader::Config::default()
-    };
-    let mut loader = hdfs_loader::Loader::new(
-        loader_config,
-        session(&embedded, &analytics.chroot)?,
-        Arc::clone(&store),
-        Arc::clone(&registry_client),
-    )?;
-
-    // The audit service and its dashboard.
-    let audit_config = audit::Config {
+/// The audit service and its dashboard; the dashboard's URL.
+async fn start_audit(
+    options: &DemoOptions,
+    embedded: &::cluster::Embedded,
+    live: &[Cluster],
+    analytics: &Cluster,
+    registry: &registry::Registry,
+    stop: &CancellationToken,
+) -> Result<(String, JoinHandle<Result<(), audit::AuditError>>), DemoError> {
+    let config = audit::Config {
         audit_window_ms: options.window_ms,
         grace_ms: options.grace_ms,
         // The loader runs every `loader_interval`: until then its shortfall is not loss.
@@ -203,198 +479,61 @@ pub async fn run(options: DemoOptions, interrupt: CancellationToken) -> Result<S
         // The usual port is taken (another demo?): any free one will do.
         Err(_) => bind("127.0.0.1:0", "dashboard").await?,
     };
-    let dashboard_url = format!("http://{}/", local_addr(&dashboard, "dashboard")?);
-    let stop_audit = CancellationToken::new();
-    let audit_live = live
+    let url = format!("http://{}/", local_addr(&dashboard, "dashboard")?);
+    let live = live
         .iter()
-        .map(|c| Ok((c.name.clone(), session(&embedded, &c.chroot)?)))
+        .map(|c| Ok((c.name.clone(), session(embedded, &c.chroot)?)))
         .collect::<Result<Vec<_>, DemoError>>()?;
-    let audit_task = tokio::spawn(audit::run(
-        audit_config,
-        session(&embedded, &analytics.chroot)?,
-        audit_live,
+    let analytics = session(embedded, &analytics.chroot)?;
+    let task = tokio::spawn(audit::run(
+        config,
+        analytics,
+        live,
         registry.client()?,
         dashboard,
-        stop_audit.clone(),
+        stop.clone(),
     ));
+    Ok((url, task))
+}
 
-    println!("Tributary demo: the paper's two-datacenter pipeline in one process");
-    for cluster in live.iter().chain([&analytics]) {
-        println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
-    }
-    println!("  registry  {}", registry.url);
-    for (cluster, url) in live.iter().zip(&agent_urls) {
-        println!("  agent     {url}/v1/events/{{topic}}  → {}", cluster.name);
-    }
-    println!("  mirror    {mirror_metrics_url}");
-    println!("  Parquet   {}", warehouse.display());
-    println!("  dashboard {dashboard_url}");
-    println!("  data      {}", data_dir.display());
-    match options.duration {
-        Some(d) => println!("running for {} s, then draining (Ctrl-C drains sooner)", d.as_secs()),
-        None => println!("running until Ctrl-C, then draining"),
-    }
+/// Simulated frontends, one per agent, until stopped.
+struct Simulators {
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<Result<frontend_agent::SimReport, frontend_agent::simulate::SimError>>>,
+}
 
-    // Simulated frontends, one per agent.
-    let stop_simulators = CancellationToken::new();
-    let simulators: Vec<_> = agents
-        .iter()
-        .map(|agent| {
-            let target = frontend_agent::Target::Agent(agent.clone());
-            let (rate, stop) = (options.rate, stop_simulators.clone());
-            tokio::spawn(async move {
-                let topics: Vec<String> = TOPICS.iter().map(|t| (*t).to_owned()).collect();
-                // Until stopped: the drain cancels it.
-                let forever = Duration::from_secs(365 * 24 * 3600);
-                frontend_agent::simulate(target, rate, forever, &topics, stop).await
+impl Simulators {
+    fn start(agents: &[frontend_agent::Agent], rate: u64) -> Simulators {
+        let stop = CancellationToken::new();
+        let tasks = agents
+            .iter()
+            .map(|agent| {
+                let target = frontend_agent::Target::Agent(agent.clone());
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let topics: Vec<String> = TOPICS.iter().map(|t| (*t).to_owned()).collect();
+                    // Until stopped: the drain cancels it.
+                    let forever = Duration::from_secs(365 * 24 * 3600);
+                    frontend_agent::simulate(target, rate, forever, &topics, stop).await
+                })
             })
-        })
-        .collect();
+            .collect();
+        Simulators { stop, tasks }
+    }
 
-    let watch = Watch {
-        agents: agents.clone(),
-        mirror: mirror_totals.clone(),
-        store: Arc::clone(&store),
-        analytics: ::cluster::Registry::new(session(&embedded, &analytics.chroot)?),
-        dashboard_url: dashboard_url.clone(),
-        http: {
-            service::tls::install_crypto_provider();
-            reqwest::Client::new()
-        },
-        started,
-    };
-    let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut next_load = tokio::time::Instant::now() + options.loader_interval;
-    let mut status = tokio::time::interval(options.status_interval);
-    status.tick().await;
-    let mut last = watch.sample().await;
-    loop {
-        let until_deadline = async {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = interrupt.cancelled() => { println!("interrupted: draining"); break }
-            _ = until_deadline => { println!("--duration reached: draining"); break }
-            _ = status.tick() => {
-                let now = watch.sample().await;
-                println!("{}", now.line(&last));
-                last = now;
-            }
-            _ = tokio::time::sleep_until(next_load) => {
-                let summary = loader.run(&interrupt).await?;
-                tracing::info!(rows = summary.rows, "loader run");
-                next_load = tokio::time::Instant::now() + options.loader_interval;
+    /// Stops them; the events they sent in all.
+    async fn stop(self) -> u64 {
+        self.stop.cancel();
+        let mut simulated = 0;
+        for task in self.tasks {
+            match task.await {
+                Ok(Ok(report)) => simulated += report.accepted_total(),
+                Ok(Err(e)) => tracing::error!(error = %e, "simulator failed"),
+                Err(e) => tracing::error!(error = %e, "simulator task failed"),
             }
         }
+        simulated
     }
-
-    // Drain: the frontends stop, the agents ship what they spooled, the mirror catches up, the
-    // loader runs once more, and the last windows close.
-    stop_simulators.cancel();
-    let mut simulated = 0;
-    for simulator in simulators {
-        match simulator.await {
-            Ok(Ok(report)) => simulated += report.accepted_total(),
-            Ok(Err(e)) => tracing::error!(error = %e, "simulator failed"),
-            Err(e) => tracing::error!(error = %e, "simulator task failed"),
-        }
-    }
-    println!("frontends stopped after {simulated} events; draining the agents' spools");
-    wait_until("the agents' spools to be acknowledged", || async {
-        agents.iter().all(|a| a.unacknowledged() == 0)
-    })
-    .await;
-    // The agents publish their last counts within a second; the mirror then copies them.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
-    println!("waiting for the mirror to catch up");
-    let live_registries: Vec<::cluster::Registry> = live
-        .iter()
-        .map(|c| Ok(::cluster::Registry::new(session(&embedded, &c.chroot)?)))
-        .collect::<Result<_, DemoError>>()?;
-    let group = mirror::Config::default().group;
-    wait_until("the mirror to catch up", || async {
-        for registry in &live_registries {
-            match client::group::lag::total_lag(registry, &group).await {
-                Ok(Some(0)) => {}
-                // Behind, or a broker is down (its lag unknown).
-                Ok(_) => return false,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the mirror's lag");
-                    return false;
-                }
-            }
-        }
-        true
-    })
-    .await;
-    println!("running the loader once more");
-    let final_load = loader.run(&CancellationToken::new()).await?;
-    for error in &final_load.errors {
-        tracing::error!(%error, "loader");
-    }
-    let last_window_end = service::now_ms().div_euclid(options.window_ms) * options.window_ms;
-    let decided_at = last_window_end + options.window_ms + options.grace_ms;
-    println!(
-        "waiting {} s for the last audit window to close",
-        (decided_at - service::now_ms()).max(0) / 1000
-    );
-    wait_until("the audit to decide every window", || async {
-        service::now_ms() > decided_at + 1_000
-            && watch.audit().await.is_some_and(|a| a.caught_up && a.windows.open == 0)
-    })
-    .await;
-
-    let audit_summary = watch.audit().await.unwrap_or_default();
-    let mut loaded_rows = 0;
-    let mut ids = std::collections::HashSet::new();
-    for topic in TOPICS {
-        let rows = hdfs_loader::readback::read_topic(&store, topic).await?;
-        loaded_rows += rows.positions.len() as u64;
-        ids.extend(rows.event_ids);
-    }
-    let summary = Summary {
-        accepted: agents.iter().map(|a| a.accepted()).sum(),
-        acknowledged: agents.iter().map(|a| a.acknowledged()).sum(),
-        mirrored: mirror_totals.messages(),
-        loaded_rows,
-        distinct_ids_loaded: ids.len() as u64,
-        windows: audit_summary.windows,
-        parquet_root: warehouse.clone(),
-        dashboard_url: dashboard_url.clone(),
-        duration_s: started.elapsed().as_secs_f64(),
-    };
-
-    // Stop in pipeline order.
-    loader.close().await;
-    stop_http.cancel();
-    for task in http_tasks {
-        let _ = task.await;
-    }
-    for agent in &agents {
-        agent.shutdown().await?;
-    }
-    mirror.shutdown().await?;
-    stop_audit.cancel();
-    match audit_task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(DemoError::Audit(e.to_string())),
-        Err(e) => return Err(DemoError::Audit(e.to_string())),
-    }
-    for cluster in live.into_iter().chain([analytics]) {
-        cluster.stop().await;
-    }
-    registry.stop().await;
-
-    print!("{summary}");
-    if let Some(path) = &options.summary_json {
-        let json = serde_json::to_string_pretty(&summary).expect("the summary serializes");
-        std::fs::write(path, json + "\n")
-            .map_err(|source| DemoError::SummaryFile { path: path.clone(), source })?;
-    }
-    Ok(summary)
 }
 
 async fn bind(addr: &str, what: &str) -> Result<tokio::net::TcpListener, DemoError> {

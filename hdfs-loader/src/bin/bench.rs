@@ -51,9 +51,13 @@ impl Drop for BrokerProcess {
     }
 }
 
+fn main() -> std::process::ExitCode {
+    let args: Args = service::cli::parse("hdfs-loader-bench");
+    service::cli::finish("hdfs-loader-bench", bench(args).map_err(service::Failure::Runtime))
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn bench(args: Args) -> anyhow::Result<()> {
     let work = tempfile::tempdir()?;
     let broker_bin = match args.broker_bin.clone() {
         Some(path) => path,
