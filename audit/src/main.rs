@@ -64,10 +64,7 @@ fn start(cli: Cli) -> Result<(), Failure> {
     let zookeeper = required(&config.zookeeper, "--zookeeper (the analytics cluster)")?;
     let registry = required(&config.registry, "--registry")?;
     RegistryClient::new(&registry).map_err(Failure::usage)?;
-    service::logging::init("info").map_err(Failure::usage)?;
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, zookeeper, registry))?;
-    Ok(())
+    service::cli::run(serve(config, zookeeper, registry))
 }
 
 async fn connect(connect: &str, session_timeout_ms: u64) -> anyhow::Result<Arc<dyn Coordinator>> {

@@ -87,10 +87,7 @@ fn start(cli: Cli) -> Result<(), Failure> {
         service::config::load(cli.config.as_deref(), &cli).map_err(Failure::usage)?;
     config.validate().map_err(Failure::usage)?;
     config.connections().map_err(Failure::usage)?;
-    service::logging::init("info").map_err(Failure::usage)?;
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(serve(config))?;
-    Ok(())
+    service::cli::run(serve(config))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

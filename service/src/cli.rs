@@ -27,6 +27,20 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+/// The common tail of every server binary's `main`, once its configuration is valid: starts
+/// logging at `info` (unless `RUST_LOG` says otherwise) and a multi-threaded runtime, and runs
+/// `body` on it to the end. Logging comes after validation so that a usage error stays one line.
+pub fn run<F>(body: F) -> Result<(), Failure>
+where
+    F: std::future::Future<Output = anyhow::Result<()>>,
+{
+    crate::logging::init("info").map_err(Failure::usage)?;
+    let runtime = tokio::runtime::Runtime::new()
+        .map_err(|e| anyhow::Error::from(e).context("cannot start the async runtime"))?;
+    runtime.block_on(body)?;
+    Ok(())
+}
+
 /// Parses the command line into `C`. On a bad argument prints `{binary}: {what clap says}` on
 /// one line and exits with code 2; `--help` and `--version` print and exit 0; a missing
 /// subcommand prints the help and exits 2.
