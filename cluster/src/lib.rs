@@ -13,8 +13,10 @@
 mod coordinator;
 mod embedded;
 mod error;
+mod partitions;
 mod path;
 mod registry;
+mod replicated;
 mod zookeeper;
 
 pub use coordinator::{
@@ -22,6 +24,10 @@ pub use coordinator::{
 };
 pub use embedded::{Embedded, EmbeddedSession};
 pub use error::CoordError;
+pub use partitions::{
+    AssignError, Election, NO_LEADER, PartitionState, TopicAssignment, assign_replicas,
+    elect_leader,
+};
 pub use path::{join, validate_path};
 pub use registry::{BrokerInfo, Claim, PartitionId, Registry, RegistryError, Subscription};
 pub use zookeeper::{ZooKeeper, ZooKeeperConfig};

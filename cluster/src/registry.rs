@@ -30,6 +30,13 @@ pub enum RegistryError {
     InvalidName { what: &'static str, name: String },
     #[error("unreadable value at {path}: {reason}")]
     Corrupt { path: String, reason: String },
+    /// A versioned write lost to another writer: read again and decide again.
+    #[error("{path} was changed by another writer")]
+    Conflict { path: String },
+    #[error("topic {topic} already exists")]
+    TopicExists { topic: String },
+    #[error("invalid replica assignment: {reason}")]
+    InvalidAssignment { reason: String },
 }
 
 /// Where a broker listens.
@@ -92,7 +99,7 @@ pub struct Registry {
     coordinator: Arc<dyn Coordinator>,
 }
 
-fn segment<'a>(what: &'static str, name: &'a str) -> Result<&'a str, RegistryError> {
+pub(crate) fn segment<'a>(what: &'static str, name: &'a str) -> Result<&'a str, RegistryError> {
     let valid = !name.is_empty()
         && name != "."
         && name != ".."
@@ -101,7 +108,7 @@ fn segment<'a>(what: &'static str, name: &'a str) -> Result<&'a str, RegistryErr
     if valid { Ok(name) } else { Err(RegistryError::InvalidName { what, name: name.to_owned() }) }
 }
 
-fn corrupt(path: &str, reason: impl fmt::Display) -> RegistryError {
+pub(crate) fn corrupt(path: &str, reason: impl fmt::Display) -> RegistryError {
     RegistryError::Corrupt { path: path.to_owned(), reason: reason.to_string() }
 }
 

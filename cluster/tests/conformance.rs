@@ -1,12 +1,13 @@
 //! One conformance suite, run against both backends: a real ZooKeeper server and the embedded
 //! tree. Every test here runs twice, once per backend, with the same assertions.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{
-    BrokerInfo, Claim, CoordError, Coordinator, Embedded, NodeMode, PartitionId, Registry,
-    RegistryError, SessionEvent, WatchEvent, ZooKeeper, ZooKeeperConfig,
+    BrokerInfo, Claim, CoordError, Coordinator, Embedded, NodeMode, PartitionId, PartitionState,
+    Registry, RegistryError, SessionEvent, TopicAssignment, WatchEvent, ZooKeeper, ZooKeeperConfig,
 };
 use futures::StreamExt;
 use testkit::proxy::TcpProxy;
@@ -310,6 +311,108 @@ async fn registries_follow_the_design_layout(service: Service) {
     assert!(matches!(r.register_topic("a/b", 0, 1).await, Err(RegistryError::InvalidName { .. })));
 }
 
+async fn replicated_partitions_follow_the_design_layout(service: Service) {
+    let s = service.session().await;
+    let r = Registry::new(s.coordinator());
+    let live: BTreeSet<i32> = [1, 2, 3].into_iter().collect();
+    let assignment = TopicAssignment {
+        partitions: cluster::assign_replicas(&live, 0, 2, 3, 0, 0).unwrap(),
+        config: [("min_insync_replicas".to_owned(), "2".to_owned())].into_iter().collect(),
+    };
+    assert_eq!(r.topic_assignment("views").await.unwrap(), None);
+    let (_, created) = r.topic_assignment_and_watch("views").await.unwrap();
+    r.create_topic("views", &assignment).await.unwrap();
+    assert_eq!(within("topic created", created).await, WatchEvent::Created);
+    let err = r.create_topic("views", &assignment).await.unwrap_err();
+    assert!(matches!(err, RegistryError::TopicExists { .. }), "{err}");
+    let raw = s.coordinator().get("/brokers/topics/views").await.unwrap().unwrap().0;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&raw).unwrap(),
+        serde_json::json!({
+            "partitions": {"0": [1, 2, 3], "1": [2, 3, 1]},
+            "config": {"min_insync_replicas": "2"}
+        })
+    );
+    let (read, version) = r.topic_assignment("views").await.unwrap().unwrap();
+    assert_eq!(read, assignment);
+    let mut more = read.clone();
+    more.partitions.insert(2, vec![3, 1, 2]);
+    r.set_topic_assignment("views", &more, version).await.unwrap();
+    let err = r.set_topic_assignment("views", &more, version).await.unwrap_err();
+    assert!(matches!(err, RegistryError::Conflict { .. }), "{err}");
+    let mut gap = more.clone();
+    gap.partitions.insert(7, vec![1]);
+    let err = r.create_topic("gappy", &gap).await.unwrap_err();
+    assert!(matches!(err, RegistryError::InvalidAssignment { .. }), "{err}");
+    let (topics, _) = r.topics_and_watch().await.unwrap();
+    assert_eq!(topics, ["views"]);
+
+    let state = PartitionState::initial(&[1, 2, 3], &live, 1);
+    assert_eq!(r.partition_state("views", 0).await.unwrap(), None);
+    let version = r.create_partition_state("views", 0, &state).await.unwrap();
+    let err = r.create_partition_state("views", 0, &state).await.unwrap_err();
+    assert!(matches!(err, RegistryError::Conflict { .. }), "{err}");
+    let (_, changed) = r.partition_state_and_watch("views", 0).await.unwrap();
+    let shrunk = PartitionState { isr: vec![1, 2], ..state.clone() };
+    let next = r.set_partition_state("views", 0, &shrunk, version).await.unwrap();
+    assert_eq!(within("state changed", changed).await, WatchEvent::DataChanged);
+    let err = r.set_partition_state("views", 0, &state, version).await.unwrap_err();
+    assert!(matches!(err, RegistryError::Conflict { .. }), "a stale writer loses: {err}");
+    assert_eq!(r.partition_state("views", 0).await.unwrap(), Some((shrunk.clone(), next)));
+    let raw = s.coordinator().get("/brokers/topics/views/partitions/0/state").await.unwrap();
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&raw.unwrap().0).unwrap(),
+        serde_json::json!({"leader": 1, "leader_epoch": 0, "isr": [1, 2], "controller_epoch": 1})
+    );
+    r.create_partition_state("views", 1, &PartitionState::initial(&[2, 3, 1], &live, 1))
+        .await
+        .unwrap();
+    let states = r.partition_states("views").await.unwrap();
+    assert_eq!(states.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(states[&1].0.leader, 2);
+}
+
+async fn one_controller_at_a_time_in_rising_epochs(service: Service) {
+    let first = service.session().await;
+    let second = service.session().await;
+    let (a, b) = (Registry::new(first.coordinator()), Registry::new(second.coordinator()));
+    assert_eq!(a.controller().await.unwrap(), None);
+    assert_eq!(a.controller_epoch().await.unwrap(), 0);
+    assert_eq!(a.elect_controller(1).await.unwrap(), Some(1));
+    assert_eq!(b.elect_controller(2).await.unwrap(), None, "broker 1 holds it");
+    assert_eq!(b.controller().await.unwrap(), Some(1));
+    let (_, watch) = b.controller_and_watch().await.unwrap();
+    b.resign_controller(2).await.unwrap();
+    assert_eq!(a.controller().await.unwrap(), Some(1), "only the holder resigns");
+    drop(first);
+    drop(a);
+    assert_eq!(within("controller gone", watch).await, WatchEvent::Deleted);
+    assert_eq!(b.elect_controller(2).await.unwrap(), Some(2), "a new controller, a new epoch");
+    assert_eq!(b.controller_epoch().await.unwrap(), 2);
+    b.resign_controller(2).await.unwrap();
+    assert_eq!(b.controller().await.unwrap(), None);
+}
+
+async fn a_controller_whose_session_expired_is_elected_again_in_a_new_epoch(service: Service) {
+    let s = service.expirable_session().await;
+    let r = Registry::new(s.coordinator());
+    assert_eq!(r.elect_controller(4).await.unwrap(), Some(1));
+    s.expire().await;
+    // The backend creates the node again in the new session; the broker, told of the expiry,
+    // stands again and must not act in its old epoch.
+    let back = within("controller node re-created", async {
+        loop {
+            if let Ok(Some(id)) = r.controller().await {
+                return id;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(back, 4);
+    assert_eq!(r.elect_controller(4).await.unwrap(), Some(2));
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod zookeeper_backend {
@@ -342,4 +445,7 @@ conformance!(
     streaming_watches_see_every_membership,
     chroots_isolate_clusters,
     registries_follow_the_design_layout,
+    replicated_partitions_follow_the_design_layout,
+    one_controller_at_a_time_in_rising_epochs,
+    a_controller_whose_session_expired_is_elected_again_in_a_new_epoch,
 );
