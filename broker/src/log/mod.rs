@@ -1,9 +1,12 @@
-//! The commit log: partitions of segment files under one data directory.
+//! The commit log: partitions of segment files under one data directory, each with the
+//! checkpoint of its leader epochs.
 
+mod leader_epoch;
 mod manager;
 mod partition;
 mod segment;
 
+pub use leader_epoch::{EPOCHS_MAX, EpochEntry, LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 pub use manager::{CreateError, Created, LogManager, Topic};
 pub use partition::{Appended, FileSlice, LogError, Partition, SETS_PER_WRITE_MAX};
 pub use segment::{ScanResult, Segment, scan_valid_prefix};

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::{Notify, watch};
 
+use super::leader_epoch::LEADER_EPOCH_CHECKPOINT;
 use super::segment::{Segment, scan_valid_prefix};
 use crate::config::{LogConfig, VisibleAfter};
 
@@ -25,9 +26,14 @@ pub enum LogError {
     OffsetOutOfRange { topic: String, partition: u32, offset: i64, start: u64, end: u64 },
     #[error("{context} {path}: {source}")]
     Io { context: &'static str, path: PathBuf, source: io::Error },
+    /// The leader-epoch checkpoint is not one: `line` counts from 1.
+    #[error("{path} line {line}: {reason}")]
+    CorruptCheckpoint { path: PathBuf, line: usize, reason: String },
+    #[error("{path}: cannot assign epoch {epoch} from offset {start_offset}: {reason}")]
+    EpochRejected { path: PathBuf, epoch: i32, start_offset: u64, reason: String },
 }
 
-fn io_error(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError {
+pub(super) fn io_error(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError {
     let path = path.to_owned();
     move |source| LogError::Io { context, path, source }
 }
@@ -58,10 +64,14 @@ pub struct Partition {
     /// End of the data known to be on disk: what `acks` 2 waits for.
     flushed: watch::Sender<u64>,
     /// End of the data fetches see: the flushed end, or the written end for a partition with
-    /// `visible_after = "write"`. Never moves back; long-poll fetches wait on it.
+    /// `visible_after = "write"`. Moves back only when the log is truncated; long-poll fetches
+    /// wait on it.
     visible: watch::Sender<u64>,
     /// Wakes this partition's flusher: a threshold was crossed or a producer waits.
     flush_wanted: Notify,
+    /// Held by a flush from its snapshot until it has published the ends, and by a truncation
+    /// throughout, so that a flush never publishes an end that a truncation has since cut.
+    flushing: Mutex<()>,
 }
 
 impl std::fmt::Debug for Partition {
@@ -84,7 +94,8 @@ struct State {
     sync_time: Duration,
     /// A producer with `acks` 2 waits for a flush.
     flush_requested: bool,
-    /// Rolled segments whose last writes are not yet fsynced.
+    /// Segments whose last writes (appends before a roll, or a truncation) are not yet
+    /// fsynced. The active segment is fsynced by every flush, listed here or not.
     unsynced: Vec<Arc<Segment>>,
     /// A segment was created or deleted since the directory was last fsynced.
     dir_unsynced: bool,
@@ -127,8 +138,10 @@ impl Partition {
         let mut bases = Vec::new();
         for entry in fs::read_dir(&dir).map_err(io_error("listing", &dir))? {
             let entry = entry.map_err(io_error("listing", &dir))?;
-            match entry.file_name().to_str().and_then(Segment::parse_file_name) {
+            let name = entry.file_name();
+            match name.to_str().and_then(Segment::parse_file_name) {
                 Some(base) => bases.push(base),
+                None if name == LEADER_EPOCH_CHECKPOINT => {}
                 None => {
                     tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
                 }
@@ -190,6 +203,7 @@ impl Partition {
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),
             flush_wanted: Notify::new(),
+            flushing: Mutex::new(()),
         };
         if dir_unsynced {
             partition.flush()?;
@@ -198,9 +212,7 @@ impl Partition {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock would be a bug in this file; the state it guards is
-        // only changed after the I/O that backs it has succeeded, so it stays usable.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
     }
 
     pub fn topic(&self) -> &str {
@@ -293,7 +305,7 @@ impl Partition {
     }
 
     /// A watch of the visible end, for fetches that wait for data: it changes when data
-    /// becomes visible, and never moves back.
+    /// becomes visible, and moves back only when [`Partition::truncate_to`] cuts the log.
     pub fn watch_visible(&self) -> watch::Receiver<u64> {
         self.visible.subscribe()
     }
@@ -375,6 +387,7 @@ impl Partition {
     /// Fsyncs everything appended so far and makes it visible (if it was not already). Blocking. The lock is held only
     /// to take a snapshot, so appends continue while the disk works.
     pub fn flush(&self) -> Result<(), LogError> {
+        let _flushing = lock(&self.flushing);
         let (target, mut files, dir_unsynced) = {
             let mut state = self.state();
             let clean = !state.dir_unsynced && state.unsynced.is_empty();
@@ -473,6 +486,91 @@ impl Partition {
         Ok(deleted)
     }
 
+    /// Cuts the log back to `offset`, so that the next append lands there: what a follower
+    /// does when its log has parted from its leader's. The segments after the one holding
+    /// `offset` are deleted and that one is cut at it (a segment that begins at `offset` stays,
+    /// empty); the flushed and visible ends come back to `offset` if they were past it, waking
+    /// who watches them. Truncating to the end changes nothing; an `offset` before the start or
+    /// past the end is [`LogError::OffsetOutOfRange`]. Blocking, and appends and reads of this
+    /// partition wait meanwhile (for an fsync per deleted segment and one for the cut): it is
+    /// rare, and no append may interleave with it.
+    ///
+    /// `offset` must be a message boundary (an end that an append or the leader reported), which
+    /// is not checked, as the log has no index to check it against: a cut inside a message would
+    /// leave a torn message in the middle of the log once more is appended, and recovery would
+    /// cut it there together with everything after it.
+    ///
+    /// The steps are ordered so that a crash between any two leaves a prefix of the old log:
+    /// newest segment first, each deletion fsynced in the directory before the next, the cut
+    /// of the kept segment last. A fetch that is sending from the cut part of a file ends early
+    /// and its connection is closed (see `sendfile.rs`).
+    pub fn truncate_to(&self, offset: u64) -> Result<(), LogError> {
+        let _flushing = lock(&self.flushing);
+        let mut state = self.state();
+        let start = state.segments[0].base_offset;
+        if offset < start || offset > state.end {
+            return Err(LogError::OffsetOutOfRange {
+                topic: self.topic.clone(),
+                partition: self.index,
+                offset: i64::try_from(offset).unwrap_or(i64::MAX),
+                start,
+                end: state.end,
+            });
+        }
+        if offset == state.end {
+            return Ok(());
+        }
+        let cut = self.cut(&mut state, offset);
+        // After a failure too: the ends follow what the log holds now.
+        let end = state.end;
+        for published in [&self.flushed, &self.visible] {
+            published.send_if_modified(|published| {
+                let lowered = *published > end;
+                *published = (*published).min(end);
+                lowered
+            });
+        }
+        if cut.is_ok() {
+            if self.flushed_end() == end {
+                // All that is left had been flushed: nothing waits for a flush any more.
+                state.unflushed_messages = 0;
+                state.dirty_since = None;
+            }
+            tracing::info!(topic = %self.topic, partition = self.index, end, "truncated the log");
+        }
+        cut
+    }
+
+    /// The file work of [`Partition::truncate_to`], `offset` within the log: deletes the
+    /// segments that begin after `offset`, newest first, then cuts the one holding it.
+    /// `state` follows every step that succeeded, so that it matches the disk on a failure.
+    fn cut(&self, state: &mut State, offset: u64) -> Result<(), LogError> {
+        let keep = state.segments.partition_point(|s| s.base_offset <= offset);
+        while state.segments.len() > keep {
+            let doomed = Arc::clone(state.active());
+            fs::remove_file(&doomed.path).map_err(io_error("deleting", &doomed.path))?;
+            state.segments.pop();
+            state.unsynced.retain(|s| !Arc::ptr_eq(s, &doomed));
+            state.end = doomed.base_offset;
+            if let Err(e) = sync_dir(&self.dir) {
+                state.dir_unsynced = true;
+                return Err(e);
+            }
+        }
+        let kept = Arc::clone(state.active());
+        kept.file.set_len(offset - kept.base_offset).map_err(io_error("truncating", &kept.path))?;
+        state.end = offset;
+        // Fsynced whole below, so no flush need sync it again, unless that fails.
+        state.unsynced.retain(|s| !Arc::ptr_eq(s, &kept));
+        if let Err(e) = kept.file.sync_all() {
+            let error = io_error("syncing", &kept.path)(e);
+            state.unsynced.push(kept);
+            state.dirty_since.get_or_insert_with(Instant::now);
+            return Err(error);
+        }
+        Ok(())
+    }
+
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified
     /// at or before it, newest first, at most `max_number`. Blocking (reads file times).
     pub fn offsets_before(&self, time_ms: i64, max_number: usize) -> Result<Vec<i64>, LogError> {
@@ -491,6 +589,13 @@ impl Partition {
         }
         Ok(offsets)
     }
+}
+
+/// Locks one of a partition's mutexes. A panic while holding one would be a bug in this file;
+/// the state they guard is only changed after the I/O that backs it has succeeded, so it stays
+/// usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Most buffers one `pwritev` takes (Linux's `IOV_MAX`).
@@ -517,4 +622,201 @@ fn write_all_vectored_at(file: &fs::File, sets: &[&[u8]], mut position: u64) -> 
 /// Fsyncs a directory so that created and deleted entries survive a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
     service::durable::sync_dir(dir).map_err(io_error("syncing directory", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use protocol::Codec;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    /// Every message in these tests: a 11-byte payload in 20 bytes of log.
+    const MESSAGE_BYTES: u64 = 20;
+
+    /// Segments of `segment_bytes`, data visible once written.
+    fn config(segment_bytes: u64) -> LogConfig {
+        LogConfig {
+            segment_bytes,
+            visible_after: VisibleAfter::Write,
+            ..BrokerConfig::default().log()
+        }
+    }
+
+    fn open(dir: &Path, config: LogConfig) -> Partition {
+        Partition::open(dir.join("t-0"), "t", 0, config).unwrap()
+    }
+
+    /// Appends one message per payload, each in a set of its own; returns where they landed.
+    fn append(partition: &Partition, payloads: &[&str]) -> Vec<u64> {
+        let offsets: Vec<u64> = payloads
+            .iter()
+            .map(|p| {
+                let p = format!("{p:-<11}");
+                let mut set = Vec::new();
+                protocol::encode_message(&mut set, Codec::None, p.as_bytes());
+                assert_eq!(set.len() as u64, MESSAGE_BYTES);
+                partition.append(&[&set], 1).unwrap().offset
+            })
+            .collect();
+        offsets
+    }
+
+    /// `(offset, payload up to its padding)` of every visible message, read as fetches read.
+    fn messages(partition: &Partition) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        let mut offset = partition.start_offset();
+        while let Some(slice) = partition.read(offset as i64, u32::MAX).unwrap() {
+            let mut bytes = vec![0; slice.len as usize];
+            slice.segment.file.read_exact_at(&mut bytes, slice.position).unwrap();
+            let mut set = protocol::MessageSetIter::new(&bytes, offset as i64);
+            for message in set.by_ref() {
+                let (at, message) = message.unwrap();
+                let payload = String::from_utf8(message.payload.to_vec()).unwrap();
+                out.push((at as u64, payload.trim_end_matches('-').to_owned()));
+            }
+            assert!(set.remainder().is_empty(), "a torn message at {}", set.next_offset());
+            offset += slice.len;
+        }
+        out
+    }
+
+    fn segment_lens(partition: &Partition) -> Vec<(u64, u64)> {
+        let dir = partition.dir();
+        let mut lens: Vec<(u64, u64)> = fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.unwrap();
+                let base = Segment::parse_file_name(e.file_name().to_str()?)?;
+                Some((base, e.metadata().unwrap().len()))
+            })
+            .collect();
+        lens.sort_unstable();
+        lens
+    }
+
+    #[test]
+    fn truncate_within_the_last_segment_cuts_its_tail_and_appends_continue_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        assert_eq!(append(&partition, &["a", "b", "c"]), [0, 20, 40]);
+        partition.flush().unwrap();
+        partition.truncate_to(20).unwrap();
+        assert_eq!(
+            (partition.end(), partition.flushed_end(), partition.visible_end()),
+            (20, 20, 20)
+        );
+        assert_eq!(segment_lens(&partition), [(0, 20)]);
+        assert_eq!(append(&partition, &["d"]), [20]);
+        assert_eq!(messages(&partition), [(0, "a".into()), (20, "d".into())]);
+        partition.flush().unwrap();
+        drop(partition);
+        let reopened = open(dir.path(), config(1 << 20));
+        assert_eq!(reopened.end(), 40);
+        assert_eq!(messages(&reopened), [(0, "a".into()), (20, "d".into())]);
+    }
+
+    #[test]
+    fn truncate_across_segments_deletes_the_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two messages a segment.
+        let partition = open(dir.path(), config(2 * MESSAGE_BYTES + 10));
+        append(&partition, &["a", "b", "c", "d", "e", "f"]);
+        assert_eq!(partition.segment_bases(), [0, 40, 80]);
+        partition.truncate_to(20).unwrap();
+        assert_eq!(partition.segment_bases(), [0]);
+        assert_eq!(segment_lens(&partition), [(0, 20)]);
+        assert_eq!(partition.end(), 20);
+        // Appends continue at the cut, and roll again into a segment named as a deleted one.
+        assert_eq!(append(&partition, &["x", "y", "z"]), [20, 40, 60]);
+        assert_eq!(partition.segment_bases(), [0, 40]);
+        let expected: Vec<(u64, String)> =
+            [(0, "a"), (20, "x"), (40, "y"), (60, "z")].map(|(o, p)| (o, p.to_owned())).into();
+        assert_eq!(messages(&partition), expected);
+        partition.flush().unwrap();
+        drop(partition);
+        let reopened = open(dir.path(), config(2 * MESSAGE_BYTES + 10));
+        assert_eq!((reopened.segment_bases(), reopened.end()), (vec![0, 40], 80));
+        assert_eq!(messages(&reopened), expected);
+    }
+
+    #[test]
+    fn truncate_to_a_segment_base_keeps_that_segment_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(2 * MESSAGE_BYTES + 10));
+        append(&partition, &["a", "b", "c", "d", "e"]);
+        partition.truncate_to(40).unwrap();
+        assert_eq!(segment_lens(&partition), [(0, 40), (40, 0)]);
+        assert_eq!(append(&partition, &["x"]), [40]);
+        assert_eq!(segment_lens(&partition), [(0, 40), (40, 20)]);
+        assert_eq!(messages(&partition).last(), Some(&(40, "x".to_owned())));
+    }
+
+    #[test]
+    fn truncate_to_the_end_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        append(&partition, &["a", "b"]);
+        let mut visible = partition.watch_visible();
+        visible.borrow_and_update();
+        partition.truncate_to(40).unwrap();
+        assert!(!visible.has_changed().unwrap());
+        assert_eq!((partition.end(), segment_lens(&partition)), (40, vec![(0, 40)]));
+        let empty = open(&dir.path().join("empty"), config(1 << 20));
+        empty.truncate_to(0).unwrap();
+        assert_eq!(empty.end(), 0);
+    }
+
+    #[test]
+    fn truncate_before_the_start_or_past_the_end_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { retention_bytes: Some(50), ..config(2 * MESSAGE_BYTES + 10) };
+        let partition = open(dir.path(), config);
+        append(&partition, &["a", "b", "c", "d", "e", "f"]);
+        partition.flush().unwrap();
+        assert_eq!(partition.enforce_retention(SystemTime::now()).unwrap(), [0, 40]);
+        assert_eq!((partition.start_offset(), partition.end()), (80, 120));
+        for offset in [79, 121, u64::MAX] {
+            let err = partition.truncate_to(offset).unwrap_err();
+            assert!(
+                matches!(err, LogError::OffsetOutOfRange { start: 80, end: 120, .. }),
+                "{offset}: {err}"
+            );
+        }
+        assert_eq!(partition.end(), 120, "a refused truncation changes nothing");
+        partition.truncate_to(80).unwrap();
+        assert_eq!((partition.start_offset(), partition.end()), (80, 80));
+        assert_eq!(append(&partition, &["x"]), [80]);
+        assert_eq!(messages(&partition), [(80, "x".to_owned())]);
+    }
+
+    #[test]
+    fn truncation_lowers_the_flushed_and_visible_ends_and_wakes_their_watchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig { visible_after: VisibleAfter::Flush, ..config(1 << 20) };
+        let partition = open(dir.path(), config);
+        append(&partition, &["a", "b", "c"]);
+        partition.flush().unwrap();
+        let mut visible = partition.watch_visible();
+        visible.borrow_and_update();
+        partition.truncate_to(20).unwrap();
+        assert!(visible.has_changed().unwrap(), "a long poll sees the new end");
+        assert_eq!(*visible.borrow_and_update(), 20);
+        assert_eq!(partition.flushed_end(), 20);
+        assert!(!partition.flush_due(Instant::now()), "all that is left was flushed");
+
+        // Unflushed data past the flushed end: that end stays, and the next flush moves it.
+        append(&partition, &["d", "e", "f"]);
+        partition.truncate_to(40).unwrap();
+        assert_eq!(
+            (partition.end(), partition.flushed_end(), partition.visible_end()),
+            (40, 20, 20)
+        );
+        assert!(!visible.has_changed().unwrap());
+        partition.flush().unwrap();
+        assert_eq!((partition.flushed_end(), partition.visible_end()), (40, 40));
+        assert_eq!(messages(&partition), [(0, "a".into()), (20, "d".into())]);
+    }
 }
