@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
+use crate::follower::{FollowerConfig, FollowerError};
 use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
 use crate::registration::Registration;
@@ -31,6 +32,48 @@ pub enum BrokerError {
     Listen(std::io::Error),
     #[error("ZooKeeper registration: {0}")]
     Registration(#[from] cluster::RegistryError),
+}
+
+/// Bytes a follower asks its leader for per fetch.
+const REPLICA_FETCH_MAX_BYTES: u32 = 1 << 20;
+/// How long a follower's fetch waits at the leader for new data.
+const REPLICA_FETCH_MAX_WAIT_MS: i32 = 500;
+
+/// A follower task of [`Broker::follow`].
+pub struct Following {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), FollowerError>>,
+}
+
+impl Following {
+    /// Whether the follower has stopped by itself (the leader refused it, or its log failed).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops following and says why the follower had stopped, if it had.
+    pub async fn stop(self) -> Result<(), FollowerError> {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(FollowerError::Log(LogError::Io {
+                context: "following",
+                path: Default::default(),
+                source: std::io::Error::other(e),
+            })),
+        }
+    }
+}
+
+/// Where a follower's fetch of one partition reads, and what its answer's header says.
+#[derive(Debug, Clone)]
+pub struct ReplicaPlan {
+    pub slice: Option<FileSlice>,
+    /// The leader epoch of every byte of `slice`.
+    pub epoch: i32,
+    pub high_watermark: i64,
+    /// Base offset of the segment `slice` is in.
+    pub segment_base: i64,
 }
 
 pub struct Broker {
@@ -54,7 +97,12 @@ impl Broker {
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
         config.validate()?;
         let for_open = config.clone();
-        let logs = tokio::task::spawn_blocking(move || LogManager::open(&for_open)).await??;
+        let logs = tokio::task::spawn_blocking(move || {
+            let logs = LogManager::open(&for_open)?;
+            lead(&logs.partitions())?;
+            Ok::<_, BrokerError>(logs)
+        })
+        .await??;
         let logs = Arc::new(logs);
         let broker = Arc::new(Broker {
             parked: Arc::new(Semaphore::new(config.max_parked_fetches as usize)),
@@ -221,6 +269,8 @@ impl Broker {
         };
         let bytes: usize = valid.iter().map(|s| s.len()).sum();
         self.metrics.appended(&topic.name, messages, bytes as u64);
+        // `acks` 3 (all): a partition's only replica is its leader, so every in-sync replica
+        // has the data once it is appended; min_insync_replicas cannot exceed one replica.
         if acks == Acks::Flushed {
             partition.wait_flushed(appended.end).await;
         }
@@ -242,8 +292,10 @@ impl Broker {
         }
         let (logs, owned, partitions) =
             (Arc::clone(&self.logs), name.to_owned(), self.config.num_partitions);
-        let created =
-            tokio::task::spawn_blocking(move || logs.ensure_topic(&owned, partitions)).await;
+        let created = tokio::task::spawn_blocking(move || {
+            logs.ensure_topic(&owned, partitions).and_then(lead_created)
+        })
+        .await;
         self.topic_created(created)
     }
 
@@ -261,8 +313,10 @@ impl Broker {
                 ErrorCode::InvalidConfig
             })?;
         let (logs, owned) = (Arc::clone(&self.logs), name.to_owned());
-        let created =
-            tokio::task::spawn_blocking(move || logs.create_topic(&owned, overrides)).await;
+        let created = tokio::task::spawn_blocking(move || {
+            logs.create_topic(&owned, overrides).and_then(lead_created)
+        })
+        .await;
         self.topic_created(created).map(drop)
     }
 
@@ -377,6 +431,107 @@ impl Broker {
         }
     }
 
+    /// `OFFSET_FOR_LEADER_EPOCH`: where `epoch` (or the largest epoch below it that this log
+    /// knows) ends; [`protocol::UNDEFINED_EPOCH`] and −1 for an epoch older than every one.
+    pub fn offset_for_leader_epoch(
+        &self,
+        topic: &str,
+        partition: i32,
+        epoch: i32,
+    ) -> Result<(i32, i64), ErrorCode> {
+        let partition = self.partition(topic, partition)?;
+        partition.leader_epoch().ok_or(ErrorCode::NotLeader)?;
+        Ok(match partition.end_offset_for(epoch) {
+            Some((epoch, end)) => (epoch, end as i64),
+            None => (protocol::UNDEFINED_EPOCH, -1),
+        })
+    }
+
+    /// Where a follower's fetch of one partition reads: bytes of one epoch up to the written
+    /// end. Refused with [`ErrorCode::FencedLeaderEpoch`] for a follower of an older leader
+    /// epoch and [`ErrorCode::NotLeader`] for a newer one, which this broker does not lead.
+    pub fn plan_replica_fetch(
+        &self,
+        fetch: &protocol::ReplicaFetchPartition,
+    ) -> Result<ReplicaPlan, ErrorCode> {
+        let partition = self.replica_fetch_partition(fetch)?;
+        let read =
+            partition.read_replica(fetch.offset, fetch.max_bytes as u32).map_err(|e| match e {
+                LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
+                e => {
+                    tracing::error!(error = %e, "replica fetch failed");
+                    ErrorCode::Unknown
+                }
+            })?;
+        // Until the ISR is kept, what a leader reports as its high watermark is what its
+        // consumers see.
+        let high_watermark = partition.visible_end() as i64;
+        Ok(ReplicaPlan {
+            slice: read.slice,
+            epoch: read.epoch,
+            high_watermark,
+            segment_base: read.segment_base as i64,
+        })
+    }
+
+    /// A watch of the written end of a follower's fetch's partition; an error for a fetch
+    /// that is answered with one at once.
+    pub(crate) fn watch_replica_fetch(
+        &self,
+        fetch: &protocol::ReplicaFetchPartition,
+    ) -> Result<watch::Receiver<u64>, ErrorCode> {
+        let partition = self.replica_fetch_partition(fetch)?;
+        let written = partition.watch_written();
+        let offset = u64::try_from(fetch.offset).map_err(|_| ErrorCode::OffsetOutOfRange)?;
+        if offset < partition.start_offset() || offset > *written.borrow() {
+            return Err(ErrorCode::OffsetOutOfRange);
+        }
+        Ok(written)
+    }
+
+    fn replica_fetch_partition(
+        &self,
+        fetch: &protocol::ReplicaFetchPartition,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        if fetch.max_bytes <= 0 {
+            return Err(ErrorCode::InvalidFetchSize);
+        }
+        let partition = self.partition(&fetch.topic, fetch.partition)?;
+        let current = partition.leader_epoch().ok_or(ErrorCode::NotLeader)?;
+        match fetch.leader_epoch.cmp(&current) {
+            std::cmp::Ordering::Less => Err(ErrorCode::FencedLeaderEpoch),
+            std::cmp::Ordering::Greater => Err(ErrorCode::NotLeader),
+            std::cmp::Ordering::Equal => Ok(partition),
+        }
+    }
+
+    /// Makes this broker copy `topic`'s `partition` from its leader at `leader_addr`, in
+    /// `leader_epoch`, until the returned handle is stopped, the broker closes, or the leader
+    /// refuses the epoch. The partition must exist here.
+    pub fn follow(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader_addr: impl Into<String>,
+        leader_epoch: i32,
+    ) -> Result<Following, ErrorCode> {
+        let partition = self.partition(topic, partition)?;
+        let config = FollowerConfig {
+            replica_id: self.config.broker_id,
+            leader_addr: leader_addr.into(),
+            leader_epoch,
+            fetch_max_bytes: REPLICA_FETCH_MAX_BYTES,
+            fetch_max_wait_ms: REPLICA_FETCH_MAX_WAIT_MS,
+            max_message_bytes: self.config.max_message_bytes,
+        };
+        tracing::info!(
+            partition = ?partition, leader = %config.leader_addr, leader_epoch, "following"
+        );
+        let stop = self.stop.child_token();
+        let task = tokio::spawn(crate::follower::follow(partition, config, stop.clone()));
+        Ok(Following { stop, task })
+    }
+
     /// `METADATA`: partitions per topic on this broker; 0 for a topic it does not have.
     pub fn metadata(&self, topics: &[String]) -> Vec<(String, i32)> {
         if topics.is_empty() {
@@ -401,6 +556,20 @@ impl Broker {
         let topic = self.logs.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
         partition_of(&topic, partition).cloned()
     }
+}
+
+/// Until partitions are replicated, a broker leads every partition it has, in epoch 0: each
+/// log without an epoch starts it (in its checkpoint) before it takes a write. Blocking.
+fn lead(partitions: &[Arc<Partition>]) -> Result<(), LogError> {
+    partitions
+        .iter()
+        .filter(|p| p.leader_epoch().is_none())
+        .try_for_each(|p| p.start_leader_epoch(0))
+}
+
+fn lead_created(created: Created) -> Result<Created, CreateError> {
+    lead(&created.1)?;
+    Ok(created)
 }
 
 fn partition_of(topic: &Topic, partition: i32) -> Result<&Arc<Partition>, ErrorCode> {

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use protocol::{
     Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MetadataResponse, MultiFetchWaitRequest,
-    MultiProduceResponse, OffsetsResponse, ProducePart, ProduceResponse, Request, Response,
+    MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart,
+    ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPartition, ReplicaFetchRequest,
+    ReplicaPartHeader, Request, Response, UNDEFINED_EPOCH, encode_replica_part_header,
     encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, ReplicaPlan};
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
 use crate::metrics::{Latency, RequestKind};
 use crate::sendfile::send_slice;
@@ -325,6 +327,34 @@ impl Connection {
                 let broker_id = broker.config().broker_id;
                 self.respond(Ok(Response::Metadata(MetadataResponse { broker_id, topics })));
             }
+            Request::OffsetForLeaderEpoch(o) => {
+                broker.metrics().request(RequestKind::offset_for_leader_epoch, 1);
+                let result = broker.offset_for_leader_epoch(&o.topic, o.partition, o.epoch);
+                let result = result.map(|(epoch, end_offset)| {
+                    Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse {
+                        epoch,
+                        end_offset,
+                    })
+                });
+                self.answer(RequestKind::offset_for_leader_epoch, result);
+            }
+            Request::ReplicaFetch(m) => {
+                broker.metrics().request(RequestKind::replica_fetch, 1);
+                if m.max_wait_ms < 0 {
+                    self.answer(RequestKind::replica_fetch, Err(ErrorCode::InvalidRequest));
+                    return Ok(Next::Continue);
+                }
+                if m.min_bytes < 0 {
+                    self.answer(RequestKind::replica_fetch, Err(ErrorCode::InvalidFetchSize));
+                    return Ok(Next::Continue);
+                }
+                if let Next::Gone = self.wait_for_replica_data(&m).await? {
+                    return Ok(Next::Gone);
+                }
+                let started = Instant::now();
+                self.replica_fetch(&m.fetches).await?;
+                broker.metrics().observe(Latency::fetch, started.elapsed());
+            }
             Request::CreateTopic(c) => {
                 broker.metrics().request(RequestKind::create_topic, 1);
                 let result = broker.create_topic(&c.topic, c.partitions, &c.configs).await;
@@ -364,9 +394,6 @@ impl Connection {
     /// `max_parked_fetches` fetches wait already. Woken only by changes of the visible ends:
     /// no polling.
     async fn wait_for_data(&mut self, request: &MultiFetchWaitRequest) -> io::Result<Next> {
-        let max_wait = Duration::from_millis(request.max_wait_ms as u64)
-            .min(self.broker.config().max_fetch_wait());
-        let min_bytes = request.min_bytes as u64;
         let mut watches = Vec::with_capacity(request.fetches.len());
         for fetch in &request.fetches {
             match self.broker.watch_fetch(fetch) {
@@ -374,6 +401,32 @@ impl Connection {
                 Err(_) => return Ok(Next::Continue), // the answer carries the error
             }
         }
+        self.wait_for_bytes(request.max_wait_ms, request.min_bytes, watches).await
+    }
+
+    /// [`Connection::wait_for_data`] for a follower's fetch, on the written ends.
+    async fn wait_for_replica_data(&mut self, request: &ReplicaFetchRequest) -> io::Result<Next> {
+        let mut watches = Vec::with_capacity(request.fetches.len());
+        for fetch in &request.fetches {
+            match self.broker.watch_replica_fetch(fetch) {
+                Ok(watch) => watches.push((watch, fetch.offset as u64, fetch.max_bytes as u64)),
+                Err(_) => return Ok(Next::Continue),
+            }
+        }
+        self.wait_for_bytes(request.max_wait_ms, request.min_bytes, watches).await
+    }
+
+    /// Parks until the ends `watches` follow are `min_bytes` past their offsets (each counted
+    /// up to its `max_bytes`), `max_wait_ms` has passed, or the broker stops.
+    async fn wait_for_bytes(
+        &mut self,
+        max_wait_ms: i32,
+        min_bytes: i32,
+        mut watches: Vec<(watch::Receiver<u64>, u64, u64)>,
+    ) -> io::Result<Next> {
+        let max_wait = Duration::from_millis(max_wait_ms.max(0) as u64)
+            .min(self.broker.config().max_fetch_wait());
+        let min_bytes = min_bytes.max(0) as u64;
         let visible = |watches: &[(watch::Receiver<u64>, u64, u64)]| -> u64 {
             watches
                 .iter()
@@ -423,6 +476,46 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Answers a follower's fetch: each part's header (error, high watermark, epoch), then its
+    /// bytes by `sendfile`.
+    async fn replica_fetch(&mut self, fetches: &[ReplicaFetchPartition]) -> io::Result<()> {
+        let parts: Vec<_> = fetches.iter().map(|f| self.broker.plan_replica_fetch(f)).collect();
+        let part_len = |p: &Result<ReplicaPlan, ErrorCode>| match p {
+            Ok(ReplicaPlan { slice: Some(slice), .. }) => slice.len as usize,
+            _ => 0,
+        };
+        let body_len: usize =
+            parts.iter().map(|p| FRAME_SIZE_BYTES + REPLICA_PART_HEADER_BYTES + part_len(p)).sum();
+        encode_response_header(&mut self.output, body_len, ErrorCode::None);
+        for (part, fetch) in parts.iter().zip(fetches) {
+            match part {
+                Ok(plan) => {
+                    let len = part_len(part);
+                    let header = ReplicaPartHeader {
+                        error: ErrorCode::None,
+                        high_watermark: plan.high_watermark,
+                        data_epoch: plan.epoch,
+                        segment_base: plan.segment_base,
+                    };
+                    encode_replica_part_header(&mut self.output, len, header);
+                    self.send(plan.slice.as_ref()).await?;
+                    self.broker.metrics().sent(&fetch.topic, len as u64);
+                }
+                Err(error) => {
+                    let header = ReplicaPartHeader {
+                        error: *error,
+                        high_watermark: -1,
+                        data_epoch: UNDEFINED_EPOCH,
+                        segment_base: -1,
+                    };
+                    encode_replica_part_header(&mut self.output, 0, header);
+                    self.broker.metrics().request_error(RequestKind::replica_fetch, *error);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes what is buffered, then the slice's bytes straight from the file.

@@ -9,15 +9,17 @@
 mod broker;
 mod config;
 mod connection;
+mod follower;
 pub mod log;
 mod metrics;
 mod registration;
 mod sendfile;
 mod server;
 
-pub use broker::{Broker, BrokerError};
+pub use broker::{Broker, BrokerError, Following, ReplicaPlan};
 pub use config::{
     BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides, VisibleAfter,
 };
+pub use follower::FollowerError;
 pub use metrics::Metrics;
 pub use server::{run, serve};

@@ -40,10 +40,12 @@ pub enum RequestKind {
     metadata,
     create_topic,
     multifetch_wait,
+    offset_for_leader_epoch,
+    replica_fetch,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 8] = [
+    const ALL: [RequestKind; 10] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -52,6 +54,8 @@ impl RequestKind {
         RequestKind::metadata,
         RequestKind::create_topic,
         RequestKind::multifetch_wait,
+        RequestKind::offset_for_leader_epoch,
+        RequestKind::replica_fetch,
     ];
 }
 
@@ -331,6 +335,10 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::UnknownTopic => "unknown_topic",
         ErrorCode::InvalidTopicName => "invalid_topic_name",
         ErrorCode::InvalidConfig => "invalid_config",
+        ErrorCode::NotLeader => "not_leader",
+        ErrorCode::NotEnoughReplicas => "not_enough_replicas",
+        ErrorCode::FencedLeaderEpoch => "fenced_leader_epoch",
+        ErrorCode::RequestTimedOut => "request_timed_out",
     }
 }
 

@@ -130,7 +130,10 @@ async fn topics_keep_their_settings_across_restarts() {
     for _ in 0..2 {
         conn.produce("kept", 4, Acks::Written, message_set(&[[0u8; 21]])).await.unwrap();
     }
-    let logs = std::fs::read_dir(broker.data_dir().join("kept-4")).unwrap().count();
+    let logs = std::fs::read_dir(broker.data_dir().join("kept-4"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"))
+        .count();
     assert_eq!(logs, 2);
 }
 
@@ -279,7 +282,9 @@ fn limit_and_log_flags_are_applied() {
         testkit::eventually(Duration::from_secs(15), "retention by size", || async {
             let bytes: u64 = std::fs::read_dir(data.join("t-0"))
                 .unwrap()
-                .map(|e| e.unwrap().metadata().unwrap().len())
+                .map(|e| e.unwrap().path())
+                .filter(|path| path.extension().is_some_and(|x| x == "log"))
+                .map(|path| path.metadata().unwrap().len())
                 .sum();
             (bytes <= 350).then_some(())
         })

@@ -133,7 +133,7 @@ async fn bad_arguments_exit_2_with_one_line_on_stderr() {
     for args in [
         &["produce", "--topic", "t"][..],
         &["consume", "--brokers", "127.0.0.1:1", "--topic", "t", "--offset", "soon"],
-        &["produce", "--brokers", "127.0.0.1:1", "--topic", "t", "--acks", "3"],
+        &["produce", "--brokers", "127.0.0.1:1", "--topic", "t", "--acks", "4"],
         &[
             "produce",
             "--brokers",
@@ -180,7 +180,7 @@ async fn keyed_produce_puts_equal_keys_in_one_partition() {
     let lines: String =
         (0..40).map(|i| format!("{}\tevent {i}\n", ["ann", "bob", "cy"][i % 3])).collect();
     let produced = trib(
-        &["produce", "--brokers", b, "--topic", "keys", "--key-field", "1", "--acks", "2"],
+        &["produce", "--brokers", b, "--topic", "keys", "--key-field", "1", "--acks", "all"],
         lines.as_bytes(),
     )
     .await;

@@ -17,6 +17,10 @@ pub enum ErrorCode {
     UnknownTopic = 7,
     InvalidTopicName = 8,
     InvalidConfig = 9,
+    NotLeader = 10,
+    NotEnoughReplicas = 11,
+    FencedLeaderEpoch = 12,
+    RequestTimedOut = 13,
 }
 
 impl ErrorCode {
@@ -33,6 +37,10 @@ impl ErrorCode {
             7 => ErrorCode::UnknownTopic,
             8 => ErrorCode::InvalidTopicName,
             9 => ErrorCode::InvalidConfig,
+            10 => ErrorCode::NotLeader,
+            11 => ErrorCode::NotEnoughReplicas,
+            12 => ErrorCode::FencedLeaderEpoch,
+            13 => ErrorCode::RequestTimedOut,
             _ => ErrorCode::Unknown,
         }
     }
@@ -51,13 +59,17 @@ impl ErrorCode {
             ErrorCode::None => "no error",
             ErrorCode::OffsetOutOfRange => "offset out of range",
             ErrorCode::InvalidMessage => "invalid message (CRC or framing)",
-            ErrorCode::WrongPartition => "partition does not exist on this broker",
+            ErrorCode::WrongPartition => "the topic has no such partition",
             ErrorCode::InvalidFetchSize => "invalid fetch size",
             ErrorCode::MessageTooLarge => "message too large",
             ErrorCode::InvalidRequest => "invalid request",
             ErrorCode::UnknownTopic => "unknown topic",
             ErrorCode::InvalidTopicName => "invalid topic name",
             ErrorCode::InvalidConfig => "invalid topic config",
+            ErrorCode::NotLeader => "this broker does not lead the partition",
+            ErrorCode::NotEnoughReplicas => "fewer in-sync replicas than min_insync_replicas",
+            ErrorCode::FencedLeaderEpoch => "the leader epoch is not the current one",
+            ErrorCode::RequestTimedOut => "not replicated within ack_timeout_ms",
         }
     }
 }

@@ -21,12 +21,14 @@ pub use message::{Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, encode_messa
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
-    MultiFetchWaitRequest, MultiProduceRequest, OffsetsRequest, ProducePartition, ProduceRequest,
-    Request,
+    MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest,
+    ProducePartition, ProduceRequest, ReplicaFetchPartition, ReplicaFetchRequest, Request,
 };
 pub use response::{
     CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse, MultiFetchResponse,
-    MultiProduceResponse, OffsetsResponse, ProducePart, ProduceResponse, Response,
+    MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart,
+    ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPart, ReplicaFetchResponse,
+    ReplicaPartHeader, Response, UNDEFINED_EPOCH, encode_replica_part_header,
     encode_response_header,
 };
 pub use topic::{InvalidTopicName, validate_topic_name};

@@ -20,6 +20,8 @@ pub enum ApiKey {
     Metadata = 5,
     CreateTopic = 6,
     MultiFetchWait = 7,
+    OffsetForLeaderEpoch = 8,
+    ReplicaFetch = 9,
 }
 
 impl ApiKey {
@@ -33,6 +35,8 @@ impl ApiKey {
             5 => ApiKey::Metadata,
             6 => ApiKey::CreateTopic,
             7 => ApiKey::MultiFetchWait,
+            8 => ApiKey::OffsetForLeaderEpoch,
+            9 => ApiKey::ReplicaFetch,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -48,6 +52,9 @@ pub enum Acks {
     Written = 1,
     /// After the set is flushed to disk.
     Flushed = 2,
+    /// After every in-sync replica has the set (the high watermark is past it); refused when
+    /// the partition has fewer in-sync replicas than its `min_insync_replicas`.
+    All = 3,
 }
 
 impl Acks {
@@ -56,6 +63,7 @@ impl Acks {
             0 => Ok(Acks::None),
             1 => Ok(Acks::Written),
             2 => Ok(Acks::Flushed),
+            3 => Ok(Acks::All),
             value => Err(DecodeError::InvalidValue { what: "acks", value: value.into() }),
         }
     }
@@ -129,6 +137,37 @@ pub struct CreateTopicRequest {
     pub configs: Vec<(String, String)>,
 }
 
+/// A follower asks where `epoch` (or the largest epoch the leader knows below it) ends in the
+/// leader's log, to cut what it must not keep before it fetches again (KIP-101, KIP-279).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetForLeaderEpochRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub epoch: i32,
+}
+
+/// One partition of a [`ReplicaFetchRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaFetchPartition {
+    pub topic: String,
+    pub partition: i32,
+    /// The leader epoch the follower believes current: a leader in another epoch refuses.
+    pub leader_epoch: i32,
+    /// The follower's log end: where it wants data from, and how far it has come.
+    pub offset: i64,
+    pub max_bytes: i32,
+}
+
+/// A follower's fetch: like a long poll, but up to the leader's written end, never across two
+/// epochs, and with the high watermark in each answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaFetchRequest {
+    pub replica_id: i32,
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub fetches: Vec<ReplicaFetchPartition>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Produce(ProduceRequest),
@@ -139,10 +178,13 @@ pub enum Request {
     Metadata(MetadataRequest),
     CreateTopic(CreateTopicRequest),
     MultiFetchWait(MultiFetchWaitRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    ReplicaFetch(ReplicaFetchRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
 const FETCH_BYTES_MIN: usize = 2 + 4 + 8 + 4;
+const REPLICA_FETCH_BYTES_MIN: usize = 2 + 4 + 4 + 8 + 4;
 const PRODUCE_PARTITION_BYTES_MIN: usize = 2 + 4 + 4;
 const STR_BYTES_MIN: usize = 2;
 
@@ -157,6 +199,8 @@ impl Request {
             Request::Metadata(_) => ApiKey::Metadata,
             Request::CreateTopic(_) => ApiKey::CreateTopic,
             Request::MultiFetchWait(_) => ApiKey::MultiFetchWait,
+            Request::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
+            Request::ReplicaFetch(_) => ApiKey::ReplicaFetch,
         }
     }
 
@@ -227,6 +271,36 @@ impl Request {
                 }
                 Request::CreateTopic(CreateTopicRequest { topic, partitions, configs })
             }
+            ApiKey::OffsetForLeaderEpoch => {
+                Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+                    topic: r.str("topic")?,
+                    partition: r.i32("partition")?,
+                    epoch: r.i32("epoch")?,
+                })
+            }
+            ApiKey::ReplicaFetch => {
+                let replica_id = r.i32("replica_id")?;
+                let max_wait_ms = r.i32("max_wait_ms")?;
+                let min_bytes = r.i32("min_bytes")?;
+                let count = usize::from(r.u16("fetch count")?);
+                let mut fetches =
+                    Vec::with_capacity(r.capacity_for(count, REPLICA_FETCH_BYTES_MIN));
+                for _ in 0..count {
+                    fetches.push(ReplicaFetchPartition {
+                        topic: r.str("topic")?,
+                        partition: r.i32("partition")?,
+                        leader_epoch: r.i32("leader_epoch")?,
+                        offset: r.i64("offset")?,
+                        max_bytes: r.i32("max_bytes")?,
+                    });
+                }
+                Request::ReplicaFetch(ReplicaFetchRequest {
+                    replica_id,
+                    max_wait_ms,
+                    min_bytes,
+                    fetches,
+                })
+            }
         };
         r.finish("request")?;
         Ok(request)
@@ -250,6 +324,11 @@ impl Request {
             Request::CreateTopic(c) => {
                 let config = |(k, v): &(String, String)| str_len(k) + str_len(v);
                 str_len(&c.topic) + 4 + 2 + c.configs.iter().map(config).sum::<usize>()
+            }
+            Request::OffsetForLeaderEpoch(o) => str_len(&o.topic) + 4 + 4,
+            Request::ReplicaFetch(m) => {
+                let fetch = |f: &ReplicaFetchPartition| str_len(&f.topic) + 4 + 4 + 8 + 4;
+                4 + 4 + 4 + 2 + m.fetches.iter().map(fetch).sum::<usize>()
             }
         }
     }
@@ -303,6 +382,24 @@ impl Request {
                     put_str(buf, v);
                 }
             }
+            Request::OffsetForLeaderEpoch(o) => {
+                put_str(buf, &o.topic);
+                buf.put_i32(o.partition);
+                buf.put_i32(o.epoch);
+            }
+            Request::ReplicaFetch(m) => {
+                buf.put_i32(m.replica_id);
+                buf.put_i32(m.max_wait_ms);
+                buf.put_i32(m.min_bytes);
+                buf.put_u16(m.fetches.len() as u16);
+                for f in &m.fetches {
+                    put_str(buf, &f.topic);
+                    buf.put_i32(f.partition);
+                    buf.put_i32(f.leader_epoch);
+                    buf.put_i64(f.offset);
+                    buf.put_i32(f.max_bytes);
+                }
+            }
         }
         Ok(())
     }
@@ -320,6 +417,8 @@ impl Request {
             Request::CreateTopic(c) => std::iter::once(c.topic.as_str())
                 .chain(c.configs.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
                 .collect(),
+            Request::OffsetForLeaderEpoch(o) => vec![&o.topic],
+            Request::ReplicaFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
         };
         if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {
             return Err(EncodeError::StringTooLong { bytes: s.len() });
@@ -330,6 +429,7 @@ impl Request {
             Request::MultiProduce(m) => m.entries.len(),
             Request::Metadata(m) => m.topics.len(),
             Request::CreateTopic(c) => c.configs.len(),
+            Request::ReplicaFetch(m) => m.fetches.len(),
             _ => 0,
         };
         if count > usize::from(u16::MAX) {

@@ -20,11 +20,11 @@ fn message_set() -> impl Strategy<Value = Bytes> {
 }
 
 fn acks() -> impl Strategy<Value = Acks> {
-    prop_oneof![Just(Acks::None), Just(Acks::Written), Just(Acks::Flushed)]
+    prop_oneof![Just(Acks::None), Just(Acks::Written), Just(Acks::Flushed), Just(Acks::All)]
 }
 
 fn error_code() -> impl Strategy<Value = ErrorCode> {
-    (-1i16..=9).prop_map(ErrorCode::from_i16)
+    (-1i16..=13).prop_map(ErrorCode::from_i16)
 }
 
 fn fetch() -> impl Strategy<Value = FetchRequest> {
@@ -73,7 +73,32 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|(topic, partitions, configs)| {
                 Request::CreateTopic(CreateTopicRequest { topic, partitions, configs })
             });
+    let offset_for_epoch =
+        (topic(), any::<i32>(), any::<i32>()).prop_map(|(topic, partition, epoch)| {
+            Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest { topic, partition, epoch })
+        });
+    let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
+        |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
+            topic,
+            partition,
+            leader_epoch,
+            offset,
+            max_bytes,
+        },
+    );
+    let replica_fetch =
+        (any::<i32>(), any::<i32>(), any::<i32>(), prop::collection::vec(replica_part, 0..5))
+            .prop_map(|(replica_id, max_wait_ms, min_bytes, fetches)| {
+                Request::ReplicaFetch(ReplicaFetchRequest {
+                    replica_id,
+                    max_wait_ms,
+                    min_bytes,
+                    fetches,
+                })
+            });
     prop_oneof![
+        offset_for_epoch,
+        replica_fetch,
         produce,
         fetch().prop_map(Request::Fetch),
         multi_fetch,
@@ -107,7 +132,26 @@ fn response() -> impl Strategy<Value = Response> {
         .prop_map(|offsets| Response::Offsets(OffsetsResponse { offsets }));
     let metadata = (any::<i32>(), prop::collection::vec((topic(), any::<i32>()), 0..5))
         .prop_map(|(broker_id, topics)| Response::Metadata(MetadataResponse { broker_id, topics }));
+    let offset_for_epoch = (any::<i32>(), any::<i64>()).prop_map(|(epoch, end_offset)| {
+        Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse { epoch, end_offset })
+    });
+    let replica_fetch = prop::collection::vec(
+        (error_code(), any::<i64>(), any::<i32>(), any::<i64>(), message_set()),
+        0..4,
+    )
+    .prop_map(|parts| {
+        let parts =
+            parts
+                .into_iter()
+                .map(|(error, high_watermark, data_epoch, segment_base, messages)| {
+                    ReplicaFetchPart { error, high_watermark, data_epoch, segment_base, messages }
+                })
+                .collect();
+        Response::ReplicaFetch(ReplicaFetchResponse { parts })
+    });
     prop_oneof![
+        offset_for_epoch,
+        replica_fetch,
         produce,
         fetch,
         multi_fetch,
@@ -172,7 +216,7 @@ proptest! {
     }
 
     #[test]
-    fn response_decoder_never_panics(key in 0u16..8, bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+    fn response_decoder_never_panics(key in 0u16..10, bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Response::decode(ApiKey::from_u16(key).unwrap(), Bytes::from(bytes));
     }
 

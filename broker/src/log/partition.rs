@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::{Notify, watch};
 
-use super::leader_epoch::LEADER_EPOCH_CHECKPOINT;
+use super::leader_epoch::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::segment::{Segment, scan_valid_prefix};
 use crate::config::{LogConfig, VisibleAfter};
 
@@ -47,6 +47,28 @@ pub struct Appended {
     pub end: u64,
 }
 
+/// What a follower's fetch gets: bytes of one epoch, and which epoch that is.
+#[derive(Debug, Clone)]
+pub struct ReplicaSlice {
+    /// `None` when the offset is the written end.
+    pub slice: Option<FileSlice>,
+    /// The leader epoch the bytes were written in ([`protocol::UNDEFINED_EPOCH`] for a log
+    /// that has no epoch yet).
+    pub epoch: i32,
+    /// Base offset of the segment the bytes are in (the active segment's at the end).
+    pub segment_base: u64,
+}
+
+/// Where an append may start a new segment.
+#[derive(Debug, Clone, Copy)]
+enum Roll {
+    /// At `segment_bytes` or `segment_ms`: a leader's (or a lone broker's) rule.
+    BySettings,
+    /// Exactly where the leader started one (its base offset): a follower's rule, so that
+    /// every replica's segment files are the same files.
+    At(u64),
+}
+
 /// A run of bytes of one segment that a fetch sends as is.
 #[derive(Debug, Clone)]
 pub struct FileSlice {
@@ -67,8 +89,13 @@ pub struct Partition {
     /// `visible_after = "write"`. Moves back only when the log is truncated; long-poll fetches
     /// wait on it.
     visible: watch::Sender<u64>,
+    /// End of the data written, flushed or not: what followers' fetches wait on.
+    written: watch::Sender<u64>,
     /// Wakes this partition's flusher: a threshold was crossed or a producer waits.
     flush_wanted: Notify,
+    /// The leader epochs of the data, from the partition's leader-epoch checkpoint. Locked
+    /// after `state` when both are held.
+    epochs: Mutex<LeaderEpochCache>,
     /// Held by a flush from its snapshot until it has published the ends, and by a truncation
     /// throughout, so that a flush never publishes an end that a truncation has since cut.
     flushing: Mutex<()>,
@@ -185,6 +212,11 @@ impl Partition {
             last.file.sync_all().map_err(io_error("syncing", &last.path))?;
         }
         let end = last.base_offset + scan.valid_bytes;
+        let mut epochs = LeaderEpochCache::open(&dir)?;
+        // The checkpoint may run past a log cut short by recovery.
+        if epochs.latest().is_some_and(|latest| latest.start_offset > end) {
+            epochs.truncate_from_end(end + 1)?;
+        }
         let partition = Partition {
             topic: topic.to_owned(),
             index,
@@ -202,7 +234,9 @@ impl Partition {
             }),
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),
+            written: watch::Sender::new(end),
             flush_wanted: Notify::new(),
+            epochs: Mutex::new(epochs),
             flushing: Mutex::new(()),
         };
         if dir_unsynced {
@@ -251,13 +285,28 @@ impl Partition {
     /// cut off again so that the log never holds part of a set. Returns where the first set
     /// landed; each next set follows the one before.
     pub fn append(&self, sets: &[&[u8]], messages: u64) -> Result<Appended, LogError> {
+        self.append_rolling(sets, messages, Roll::BySettings)
+    }
+
+    fn append_rolling(
+        &self,
+        sets: &[&[u8]],
+        messages: u64,
+        roll: Roll,
+    ) -> Result<Appended, LogError> {
         let bytes: u64 = sets.iter().map(|s| s.len() as u64).sum();
         let mut state = self.state();
         let active_len = state.end - state.active().base_offset;
-        let full = active_len + bytes > state.config.segment_bytes;
-        let old =
-            state.active().opened_at.elapsed() >= Duration::from_millis(state.config.segment_ms);
-        if active_len > 0 && (full || old) {
+        let due = match roll {
+            Roll::BySettings => {
+                let full = active_len + bytes > state.config.segment_bytes;
+                let old = state.active().opened_at.elapsed()
+                    >= Duration::from_millis(state.config.segment_ms);
+                full || old
+            }
+            Roll::At(base) => state.end == base && state.active().base_offset != base,
+        };
+        if active_len > 0 && due {
             self.roll(&mut state)?;
         }
         let offset = state.end;
@@ -269,6 +318,7 @@ impl Partition {
             return Err(io_error("appending to", &active.path)(e));
         }
         state.end += bytes;
+        self.written.send_replace(state.end);
         if state.config.visible_after == VisibleAfter::Write {
             // Under the lock, so that the visible end only moves forward.
             self.advance_visible(state.end);
@@ -482,6 +532,8 @@ impl Partition {
         }
         if !deleted.is_empty() {
             self.flush()?;
+            let start = self.start_offset();
+            lock(&self.epochs).truncate_from_start(start)?;
         }
         Ok(deleted)
     }
@@ -523,7 +575,7 @@ impl Partition {
         let cut = self.cut(&mut state, offset);
         // After a failure too: the ends follow what the log holds now.
         let end = state.end;
-        for published in [&self.flushed, &self.visible] {
+        for published in [&self.flushed, &self.visible, &self.written] {
             published.send_if_modified(|published| {
                 let lowered = *published > end;
                 *published = (*published).min(end);
@@ -569,6 +621,110 @@ impl Partition {
             return Err(error);
         }
         Ok(())
+    }
+
+    // Leader epochs (DESIGN "Replicated partitions").
+
+    /// The latest leader epoch of the log, if it has one.
+    pub fn leader_epoch(&self) -> Option<i32> {
+        lock(&self.epochs).latest().map(|e| e.epoch)
+    }
+
+    /// Starts leader epoch `epoch` at the log end, written to the checkpoint (fsynced) before
+    /// the caller accepts a write in it: what a broker does when it becomes the leader. The
+    /// first epoch of a log starts at its start offset, so that data written before epochs
+    /// were kept belongs to it. Starting the latest epoch again changes nothing; an older one
+    /// is refused. Blocking.
+    pub fn start_leader_epoch(&self, epoch: i32) -> Result<(), LogError> {
+        let state = self.state();
+        let mut epochs = lock(&self.epochs);
+        let from =
+            if epochs.latest().is_none() { state.segments[0].base_offset } else { state.end };
+        epochs.assign(epoch, from)?;
+        drop(epochs);
+        drop(state);
+        tracing::info!(topic = %self.topic, partition = self.index, epoch, from, "leader epoch started");
+        Ok(())
+    }
+
+    /// OFFSET_FOR_LEADER_EPOCH: the largest epoch at or below `epoch` and the offset where it
+    /// ends in this log; `None` when the log knows no such epoch.
+    pub fn end_offset_for(&self, epoch: i32) -> Option<(i32, u64)> {
+        let state = self.state();
+        lock(&self.epochs).end_offset_for(epoch, state.end)
+    }
+
+    /// A follower's read: up to `max_bytes` from `offset`, within one segment, up to the
+    /// written end (not the visible end: the follower needs what the leader has, flushed or
+    /// not), and never past the end of the epoch that `offset` is in, so that every byte of an
+    /// answer has the one epoch it carries.
+    pub fn read_replica(&self, offset: i64, max_bytes: u32) -> Result<ReplicaSlice, LogError> {
+        let state = self.state();
+        let start = state.segments[0].base_offset;
+        let out_of_range = || LogError::OffsetOutOfRange {
+            topic: self.topic.clone(),
+            partition: self.index,
+            offset,
+            start,
+            end: state.end,
+        };
+        let offset = u64::try_from(offset).map_err(|_| out_of_range())?;
+        if offset < start || offset > state.end {
+            return Err(out_of_range());
+        }
+        let (epoch, epoch_end) = {
+            let epochs = lock(&self.epochs);
+            let entries = epochs.entries();
+            let i = entries.partition_point(|e| e.start_offset <= offset);
+            let epoch = match i {
+                0 => protocol::UNDEFINED_EPOCH,
+                i => entries[i - 1].epoch,
+            };
+            (epoch, entries.get(i).map_or(state.end, |next| next.start_offset))
+        };
+        let i = state.segments.partition_point(|s| s.base_offset <= offset) - 1;
+        let segment = Arc::clone(&state.segments[i]);
+        let segment_base = segment.base_offset;
+        if offset == state.end {
+            return Ok(ReplicaSlice { slice: None, epoch, segment_base });
+        }
+        let limit = state.segment_end(i).min(epoch_end);
+        let len = (limit - offset).min(u64::from(max_bytes));
+        let position = offset - segment.base_offset;
+        Ok(ReplicaSlice { slice: Some(FileSlice { segment, position, len }), epoch, segment_base })
+    }
+
+    /// A watch of the written end, for followers' fetches that wait for data.
+    pub fn watch_written(&self) -> watch::Receiver<u64> {
+        self.written.subscribe()
+    }
+
+    /// Appends a MessageSet copied from the leader, written there in leader epoch `epoch` into
+    /// its segment based at `segment_base`: an epoch newer than the log's latest starts at the
+    /// log end first (in the checkpoint, fsynced), and a new segment starts where the leader's
+    /// did, so that this log's epochs and segment files match the leader's byte for byte. The
+    /// caller has validated the set whole.
+    pub fn append_replica(
+        &self,
+        set: &[u8],
+        messages: u64,
+        epoch: i32,
+        segment_base: u64,
+    ) -> Result<Appended, LogError> {
+        if epoch != protocol::UNDEFINED_EPOCH
+            && self.leader_epoch().is_none_or(|latest| epoch > latest)
+        {
+            let end = self.end();
+            lock(&self.epochs).assign(epoch, end)?;
+        }
+        self.append_rolling(&[set], messages, Roll::At(segment_base))
+    }
+
+    /// Cuts the log and its epochs back to `offset`: a follower's truncation after a leader
+    /// change. Blocking; see [`Partition::truncate_to`].
+    pub fn truncate_replica(&self, offset: u64) -> Result<(), LogError> {
+        self.truncate_to(offset)?;
+        lock(&self.epochs).truncate_from_end(offset)
     }
 
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified

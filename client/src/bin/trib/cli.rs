@@ -110,7 +110,8 @@ pub struct ProduceArgs {
     /// The byte that separates fields for --key-field.
     #[arg(long, default_value = "\t", value_parser = parse_delimiter)]
     pub field_delimiter: u8,
-    /// 0: do not wait; 1: after the broker appended; 2: after it flushed to disk.
+    /// 0: do not wait; 1: after the leader appended; 2: after it flushed to disk; 3 or `all`:
+    /// after every in-sync replica has it.
     #[arg(long, default_value = "1", value_parser = parse_acks)]
     pub acks: Acks,
     #[arg(long, value_enum, default_value_t = Compression::None)]
@@ -223,7 +224,8 @@ fn parse_acks(s: &str) -> Result<Acks, String> {
         "0" => Ok(Acks::None),
         "1" => Ok(Acks::Written),
         "2" => Ok(Acks::Flushed),
-        _ => Err("acks must be 0, 1 or 2".into()),
+        "3" | "all" => Ok(Acks::All),
+        _ => Err("acks must be 0, 1, 2, or 3 (also: all)".into()),
     }
 }
 

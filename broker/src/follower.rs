@@ -1,0 +1,315 @@
+//! A follower of one partition (`DESIGN.md`, "Replicated partitions"): it copies the leader's
+//! bytes verbatim, so that a byte offset names the same message on every replica, after first
+//! cutting what it must not keep by the leader-epoch rule of KIP-101 and KIP-279 — never by
+//! the high watermark.
+//!
+//! ```text
+//! truncate: ask the leader where my latest epoch ends ─▶ cut to min(that end, my end for that epoch)
+//!           (the leader answers an older epoch: ask again about that one in my own log)
+//! fetch:    REPLICA_FETCH from my log end ─▶ whole messages appended as they came, in their epoch
+//! ```
+//!
+//! The follower speaks the broker protocol to its leader over one connection, one request at
+//! a time: a follower needs no pipelining, and a broker does not link the client crate.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use protocol::{
+    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, ReplicaFetchPart, ReplicaFetchPartition,
+    ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
+};
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::log::{LogError, Partition};
+
+/// Whole messages of a fetch are appended; a fetch ends in at most one partial message, so a
+/// fetch must have room for the largest message a leader accepts and its framing.
+const FRAMING_BYTES: u32 = 4 + 4 + 1 + 1;
+
+/// What one follower copies from where.
+#[derive(Debug, Clone)]
+pub struct FollowerConfig {
+    /// This broker's id, sent to the leader.
+    pub replica_id: i32,
+    pub leader_addr: String,
+    /// The leader epoch this broker follows in; a leader in another epoch refuses.
+    pub leader_epoch: i32,
+    /// Bytes asked for per fetch (raised to fit the largest message).
+    pub fetch_max_bytes: u32,
+    /// How long a fetch waits at the leader for new data.
+    pub fetch_max_wait_ms: i32,
+    /// Largest message the leader accepts: what a fetch must fit.
+    pub max_message_bytes: u32,
+}
+
+/// Why a follower stopped.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum FollowerError {
+    /// The leader is in a newer epoch (this follower is fenced) or leads no more: whoever
+    /// decides leadership must tell this broker what to do now.
+    #[error("{addr} refused epoch {epoch}: {error}")]
+    Refused { addr: String, epoch: i32, error: ErrorCode },
+    #[error("the local log: {0}")]
+    Log(#[from] LogError),
+    #[error("the leader sent messages that do not validate: {0}")]
+    InvalidData(protocol::InvalidMessage),
+}
+
+/// A connection's failure: worth a reconnect.
+#[derive(Debug, Error)]
+enum LinkError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("undecodable answer: {0}")]
+    Decode(#[from] protocol::DecodeError),
+    #[error("answered with {0}")]
+    Error(ErrorCode),
+    #[error("answer {size} bytes long, more than {max}")]
+    TooLarge { size: usize, max: usize },
+    #[error("unencodable request: {0}")]
+    Encode(#[from] protocol::EncodeError),
+}
+
+/// One request at a time to the leader.
+struct LeaderLink {
+    stream: TcpStream,
+    response_bytes_max: usize,
+}
+
+impl LeaderLink {
+    async fn connect(addr: &str, response_bytes_max: usize) -> Result<LeaderLink, LinkError> {
+        let stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(LeaderLink { stream, response_bytes_max })
+    }
+
+    async fn call(&mut self, request: &Request) -> Result<Response, LinkError> {
+        let key: ApiKey = request.api_key();
+        let mut frame = BytesMut::new();
+        request.encode(&mut frame)?;
+        self.stream.write_all(&frame).await?;
+        let size = self.stream.read_u32().await? as usize;
+        if size > self.response_bytes_max || size < 2 {
+            return Err(LinkError::TooLarge { size, max: self.response_bytes_max });
+        }
+        let mut body = vec![0; size];
+        self.stream.read_exact(&mut body).await?;
+        let error = ErrorCode::from_i16(i16::from_be_bytes([body[0], body[1]]));
+        if !error.is_ok() {
+            return Err(LinkError::Error(error));
+        }
+        Ok(Response::decode(key, Bytes::from(body).slice(2..))?)
+    }
+}
+
+/// Copies `partition` from its leader until `stop` or until the leader refuses this
+/// follower's epoch. Connection failures are retried with backoff, forever.
+pub async fn follow(
+    partition: Arc<Partition>,
+    config: FollowerConfig,
+    stop: CancellationToken,
+) -> Result<(), FollowerError> {
+    let fetch_max_bytes = config.fetch_max_bytes.max(config.max_message_bytes + FRAMING_BYTES);
+    let mut backoff = service::Backoff::from_ms(50, 2_000);
+    loop {
+        let attempt = connect_and_copy(&partition, &config, fetch_max_bytes, &mut backoff);
+        let failure = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            Err(failure) = attempt => failure,
+        };
+        match failure {
+            Failure::Link(LinkError::Error(
+                error @ (ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeader),
+            )) => {
+                return Err(FollowerError::Refused {
+                    addr: config.leader_addr.clone(),
+                    epoch: config.leader_epoch,
+                    error,
+                });
+            }
+            Failure::Link(e) => {
+                tracing::warn!(
+                    partition = ?partition, leader = %config.leader_addr, error = %e,
+                    "replica fetch failed; reconnecting"
+                );
+            }
+            Failure::Follower(e) => return Err(e),
+        }
+        if !backoff.wait(&stop).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Connects, truncates and copies until something fails.
+async fn connect_and_copy(
+    partition: &Arc<Partition>,
+    config: &FollowerConfig,
+    fetch_max_bytes: u32,
+    backoff: &mut service::Backoff,
+) -> Result<Infallible, Failure> {
+    let response_bytes_max = fetch_max_bytes as usize + 4096;
+    let mut link = LeaderLink::connect(&config.leader_addr, response_bytes_max).await?;
+    truncate(&mut link, partition, config).await?;
+    backoff.reset();
+    loop {
+        copy_once(&mut link, partition, config, fetch_max_bytes).await?;
+    }
+}
+
+/// Why an attempt ended.
+enum Failure {
+    Link(LinkError),
+    Follower(FollowerError),
+}
+
+impl From<LinkError> for Failure {
+    fn from(e: LinkError) -> Failure {
+        Failure::Link(e)
+    }
+}
+
+impl From<FollowerError> for Failure {
+    fn from(e: FollowerError) -> Failure {
+        Failure::Follower(e)
+    }
+}
+
+impl From<LogError> for Failure {
+    fn from(e: LogError) -> Failure {
+        Failure::Follower(FollowerError::Log(e))
+    }
+}
+
+/// Cuts the local log to where it agrees with the leader's. Asks where the latest local epoch
+/// ends on the leader; an answer for an older epoch means the leader never had the newer one,
+/// so the local log keeps at most its own end of that older epoch, and the question is asked
+/// again about it until both logs know the epoch asked about (KIP-279). A log with no epoch
+/// the leader knows keeps nothing.
+async fn truncate(
+    link: &mut LeaderLink,
+    partition: &Arc<Partition>,
+    config: &FollowerConfig,
+) -> Result<(), Failure> {
+    let mut asked = partition.leader_epoch();
+    let cut = loop {
+        let Some(epoch) = asked else {
+            break partition.start_offset();
+        };
+        let request = Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+            topic: partition.topic().to_owned(),
+            partition: partition.index() as i32,
+            epoch,
+        });
+        let Response::OffsetForLeaderEpoch(answer) = link.call(&request).await? else {
+            return Err(LinkError::Error(ErrorCode::Unknown).into());
+        };
+        if answer.epoch == UNDEFINED_EPOCH || answer.end_offset < 0 {
+            break partition.start_offset();
+        }
+        let leader_end = answer.end_offset as u64;
+        match partition.end_offset_for(answer.epoch) {
+            Some((local_epoch, local_end)) if local_epoch == answer.epoch => {
+                break leader_end.min(local_end);
+            }
+            // The local log does not know the leader's epoch: ask about the one it has below.
+            Some((local_epoch, _)) => asked = Some(local_epoch),
+            None => break partition.start_offset(),
+        }
+    };
+    let cut = cut.max(partition.start_offset());
+    if cut < partition.end() {
+        tracing::info!(
+            partition = ?partition, from = partition.end(), to = cut, leader_epoch = config.leader_epoch,
+            "truncating to where the leader's log agrees"
+        );
+        let p = Arc::clone(partition);
+        tokio::task::spawn_blocking(move || p.truncate_replica(cut)).await.map_err(|e| {
+            LogError::Io {
+                context: "truncating",
+                path: partition.dir().to_owned(),
+                source: std::io::Error::other(e),
+            }
+        })??;
+    }
+    Ok(())
+}
+
+/// One fetch from the local log end; appends the whole messages it brought.
+async fn copy_once(
+    link: &mut LeaderLink,
+    partition: &Arc<Partition>,
+    config: &FollowerConfig,
+    fetch_max_bytes: u32,
+) -> Result<(), Failure> {
+    let request = Request::ReplicaFetch(ReplicaFetchRequest {
+        replica_id: config.replica_id,
+        max_wait_ms: config.fetch_max_wait_ms,
+        min_bytes: 1,
+        fetches: vec![ReplicaFetchPartition {
+            topic: partition.topic().to_owned(),
+            partition: partition.index() as i32,
+            leader_epoch: config.leader_epoch,
+            offset: partition.end() as i64,
+            max_bytes: fetch_max_bytes as i32,
+        }],
+    });
+    let Response::ReplicaFetch(mut answer) = link.call(&request).await? else {
+        return Err(LinkError::Error(ErrorCode::Unknown).into());
+    };
+    let Some(ReplicaFetchPart { error, data_epoch, segment_base, messages, .. }) =
+        answer.parts.pop()
+    else {
+        return Err(LinkError::Error(ErrorCode::Unknown).into());
+    };
+    if !error.is_ok() {
+        return Err(LinkError::Error(error).into());
+    }
+    let whole = whole_messages(&messages);
+    if whole == 0 {
+        return Ok(());
+    }
+    let set = &messages[..whole];
+    let summary = protocol::validate_message_set(set, config.max_message_bytes)
+        .map_err(FollowerError::InvalidData)?;
+    let segment_base = u64::try_from(segment_base).unwrap_or(0);
+    partition.append_replica(set, summary.messages as u64, data_epoch, segment_base)?;
+    Ok(())
+}
+
+/// Length of the prefix of `set` made of whole messages (by their length fields).
+fn whole_messages(set: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(header) = set.get(at..at + 4) {
+        let length = u32::from_be_bytes(header.try_into().expect("four bytes")) as usize;
+        let end = at + 4 + length;
+        if end > set.len() {
+            break;
+        }
+        at = end;
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_messages_stop_before_a_partial_one() {
+        let mut set = Vec::new();
+        protocol::encode_message(&mut set, protocol::Codec::None, b"one");
+        let first = set.len();
+        protocol::encode_message(&mut set, protocol::Codec::None, b"two");
+        assert_eq!(whole_messages(&set), set.len());
+        assert_eq!(whole_messages(&set[..set.len() - 1]), first);
+        assert_eq!(whole_messages(&set[..3]), 0);
+        assert_eq!(whole_messages(&[]), 0);
+    }
+}

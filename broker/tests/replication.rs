@@ -1,0 +1,248 @@
+//! Followers, seen over real TCP between two brokers started in the test: a follower copies
+//! its leader's bytes verbatim (the same segment files, the same epochs), and after a leader
+//! change it cuts its log by the leader-epoch rule (KIP-101, KIP-279), never keeping what the
+//! new leader does not have. Leadership is set by hand here, as a controller will set it.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker::log::{LEADER_EPOCH_CHECKPOINT, Partition};
+use broker::{FollowerError, Following};
+use protocol::{
+    Acks, ErrorCode, OffsetForLeaderEpochRequest, ReplicaFetchPartition, ReplicaFetchRequest,
+    Request, Response,
+};
+use testkit::broker::{TestBroker, message_set, messages_of};
+use testkit::eventually;
+
+const TOPIC: &str = "r";
+const WAIT: Duration = Duration::from_secs(10);
+
+fn partition(broker: &TestBroker) -> Arc<Partition> {
+    Arc::clone(&broker.broker.logs().topic(TOPIC).expect("topic").partitions[0])
+}
+
+/// A broker with the topic's one partition, which it leads in epoch 0.
+async fn broker_with_topic(segment_bytes: u64) -> TestBroker {
+    let broker = TestBroker::start_with(|c| {
+        c.segment_bytes = segment_bytes;
+        c.flush_ms = 5;
+    })
+    .await;
+    broker.connect().await.create_topic(TOPIC, 1, &[]).await.expect("create topic");
+    broker
+}
+
+/// Produces `sets` sets of three 100-byte messages, each starting with `tag`.
+async fn produce(broker: &TestBroker, tag: u8, sets: u8) {
+    let conn = broker.connect().await;
+    for i in 0..sets {
+        let payload = |k: u8| {
+            let mut p = [tag; 100];
+            (p[1], p[2]) = (i, k);
+            p
+        };
+        let set = message_set(&[payload(0), payload(1), payload(2)]);
+        conn.produce(TOPIC, 0, Acks::Written, set).await.expect("produce").expect("ack");
+    }
+}
+
+async fn caught_up(leader: &TestBroker, follower: &TestBroker) {
+    let (leader, follower) = (partition(leader), partition(follower));
+    eventually(WAIT, "the follower reaches the leader's end", || async {
+        (follower.end() == leader.end()).then_some(())
+    })
+    .await;
+}
+
+/// Every file of both partition directories, by name: they must be the same files.
+fn assert_same_files(a: &Path, b: &Path) {
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| !name.ends_with(".tmp"))
+            .collect();
+        names.sort();
+        names
+    };
+    let names = listing(a);
+    assert_eq!(names, listing(b), "the same segment files");
+    assert!(names.iter().any(|n| n == LEADER_EPOCH_CHECKPOINT), "{names:?}");
+    for name in names {
+        let (x, y) = (std::fs::read(a.join(&name)).unwrap(), std::fs::read(b.join(&name)).unwrap());
+        assert!(x == y, "{name} differs: {} vs {} bytes", x.len(), y.len());
+    }
+}
+
+async fn follow(follower: &TestBroker, leader: &TestBroker, epoch: i32) -> Following {
+    follower.broker.follow(TOPIC, 0, leader.addr.clone(), epoch).expect("follow")
+}
+
+fn start_epoch(broker: &TestBroker, epoch: i32) {
+    partition(broker).start_leader_epoch(epoch).expect("leader epoch");
+}
+
+/// Every message of the partition, read back through the broker as a consumer reads it.
+async fn messages(broker: &TestBroker) -> Vec<(i64, Vec<u8>)> {
+    let p = partition(broker);
+    eventually(WAIT, "all flushed", || async { (p.visible_end() == p.end()).then_some(()) }).await;
+    let conn = broker.connect().await;
+    let mut all = Vec::new();
+    let mut offset = 0;
+    // A fetch stops at the end of a segment.
+    while offset < p.end() as i64 {
+        let set = conn.fetch(TOPIC, 0, offset, 64 << 20).await.unwrap();
+        let got = messages_of(&set, offset);
+        offset = got.last().map(|(o, m)| o + 9 + m.len() as i64).expect("a message");
+        all.extend(got);
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_follower_copies_the_leaders_segment_files_byte_for_byte() {
+    // The leader rolls every few sets; the follower, by its own settings, never would.
+    let leader = broker_with_topic(2_000).await;
+    let follower = broker_with_topic(1 << 30).await;
+    produce(&leader, 1, 30).await;
+    let following = follow(&follower, &leader, 0).await;
+    caught_up(&leader, &follower).await;
+    produce(&leader, 2, 30).await;
+    caught_up(&leader, &follower).await;
+    assert!(partition(&leader).segment_bases().len() > 5, "the leader rolled");
+    assert_eq!(partition(&follower).segment_bases(), partition(&leader).segment_bases());
+    following.stop().await.expect("stopped cleanly");
+    assert_same_files(partition(&leader).dir(), partition(&follower).dir());
+    assert_eq!(messages(&follower).await, messages(&leader).await);
+}
+
+#[tokio::test]
+async fn a_follower_of_a_new_leader_cuts_what_the_old_leader_alone_had() {
+    let a = broker_with_topic(4_000).await;
+    let b = broker_with_topic(4_000).await;
+    produce(&a, 1, 10).await;
+    let following = follow(&b, &a, 0).await;
+    caught_up(&a, &b).await;
+    following.stop().await.unwrap();
+    let replicated = partition(&a).end();
+    // Acknowledged by `a` alone (acks 1), then `a` goes and `b` leads in epoch 1.
+    produce(&a, 2, 2).await;
+    start_epoch(&b, 1);
+    produce(&b, 3, 3).await;
+    // `a` comes back as a follower of `b`: what only it had is gone, `b`'s log is its log.
+    let following = follow(&a, &b, 1).await;
+    caught_up(&b, &a).await;
+    following.stop().await.unwrap();
+    assert_same_files(partition(&a).dir(), partition(&b).dir());
+    let got = messages(&a).await;
+    assert!(got.iter().all(|(_, payload)| payload[0] != 2), "the unreplicated sets are cut");
+    assert_eq!(got.iter().filter(|(offset, _)| *offset >= replicated as i64).count(), 9);
+    assert_eq!(partition(&a).end_offset_for(0), Some((0, replicated)));
+}
+
+#[tokio::test]
+async fn two_leader_changes_in_quick_succession_leave_no_divergent_replica() {
+    // KIP-279: `b` led in epoch 1 and wrote something nobody copied; `a` led again in epoch 2
+    // without ever hearing of epoch 1. `b` must cut its epoch-1 write and take `a`'s log.
+    let a = broker_with_topic(4_000).await;
+    let b = broker_with_topic(4_000).await;
+    produce(&a, 1, 5).await;
+    let following = follow(&b, &a, 0).await;
+    caught_up(&a, &b).await;
+    following.stop().await.unwrap();
+    produce(&a, 2, 1).await; // epoch 0, on `a` only
+    start_epoch(&b, 1);
+    produce(&b, 3, 1).await; // epoch 1, on `b` only
+    start_epoch(&a, 2);
+    produce(&a, 4, 2).await; // epoch 2
+    let following = follow(&b, &a, 2).await;
+    caught_up(&a, &b).await;
+    following.stop().await.unwrap();
+    assert_same_files(partition(&a).dir(), partition(&b).dir());
+    let got = messages(&b).await;
+    assert!(got.iter().all(|(_, payload)| payload[0] != 3), "b's epoch-1 write is cut");
+    assert_eq!(got, messages(&a).await);
+    assert_eq!(partition(&b).leader_epoch(), Some(2));
+}
+
+#[tokio::test]
+async fn a_leader_refuses_followers_of_another_epoch() {
+    let leader = broker_with_topic(1 << 20).await;
+    let follower = broker_with_topic(1 << 20).await;
+    start_epoch(&leader, 3);
+    for (epoch, expected) in [(2, ErrorCode::FencedLeaderEpoch), (4, ErrorCode::NotLeader)] {
+        let following = follow(&follower, &leader, epoch).await;
+        eventually(WAIT, "the follower gives up", || async {
+            following.is_finished().then_some(())
+        })
+        .await;
+        match following.stop().await {
+            Err(FollowerError::Refused { error, .. }) => assert_eq!(error, expected),
+            other => panic!("epoch {epoch}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn replica_requests_with_bad_fields_get_typed_errors() {
+    let leader = broker_with_topic(1 << 20).await;
+    produce(&leader, 1, 2).await;
+    let conn = leader.connect().await;
+    let fetch = |leader_epoch, offset, max_bytes| ReplicaFetchPartition {
+        topic: TOPIC.into(),
+        partition: 0,
+        leader_epoch,
+        offset,
+        max_bytes,
+    };
+    let request = |max_wait_ms, min_bytes, fetches| {
+        Request::ReplicaFetch(ReplicaFetchRequest {
+            replica_id: 9,
+            max_wait_ms,
+            min_bytes,
+            fetches,
+        })
+    };
+    let err = conn.send(request(-1, 0, vec![fetch(0, 0, 100)])).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidRequest));
+    let err = conn.send(request(0, -1, vec![fetch(0, 0, 100)])).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::InvalidFetchSize));
+    let parts = vec![
+        fetch(0, 0, 0),
+        fetch(0, 1 << 40, 100),
+        fetch(0, 0, 1 << 20),
+        ReplicaFetchPartition { topic: "nope".into(), ..fetch(0, 0, 100) },
+    ];
+    let Some(Response::ReplicaFetch(answer)) = conn.send(request(0, 0, parts)).await.unwrap()
+    else {
+        panic!("a replica fetch answer");
+    };
+    let errors: Vec<ErrorCode> = answer.parts.iter().map(|p| p.error).collect();
+    assert_eq!(
+        errors,
+        [
+            ErrorCode::InvalidFetchSize,
+            ErrorCode::OffsetOutOfRange,
+            ErrorCode::None,
+            ErrorCode::UnknownTopic
+        ]
+    );
+    let good = &answer.parts[2];
+    assert_eq!((good.data_epoch, good.segment_base), (0, 0));
+    assert_eq!(good.messages.len() as u64, partition(&leader).end(), "up to the written end");
+    let ask = |topic: &str, epoch| {
+        Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
+            topic: topic.into(),
+            partition: 0,
+            epoch,
+        })
+    };
+    let Some(Response::OffsetForLeaderEpoch(end)) = conn.send(ask(TOPIC, 7)).await.unwrap() else {
+        panic!("an offset-for-epoch answer");
+    };
+    assert_eq!((end.epoch, end.end_offset), (0, partition(&leader).end() as i64));
+    let err = conn.send(ask("nope", 0)).await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::UnknownTopic));
+}
