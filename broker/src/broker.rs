@@ -1,7 +1,8 @@
 //! The broker's shared state and what each request does to it. Requests arrive decoded from
 //! [`crate::connection`]; the answers here are values or typed error codes, never panics.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
 use crate::follower::{FollowerConfig, FollowerError};
+use crate::leader::{Leader, Leadership};
 use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
 use crate::registration::Registration;
@@ -89,6 +91,8 @@ pub struct Broker {
     registration: OnceLock<Arc<Registration>>,
     /// A coordination session to register in instead of connecting to `config.zookeeper`.
     coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
+    /// Partitions this broker leads with followers, by topic and partition.
+    leaders: RwLock<HashMap<(String, u32), Arc<Leader>>>,
 }
 
 impl Broker {
@@ -113,6 +117,7 @@ impl Broker {
             stop: CancellationToken::new(),
             registration: OnceLock::new(),
             coordinator: OnceLock::new(),
+            leaders: RwLock::new(HashMap::new()),
         });
         for partition in broker.logs.partitions() {
             broker.start_flusher(partition);
@@ -260,6 +265,12 @@ impl Broker {
                 Err(code) => return fail_all(code),
             },
         };
+        let leader = self.leader_of(partition);
+        if acks == Acks::All
+            && let Some(Err(code)) = leader.as_ref().map(|l| l.check_all())
+        {
+            return fail_all(code);
+        }
         let appended = match partition.append(&valid, messages) {
             Ok(appended) => appended,
             Err(e) => {
@@ -267,12 +278,22 @@ impl Broker {
                 return fail_all(ErrorCode::Unknown);
             }
         };
+        if let Some(leader) = &leader {
+            leader.appended();
+        }
         let bytes: usize = valid.iter().map(|s| s.len()).sum();
         self.metrics.appended(&topic.name, messages, bytes as u64);
-        // `acks` 3 (all): a partition's only replica is its leader, so every in-sync replica
-        // has the data once it is appended; min_insync_replicas cannot exceed one replica.
-        if acks == Acks::Flushed {
-            partition.wait_flushed(appended.end).await;
+        match (acks, &leader) {
+            (Acks::Flushed, _) => partition.wait_flushed(appended.end).await,
+            (Acks::All, Some(leader)) => {
+                if let Err(code) =
+                    leader.wait_replicated(appended.end, self.config.ack_timeout()).await
+                {
+                    return fail_all(code);
+                }
+            }
+            // A partition without followers: its leader is its only in-sync replica.
+            _ => {}
         }
         let mut offset = appended.offset;
         let mut valid = valid.iter();
@@ -463,9 +484,11 @@ impl Broker {
                     ErrorCode::Unknown
                 }
             })?;
-        // Until the ISR is kept, what a leader reports as its high watermark is what its
-        // consumers see.
-        let high_watermark = partition.visible_end() as i64;
+        // A partition without followers is its own ISR: its log end is the high watermark.
+        let high_watermark = match self.leader_of(&partition) {
+            Some(leader) => leader.high_watermark() as i64,
+            None => partition.end() as i64,
+        };
         Ok(ReplicaPlan {
             slice: read.slice,
             epoch: read.epoch,
@@ -497,11 +520,90 @@ impl Broker {
             return Err(ErrorCode::InvalidFetchSize);
         }
         let partition = self.partition(&fetch.topic, fetch.partition)?;
-        let current = partition.leader_epoch().ok_or(ErrorCode::NotLeader)?;
+        let current = match self.leader_of(&partition) {
+            Some(leader) => leader.epoch(),
+            None => partition.leader_epoch().ok_or(ErrorCode::NotLeader)?,
+        };
         match fetch.leader_epoch.cmp(&current) {
             std::cmp::Ordering::Less => Err(ErrorCode::FencedLeaderEpoch),
             std::cmp::Ordering::Greater => Err(ErrorCode::NotLeader),
             std::cmp::Ordering::Equal => Ok(partition),
+        }
+    }
+
+    /// Makes this broker the leader of `topic`'s `partition` in `leadership.epoch`, with
+    /// followers: the epoch starts in the log (fsynced) before this returns, and from then on
+    /// the partition keeps its ISR and high watermark (see [`crate::leader`]).
+    pub async fn lead(
+        &self,
+        topic: &str,
+        partition: i32,
+        leadership: Leadership,
+    ) -> Result<(), ErrorCode> {
+        let partition = self.partition(topic, partition)?;
+        let (p, epoch) = (Arc::clone(&partition), leadership.epoch);
+        let started = tokio::task::spawn_blocking(move || p.start_leader_epoch(epoch)).await;
+        match started {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(partition = ?partition, error = %e, "cannot start the leader epoch");
+                return Err(ErrorCode::FencedLeaderEpoch);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "starting the leader epoch panicked");
+                return Err(ErrorCode::Unknown);
+            }
+        }
+        let leader = Arc::new(Leader::new(
+            Arc::clone(&partition),
+            self.config.broker_id,
+            leadership,
+            self.config.replica_lag(),
+            Arc::clone(&self.metrics),
+        ));
+        let key = (partition.topic().to_owned(), partition.index());
+        let previous = self.leaders_mut().insert(key, Arc::clone(&leader));
+        if let Some(previous) = previous {
+            previous.end();
+        }
+        self.tasks.spawn(crate::leader::watch_lag(leader, self.stop.clone()));
+        Ok(())
+    }
+
+    /// Ends this broker's leadership of `topic`'s `partition`: producers waiting for its
+    /// followers are answered with error 10 (not leader).
+    pub fn resign(&self, topic: &str, partition: i32) {
+        let Ok(index) = u32::try_from(partition) else { return };
+        if let Some(leader) = self.leaders_mut().remove(&(topic.to_owned(), index)) {
+            leader.end();
+        }
+    }
+
+    /// The in-sync replicas of a partition this broker leads with followers.
+    pub fn isr(&self, topic: &str, partition: i32) -> Option<Vec<i32>> {
+        let partition = self.partition(topic, partition).ok()?;
+        self.leader_of(&partition).map(|leader| leader.isr())
+    }
+
+    fn leaders_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, u32), Arc<Leader>>> {
+        self.leaders.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn leader_of(&self, partition: &Partition) -> Option<Arc<Leader>> {
+        let leaders = self.leaders.read().unwrap_or_else(|p| p.into_inner());
+        leaders.get(&(partition.topic().to_owned(), partition.index())).cloned()
+    }
+
+    /// Counts a follower's fetch before it waits for data: its offset is its log end.
+    pub(crate) fn record_replica_fetches(&self, request: &protocol::ReplicaFetchRequest) {
+        for fetch in &request.fetches {
+            let Ok(partition) = self.partition(&fetch.topic, fetch.partition) else { continue };
+            let Some(leader) = self.leader_of(&partition) else { continue };
+            if let (true, Ok(offset)) =
+                (fetch.leader_epoch == leader.epoch(), u64::try_from(fetch.offset))
+            {
+                leader.record_fetch(request.replica_id, offset);
+            }
         }
     }
 

@@ -86,6 +86,11 @@ pub struct BrokerConfig {
     pub max_parked_fetches: u32,
     /// The longest a long-poll fetch waits, whatever `max_wait_ms` it asks for.
     pub max_fetch_wait_ms: u64,
+    /// A follower that has not reached its leader's log end for this long leaves the ISR.
+    pub replica_lag_ms: u64,
+    /// The longest an `acks` 3 produce waits for every in-sync replica before it is answered
+    /// with error 13 (request timed out).
+    pub ack_timeout_ms: u64,
     pub retention_check_ms: u64,
     /// Where `/metrics` listens (`HOST:PORT`); unset serves none.
     pub metrics: Option<String>,
@@ -130,6 +135,8 @@ impl Default for BrokerConfig {
             max_connections: 4096,
             max_parked_fetches: 1024,
             max_fetch_wait_ms: 30_000,
+            replica_lag_ms: 10_000,
+            ack_timeout_ms: 30_000,
             retention_check_ms: 5 * 60 * 1000,
             metrics: None,
             zookeeper: None,
@@ -177,6 +184,12 @@ impl BrokerConfig {
         }
         if self.data_dir.as_os_str().is_empty() {
             return invalid("data_dir", "must not be empty");
+        }
+        if self.replica_lag_ms == 0 {
+            return invalid("replica_lag_ms", "must be at least 1");
+        }
+        if self.ack_timeout_ms == 0 {
+            return invalid("ack_timeout_ms", "must be at least 1");
         }
         if self.num_partitions == 0 || self.num_partitions > PARTITIONS_MAX {
             return invalid("num_partitions", "must be between 1 and 10000");
@@ -234,6 +247,14 @@ impl BrokerConfig {
 
     pub fn max_fetch_wait(&self) -> Duration {
         Duration::from_millis(self.max_fetch_wait_ms)
+    }
+
+    pub fn replica_lag(&self) -> Duration {
+        Duration::from_millis(self.replica_lag_ms)
+    }
+
+    pub fn ack_timeout(&self) -> Duration {
+        Duration::from_millis(self.ack_timeout_ms)
     }
 
     pub fn retention_check_interval(&self) -> Duration {

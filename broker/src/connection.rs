@@ -348,6 +348,7 @@ impl Connection {
                     self.answer(RequestKind::replica_fetch, Err(ErrorCode::InvalidFetchSize));
                     return Ok(Next::Continue);
                 }
+                broker.record_replica_fetches(&m);
                 if let Next::Gone = self.wait_for_replica_data(&m).await? {
                     return Ok(Next::Gone);
                 }

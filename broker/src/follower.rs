@@ -263,7 +263,7 @@ async fn copy_once(
     let Response::ReplicaFetch(mut answer) = link.call(&request).await? else {
         return Err(LinkError::Error(ErrorCode::Unknown).into());
     };
-    let Some(ReplicaFetchPart { error, data_epoch, segment_base, messages, .. }) =
+    let Some(ReplicaFetchPart { error, data_epoch, segment_base, messages, high_watermark }) =
         answer.parts.pop()
     else {
         return Err(LinkError::Error(ErrorCode::Unknown).into());
@@ -272,14 +272,17 @@ async fn copy_once(
         return Err(LinkError::Error(error).into());
     }
     let whole = whole_messages(&messages);
-    if whole == 0 {
-        return Ok(());
+    if whole > 0 {
+        let set = &messages[..whole];
+        let summary = protocol::validate_message_set(set, config.max_message_bytes)
+            .map_err(FollowerError::InvalidData)?;
+        let segment_base = u64::try_from(segment_base).unwrap_or(0);
+        partition.append_replica(set, summary.messages as u64, data_epoch, segment_base)?;
     }
-    let set = &messages[..whole];
-    let summary = protocol::validate_message_set(set, config.max_message_bytes)
-        .map_err(FollowerError::InvalidData)?;
-    let segment_base = u64::try_from(segment_base).unwrap_or(0);
-    partition.append_replica(set, summary.messages as u64, data_epoch, segment_base)?;
+    // What the leader's ISR has: where this replica's high watermark is, should it lead.
+    if let Ok(hw) = u64::try_from(high_watermark) {
+        partition.set_high_watermark(Some(hw));
+    }
     Ok(())
 }
 

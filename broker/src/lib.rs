@@ -10,6 +10,7 @@ mod broker;
 mod config;
 mod connection;
 mod follower;
+mod leader;
 pub mod log;
 mod metrics;
 mod registration;
@@ -21,5 +22,6 @@ pub use config::{
     BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides, VisibleAfter,
 };
 pub use follower::FollowerError;
+pub use leader::Leadership;
 pub use metrics::Metrics;
 pub use server::{run, serve};

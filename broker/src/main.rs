@@ -51,6 +51,12 @@ struct Cli {
     /// The longest a long-poll fetch waits, whatever it asks for.
     #[arg(long, value_name = "MS")]
     max_fetch_wait_ms: Option<u64>,
+    /// A follower behind its leader's log end for this long leaves the ISR [default: 10000].
+    #[arg(long, value_name = "MS")]
+    replica_lag_ms: Option<u64>,
+    /// The longest an acks-all produce waits for the in-sync replicas [default: 30000].
+    #[arg(long, value_name = "MS")]
+    ack_timeout_ms: Option<u64>,
     /// Flush a partition after this many messages...
     #[arg(long, value_name = "N")]
     flush_messages: Option<u64>,

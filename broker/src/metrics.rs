@@ -134,6 +134,11 @@ pub struct Metrics {
     /// Frames that could not be trusted (bad size, undecodable): answered with an error, then
     /// the connection closed.
     pub rejected_frames: Counter,
+    /// Followers that left the ISR of a partition this broker leads, and that rejoined it.
+    pub isr_shrinks: Counter,
+    pub isr_expands: Counter,
+    /// Partitions this broker leads with fewer in-sync replicas than replicas.
+    pub under_replicated: Gauge,
     flush_latency: Histogram,
 }
 
@@ -169,6 +174,9 @@ impl Metrics {
             sendfile_bytes: Counter::default(),
             sendfile_calls: Counter::default(),
             rejected_frames: Counter::default(),
+            isr_shrinks: Counter::default(),
+            isr_expands: Counter::default(),
+            under_replicated: Gauge::default(),
             flush_latency: latency_histogram(),
         };
         let m = &metrics;
@@ -223,6 +231,21 @@ impl Metrics {
             "rejected_frames",
             "Frames with a bad size or body: answered with an error, the connection closed.",
             m.rejected_frames.clone(),
+        );
+        registry.register(
+            "isr_shrinks",
+            "Followers that left the in-sync replicas of a partition this broker leads.",
+            m.isr_shrinks.clone(),
+        );
+        registry.register(
+            "isr_expands",
+            "Followers that rejoined the in-sync replicas of a partition this broker leads.",
+            m.isr_expands.clone(),
+        );
+        registry.register(
+            "under_replicated_partitions",
+            "Partitions this broker leads with fewer in-sync replicas than replicas.",
+            m.under_replicated.clone(),
         );
         registry.register(
             "flush_latency_seconds",

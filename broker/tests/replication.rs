@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker::log::{LEADER_EPOCH_CHECKPOINT, Partition};
-use broker::{FollowerError, Following};
+use broker::{FollowerError, Following, Leadership};
 use protocol::{
     Acks, ErrorCode, OffsetForLeaderEpochRequest, ReplicaFetchPartition, ReplicaFetchRequest,
     Request, Response,
@@ -25,9 +25,13 @@ fn partition(broker: &TestBroker) -> Arc<Partition> {
 
 /// A broker with the topic's one partition, which it leads in epoch 0.
 async fn broker_with_topic(segment_bytes: u64) -> TestBroker {
+    broker_with(|c| c.segment_bytes = segment_bytes).await
+}
+
+async fn broker_with(configure: impl FnOnce(&mut broker::BrokerConfig)) -> TestBroker {
     let broker = TestBroker::start_with(|c| {
-        c.segment_bytes = segment_bytes;
         c.flush_ms = 5;
+        configure(c);
     })
     .await;
     broker.connect().await.create_topic(TOPIC, 1, &[]).await.expect("create topic");
@@ -245,4 +249,91 @@ async fn replica_requests_with_bad_fields_get_typed_errors() {
     assert_eq!((end.epoch, end.end_offset), (0, partition(&leader).end() as i64));
     let err = conn.send(ask("nope", 0)).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::UnknownTopic));
+}
+
+/// Leader `a` (id 1) in epoch 1 with follower `b` (id 2), both in the ISR.
+async fn replicated_pair(
+    min_insync_replicas: usize,
+    configure: impl Fn(&mut broker::BrokerConfig) + Copy,
+) -> (TestBroker, TestBroker) {
+    let a = broker_with(|c| {
+        c.broker_id = 1;
+        configure(c);
+    })
+    .await;
+    let b = broker_with(|c| {
+        c.broker_id = 2;
+        configure(c);
+    })
+    .await;
+    let leadership =
+        Leadership { epoch: 1, replicas: vec![1, 2], isr: vec![1, 2], min_insync_replicas };
+    a.broker.lead(TOPIC, 0, leadership).await.expect("lead");
+    (a, b)
+}
+
+async fn produce_all(broker: &TestBroker, tag: u8) -> Result<i64, ErrorCode> {
+    let conn = broker.connect().await;
+    let set = message_set(&[[tag; 50]]);
+    match conn.produce(TOPIC, 0, Acks::All, set).await {
+        Ok(ack) => Ok(ack.expect("an answer").offset),
+        Err(e) => Err(e.code().expect("a broker error")),
+    }
+}
+
+#[tokio::test]
+async fn acks_all_waits_for_the_isr_and_consumers_see_only_the_high_watermark() {
+    let (a, b) = replicated_pair(2, |c| c.replica_lag_ms = 300).await;
+    let following = follow(&b, &a, 1).await;
+    let offset = produce_all(&a, 1).await.expect("acks all with both in sync");
+    assert!(partition(&b).end() > offset as u64, "the follower had it before the answer");
+    assert_eq!(a.broker.isr(TOPIC, 0), Some(vec![1, 2]));
+    following.stop().await.unwrap();
+
+    // Appended on the leader alone: consumers do not see it while `b` is in the ISR.
+    let before = partition(&a).end();
+    eventually(WAIT, "the replicated data visible", || async {
+        (partition(&a).visible_end() == before).then_some(())
+    })
+    .await;
+    a.connect().await.produce(TOPIC, 0, Acks::Written, message_set(&[[2u8; 50]])).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(partition(&a).visible_end(), before, "capped at the high watermark");
+    // `b` lags past replica_lag_ms: it leaves the ISR, and the leader alone moves the HW.
+    eventually(WAIT, "the ISR shrinks", || async {
+        (a.broker.isr(TOPIC, 0) == Some(vec![1])).then_some(())
+    })
+    .await;
+    eventually(WAIT, "visible up to the end", || async {
+        (partition(&a).visible_end() == partition(&a).end()).then_some(())
+    })
+    .await;
+    assert_eq!(produce_all(&a, 3).await, Err(ErrorCode::NotEnoughReplicas));
+
+    // `b` catches up and rejoins.
+    let following = follow(&b, &a, 1).await;
+    eventually(WAIT, "the ISR expands", || async {
+        (a.broker.isr(TOPIC, 0) == Some(vec![1, 2])).then_some(())
+    })
+    .await;
+    produce_all(&a, 4).await.expect("acks all again");
+    let metrics = a.broker.metrics();
+    assert_eq!((metrics.isr_shrinks.get(), metrics.isr_expands.get()), (1, 1));
+    assert_eq!(metrics.under_replicated.get(), 0);
+    caught_up(&a, &b).await;
+    following.stop().await.unwrap();
+    assert_same_files(partition(&a).dir(), partition(&b).dir());
+}
+
+#[tokio::test]
+async fn acks_all_times_out_when_an_in_sync_follower_does_not_fetch() {
+    let (a, _b) = replicated_pair(1, |c| {
+        c.replica_lag_ms = 60_000;
+        c.ack_timeout_ms = 300;
+    })
+    .await;
+    assert_eq!(produce_all(&a, 1).await, Err(ErrorCode::RequestTimedOut));
+    assert_eq!(a.broker.metrics().under_replicated.get(), 0, "both in sync, if silent");
+    a.broker.resign(TOPIC, 0);
+    assert_eq!(a.broker.isr(TOPIC, 0), None);
 }

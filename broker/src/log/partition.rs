@@ -91,6 +91,10 @@ pub struct Partition {
     visible: watch::Sender<u64>,
     /// End of the data written, flushed or not: what followers' fetches wait on.
     written: watch::Sender<u64>,
+    /// The high watermark of a replicated partition, which caps the visible end: consumers
+    /// never see what a failover could take back. `u64::MAX` while the partition is not
+    /// replicated (one replica: its log end is the high watermark).
+    high_watermark: std::sync::atomic::AtomicU64,
     /// Wakes this partition's flusher: a threshold was crossed or a producer waits.
     flush_wanted: Notify,
     /// The leader epochs of the data, from the partition's leader-epoch checkpoint. Locked
@@ -235,6 +239,7 @@ impl Partition {
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),
             written: watch::Sender::new(end),
+            high_watermark: std::sync::atomic::AtomicU64::new(u64::MAX),
             flush_wanted: Notify::new(),
             epochs: Mutex::new(epochs),
             flushing: Mutex::new(()),
@@ -271,8 +276,10 @@ impl Partition {
         self.flush_wanted.notify_one();
     }
 
-    /// Moves the visible end forward to `end` (never back) and wakes who waits on it.
+    /// Moves the visible end forward to `end`, or to the high watermark if that is lower
+    /// (never back), and wakes who waits on it.
     fn advance_visible(&self, end: u64) {
+        let end = end.min(self.high_watermark.load(std::sync::atomic::Ordering::Acquire));
         self.visible.send_if_modified(|visible| {
             let advanced = end > *visible;
             *visible = (*visible).max(end);
@@ -475,6 +482,8 @@ impl Partition {
             *flushed = (*flushed).max(target);
             advanced
         });
+        // Again, for a high watermark raised between the first try and the flushed end.
+        self.advance_visible(target);
         Ok(())
     }
 
@@ -692,6 +701,29 @@ impl Partition {
         let len = (limit - offset).min(u64::from(max_bytes));
         let position = offset - segment.base_offset;
         Ok(ReplicaSlice { slice: Some(FileSlice { segment, position, len }), epoch, segment_base })
+    }
+
+    /// The high watermark, if the partition is replicated.
+    pub fn high_watermark(&self) -> Option<u64> {
+        match self.high_watermark.load(std::sync::atomic::Ordering::Acquire) {
+            u64::MAX => None,
+            hw => Some(hw),
+        }
+    }
+
+    /// Sets the high watermark (`None`: not replicated, no cap) and lets the visible end catch
+    /// up to it. The visible end never moves back: a caller lowers the high watermark only
+    /// for a log whose consumers have not seen past it (a follower, or a new leader's start).
+    pub fn set_high_watermark(&self, high_watermark: Option<u64>) {
+        let state = self.state();
+        let hw = high_watermark.unwrap_or(u64::MAX).min(state.end);
+        let hw = if high_watermark.is_none() { u64::MAX } else { hw };
+        self.high_watermark.store(hw, std::sync::atomic::Ordering::Release);
+        let candidate = match state.config.visible_after {
+            VisibleAfter::Write => state.end,
+            VisibleAfter::Flush => self.flushed_end(),
+        };
+        self.advance_visible(candidate);
     }
 
     /// A watch of the written end, for followers' fetches that wait for data.

@@ -1,0 +1,269 @@
+//! A partition this broker leads with followers (`DESIGN.md`, "Replicated partitions"): it
+//! keeps the in-sync replicas (ISR) and the high watermark (HW), the smallest log end over the
+//! ISR, which caps what consumers see and what an `acks` 3 produce waits for.
+//!
+//! - Each follower's fetch offset is its log end. A follower that has not reached the leader's
+//!   log end for `replica_lag_ms` leaves the ISR; one outside it rejoins once its log end
+//!   reaches the HW.
+//! - The HW never moves back while this broker leads.
+//! - `acks` 3 is refused with `NOT_ENOUGH_REPLICAS` while the ISR is smaller than
+//!   `min_insync_replicas`, and answered once the HW is past the appended data, or with
+//!   `REQUEST_TIMED_OUT` after `ack_timeout_ms`.
+//!
+//! The ISR lives in memory here; writing its changes to the partition's state in ZooKeeper
+//! (with the expected version) is the cluster's part of the replication issue.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use protocol::ErrorCode;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::log::Partition;
+use crate::metrics::Metrics;
+
+/// Who leads a partition and with whom: what a controller (or a test) hands a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    pub epoch: i32,
+    /// Every replica, this broker included.
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas the leadership starts with, this broker included.
+    pub isr: Vec<i32>,
+    pub min_insync_replicas: usize,
+}
+
+pub(crate) struct Leader {
+    partition: Arc<Partition>,
+    broker_id: i32,
+    epoch: i32,
+    replicas: Vec<i32>,
+    min_insync: usize,
+    replica_lag: Duration,
+    state: Mutex<State>,
+    /// The HW, for producers that wait for it.
+    high_watermark: watch::Sender<u64>,
+    /// Cancelled when the leadership ends; stops its lag checks.
+    pub(crate) ended: CancellationToken,
+    metrics: Arc<Metrics>,
+}
+
+struct State {
+    isr: BTreeSet<i32>,
+    followers: BTreeMap<i32, Progress>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// The follower's log end, as its last fetch said.
+    end: u64,
+    /// When the follower last had the leader's whole log.
+    caught_up_at: Instant,
+}
+
+impl Leader {
+    /// Leadership of `partition` in `leadership.epoch`, whose epoch the caller has started
+    /// in the log. The HW starts where the partition's was (a follower learns it from its
+    /// leader) or, for a leader alone in its ISR, at its log end.
+    pub(crate) fn new(
+        partition: Arc<Partition>,
+        broker_id: i32,
+        leadership: Leadership,
+        replica_lag: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Leader {
+        let end = partition.end();
+        let mut isr: BTreeSet<i32> = leadership.isr.iter().copied().collect();
+        isr.insert(broker_id);
+        let start = partition.high_watermark().unwrap_or_else(|| partition.visible_end()).min(end);
+        let hw = if isr.len() == 1 { end } else { start };
+        let now = Instant::now();
+        let followers = leadership
+            .replicas
+            .iter()
+            .filter(|&&r| r != broker_id)
+            .map(|&r| (r, Progress { end: hw, caught_up_at: now }))
+            .collect();
+        partition.set_high_watermark(Some(hw));
+        if isr.len() < leadership.replicas.len() {
+            metrics.under_replicated.inc();
+        }
+        tracing::info!(
+            partition = ?partition, epoch = leadership.epoch, isr = ?isr, high_watermark = hw,
+            "leading"
+        );
+        Leader {
+            partition,
+            broker_id,
+            epoch: leadership.epoch,
+            replicas: leadership.replicas,
+            min_insync: leadership.min_insync_replicas,
+            replica_lag,
+            state: Mutex::new(State { isr, followers }),
+            high_watermark: watch::Sender::new(hw),
+            ended: CancellationToken::new(),
+            metrics,
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    pub(crate) fn high_watermark(&self) -> u64 {
+        *self.high_watermark.borrow()
+    }
+
+    pub(crate) fn isr(&self) -> Vec<i32> {
+        self.state().isr.iter().copied().collect()
+    }
+
+    /// A follower fetched from `offset`, its log end: it may rejoin the ISR, and the HW may
+    /// move. Fetches from brokers that are not replicas are not counted.
+    pub(crate) fn record_fetch(&self, replica_id: i32, offset: u64) {
+        if replica_id == self.broker_id
+            || !self.replicas.contains(&replica_id)
+            || self.ended.is_cancelled()
+        {
+            return;
+        }
+        let leader_end = self.partition.end();
+        let mut state = self.state();
+        let hw = self.high_watermark();
+        let Some(progress) = state.followers.get_mut(&replica_id) else { return };
+        progress.end = offset;
+        if offset >= leader_end {
+            progress.caught_up_at = Instant::now();
+        }
+        if !state.isr.contains(&replica_id) && offset >= hw {
+            let was_under = self.under_replicated(&state);
+            state.isr.insert(replica_id);
+            self.metrics.isr_expands.inc();
+            if was_under && !self.under_replicated(&state) {
+                self.metrics.under_replicated.dec();
+            }
+            tracing::info!(
+                partition = ?self.partition, epoch = self.epoch, replica = replica_id,
+                isr = ?state.isr, "ISR expanded"
+            );
+        }
+        self.advance_high_watermark(&state);
+    }
+
+    /// Removes from the ISR every follower that has not had the leader's whole log for
+    /// `replica_lag_ms`.
+    pub(crate) fn shrink_lagging(&self, now: Instant) {
+        let mut state = self.state();
+        if self.ended.is_cancelled() {
+            return;
+        }
+        let lagging: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| *r != self.broker_id)
+            .filter(|r| {
+                state.followers.get(r).is_some_and(|p| {
+                    now.saturating_duration_since(p.caught_up_at) > self.replica_lag
+                })
+            })
+            .collect();
+        if lagging.is_empty() {
+            return;
+        }
+        let was_under = self.under_replicated(&state);
+        for r in &lagging {
+            state.isr.remove(r);
+            self.metrics.isr_shrinks.inc();
+        }
+        if !was_under {
+            self.metrics.under_replicated.inc();
+        }
+        tracing::warn!(
+            partition = ?self.partition, epoch = self.epoch, left = ?lagging, isr = ?state.isr,
+            "ISR shrank"
+        );
+        self.advance_high_watermark(&state);
+    }
+
+    fn under_replicated(&self, state: &State) -> bool {
+        state.isr.len() < self.replicas.len()
+    }
+
+    /// Ends the leadership: producers waiting for followers are told this broker leads no
+    /// more, and the partition no longer counts as under-replicated here.
+    pub(crate) fn end(&self) {
+        let state = self.state();
+        if !self.ended.is_cancelled() && self.under_replicated(&state) {
+            self.metrics.under_replicated.dec();
+        }
+        self.ended.cancel();
+    }
+
+    /// The HW after an append, a follower's fetch or an ISR change: the smallest log end
+    /// over the ISR, never lower than before.
+    fn advance_high_watermark(&self, state: &State) {
+        let mut hw = self.partition.end();
+        for r in state.isr.iter().filter(|r| **r != self.broker_id) {
+            if let Some(progress) = state.followers.get(r) {
+                hw = hw.min(progress.end);
+            }
+        }
+        let advanced = self.high_watermark.send_if_modified(|current| {
+            let advanced = hw > *current;
+            *current = (*current).max(hw);
+            advanced
+        });
+        if advanced {
+            self.partition.set_high_watermark(Some(hw));
+        }
+    }
+
+    /// Whether an `acks` 3 produce may be appended: the ISR is large enough.
+    pub(crate) fn check_all(&self) -> Result<(), ErrorCode> {
+        let isr = self.state().isr.len();
+        if isr < self.min_insync {
+            tracing::debug!(partition = ?self.partition, isr, min = self.min_insync, "not enough replicas");
+            return Err(ErrorCode::NotEnoughReplicas);
+        }
+        Ok(())
+    }
+
+    /// After an append: a leader alone in its ISR has its HW at its log end at once.
+    pub(crate) fn appended(&self) {
+        let state = self.state();
+        self.advance_high_watermark(&state);
+    }
+
+    /// Waits until every in-sync replica has the log up to `end`.
+    pub(crate) async fn wait_replicated(
+        &self,
+        end: u64,
+        timeout: Duration,
+    ) -> Result<(), ErrorCode> {
+        let mut hw = self.high_watermark.subscribe();
+        tokio::select! {
+            reached = hw.wait_for(|&hw| hw >= end) => reached.map(drop).map_err(|_| ErrorCode::NotLeader),
+            () = self.ended.cancelled() => Err(ErrorCode::NotLeader),
+            () = tokio::time::sleep(timeout) => Err(ErrorCode::RequestTimedOut),
+        }
+    }
+}
+
+/// Shrinks the ISR of `leader` as its followers lag, until the leadership ends.
+pub(crate) async fn watch_lag(leader: Arc<Leader>, stop: CancellationToken) {
+    let period = (leader.replica_lag / 4).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = leader.ended.cancelled() => return,
+            () = tokio::time::sleep(period) => leader.shrink_lagging(Instant::now()),
+        }
+    }
+}
