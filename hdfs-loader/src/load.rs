@@ -47,6 +47,7 @@ impl TopicContext {
         let mut fields: Vec<Field> = shape.fields().iter().map(|f| (**f).clone()).collect();
         fields.push(Field::new("_partition", DataType::Utf8, false));
         fields.push(Field::new("_offset", DataType::Int64, false));
+        fields.push(Field::new("_index", DataType::Int32, false));
         fields.push(Field::new("_schema_id", DataType::Int32, false));
         Ok(TopicContext {
             topic: topic.to_owned(),
@@ -101,6 +102,8 @@ struct HourFile {
     columns: Vec<Column>,
     partitions: StringBuilder,
     offsets: Int64Builder,
+    /// Each row's position inside its compressed wrapper (0 for an uncompressed message).
+    indexes: Int32Builder,
     schema_ids: Int32Builder,
     writer: AsyncArrowWriter<BufWriter>,
     rows: u64,
@@ -303,11 +306,16 @@ impl PartitionLoader<'_> {
             // that a bad message inside a compressed wrapper drops the wrapper's earlier
             // messages too (a commit ends between wrappers). Uncompressed messages pass
             // straight through, and their decoded values are freed at once.
-            let mut wrapper: Vec<(i64, Decoded)> = Vec::new();
+            let mut wrapper: Vec<(i64, i32, Decoded)> = Vec::new();
+            // Position of the next message inside its top-level message: `_index`, counting
+            // bad records too, so that an event's index does not depend on its neighbours.
+            let mut index: i32 = 0;
             let mut stop = false;
             for message in &messages {
+                let this_index = index;
+                index = index.saturating_add(1);
                 match decoder.decode(&message.payload) {
-                    Ok(event) => wrapper.push((message.offset, event)),
+                    Ok(event) => wrapper.push((message.offset, this_index, event)),
                     Err(reason) => match &self.config.bad_records {
                         Some(dir) => {
                             write_bad_record(
@@ -332,6 +340,7 @@ impl PartitionLoader<'_> {
                 messages_count += 1;
                 if message.next_offset > message.offset {
                     // The end of a top-level message: whole, so it may be committed.
+                    index = 0;
                     self.append_rows(&mut files, &mut chunk, &mut wrapper, start, &partition_label)
                         .await?;
                     chunk.end = message.next_offset;
@@ -368,12 +377,12 @@ impl PartitionLoader<'_> {
         &self,
         files: &mut BTreeMap<Hour, HourFile>,
         chunk: &mut Chunk,
-        events: &mut Vec<(i64, Decoded)>,
+        events: &mut Vec<(i64, i32, Decoded)>,
         start: i64,
         partition_label: &str,
     ) -> Result<(), ConsumerOrLoad> {
         let topic = self.topic.topic.as_str();
-        for (offset, event) in events.drain(..) {
+        for (offset, index, event) in events.drain(..) {
             let hour = Hour::of(event.time_ms);
             let file = match files.get_mut(&hour) {
                 Some(file) => file,
@@ -392,6 +401,7 @@ impl PartitionLoader<'_> {
             })?;
             file.partitions.append_value(partition_label);
             file.offsets.append_value(offset);
+            file.indexes.append_value(index);
             file.schema_ids.append_value(event.schema_id);
             file.rows += 1;
             chunk.rows += 1;
@@ -428,6 +438,7 @@ impl PartitionLoader<'_> {
             columns: self.topic.shape.builders(capacity),
             partitions: StringBuilder::with_capacity(capacity, capacity * 4),
             offsets: Int64Builder::with_capacity(capacity),
+            indexes: Int32Builder::with_capacity(capacity),
             schema_ids: Int32Builder::with_capacity(capacity),
             writer,
             rows: 0,
@@ -453,6 +464,7 @@ impl PartitionLoader<'_> {
             .map_err(convert)?;
         arrays.push(Arc::new(file.partitions.finish()));
         arrays.push(Arc::new(file.offsets.finish()));
+        arrays.push(Arc::new(file.indexes.finish()));
         arrays.push(Arc::new(file.schema_ids.finish()));
         let batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
             .map_err(|e| convert(e.into()))?;

@@ -1,12 +1,12 @@
-//! Reading committed rows back (tests, the launcher's demo): the `(_partition, _offset)` of
-//! every row of a topic's files and the distinct event ids (`header.id`).
+//! Reading committed rows back (tests, the launcher's demo): the `(_partition, _offset,
+//! _index)` of every row of a topic's files and the distinct event ids (`header.id`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
+use arrow_array::types::{Int32Type, Int64Type};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -19,6 +19,9 @@ use crate::LoadError;
 pub struct TopicRows {
     /// `(_partition, _offset)` of every row, in no particular order.
     pub positions: Vec<(String, i64)>,
+    /// `(_partition, _offset, _index)` of every row, in the same order: each names one event
+    /// of the log, the messages of a compressed wrapper included.
+    pub events: Vec<(String, i64, i32)>,
     /// Distinct `header.id` values.
     pub event_ids: HashSet<Vec<u8>>,
     pub files: usize,
@@ -58,8 +61,12 @@ pub async fn read_topic(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<Top
             };
             let partitions = partitions.as_string::<i32>();
             let offsets = offsets.as_primitive::<Int64Type>();
+            let indexes = batch.column_by_name("_index").map(|i| i.as_primitive::<Int32Type>());
             for i in 0..batch.num_rows() {
-                rows.positions.push((partitions.value(i).to_owned(), offsets.value(i)));
+                let (partition, offset) = (partitions.value(i).to_owned(), offsets.value(i));
+                let index = indexes.map_or(0, |indexes| indexes.value(i));
+                rows.events.push((partition.clone(), offset, index));
+                rows.positions.push((partition, offset));
             }
             if let Some(header) = batch.column_by_name("header")
                 && let Some(ids) = header.as_struct().column_by_name("id")

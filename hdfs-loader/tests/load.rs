@@ -260,7 +260,8 @@ fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_offset() {
+async fn events_in_compressed_wrappers_load_once_each_share_their_wrappers_offset_and_have_an_index()
+ {
     let cluster = Cluster::start(1).await;
     let producer = client::Producer::new(
         client::ProducerConfig {
@@ -294,6 +295,17 @@ async fn events_in_compressed_wrappers_load_once_each_and_share_their_wrappers_o
     assert_eq!((rows.positions.len(), rows.event_ids.len()), (200, 200));
     let offsets: std::collections::HashSet<i64> = rows.positions.iter().map(|(_, o)| *o).collect();
     assert!(offsets.len() < 200, "rows of one wrapper share its offset");
+    // `(_partition, _offset, _index)` names one event: the indexes of a wrapper are 0..n.
+    let events: std::collections::HashSet<_> = rows.events.iter().cloned().collect();
+    assert_eq!(events.len(), 200);
+    let mut per_wrapper: std::collections::BTreeMap<i64, Vec<i32>> = Default::default();
+    for (_, offset, index) in &rows.events {
+        per_wrapper.entry(*offset).or_default().push(*index);
+    }
+    for (offset, mut indexes) in per_wrapper {
+        indexes.sort();
+        assert_eq!(indexes, (0..indexes.len() as i32).collect::<Vec<_>>(), "wrapper at {offset}");
+    }
     let again = cluster.run(&small, &store).await.unwrap();
     assert_eq!(again.rows, 0);
 }
