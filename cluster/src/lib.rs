@@ -10,6 +10,7 @@
 //! [`Registry`] is the typed layout of `DESIGN.md` ("ZooKeeper layout") over either backend,
 //! so that no other crate spells a path by hand.
 
+mod controller;
 mod coordinator;
 mod embedded;
 mod error;
@@ -19,6 +20,7 @@ mod registry;
 mod replicated;
 mod zookeeper;
 
+pub use controller::{Change, Controller, ControllerError, UNCLEAN_LEADER_ELECTION, decide};
 pub use coordinator::{
     Coordinator, NodeMode, SessionEvent, Version, Watch, WatchEvent, watch_children,
 };

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::{
-    BrokerInfo, Claim, CoordError, Coordinator, Embedded, NodeMode, PartitionId, PartitionState,
-    Registry, RegistryError, SessionEvent, TopicAssignment, WatchEvent, ZooKeeper, ZooKeeperConfig,
+    BrokerInfo, Claim, Controller, ControllerError, CoordError, Coordinator, Embedded, NodeMode,
+    PartitionId, PartitionState, Registry, RegistryError, SessionEvent, TopicAssignment,
+    UNCLEAN_LEADER_ELECTION, WatchEvent, ZooKeeper, ZooKeeperConfig,
 };
 use futures::StreamExt;
 use testkit::proxy::TcpProxy;
@@ -413,6 +414,122 @@ async fn a_controller_whose_session_expired_is_elected_again_in_a_new_epoch(serv
     assert_eq!(r.elect_controller(4).await.unwrap(), Some(2));
 }
 
+/// Registers broker `id` in a session of its own: the broker is live while the session is.
+async fn live_broker(service: &Service, id: i32) -> Session {
+    let session = service.session().await;
+    let info = BrokerInfo { host: "127.0.0.1".into(), port: 9000 + id as u16 };
+    Registry::new(session.coordinator()).register_broker(id, &info).await.unwrap();
+    session
+}
+
+/// Creates `topic` with `replicas` per partition and each partition's first state.
+async fn create_replicated(
+    r: &Registry,
+    topic: &str,
+    replicas: &[&[i32]],
+    config: &[(&str, &str)],
+    isr: impl Fn(&[i32]) -> Vec<i32>,
+) {
+    let assignment = TopicAssignment {
+        partitions: replicas.iter().enumerate().map(|(p, r)| (p as i32, r.to_vec())).collect(),
+        config: config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    r.create_topic(topic, &assignment).await.unwrap();
+    for (p, replicas) in replicas.iter().enumerate() {
+        let state = PartitionState {
+            leader: replicas[0],
+            leader_epoch: 0,
+            isr: isr(replicas),
+            controller_epoch: 0,
+        };
+        r.create_partition_state(topic, p as i32, &state).await.unwrap();
+    }
+}
+
+async fn state_becomes(r: &Registry, topic: &str, partition: i32, expected: (i32, i32, &[i32])) {
+    let (leader, epoch, isr) = expected;
+    within(&format!("{topic}-{partition} led by {leader} in epoch {epoch}"), async {
+        loop {
+            if let Some((s, _)) = r.partition_state(topic, partition).await.unwrap()
+                && (s.leader, s.leader_epoch, s.isr.as_slice()) == (leader, epoch, isr)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+async fn the_controller_moves_leadership_off_dead_brokers(service: Service) {
+    let one = live_broker(&service, 1).await;
+    let two = live_broker(&service, 2).await;
+    let three = live_broker(&service, 3).await;
+    let r = Registry::new(one.coordinator());
+    create_replicated(&r, "t", &[&[1, 2, 3], &[2, 3, 1]], &[], |r| r.to_vec()).await;
+    let controller = Controller::elect(r.clone(), 1).await.unwrap().expect("elected");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(controller.run(stop.clone()));
+    drop(two);
+    state_becomes(&r, "t", 1, (3, 1, &[3, 1])).await;
+    state_becomes(&r, "t", 0, (1, 0, &[1, 3])).await;
+    drop(three);
+    state_becomes(&r, "t", 1, (1, 2, &[1])).await;
+    let (state, _) = r.partition_state("t", 1).await.unwrap().unwrap();
+    assert_eq!(state.controller_epoch, r.controller_epoch().await.unwrap());
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(r.controller().await.unwrap(), None, "a stopped controller resigns");
+}
+
+async fn an_offline_partition_waits_for_a_replica_that_may_lead(service: Service) {
+    let one = live_broker(&service, 1).await;
+    let two = live_broker(&service, 2).await;
+    let _three = live_broker(&service, 3).await;
+    let r = Registry::new(one.coordinator());
+    let only_first = |r: &[i32]| vec![r[0]];
+    create_replicated(&r, "clean", &[&[2, 3]], &[], only_first).await;
+    create_replicated(&r, "unclean", &[&[2, 3]], &[(UNCLEAN_LEADER_ELECTION, "true")], only_first)
+        .await;
+    let controller = Controller::elect(r.clone(), 1).await.unwrap().expect("elected");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(controller.run(stop.clone()));
+    drop(two);
+    state_becomes(&r, "clean", 0, (cluster::NO_LEADER, 1, &[2])).await;
+    state_becomes(&r, "unclean", 0, (3, 1, &[3])).await;
+    let _two_again = live_broker(&service, 2).await;
+    state_becomes(&r, "clean", 0, (2, 2, &[2])).await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+}
+
+async fn a_controller_elected_after_another_fences_it(service: Service) {
+    let one = live_broker(&service, 1).await;
+    let two = live_broker(&service, 2).await;
+    let (r1, r2) = (Registry::new(one.coordinator()), Registry::new(two.coordinator()));
+    create_replicated(&r1, "f", &[&[1, 2]], &[], |r| r.to_vec()).await;
+    let first = Controller::elect(r1.clone(), 1).await.unwrap().expect("elected");
+    assert!(first.reconcile().await.unwrap().is_empty(), "nothing to do");
+    r1.resign_controller(1).await.unwrap();
+    let second = Controller::elect(r2.clone(), 2).await.unwrap().expect("elected");
+    assert_eq!(second.epoch(), first.epoch() + 1);
+    let err = first.reconcile().await.unwrap_err();
+    assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let err = first.run(stop).await.unwrap_err();
+    assert!(matches!(err, ControllerError::Fenced { .. }), "{err}");
+}
+
+async fn a_controller_that_loses_its_session_stops(service: Service) {
+    let s = service.expirable_session().await;
+    let r = Registry::new(s.coordinator());
+    let controller = Controller::elect(r.clone(), 5).await.unwrap().expect("elected");
+    let running = tokio::spawn(controller.run(tokio_util::sync::CancellationToken::new()));
+    s.expire().await;
+    let ended = within("the controller stops", running).await.unwrap();
+    assert!(matches!(ended, Err(ControllerError::Fenced { .. })), "{ended:?}");
+}
+
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         mod zookeeper_backend {
@@ -448,4 +565,8 @@ conformance!(
     replicated_partitions_follow_the_design_layout,
     one_controller_at_a_time_in_rising_epochs,
     a_controller_whose_session_expired_is_elected_again_in_a_new_epoch,
+    the_controller_moves_leadership_off_dead_brokers,
+    an_offline_partition_waits_for_a_replica_that_may_lead,
+    a_controller_elected_after_another_fences_it,
+    a_controller_that_loses_its_session_stops,
 );
