@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use client::{ConsumerError, FetchedMessages, SimpleConsumer, SimpleConsumerConfig};
-use cluster::{Coordinator, PartitionId, Registry, RegistryError};
+use cluster::{Coordinator, Registry, RegistryError};
 use events::audit::{AUDIT_TOPIC, AuditRecord};
 use events::envelope::{self, EventHeader};
 use schema_registry::{ClientError, RegistryClient};
@@ -63,8 +63,8 @@ impl Feed {
 enum ReadError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("broker {0} is not registered")]
-    BrokerGone(i32),
+    #[error("partition {0} has no live leader")]
+    NoLeader(i32),
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
     #[error("schema registry: {0}")]
@@ -81,7 +81,7 @@ pub(crate) async fn follow_cluster(
     stop: CancellationToken,
 ) {
     let registry = Registry::new(Arc::clone(&coordinator));
-    let mut known: HashSet<(String, PartitionId)> = HashSet::new();
+    let mut known: HashSet<(String, i32)> = HashSet::new();
     let mut first_scan = true;
     let mut backoff = Backoff::from_ms(BACKOFF_FIRST_MS, shared.config.retry_backoff_max_ms);
     let discovery = Duration::from_millis(shared.config.discovery_ms);
@@ -149,7 +149,7 @@ struct PartitionReader {
     feed: Feed,
     registry: Registry,
     topic: String,
-    partition: PartitionId,
+    partition: i32,
     consumer: Option<SimpleConsumer>,
     /// Next offset to fetch; `None` until the earliest offset is known.
     offset: Option<i64>,
@@ -189,9 +189,11 @@ impl PartitionReader {
         if let Some(consumer) = &self.consumer {
             return Ok(consumer.clone());
         }
-        let brokers = self.registry.brokers().await?;
-        let broker = self.partition.broker;
-        let info = brokers.get(&broker).ok_or(ReadError::BrokerGone(broker))?;
+        let (_, info) = self
+            .registry
+            .leader(&self.topic, self.partition)
+            .await?
+            .ok_or(ReadError::NoLeader(self.partition))?;
         let config = SimpleConsumerConfig {
             fetch_bytes: self.shared.config.fetch_bytes,
             fetch_bytes_max: self.shared.config.fetch_bytes.max(16 << 20),
@@ -205,7 +207,7 @@ impl PartitionReader {
     /// One fetch; true if it moved the position.
     async fn step(&mut self) -> Result<bool, ReadError> {
         let consumer = self.connect().await?;
-        let (topic, partition) = (self.topic.as_str(), self.partition.partition as i32);
+        let (topic, partition) = (self.topic.as_str(), self.partition);
         let offset = match self.offset {
             Some(offset) => offset,
             None => *self.offset.insert(consumer.earliest_offset(topic, partition).await?),

@@ -91,7 +91,7 @@ async fn live_clusters_are_counted_by_header_time_and_a_restart_counts_the_same(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_added_later_and_a_new_broker_are_found() {
+async fn a_topic_and_a_partition_added_later_are_found() {
     let registry_server = TestRegistry::start().await;
     let registry = RegistryClient::new(registry_server.url()).unwrap();
     let analytics = Cluster::start().await;
@@ -108,13 +108,28 @@ async fn a_partition_added_later_and_a_new_broker_are_found() {
     produce_events_to(&registry, &dc_a, "search", 1, &[w0 + 10]).await;
     audit.wait_window("search", w0, "both partitions counted", |w| w["tiers"]["live"] == 3).await;
 
-    // A second broker joins the live cluster with events of its own.
-    let second = dc_a.add_broker(1).await;
-    let conn = client::Connection::connect(&second).await.unwrap();
+    // A second broker joins the live cluster, and the topic grows a partition, spread over
+    // the brokers live now: its events are found too, wherever it is led.
+    dc_a.add_broker(1).await;
+    let cluster = cluster::Registry::new(std::sync::Arc::clone(&dc_a.coordinator));
+    testkit::eventually(
+        std::time::Duration::from_secs(30),
+        "the second broker registered",
+        || async { (cluster.brokers().await.ok()?.len() == 2).then_some(()) },
+    )
+    .await;
+    conn.create_topic("search", 3, &[]).await.unwrap();
+    let common::Brokers::ZooKeeper(brokers) = &dc_a.brokers else {
+        panic!("the cluster runs on ZooKeeper")
+    };
+    let leader = brokers.leader_of("search", 2).await;
+    let conn = client::Connection::connect(&leader).await.unwrap();
     let payloads = common::event_payloads(&registry, &[w0]).await;
-    conn.produce("search", 0, protocol::Acks::Written, testkit::broker::message_set(&payloads))
+    conn.produce("search", 2, protocol::Acks::Written, testkit::broker::message_set(&payloads))
         .await
         .unwrap();
-    audit.wait_window("search", w0, "the new broker's events", |w| w["tiers"]["live"] == 4).await;
+    audit
+        .wait_window("search", w0, "the new partition's events", |w| w["tiers"]["live"] == 4)
+        .await;
     audit.stop().await;
 }

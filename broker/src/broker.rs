@@ -1,12 +1,16 @@
 //! The broker's shared state and what each request does to it. Requests arrive decoded from
 //! [`crate::connection`]; the answers here are values or typed error codes, never panics.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use protocol::{Acks, ErrorCode, FetchRequest, InvalidMessage};
+use cluster::{PartitionState, TopicAssignment};
+use protocol::{
+    Acks, BrokerMetadata, ErrorCode, FetchRequest, InvalidMessage, MetadataResponse,
+    PartitionMetadata, TopicMetadata,
+};
 use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -18,6 +22,9 @@ use crate::leader::{Leader, Leadership};
 use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
 use crate::registration::Registration;
+use crate::replicas::{
+    CLUSTER_KEYS, IsrStore, MIN_INSYNC_REPLICAS, REPLICATION_FACTOR, ReplicaManager,
+};
 
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -89,6 +96,10 @@ pub struct Broker {
     stop: CancellationToken,
     /// Set once the broker is serving, when it registers in ZooKeeper.
     registration: OnceLock<Arc<Registration>>,
+    /// This broker's part in its cluster, once registered; unset for a broker alone.
+    replicas: OnceLock<Arc<ReplicaManager>>,
+    /// The port it serves on, once serving (what METADATA says of it).
+    port: OnceLock<u16>,
     /// A coordination session to register in instead of connecting to `config.zookeeper`.
     coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
     /// Partitions this broker leads with followers, by topic and partition.
@@ -116,6 +127,8 @@ impl Broker {
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             registration: OnceLock::new(),
+            replicas: OnceLock::new(),
+            port: OnceLock::new(),
             coordinator: OnceLock::new(),
             leaders: RwLock::new(HashMap::new()),
         });
@@ -155,9 +168,11 @@ impl Broker {
         let _ = self.coordinator.set(session);
     }
 
-    /// Registers this broker, listening on `port`, and its topics in the coordination session
-    /// given to [`Broker::register_in`], or else in ZooKeeper if the configuration names one.
-    pub(crate) async fn register(&self, port: u16) -> Result<(), BrokerError> {
+    /// Registers this broker, listening on `port`, in the coordination session given to
+    /// [`Broker::register_in`], or else in ZooKeeper if the configuration names one; then it
+    /// takes its part in the cluster (its replicas, and standing for controller).
+    pub(crate) async fn register(self: &Arc<Self>, port: u16) -> Result<(), BrokerError> {
+        let _ = self.port.set(port);
         let info = cluster::BrokerInfo { host: self.config.host.clone(), port };
         let registration = match (self.coordinator.get(), &self.config.zookeeper) {
             (Some(session), _) => {
@@ -174,18 +189,23 @@ impl Broker {
             }
             (None, None) => return Ok(()),
         };
-        for topic in self.logs.topics() {
-            registration.register_topic(&topic.name, topic.partitions.len() as u32).await;
-        }
+        let registry = registration.registry().clone();
         let _ = self.registration.set(Arc::new(registration));
+        let manager = Arc::new(ReplicaManager::new(registry.clone(), self.config.broker_id));
+        let _ = self.replicas.set(Arc::clone(&manager));
+        self.tasks.spawn(manager.run(Arc::downgrade(self), self.stop.clone()));
+        self.tasks.spawn(crate::replicas::stand_for_controller(
+            registry,
+            self.config.broker_id,
+            self.stop.clone(),
+        ));
         Ok(())
     }
 
     /// Removes this broker's registration, if it has one.
     pub(crate) async fn unregister(&self) {
         if let Some(registration) = self.registration.get() {
-            let topics: Vec<String> = self.logs.topics().iter().map(|t| t.name.clone()).collect();
-            registration.unregister(&topics).await;
+            registration.unregister().await;
         }
     }
 
@@ -257,14 +277,16 @@ impl Broker {
             Err(code) => return fail_all(code),
         };
         let partition = match partition {
-            protocol::ANY_PARTITION => {
-                &topic.partitions[rand::random_range(0..topic.partitions.len())]
-            }
-            p => match partition_of(&topic, p) {
+            protocol::ANY_PARTITION => match self.any_led_partition(&topic) {
+                Some(partition) => partition,
+                None => return fail_all(ErrorCode::NotLeader),
+            },
+            p => match self.led_partition(&topic, p) {
                 Ok(partition) => partition,
                 Err(code) => return fail_all(code),
             },
         };
+        let partition = &partition;
         let leader = self.leader_of(partition);
         if acks == Acks::All
             && let Some(Err(code)) = leader.as_ref().map(|l| l.check_all())
@@ -308,6 +330,17 @@ impl Broker {
         if let Some(topic) = self.logs.topic(name) {
             return Ok(topic);
         }
+        if let Some(replicas) = self.replicas.get() {
+            let known = replicas.view().topics.contains_key(name);
+            if !known && !self.config.auto_create_topics {
+                return Err(ErrorCode::UnknownTopic);
+            }
+            if !known {
+                self.create_in_cluster(replicas, name, 0, &[]).await?;
+            }
+            // A replica here or not: a broker without one is not the leader.
+            return self.logs.topic(name).ok_or(ErrorCode::NotLeader);
+        }
         if !self.config.auto_create_topics {
             return Err(ErrorCode::UnknownTopic);
         }
@@ -328,6 +361,19 @@ impl Broker {
         configs: &[(String, String)],
     ) -> Result<(), ErrorCode> {
         protocol::validate_topic_name(name).map_err(|_| ErrorCode::InvalidTopicName)?;
+        if let Some(replicas) = self.replicas.get() {
+            return self.create_in_cluster(replicas, name, partitions, configs).await;
+        }
+        let (replication, configs) = split_cluster_keys(configs);
+        let factor = replication.get(REPLICATION_FACTOR).map(|v| v.trim().to_owned());
+        let min_insync = replication.get(MIN_INSYNC_REPLICAS).map(|v| v.trim().to_owned());
+        if factor.as_deref().is_some_and(|f| f != "1")
+            || min_insync.as_deref().is_some_and(|m| m != "1")
+        {
+            tracing::debug!(topic = %name, "a broker alone keeps one replica");
+            return Err(ErrorCode::InvalidConfig);
+        }
+        let configs = configs.as_slice();
         let overrides = TopicOverrides::parse(partitions, configs, self.config.num_partitions)
             .map_err(|e| {
                 tracing::debug!(topic = %name, error = %e, "rejected topic config");
@@ -347,15 +393,6 @@ impl Broker {
     ) -> Result<Arc<Topic>, ErrorCode> {
         match created {
             Ok(Ok((topic, added))) => {
-                if !added.is_empty()
-                    && let Some(registration) = self.registration.get()
-                {
-                    let (registration, name) = (Arc::clone(registration), topic.name.clone());
-                    let partitions = topic.partitions.len() as u32;
-                    tokio::spawn(
-                        async move { registration.register_topic(&name, partitions).await },
-                    );
-                }
                 added.into_iter().for_each(|p| self.start_flusher(p));
                 Ok(topic)
             }
@@ -540,7 +577,19 @@ impl Broker {
         partition: i32,
         leadership: Leadership,
     ) -> Result<(), ErrorCode> {
-        let partition = self.partition(topic, partition)?;
+        self.lead_with(topic, partition, leadership, None).await
+    }
+
+    /// [`Broker::lead`], recording ISR changes in `store` (the partition's state, in a
+    /// cluster).
+    pub(crate) async fn lead_with(
+        &self,
+        topic: &str,
+        partition: i32,
+        leadership: Leadership,
+        store: Option<IsrStore>,
+    ) -> Result<(), ErrorCode> {
+        let partition = self.local_partition(topic, partition)?;
         let (p, epoch) = (Arc::clone(&partition), leadership.epoch);
         let started = tokio::task::spawn_blocking(move || p.start_leader_epoch(epoch)).await;
         match started {
@@ -560,6 +609,7 @@ impl Broker {
             leadership,
             self.config.replica_lag(),
             Arc::clone(&self.metrics),
+            store,
         ));
         let key = (partition.topic().to_owned(), partition.index());
         let previous = self.leaders_mut().insert(key, Arc::clone(&leader));
@@ -617,7 +667,7 @@ impl Broker {
         leader_addr: impl Into<String>,
         leader_epoch: i32,
     ) -> Result<Following, ErrorCode> {
-        let partition = self.partition(topic, partition)?;
+        let partition = self.local_partition(topic, partition)?;
         let config = FollowerConfig {
             replica_id: self.config.broker_id,
             leader_addr: leader_addr.into(),
@@ -634,26 +684,245 @@ impl Broker {
         Ok(Following { stop, task })
     }
 
-    /// `METADATA`: partitions per topic on this broker; 0 for a topic it does not have.
-    pub fn metadata(&self, topics: &[String]) -> Vec<(String, i32)> {
-        if topics.is_empty() {
-            return self
-                .logs
-                .topics()
-                .iter()
-                .map(|t| (t.name.clone(), t.partitions.len() as i32))
-                .collect();
-        }
-        topics
+    /// `METADATA`: the live brokers and every partition's leader, epoch, replicas and ISR,
+    /// for `topics` (all when empty). A broker alone answers for itself: it leads every
+    /// partition it has, alone in its ISR.
+    pub fn metadata(&self, topics: &[String]) -> MetadataResponse {
+        let me = self.config.broker_id;
+        let Some(replicas) = self.replicas.get() else {
+            let port = i32::from(self.port.get().copied().unwrap_or(self.config.port));
+            let brokers = vec![BrokerMetadata { id: me, host: self.config.host.clone(), port }];
+            let local = |t: &Topic| TopicMetadata {
+                name: t.name.clone(),
+                error: ErrorCode::None,
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|(&p, partition)| PartitionMetadata {
+                        partition: p as i32,
+                        error: ErrorCode::None,
+                        leader: me,
+                        leader_epoch: partition.leader_epoch().unwrap_or(0),
+                        replicas: vec![me],
+                        isr: vec![me],
+                    })
+                    .collect(),
+            };
+            let topics = if topics.is_empty() {
+                self.logs.topics().iter().map(|t| local(t)).collect()
+            } else {
+                topics
+                    .iter()
+                    .map(|name| match self.logs.topic(name) {
+                        Some(t) => local(&t),
+                        None => unknown_topic(name),
+                    })
+                    .collect()
+            };
+            return MetadataResponse { broker_id: me, brokers, topics };
+        };
+        let view = replicas.view();
+        let brokers = view
+            .brokers
             .iter()
-            .map(|name| {
-                let partitions = self.logs.topic(name).map_or(0, |t| t.partitions.len() as i32);
-                (name.clone(), partitions)
-            })
-            .collect()
+            .map(|(&id, b)| BrokerMetadata { id, host: b.host.clone(), port: i32::from(b.port) })
+            .collect();
+        let describe = |name: &str| {
+            let Some(tv) = view.topics.get(name) else { return unknown_topic(name) };
+            let partitions = tv
+                .assignment
+                .partitions
+                .iter()
+                .map(|(&p, replicas)| {
+                    let state = tv.states.get(&p).map(|(s, _)| s);
+                    let leader = state.map_or(cluster::NO_LEADER, |s| s.leader);
+                    let live = view.brokers.contains_key(&leader);
+                    PartitionMetadata {
+                        partition: p,
+                        error: if live { ErrorCode::None } else { ErrorCode::NotLeader },
+                        leader,
+                        leader_epoch: state.map_or(0, |s| s.leader_epoch),
+                        replicas: replicas.clone(),
+                        isr: state.map(|s| s.isr.clone()).unwrap_or_default(),
+                    }
+                })
+                .collect();
+            TopicMetadata { name: name.to_owned(), error: ErrorCode::None, partitions }
+        };
+        let topics = if topics.is_empty() {
+            view.topics.keys().map(|t| describe(t)).collect()
+        } else {
+            topics.iter().map(|t| describe(t)).collect()
+        };
+        MetadataResponse { broker_id: me, brokers, topics }
     }
 
+    /// `CREATE_TOPIC` in a cluster: the replicas of each new partition spread over the live
+    /// brokers and the partition's first state, in the registry; this broker's replicas open
+    /// once it has read them back. An existing topic gets its new settings and partitions.
+    async fn create_in_cluster(
+        &self,
+        replicas: &Arc<ReplicaManager>,
+        name: &str,
+        partitions: i32,
+        configs: &[(String, String)],
+    ) -> Result<(), ErrorCode> {
+        let invalid = |reason: String| {
+            tracing::debug!(topic = %name, %reason, "rejected topic config");
+            ErrorCode::InvalidConfig
+        };
+        let (cluster_keys, log_keys) = split_cluster_keys(configs);
+        let overrides = TopicOverrides::parse(partitions, &log_keys, self.config.num_partitions)
+            .map_err(|e| invalid(e.to_string()))?;
+        let number =
+            |key: &str, default: u32| -> Result<u32, ErrorCode> {
+                match cluster_keys.get(key) {
+                    Some(v) => v.trim().parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                        invalid(format!("{key} must be a whole number, at least 1"))
+                    }),
+                    None => Ok(default),
+                }
+            };
+        let registry = replicas.registry();
+        let live: BTreeSet<i32> = registry.brokers().await.map_err(internal)?.into_keys().collect();
+        let existing = registry.topic_assignment(name).await.map_err(internal)?;
+        let existing_factor = existing.as_ref().map(|(a, _)| a.replication_factor() as u32);
+        let factor = number(
+            REPLICATION_FACTOR,
+            existing_factor.unwrap_or(self.config.default_replication_factor),
+        )?;
+        let min_insync = number(MIN_INSYNC_REPLICAS, self.config.min_insync_replicas)?;
+        if min_insync > factor {
+            return Err(invalid(format!(
+                "min_insync_replicas {min_insync} exceeds replication_factor {factor}"
+            )));
+        }
+        if existing_factor.is_some_and(|f| f != factor) {
+            return Err(invalid("replication_factor cannot change (a reassignment would)".into()));
+        }
+        let mut config: BTreeMap<String, String> = configs.iter().cloned().collect();
+        config.remove("partitions");
+        config.insert(REPLICATION_FACTOR.into(), factor.to_string());
+        config.insert(MIN_INSYNC_REPLICAS.into(), min_insync.to_string());
+        let count = overrides.partitions as i32;
+        let spread = |first: i32, n: i32| {
+            let (start, shift) =
+                (rand::random_range(0..1024usize), rand::random_range(0..1024usize));
+            cluster::assign_replicas(&live, first, n as u32, factor as usize, start, shift)
+                .map_err(|e| invalid(e.to_string()))
+        };
+        let added: Vec<i32> = match existing {
+            None => {
+                let assignment = TopicAssignment { partitions: spread(0, count)?, config };
+                match registry.create_topic(name, &assignment).await {
+                    Ok(()) => (0..count).collect(),
+                    // Another broker created it first: its assignment stands.
+                    Err(cluster::RegistryError::TopicExists { .. }) => Vec::new(),
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+            Some((mut assignment, version)) => {
+                let have = assignment.partitions.len() as i32;
+                if count < have {
+                    return Err(invalid(format!(
+                        "partitions cannot shrink from {have} to {count}"
+                    )));
+                }
+                let mut merged = assignment.config.clone();
+                merged.extend(config);
+                assignment.config = merged;
+                if count > have {
+                    assignment.partitions.extend(spread(have, count - have)?);
+                }
+                match registry.set_topic_assignment(name, &assignment, version).await {
+                    Ok(_) => (have..count).collect(),
+                    Err(cluster::RegistryError::Conflict { .. }) => return Err(ErrorCode::Unknown),
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+        };
+        if !added.is_empty() {
+            let (assignment, _) = registry
+                .topic_assignment(name)
+                .await
+                .map_err(internal)?
+                .ok_or(ErrorCode::Unknown)?;
+            let controller_epoch = registry.controller_epoch().await.map_err(internal)?;
+            for p in added {
+                let Some(partition_replicas) = assignment.replicas(p) else { continue };
+                let state = PartitionState::initial(partition_replicas, &live, controller_epoch);
+                match registry.create_partition_state(name, p, &state).await {
+                    Ok(_) | Err(cluster::RegistryError::Conflict { .. }) => {}
+                    Err(e) => return Err(internal(e)),
+                }
+            }
+            tracing::info!(topic = %name, partitions = count, replication_factor = factor, "created topic in the cluster");
+        }
+        replicas.wait_for_topic(name, Duration::from_secs(5)).await;
+        Ok(())
+    }
+
+    /// This broker's replicas of a topic of its cluster, with the topic's log settings.
+    pub(crate) async fn host(
+        &self,
+        name: &str,
+        assignment: &TopicAssignment,
+        hosted: &BTreeSet<u32>,
+    ) -> Result<(), ErrorCode> {
+        let configs: Vec<(String, String)> =
+            assignment.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (_, log_keys) = split_cluster_keys(&configs);
+        let count = assignment.partitions.len() as i32;
+        let overrides = TopicOverrides::parse(count, &log_keys, self.config.num_partitions)
+            .map_err(|e| {
+                tracing::error!(topic = %name, error = %e, "the topic's settings are invalid");
+                ErrorCode::InvalidConfig
+            })?;
+        if let Some(topic) = self.logs.topic(name)
+            && topic.overrides == overrides
+            && hosted.iter().all(|p| topic.partitions.contains_key(p))
+        {
+            return Ok(());
+        }
+        let (logs, owned, hosted) = (Arc::clone(&self.logs), name.to_owned(), hosted.clone());
+        let created =
+            tokio::task::spawn_blocking(move || logs.host_topic(&owned, overrides, &hosted)).await;
+        self.topic_created(created).map(drop)
+    }
+
+    /// The epoch this broker leads `topic`'s `partition` in, if it leads it.
+    pub(crate) fn leading_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        let partition = self.local_partition(topic, partition).ok()?;
+        self.leader_of(&partition).map(|l| l.epoch())
+    }
+
+    /// A partition a produce to `partition` −1 goes to: one this broker leads.
+    fn any_led_partition(&self, topic: &Topic) -> Option<Arc<Partition>> {
+        let led: Vec<&Arc<Partition>> = match self.replicas.get() {
+            None => topic.partitions.values().collect(),
+            Some(_) => topic.partitions.values().filter(|p| self.leader_of(p).is_some()).collect(),
+        };
+        (!led.is_empty()).then(|| Arc::clone(led[rand::random_range(0..led.len())]))
+    }
+
+    /// `partition` of `topic`, if this broker leads it (a broker alone leads all it has).
+    fn led_partition(&self, topic: &Topic, partition: i32) -> Result<Arc<Partition>, ErrorCode> {
+        let found = partition_of(topic, partition)?;
+        if self.replicas.get().is_some() && self.leader_of(found).is_none() {
+            return Err(ErrorCode::NotLeader);
+        }
+        Ok(Arc::clone(found))
+    }
+
+    /// A partition consumers may read: one this broker leads.
     fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, ErrorCode> {
+        protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
+        let topic = self.logs.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        self.led_partition(&topic, partition)
+    }
+
+    /// A partition this broker has a replica of, led here or not.
+    fn local_partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, ErrorCode> {
         protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
         let topic = self.logs.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
         partition_of(&topic, partition).cloned()
@@ -674,11 +943,32 @@ fn lead_created(created: Created) -> Result<Created, CreateError> {
     Ok(created)
 }
 
+/// `partition` of `topic` on this broker: [`ErrorCode::WrongPartition`] for one the topic does
+/// not have, [`ErrorCode::NotLeader`] for one that is on other brokers only.
 fn partition_of(topic: &Topic, partition: i32) -> Result<&Arc<Partition>, ErrorCode> {
-    usize::try_from(partition)
-        .ok()
-        .and_then(|i| topic.partitions.get(i))
-        .ok_or(ErrorCode::WrongPartition)
+    let index = u32::try_from(partition).map_err(|_| ErrorCode::WrongPartition)?;
+    if index >= topic.overrides.partitions {
+        return Err(ErrorCode::WrongPartition);
+    }
+    topic.partitions.get(&index).ok_or(ErrorCode::NotLeader)
+}
+
+/// Splits a topic's settings into the cluster's (replication) and its logs'.
+fn split_cluster_keys(
+    configs: &[(String, String)],
+) -> (BTreeMap<String, String>, Vec<(String, String)>) {
+    let (cluster, log): (Vec<_>, Vec<_>) =
+        configs.iter().cloned().partition(|(k, _)| CLUSTER_KEYS.contains(&k.as_str()));
+    (cluster.into_iter().collect(), log)
+}
+
+fn unknown_topic(name: &str) -> TopicMetadata {
+    TopicMetadata { name: name.to_owned(), error: ErrorCode::UnknownTopic, partitions: Vec::new() }
+}
+
+fn internal(error: cluster::RegistryError) -> ErrorCode {
+    tracing::error!(%error, "the registry failed");
+    ErrorCode::Unknown
 }
 
 /// Flushes one partition when `flush_messages`, `flush_ms` or a waiting producer says so.

@@ -88,6 +88,10 @@ pub struct BrokerConfig {
     pub max_fetch_wait_ms: u64,
     /// A follower that has not reached its leader's log end for this long leaves the ISR.
     pub replica_lag_ms: u64,
+    /// Replicas of each partition of a topic created without `replication_factor`.
+    pub default_replication_factor: u32,
+    /// In-sync replicas an `acks` 3 produce needs, for a topic that does not set its own.
+    pub min_insync_replicas: u32,
     /// The longest an `acks` 3 produce waits for every in-sync replica before it is answered
     /// with error 13 (request timed out).
     pub ack_timeout_ms: u64,
@@ -136,6 +140,8 @@ impl Default for BrokerConfig {
             max_parked_fetches: 1024,
             max_fetch_wait_ms: 30_000,
             replica_lag_ms: 10_000,
+            default_replication_factor: 1,
+            min_insync_replicas: 1,
             ack_timeout_ms: 30_000,
             retention_check_ms: 5 * 60 * 1000,
             metrics: None,
@@ -184,6 +190,12 @@ impl BrokerConfig {
         }
         if self.data_dir.as_os_str().is_empty() {
             return invalid("data_dir", "must not be empty");
+        }
+        if self.default_replication_factor == 0 {
+            return invalid("default_replication_factor", "must be at least 1");
+        }
+        if self.min_insync_replicas == 0 {
+            return invalid("min_insync_replicas", "must be at least 1");
         }
         if self.replica_lag_ms == 0 {
             return invalid("replica_lag_ms", "must be at least 1");

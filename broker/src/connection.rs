@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use protocol::{
-    Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MetadataResponse, MultiFetchWaitRequest,
-    MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart,
-    ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPartition, ReplicaFetchRequest,
-    ReplicaPartHeader, Request, Response, UNDEFINED_EPOCH, encode_replica_part_header,
-    encode_response_header,
+    Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MultiFetchWaitRequest, MultiProduceResponse,
+    OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart, ProduceResponse,
+    REPLICA_PART_HEADER_BYTES, ReplicaFetchPartition, ReplicaFetchRequest, ReplicaPartHeader,
+    Request, Response, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -323,9 +322,7 @@ impl Connection {
             }
             Request::Metadata(m) => {
                 broker.metrics().request(RequestKind::metadata, 1);
-                let topics = broker.metadata(&m.topics);
-                let broker_id = broker.config().broker_id;
-                self.respond(Ok(Response::Metadata(MetadataResponse { broker_id, topics })));
+                self.respond(Ok(Response::Metadata(broker.metadata(&m.topics))));
             }
             Request::OffsetForLeaderEpoch(o) => {
                 broker.metrics().request(RequestKind::offset_for_leader_epoch, 1);

@@ -10,8 +10,9 @@
 //!   `min_insync_replicas`, and answered once the HW is past the appended data, or with
 //!   `REQUEST_TIMED_OUT` after `ack_timeout_ms`.
 //!
-//! The ISR lives in memory here; writing its changes to the partition's state in ZooKeeper
-//! (with the expected version) is the cluster's part of the replication issue.
+//! In a cluster the ISR is also the partition's state in the registry: a shrink is written
+//! there before it takes effect (so the high watermark never passes what a replica the
+//! controller may elect lacks), an expansion after.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::log::Partition;
 use crate::metrics::Metrics;
+use crate::replicas::IsrStore;
 
 /// Who leads a partition and with whom: what a controller (or a test) hands a leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +50,10 @@ pub(crate) struct Leader {
     /// Cancelled when the leadership ends; stops its lag checks.
     pub(crate) ended: CancellationToken,
     metrics: Arc<Metrics>,
+    /// Where ISR changes are recorded, in a cluster.
+    store: Option<IsrStore>,
+    /// Wakes the lag task to record an expansion.
+    expanded: tokio::sync::Notify,
 }
 
 struct State {
@@ -73,6 +79,7 @@ impl Leader {
         leadership: Leadership,
         replica_lag: Duration,
         metrics: Arc<Metrics>,
+        store: Option<IsrStore>,
     ) -> Leader {
         let end = partition.end();
         let mut isr: BTreeSet<i32> = leadership.isr.iter().copied().collect();
@@ -105,6 +112,8 @@ impl Leader {
             high_watermark: watch::Sender::new(hw),
             ended: CancellationToken::new(),
             metrics,
+            store,
+            expanded: tokio::sync::Notify::new(),
         }
     }
 
@@ -148,6 +157,7 @@ impl Leader {
             if was_under && !self.under_replicated(&state) {
                 self.metrics.under_replicated.dec();
             }
+            self.expanded.notify_one();
             tracing::info!(
                 partition = ?self.partition, epoch = self.epoch, replica = replica_id,
                 isr = ?state.isr, "ISR expanded"
@@ -156,14 +166,14 @@ impl Leader {
         self.advance_high_watermark(&state);
     }
 
-    /// Removes from the ISR every follower that has not had the leader's whole log for
+    /// The followers in the ISR that have not had the leader's whole log for
     /// `replica_lag_ms`.
-    pub(crate) fn shrink_lagging(&self, now: Instant) {
-        let mut state = self.state();
+    fn lagging(&self, now: Instant) -> Vec<i32> {
+        let state = self.state();
         if self.ended.is_cancelled() {
-            return;
+            return Vec::new();
         }
-        let lagging: Vec<i32> = state
+        state
             .isr
             .iter()
             .copied()
@@ -173,8 +183,24 @@ impl Leader {
                     now.saturating_duration_since(p.caught_up_at) > self.replica_lag
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// Removes the lagging followers from the ISR: first in the registry, in a cluster.
+    pub(crate) async fn shrink_lagging(&self, now: Instant) {
+        let lagging = self.lagging(now);
         if lagging.is_empty() {
+            return;
+        }
+        if let Some(store) = &self.store {
+            let proposed: Vec<i32> =
+                self.isr().into_iter().filter(|r| !lagging.contains(r)).collect();
+            if !store(proposed).await {
+                return;
+            }
+        }
+        let mut state = self.state();
+        if self.ended.is_cancelled() {
             return;
         }
         let was_under = self.under_replicated(&state);
@@ -256,14 +282,23 @@ impl Leader {
     }
 }
 
-/// Shrinks the ISR of `leader` as its followers lag, until the leadership ends.
+/// Shrinks the ISR of `leader` as its followers lag, and records its expansions, until the
+/// leadership ends.
 pub(crate) async fn watch_lag(leader: Arc<Leader>, stop: CancellationToken) {
     let period = (leader.replica_lag / 4).max(Duration::from_millis(10));
+    let mut recorded: Option<Vec<i32>> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = leader.ended.cancelled() => return,
-            () = tokio::time::sleep(period) => leader.shrink_lagging(Instant::now()),
+            () = tokio::time::sleep(period) => leader.shrink_lagging(Instant::now()).await,
+            () = leader.expanded.notified() => {}
+        }
+        if let Some(store) = &leader.store {
+            let isr = leader.isr();
+            if recorded.as_ref() != Some(&isr) && store(isr.clone()).await {
+                recorded = Some(isr);
+            }
         }
     }
 }

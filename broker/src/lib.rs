@@ -14,6 +14,7 @@ mod leader;
 pub mod log;
 mod metrics;
 mod registration;
+mod replicas;
 mod sendfile;
 mod server;
 

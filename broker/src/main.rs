@@ -51,6 +51,12 @@ struct Cli {
     /// The longest a long-poll fetch waits, whatever it asks for.
     #[arg(long, value_name = "MS")]
     max_fetch_wait_ms: Option<u64>,
+    /// Replicas of each partition of a new topic that sets none [default: 1].
+    #[arg(long, value_name = "N")]
+    default_replication_factor: Option<u32>,
+    /// In-sync replicas an acks-all produce needs, where a topic sets none [default: 1].
+    #[arg(long, value_name = "N")]
+    min_insync_replicas: Option<u32>,
     /// A follower behind its leader's log end for this long leaves the ISR [default: 10000].
     #[arg(long, value_name = "MS")]
     replica_lag_ms: Option<u64>,

@@ -1,6 +1,6 @@
-//! A broker's entry in the ZooKeeper registries (paper §3.3): `/brokers/ids/{id}` with where
-//! it listens, and `/brokers/topics/{topic}/{id}` with its partition count per topic, all
-//! ephemeral. The ZooKeeper backend creates them again if the session expires.
+//! A broker's entry in the ZooKeeper registries (paper §3.3): the ephemeral
+//! `/brokers/ids/{id}` with where it listens. The ZooKeeper backend creates it again if the
+//! session expires.
 
 use std::sync::Arc;
 
@@ -40,22 +40,12 @@ impl Registration {
         Ok(Registration { broker_id, registry, _session: session })
     }
 
-    pub(crate) async fn register_topic(&self, topic: &str, partitions: u32) {
-        match self.registry.register_topic(topic, self.broker_id, partitions).await {
-            Ok(()) => {
-                tracing::info!(%topic, partitions, broker_id = self.broker_id, "registered topic")
-            }
-            Err(e) => tracing::error!(%topic, error = %e, "cannot register topic"),
-        }
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
     }
 
-    /// Removes this broker's nodes at once, rather than when the session closes.
-    pub(crate) async fn unregister(&self, topics: &[String]) {
-        for topic in topics {
-            if let Err(e) = self.registry.unregister_topic(topic, self.broker_id).await {
-                tracing::warn!(%topic, error = %e, "cannot unregister topic");
-            }
-        }
+    /// Removes this broker's node at once, rather than when the session closes.
+    pub(crate) async fn unregister(&self) {
         match self.registry.unregister_broker(self.broker_id).await {
             Ok(()) => tracing::info!(broker_id = self.broker_id, "unregistered broker"),
             Err(e) => tracing::warn!(error = %e, "cannot unregister broker"),

@@ -20,7 +20,7 @@ const TOPIC: &str = "r";
 const WAIT: Duration = Duration::from_secs(10);
 
 fn partition(broker: &TestBroker) -> Arc<Partition> {
-    Arc::clone(&broker.broker.logs().topic(TOPIC).expect("topic").partitions[0])
+    Arc::clone(&broker.broker.logs().topic(TOPIC).expect("topic").partitions[&0])
 }
 
 /// A broker with the topic's one partition, which it leads in epoch 0.

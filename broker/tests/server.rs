@@ -121,11 +121,19 @@ async fn topics_keep_their_settings_across_restarts() {
     let broker = broker.restart(|_| {}).await;
     let conn = broker.connect().await;
     let meta = conn.metadata(&[]).await.unwrap();
-    assert_eq!(meta.topics, [("auto".to_owned(), 1), ("kept".to_owned(), 5)]);
+    let counts = |m: &protocol::MetadataResponse| -> Vec<(String, usize)> {
+        m.topics.iter().map(|t| (t.name.clone(), t.partitions.len())).collect()
+    };
+    assert_eq!(counts(&meta), [("auto".to_owned(), 1), ("kept".to_owned(), 5)]);
+    let asked = conn.metadata(&["kept", "gone"]).await.unwrap();
+    assert_eq!(counts(&asked), [("kept".to_owned(), 5), ("gone".to_owned(), 0)]);
+    assert_eq!(asked.topics[1].error, ErrorCode::UnknownTopic);
+    let kept = &asked.topics[0].partitions[4];
     assert_eq!(
-        conn.metadata(&["kept", "gone"]).await.unwrap().topics,
-        [("kept".to_owned(), 5), ("gone".to_owned(), 0)]
+        (kept.leader, kept.leader_epoch, &kept.replicas, &kept.isr),
+        (0, 0, &vec![0], &vec![0])
     );
+    assert_eq!(asked.brokers.len(), 1, "a broker alone answers for itself");
     // segment_bytes 40 still applies: two 30-byte messages land in two segments.
     for _ in 0..2 {
         conn.produce("kept", 4, Acks::Written, message_set(&[[0u8; 21]])).await.unwrap();
@@ -225,7 +233,7 @@ fn flags_override_the_config_file() {
         let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
         conn.produce("x", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
         let meta = conn.metadata(&["x"]).await.unwrap();
-        assert_eq!((meta.broker_id, meta.topics[0].1), (7, 3));
+        assert_eq!((meta.broker_id, meta.topics[0].partitions.len()), (7, 3));
     });
     assert!(data.join("x-2").is_dir());
 }

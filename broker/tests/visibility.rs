@@ -33,7 +33,7 @@ async fn write_visibility_serves_data_before_the_flush() {
         conn.produce(topic, 0, Acks::Written, message_set(&[b"early"])).await.unwrap();
     }
     // Nothing is flushed, yet "w" serves its data and reports it in OFFSETS; "f" does not.
-    let w = &broker.broker.logs().topic("w").unwrap().partitions[0];
+    let w = &broker.broker.logs().topic("w").unwrap().partitions[&0];
     assert_eq!((w.flushed_end(), w.end()), (0, 14));
     assert_eq!(messages_of(&conn.fetch("w", 0, 0, 1000).await.unwrap(), 0)[0].1, b"early");
     assert_eq!(conn.offsets("w", 0, OFFSETS_LATEST, 1).await.unwrap(), [14]);

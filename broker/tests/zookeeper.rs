@@ -19,7 +19,7 @@ async fn observer(connect: &str) -> (Arc<ZooKeeper>, Registry) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_registers_itself_and_its_topics() {
+async fn a_broker_registers_itself_and_creates_topics_in_the_cluster() {
     let connect = ZooKeeperServer::shared().connect_string();
     let broker = TestBroker::start_with(|c| {
         c.broker_id = 3;
@@ -38,18 +38,25 @@ async fn a_broker_registers_itself_and_its_topics() {
     let conn = broker.connect().await;
     conn.create_topic("views", 4, &[]).await.unwrap();
     conn.produce("clicks", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
-    eventually(WAIT, "topic nodes", || async {
-        let views = registry.topic_brokers("views").await.unwrap();
-        let clicks = registry.topic_brokers("clicks").await.unwrap();
-        (views.get(&3) == Some(&4) && clicks.get(&3) == Some(&1)).then_some(())
-    })
-    .await;
-    assert_eq!(session.get("/brokers/topics/views/3").await.unwrap().unwrap().0, b"4");
-    // A clean shutdown removes every node at once.
+    assert_eq!(registry.partitions("views").await.unwrap(), [0, 1, 2, 3]);
+    assert_eq!(registry.partitions("clicks").await.unwrap(), [0], "created on first produce");
+    let raw = session.get("/brokers/topics/views").await.unwrap().unwrap().0;
+    let assignment: serde_json::Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(assignment["partitions"]["3"], serde_json::json!([3]));
+    assert_eq!(assignment["config"]["replication_factor"], "1");
+    let leaders = registry.partition_leaders("views").await.unwrap();
+    assert!(leaders.values().all(|&l| l == 3), "{leaders:?}");
+    let metadata = conn.metadata(&["views", "gone"]).await.unwrap();
+    let views = metadata.topic("views").unwrap();
+    assert_eq!(views.partitions.len(), 4);
+    assert!(views.partitions.iter().all(|p| p.leader == 3 && p.isr == [3] && p.replicas == [3]));
+    assert_eq!(metadata.topic("gone").unwrap().error, protocol::ErrorCode::UnknownTopic);
+    assert_eq!(metadata.brokers.len(), 1);
+    // A clean shutdown removes the broker's node at once; the topic stays, offline.
     drop(conn);
     broker.stop().await;
     assert!(registry.brokers().await.unwrap().is_empty());
-    assert!(registry.topic_brokers("views").await.unwrap().is_empty());
+    assert_eq!(registry.partitions("views").await.unwrap().len(), 4);
 }
 
 fn spawn_broker(dir: &std::path::Path, connect: &str, broker_id: i32) -> Process {
@@ -140,7 +147,7 @@ async fn registration_comes_back_after_zookeeper_restarts() {
     {
         let (_session, registry) = observer(&connect).await;
         eventually(WAIT, "registration", || async {
-            (registry.topic_brokers("kept").await.unwrap().get(&2) == Some(&2)).then_some(())
+            (registry.partition_leaders("kept").await.unwrap().len() == 2).then_some(())
         })
         .await;
     }
@@ -155,8 +162,8 @@ async fn registration_comes_back_after_zookeeper_restarts() {
     let (_session, registry) = observer(&connect).await;
     eventually(Duration::from_secs(30), "registration back", || async {
         let brokers = registry.brokers().await.ok()?;
-        let topics = registry.topic_brokers("kept").await.ok()?;
-        (brokers.contains_key(&2) && topics.get(&2) == Some(&2)).then_some(())
+        let leaders = registry.partition_leaders("kept").await.ok()?;
+        (brokers.contains_key(&2) && leaders.values().all(|&l| l == 2)).then_some(())
     })
     .await;
     broker.stop().await;

@@ -1,10 +1,11 @@
-//! Broker discovery: where a producer finds the brokers of a topic and how many partitions
-//! each holds (paper §3.2: a producer spreads a topic over every broker's partitions).
+//! Broker discovery: where a producer finds a topic's partitions and the broker leading each
+//! (`DESIGN.md`, "Replicated partitions": partitions `0..P-1` across the cluster, each led by
+//! one of its replicas).
 //!
-//! [`BrokerSource`] is the seam. [`StaticBrokers`] asks a fixed list of addresses with
-//! `METADATA`; a ZooKeeper-backed source reads the broker and topic registries instead. An
-//! address may also be a load balancer hiding the brokers, for a producer that sends to
-//! partition −1 ([`crate::Partitioner::Any`]).
+//! [`BrokerSource`] is the seam. [`StaticBrokers`] asks a fixed list of addresses — entry
+//! points into one cluster — with `METADATA`; a ZooKeeper-backed source reads the registry
+//! instead. An address may also be a load balancer hiding the brokers, for a producer that
+//! sends to partition −1 ([`crate::Partitioner::Any`]).
 
 use std::time::Duration;
 
@@ -13,14 +14,60 @@ use thiserror::Error;
 
 use crate::{ClientError, Connection};
 
-/// One broker and the number of partitions of a topic it holds.
+/// A topic as its cluster has it: each partition with a live leader, and where to send a
+/// produce to partition −1.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicLayout {
+    /// Partitions whose leader is live, by partition number, with where their leader listens.
+    pub partitions: Vec<PartitionLeader>,
+    /// Addresses that take a produce to partition −1 (and that create an unknown topic on its
+    /// first produce): the configured entry points, or every live broker.
+    pub entry: Vec<EntryPoint>,
+    /// Whether the cluster has the topic at all.
+    pub known: bool,
+}
+
+/// One partition and the broker that leads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerPartitions {
+pub struct PartitionLeader {
+    pub partition: i32,
     pub broker_id: i32,
     /// `host:port` to connect to.
     pub addr: String,
-    /// Partitions of the topic on this broker; 0 when the broker does not have it yet.
-    pub partitions: u32,
+}
+
+/// An address a produce to partition −1 can go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryPoint {
+    pub broker_id: i32,
+    pub addr: String,
+}
+
+impl TopicLayout {
+    /// The layout a `METADATA` answer describes for `topic`, with `entry` as entry points.
+    pub fn from_metadata(
+        metadata: &protocol::MetadataResponse,
+        topic: &str,
+        entry: Vec<EntryPoint>,
+    ) -> TopicLayout {
+        let Some(found) = metadata.topic(topic).filter(|t| t.error.is_ok()) else {
+            return TopicLayout { partitions: Vec::new(), entry, known: false };
+        };
+        let partitions = found
+            .partitions
+            .iter()
+            .filter(|p| p.error.is_ok())
+            .filter_map(|p| {
+                let leader = metadata.broker(p.leader)?;
+                Some(PartitionLeader {
+                    partition: p.partition,
+                    broker_id: p.leader,
+                    addr: leader.addr(),
+                })
+            })
+            .collect();
+        TopicLayout { partitions, entry, known: true }
+    }
 }
 
 /// Why no broker list could be had.
@@ -31,16 +78,16 @@ pub enum DiscoveryError {
     NoBrokers { topic: String, reason: String },
 }
 
-/// The current brokers of a topic. Object safe, so a producer holds any source as
+/// The current layout of a topic. Object safe, so a producer holds any source as
 /// `Arc<dyn BrokerSource>`.
 ///
-/// A topic no broker has yet comes back as every broker with `partitions: 0`; the producer
-/// then sends to partition 0 of some broker, which creates the topic on first produce.
+/// A topic the cluster does not have yet comes back `known: false` with its entry points; the
+/// producer then sends to partition −1 of one, which creates the topic on first produce.
 pub trait BrokerSource: Send + Sync + 'static {
-    fn topic_brokers<'a>(
+    fn topic_layout<'a>(
         &'a self,
         topic: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<BrokerPartitions>, DiscoveryError>>;
+    ) -> BoxFuture<'a, Result<TopicLayout, DiscoveryError>>;
 }
 
 /// A fixed list of broker (or load balancer) addresses, each asked with `METADATA`.
@@ -67,23 +114,23 @@ impl StaticBrokers {
         &self.addrs
     }
 
-    async fn ask(&self, addr: &str, topic: &str) -> Result<BrokerPartitions, ClientError> {
+    async fn ask(
+        &self,
+        addr: &str,
+        topic: &str,
+    ) -> Result<protocol::MetadataResponse, ClientError> {
         let conn = Connection::connect(addr).await?;
-        let metadata = conn.metadata(&[topic]).await?;
-        let partitions = metadata
-            .topics
-            .iter()
-            .find(|(name, _)| name == topic)
-            .map_or(0, |(_, n)| u32::try_from(*n).unwrap_or(0));
-        Ok(BrokerPartitions { broker_id: metadata.broker_id, addr: addr.to_owned(), partitions })
+        conn.metadata(&[topic]).await
     }
 }
 
 impl BrokerSource for StaticBrokers {
-    fn topic_brokers<'a>(
+    /// Asks every address; partitions come from the first answer that knows the topic (every
+    /// broker of a cluster answers for all of it).
+    fn topic_layout<'a>(
         &'a self,
         topic: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<BrokerPartitions>, DiscoveryError>> {
+    ) -> BoxFuture<'a, Result<TopicLayout, DiscoveryError>> {
         Box::pin(async move {
             let timeout = Duration::from_millis(self.connect_timeout_ms);
             let asks = self.addrs.iter().map(|addr| async move {
@@ -94,9 +141,10 @@ impl BrokerSource for StaticBrokers {
             });
             let mut found = Vec::new();
             let mut failures = Vec::new();
-            for result in futures::future::join_all(asks).await {
+            for (result, addr) in futures::future::join_all(asks).await.into_iter().zip(&self.addrs)
+            {
                 match result {
-                    Ok(broker) => found.push(broker),
+                    Ok(metadata) => found.push((addr.clone(), metadata)),
                     Err(e) => {
                         tracing::warn!(%topic, error = %e, "broker did not answer METADATA");
                         failures.push(e);
@@ -111,7 +159,14 @@ impl BrokerSource for StaticBrokers {
                 };
                 return Err(DiscoveryError::NoBrokers { topic: topic.to_owned(), reason });
             }
-            Ok(found)
+            let entry: Vec<EntryPoint> = found
+                .iter()
+                .map(|(addr, m)| EntryPoint { broker_id: m.broker_id, addr: addr.clone() })
+                .collect();
+            let layouts =
+                found.iter().map(|(_, m)| TopicLayout::from_metadata(m, topic, entry.clone()));
+            let mut known = layouts.filter(|l| l.known);
+            Ok(known.next().unwrap_or(TopicLayout { partitions: Vec::new(), entry, known: false }))
         })
     }
 }

@@ -16,7 +16,9 @@ mod simple_consumer;
 
 pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
 pub use connection::{Connection, ConnectionConfig, PendingResponse};
-pub use discovery::{BrokerPartitions, BrokerSource, DiscoveryError, StaticBrokers};
+pub use discovery::{
+    BrokerSource, DiscoveryError, EntryPoint, PartitionLeader, StaticBrokers, TopicLayout,
+};
 pub use error::ClientError;
 pub use group::{
     CommitPolicy, GroupConsumer, GroupConsumerConfig, GroupError, GroupMessage, MessageStream,

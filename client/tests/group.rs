@@ -1,5 +1,5 @@
 //! The group consumer on both coordination backends: a real ZooKeeper server and the
-//! embedded tree, with two real brokers holding 4 partitions each of one topic.
+//! embedded tree, with two real brokers in one cluster holding the 8 partitions of one topic.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use client::{GroupConsumer, GroupConsumerConfig, StreamId, assign};
-use cluster::{
-    BrokerInfo, Coordinator, Embedded, PartitionId, Registry, ZooKeeper, ZooKeeperConfig,
-};
+use cluster::{Coordinator, Embedded, Registry, ZooKeeper, ZooKeeperConfig};
 use protocol::Acks;
 use testkit::broker::{TestBroker, message_set};
 use testkit::eventually;
@@ -19,12 +17,12 @@ const TOPIC: &str = "events";
 const GROUP: &str = "readers";
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Two brokers with 4 partitions of `TOPIC` each, registered in one coordination service.
+/// Two brokers in one cluster, with the 8 partitions of `TOPIC` spread over them.
 struct Cluster {
     brokers: Vec<TestBroker>,
     service: Service,
-    /// Keeps the embedded brokers' registrations alive.
-    _registrations: Option<Arc<dyn Coordinator>>,
+    /// Each partition's leader, by partition.
+    leaders: BTreeMap<i32, String>,
 }
 
 #[derive(Clone)]
@@ -55,44 +53,51 @@ impl Cluster {
         };
         let mut brokers = Vec::new();
         for id in 0..2 {
-            let zk = match &service {
-                Service::ZooKeeper(connect) => Some(connect.clone()),
-                Service::Embedded(_) => None,
-            };
-            let broker = TestBroker::start_with(|c| {
+            let configure = |c: &mut broker::BrokerConfig| {
                 c.broker_id = id;
-                c.zookeeper = zk;
                 c.flush_messages = 1;
-            })
-            .await;
-            broker.connect().await.create_topic(TOPIC, 4, &[]).await.unwrap();
+            };
+            let broker = match &service {
+                Service::ZooKeeper(connect) => {
+                    let connect = connect.clone();
+                    TestBroker::start_with(|c| {
+                        configure(c);
+                        c.zookeeper = Some(connect);
+                    })
+                    .await
+                }
+                Service::Embedded(_) => {
+                    TestBroker::start_registered_in(service.session().await, configure).await
+                }
+            };
             brokers.push(broker);
         }
-        // The embedded tree lives in this process: register the brokers in it by hand, as the
-        // all-in-one launcher does.
-        let registrations = match &service {
-            Service::ZooKeeper(_) => None,
-            Service::Embedded(_) => {
-                let session = service.session().await;
-                let registry = Registry::new(session.clone());
-                for (id, broker) in brokers.iter().enumerate() {
-                    let port = broker.addr.rsplit(':').next().unwrap().parse().unwrap();
-                    registry
-                        .register_broker(id as i32, &BrokerInfo { host: "127.0.0.1".into(), port })
-                        .await
-                        .unwrap();
-                    registry.register_topic(TOPIC, id as i32, 4).await.unwrap();
-                }
-                Some(session)
-            }
-        };
-        let cluster = Cluster { brokers, service, _registrations: registrations };
-        let registry = cluster.registry().await;
-        eventually(WAIT, "8 partitions registered", || async {
-            (registry.partitions(TOPIC).await.unwrap().len() == 8).then_some(())
+        let registry = Registry::new(service.session().await);
+        eventually(WAIT, "both brokers registered", || async {
+            (registry.brokers().await.unwrap().len() == 2).then_some(())
         })
         .await;
-        cluster
+        brokers[0].connect().await.create_topic(TOPIC, 8, &[]).await.unwrap();
+        let leaders = eventually(WAIT, "8 partitions led", || async {
+            let metadata = brokers[0].connect().await.metadata(&[TOPIC]).await.ok()?;
+            let topic = metadata.topic(TOPIC)?;
+            let leaders: BTreeMap<i32, String> = topic
+                .partitions
+                .iter()
+                .filter_map(|p| Some((p.partition, metadata.broker(p.leader)?.addr())))
+                .collect();
+            if leaders.len() != 8 {
+                return None;
+            }
+            // Each leader has taken up its leadership: it answers for its partition.
+            for (partition, addr) in &leaders {
+                let conn = client::Connection::connect(addr).await.ok()?;
+                conn.offsets(TOPIC, *partition, protocol::OFFSETS_LATEST, 1).await.ok()?;
+            }
+            Some(leaders)
+        })
+        .await;
+        Cluster { brokers, service, leaders }
     }
 
     async fn registry(&self) -> Registry {
@@ -115,11 +120,9 @@ impl Cluster {
 
     async fn produce(&self, payloads: &[String]) {
         for (i, payload) in payloads.iter().enumerate() {
-            let broker = &self.brokers[i % 2];
-            let conn = broker.connect().await;
-            conn.produce(TOPIC, (i / 2 % 4) as i32, Acks::Flushed, message_set(&[payload]))
-                .await
-                .unwrap();
+            let partition = (i % 8) as i32;
+            let conn = client::Connection::connect(&self.leaders[&partition]).await.unwrap();
+            conn.produce(TOPIC, partition, Acks::Flushed, message_set(&[payload])).await.unwrap();
         }
     }
 }
@@ -129,7 +132,7 @@ async fn assert_assignment(registry: &Registry, members: &[&str]) {
     let partitions = registry.partitions(TOPIC).await.unwrap();
     let streams: Vec<StreamId> =
         members.iter().map(|m| StreamId { consumer: (*m).into(), stream: 0 }).collect();
-    let expected: BTreeMap<PartitionId, String> = assign(&partitions, &streams)
+    let expected: BTreeMap<i32, String> = assign(&partitions, &streams)
         .into_iter()
         .flat_map(|(stream, share)| share.into_iter().map(move |p| (p, stream.to_string())))
         .collect();

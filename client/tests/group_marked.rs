@@ -11,7 +11,7 @@ use client::{
     CommitPolicy, GroupConsumer, GroupConsumerConfig, Producer, ProducerConfig, ProducerError,
     StaticBrokers,
 };
-use cluster::{BrokerInfo, Coordinator, Embedded, PartitionId, Registry};
+use cluster::{BrokerInfo, Coordinator, Embedded, Registry};
 use protocol::{Acks, Codec};
 use testkit::broker::{TestBroker, message_set};
 use testkit::eventually;
@@ -26,7 +26,7 @@ async fn cluster(topic: &str) -> (TestBroker, Arc<dyn Coordinator>) {
     let registry = Registry::new(Arc::clone(&session));
     let port = broker.addr.rsplit(':').next().unwrap().parse().unwrap();
     registry.register_broker(0, &BrokerInfo { host: "127.0.0.1".into(), port }).await.unwrap();
-    registry.register_topic(topic, 0, 1).await.unwrap();
+    registry.create_topic_led_by(topic, 1, 0).await.unwrap();
     (broker, session)
 }
 
@@ -52,7 +52,7 @@ async fn marked_policy_commits_only_marked_offsets_also_on_close() {
     let conn = broker.connect().await;
     conn.produce("events", 0, Acks::Flushed, message_set(&["a", "b", "c"])).await.unwrap();
     let registry = Registry::new(Arc::clone(&session));
-    let partition = PartitionId { broker: 0, partition: 0 };
+    let partition = 0;
 
     let consumer = GroupConsumer::connect(registry.clone(), marked_config("c1")).unwrap();
     let topics = BTreeMap::from([("events".to_owned(), 1)]);
@@ -154,7 +154,7 @@ async fn a_rebalance_waits_for_marks_so_that_nothing_marked_meanwhile_comes_agai
     let conn = broker.connect().await;
     conn.produce("events", 0, Acks::Flushed, message_set(&["a", "b", "c"])).await.unwrap();
     let registry = Registry::new(Arc::clone(&session));
-    let partition = PartitionId { broker: 0, partition: 0 };
+    let partition = 0;
     let topics = BTreeMap::from([("events".to_owned(), 1)]);
 
     let first = Arc::new(GroupConsumer::connect(registry.clone(), marked_config("first")).unwrap());

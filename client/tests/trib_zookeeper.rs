@@ -73,13 +73,13 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
             c.flush_messages = 1;
         })
         .await;
-        broker.connect().await.create_topic("events", 4, &[]).await.unwrap();
         brokers.push(broker);
     }
+    brokers[0].connect().await.create_topic("events", 8, &[]).await.unwrap();
     let zk_for_blocking = zk.clone();
     tokio::task::spawn_blocking(move || {
         let zk = zk_for_blocking;
-        // Wait for both brokers' topic registrations before producing by discovery.
+        // Wait for the topic's partitions before producing by discovery.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let described = trib_json(&["topics", "list", "--zookeeper", &zk]);
@@ -88,13 +88,7 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
                 .unwrap()
                 .iter()
                 .filter(|t| t["topic"] == "events")
-                .flat_map(|t| {
-                    t["brokers"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|b| b["partitions"].as_i64().unwrap())
-                })
+                .map(|t| t["partitions"].as_i64().unwrap())
                 .sum();
             if partitions == 8 {
                 break;

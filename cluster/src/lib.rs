@@ -31,5 +31,5 @@ pub use partitions::{
     elect_leader,
 };
 pub use path::{join, validate_path};
-pub use registry::{BrokerInfo, Claim, PartitionId, Registry, RegistryError, Subscription};
+pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription};
 pub use zookeeper::{ZooKeeper, ZooKeeperConfig};

@@ -3,14 +3,15 @@
 //! | path | kind | value |
 //! |---|---|---|
 //! | `/brokers/ids/{broker_id}` | ephemeral | `{"host":…,"port":…}` |
-//! | `/brokers/topics/{topic}/{broker_id}` | ephemeral | partitions of the topic on that broker |
 //! | `/consumers/{group}/ids/{consumer_id}` | ephemeral | `{"topic": streams, …}` |
-//! | `/consumers/{group}/owners/{topic}/{broker_id}-{partition}` | ephemeral | `{consumer_id}-{stream}` |
-//! | `/consumers/{group}/offsets/{topic}/{broker_id}-{partition}` | persistent | next offset |
+//! | `/consumers/{group}/owners/{topic}/{p}` | ephemeral | `{consumer_id}-{stream}` |
+//! | `/consumers/{group}/offsets/{topic}/{p}` | persistent | next offset |
+//!
+//! Topics, their partitions' states and the controller are in [`crate::replicated`]. A
+//! partition is named by its number `0..P-1` across the cluster.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -58,33 +59,6 @@ impl BrokerInfo {
 
 /// A consumer's streams per topic.
 pub type Subscription = BTreeMap<String, u32>;
-
-/// A partition in the cluster: `{broker_id}-{partition}`. Ordered by broker, then partition,
-/// which is the order the rebalance sorts partitions in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PartitionId {
-    pub broker: i32,
-    pub partition: u32,
-}
-
-impl fmt::Display for PartitionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.broker, self.partition)
-    }
-}
-
-impl FromStr for PartitionId {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<PartitionId, String> {
-        let (broker, partition) =
-            s.split_once('-').ok_or_else(|| format!("{s:?} is not broker-partition"))?;
-        Ok(PartitionId {
-            broker: broker.parse().map_err(|_| format!("{s:?}: bad broker id"))?,
-            partition: partition.parse().map_err(|_| format!("{s:?}: bad partition"))?,
-        })
-    }
-}
 
 /// The outcome of claiming a partition for a consumer stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,67 +140,18 @@ impl Registry {
 
     // Topics.
 
-    /// Records that `broker` has `partitions` partitions of `topic`.
-    pub async fn register_topic(
-        &self,
-        topic: &str,
-        broker: i32,
-        partitions: u32,
-    ) -> Result<(), RegistryError> {
-        let path = format!("/brokers/topics/{}/{broker}", segment("topic", topic)?);
-        let data = partitions.to_string();
-        match self.coordinator.create(&path, data.as_bytes(), NodeMode::Ephemeral).await {
-            Err(CoordError::NodeExists { .. }) => {
-                self.coordinator.set(&path, data.as_bytes(), None).await?;
-                Ok(())
-            }
-            result => Ok(result?),
-        }
-    }
-
-    pub async fn unregister_topic(&self, topic: &str, broker: i32) -> Result<(), RegistryError> {
-        let path = format!("/brokers/topics/{}/{broker}", segment("topic", topic)?);
-        ignore_missing(self.coordinator.delete(&path, None).await)
-    }
-
-    /// Every topic any broker has registered.
+    /// Every topic of the cluster.
     pub async fn topics(&self) -> Result<Vec<String>, RegistryError> {
         self.coordinator.ensure("/brokers/topics").await?;
         Ok(self.coordinator.children("/brokers/topics").await?)
     }
 
-    /// Partitions of `topic` per broker id.
-    pub async fn topic_brokers(&self, topic: &str) -> Result<BTreeMap<i32, u32>, RegistryError> {
-        Ok(self.topic_brokers_and_watch(topic).await?.0)
-    }
-
-    /// Partitions of `topic` per broker id, and a watch that fires when a broker adds or drops
-    /// the topic.
-    pub async fn topic_brokers_and_watch(
-        &self,
-        topic: &str,
-    ) -> Result<(BTreeMap<i32, u32>, Watch), RegistryError> {
-        let dir = format!("/brokers/topics/{}", segment("topic", topic)?);
-        self.coordinator.ensure(&dir).await?;
-        let (ids, watch) = self.coordinator.children_and_watch(&dir).await?;
-        let mut brokers = BTreeMap::new();
-        for id in ids {
-            let path = format!("{dir}/{id}");
-            let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
-            let text = String::from_utf8_lossy(&data);
-            let partitions = text.trim().parse().map_err(|e| corrupt(&path, e))?;
-            brokers.insert(id.parse().map_err(|e| corrupt(&path, e))?, partitions);
-        }
-        Ok((brokers, watch))
-    }
-
-    /// Every partition of `topic` in the cluster, sorted.
-    pub async fn partitions(&self, topic: &str) -> Result<Vec<PartitionId>, RegistryError> {
-        let brokers = self.topic_brokers(topic).await?;
-        Ok(brokers
-            .into_iter()
-            .flat_map(|(broker, n)| (0..n).map(move |partition| PartitionId { broker, partition }))
-            .collect())
+    /// Every partition of `topic`, `0..P-1`; none for a topic nobody created.
+    pub async fn partitions(&self, topic: &str) -> Result<Vec<i32>, RegistryError> {
+        Ok(match self.topic_assignment(topic).await? {
+            Some((assignment, _)) => assignment.partitions.keys().copied().collect(),
+            None => Vec::new(),
+        })
     }
 
     // Consumers.
@@ -300,11 +225,7 @@ impl Registry {
 
     // Ownership.
 
-    fn owner_path(
-        group: &str,
-        topic: &str,
-        partition: PartitionId,
-    ) -> Result<String, RegistryError> {
+    fn owner_path(group: &str, topic: &str, partition: i32) -> Result<String, RegistryError> {
         Ok(format!(
             "/consumers/{}/owners/{}/{partition}",
             segment("group", group)?,
@@ -317,7 +238,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
         owner: &str,
     ) -> Result<Claim, RegistryError> {
         let path = Registry::owner_path(group, topic, partition)?;
@@ -338,7 +259,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
         owner: &str,
     ) -> Result<(), RegistryError> {
         let path = Registry::owner_path(group, topic, partition)?;
@@ -355,7 +276,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-    ) -> Result<BTreeMap<PartitionId, String>, RegistryError> {
+    ) -> Result<BTreeMap<i32, String>, RegistryError> {
         let dir =
             format!("/consumers/{}/owners/{}", segment("group", group)?, segment("topic", topic)?);
         self.read_partition_values(&dir, |_, data| {
@@ -366,11 +287,7 @@ impl Registry {
 
     // Offsets.
 
-    fn offset_path(
-        group: &str,
-        topic: &str,
-        partition: PartitionId,
-    ) -> Result<String, RegistryError> {
+    fn offset_path(group: &str, topic: &str, partition: i32) -> Result<String, RegistryError> {
         Ok(format!(
             "/consumers/{}/offsets/{}/{partition}",
             segment("group", group)?,
@@ -383,7 +300,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
         offset: i64,
     ) -> Result<(), RegistryError> {
         let path = Registry::offset_path(group, topic, partition)?;
@@ -406,7 +323,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
     ) -> Result<Option<i64>, RegistryError> {
         let path = Registry::offset_path(group, topic, partition)?;
         match self.coordinator.get(&path).await? {
@@ -420,7 +337,7 @@ impl Registry {
         &self,
         group: &str,
         topic: &str,
-    ) -> Result<BTreeMap<PartitionId, i64>, RegistryError> {
+    ) -> Result<BTreeMap<i32, i64>, RegistryError> {
         let dir =
             format!("/consumers/{}/offsets/{}", segment("group", group)?, segment("topic", topic)?);
         self.read_partition_values(&dir, parse_offset).await
@@ -447,7 +364,7 @@ impl Registry {
         &self,
         dir: &str,
         parse: impl Fn(&str, &[u8]) -> Result<T, RegistryError>,
-    ) -> Result<BTreeMap<PartitionId, T>, RegistryError> {
+    ) -> Result<BTreeMap<i32, T>, RegistryError> {
         let children = match self.coordinator.children(dir).await {
             Ok(children) => children,
             Err(CoordError::NoNode { .. }) => return Ok(BTreeMap::new()),
@@ -457,7 +374,7 @@ impl Registry {
         for child in children {
             let path = format!("{dir}/{child}");
             let Some((data, _)) = self.coordinator.get(&path).await? else { continue };
-            let partition = child.parse().map_err(|e: String| corrupt(&path, e))?;
+            let partition: i32 = child.parse().map_err(|e| corrupt(&path, e))?;
             values.insert(partition, parse(&path, &data)?);
         }
         Ok(values)
@@ -478,16 +395,6 @@ fn ignore_missing(result: Result<(), CoordError>) -> Result<(), RegistryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partition_ids_sort_by_broker_then_partition() {
-        let mut ids: Vec<PartitionId> =
-            ["1-0", "0-10", "0-2"].iter().map(|s| s.parse().unwrap()).collect();
-        ids.sort();
-        assert_eq!(ids.iter().map(ToString::to_string).collect::<Vec<_>>(), ["0-2", "0-10", "1-0"]);
-        assert!("x-1".parse::<PartitionId>().is_err());
-        assert!("1".parse::<PartitionId>().is_err());
-    }
 
     #[test]
     fn names_with_slashes_never_become_paths() {

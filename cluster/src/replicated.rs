@@ -88,6 +88,32 @@ impl Registry {
         }
     }
 
+    /// Creates `topic` with `partitions` partitions whose one replica, `broker`, leads each in
+    /// epoch 0: how a broker that runs alone (and so leads its partitions in epoch 0) is
+    /// described to a registry it does not know, by a tool or a test.
+    pub async fn create_topic_led_by(
+        &self,
+        topic: &str,
+        partitions: u32,
+        broker: i32,
+    ) -> Result<(), RegistryError> {
+        let assignment = TopicAssignment {
+            partitions: (0..partitions as i32).map(|p| (p, vec![broker])).collect(),
+            config: BTreeMap::new(),
+        };
+        self.create_topic(topic, &assignment).await?;
+        for p in 0..partitions as i32 {
+            let state = PartitionState {
+                leader: broker,
+                leader_epoch: 0,
+                isr: vec![broker],
+                controller_epoch: 0,
+            };
+            self.create_partition_state(topic, p, &state).await?;
+        }
+        Ok(())
+    }
+
     /// The replica assignment of `topic` and its version; `None` for a topic nobody created.
     pub async fn topic_assignment(
         &self,
@@ -172,6 +198,34 @@ impl Registry {
             }
         }
         Ok(states)
+    }
+
+    /// The leader of every partition of `topic` that has a state ([`crate::NO_LEADER`] while
+    /// it is offline).
+    pub async fn partition_leaders(
+        &self,
+        topic: &str,
+    ) -> Result<BTreeMap<i32, i32>, RegistryError> {
+        let states = self.partition_states(topic).await?;
+        Ok(states.into_iter().map(|(p, (state, _))| (p, state.leader)).collect())
+    }
+
+    /// Where the leader of `topic`'s `partition` listens, if the partition has a live leader.
+    pub async fn leader(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<(i32, crate::BrokerInfo)>, RegistryError> {
+        let Some((state, _)) = self.partition_state(topic, partition).await? else {
+            return Ok(None);
+        };
+        if state.leader == crate::NO_LEADER {
+            return Ok(None);
+        }
+        let path = format!("/brokers/ids/{}", state.leader);
+        let Some((data, _)) = self.coordinator().get(&path).await? else { return Ok(None) };
+        let info = serde_json::from_slice(&data).map_err(|e| corrupt(&path, e))?;
+        Ok(Some((state.leader, info)))
     }
 
     /// Writes the first state of a partition; [`RegistryError::Conflict`] if it has one.

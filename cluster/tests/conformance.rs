@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cluster::{
     BrokerInfo, Claim, Controller, ControllerError, CoordError, Coordinator, Embedded, NodeMode,
-    PartitionId, PartitionState, Registry, RegistryError, SessionEvent, TopicAssignment,
+    PartitionState, Registry, RegistryError, SessionEvent, TopicAssignment,
     UNCLEAN_LEADER_ELECTION, WatchEvent, ZooKeeper, ZooKeeperConfig,
 };
 use futures::StreamExt;
@@ -271,18 +271,20 @@ async fn registries_follow_the_design_layout(service: Service) {
         serde_json::json!({"host": "127.0.0.1", "port": 6667})
     );
 
-    r.register_topic("views", 0, 4).await.unwrap();
-    r.register_topic("views", 1, 2).await.unwrap();
-    r.register_topic("views", 0, 5).await.unwrap();
+    let assignment = TopicAssignment {
+        partitions: [(0, vec![0]), (1, vec![0])].into_iter().collect(),
+        config: Default::default(),
+    };
+    r.create_topic("views", &assignment).await.unwrap();
     assert_eq!(r.topics().await.unwrap(), ["views"]);
-    assert_eq!(s.coordinator().get("/brokers/topics/views/0").await.unwrap().unwrap().0, b"5");
-    assert_eq!(r.partitions("views").await.unwrap().len(), 7);
+    assert_eq!(r.partitions("views").await.unwrap(), [0, 1]);
+    assert!(r.partitions("nothing").await.unwrap().is_empty());
 
     let subscription = [("views".to_owned(), 2)].into_iter().collect();
     r.register_consumer("g", "c1", &subscription).await.unwrap();
     assert_eq!(r.consumers("g").await.unwrap().get("c1"), Some(&subscription));
 
-    let p = PartitionId { broker: 1, partition: 0 };
+    let p = 1;
     assert_eq!(r.claim("g", "views", p, "c1-0").await.unwrap(), Claim::Claimed);
     assert_eq!(
         r.claim("g", "views", p, "c1-0").await.unwrap(),
@@ -304,12 +306,16 @@ async fn registries_follow_the_design_layout(service: Service) {
     r.commit_offset("g", "views", p, 48).await.unwrap();
     assert_eq!(r.offset("g", "views", p).await.unwrap(), Some(48));
     assert_eq!(
-        s.coordinator().get("/consumers/g/offsets/views/1-0").await.unwrap().unwrap().0,
+        s.coordinator().get("/consumers/g/offsets/views/1").await.unwrap().unwrap().0,
         b"48"
     );
     assert_eq!(r.groups().await.unwrap(), ["g"]);
     assert_eq!(r.group_topics("g").await.unwrap(), ["views"]);
-    assert!(matches!(r.register_topic("a/b", 0, 1).await, Err(RegistryError::InvalidName { .. })));
+    assert!(matches!(
+        r.create_topic("a/b", &assignment).await,
+        Err(RegistryError::InvalidName { .. })
+    ));
+    assert!(matches!(r.claim("g", "..", 0, "c1-0").await, Err(RegistryError::InvalidName { .. })));
 }
 
 async fn replicated_partitions_follow_the_design_layout(service: Service) {
@@ -371,6 +377,8 @@ async fn replicated_partitions_follow_the_design_layout(service: Service) {
     let states = r.partition_states("views").await.unwrap();
     assert_eq!(states.keys().copied().collect::<Vec<_>>(), [0, 1]);
     assert_eq!(states[&1].0.leader, 2);
+    let leaders = r.partition_leaders("views").await.unwrap();
+    assert_eq!(leaders.into_iter().collect::<Vec<_>>(), [(0, 1), (1, 2)]);
 }
 
 async fn one_controller_at_a_time_in_rising_epochs(service: Service) {

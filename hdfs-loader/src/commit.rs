@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cluster::PartitionId;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -37,7 +36,7 @@ pub struct CommittedFile {
     pub bytes: u64,
 }
 
-/// `_commits/{topic}/{broker}-{partition}/{start:020}.json`.
+/// `_commits/{topic}/{partition}/{start:020}.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitRecord {
     pub topic: String,
@@ -98,11 +97,11 @@ pub enum Committed {
 pub struct PartitionCommits {
     store: Arc<dyn ObjectStore>,
     topic: String,
-    partition: PartitionId,
+    partition: i32,
 }
 
 impl PartitionCommits {
-    pub fn new(store: Arc<dyn ObjectStore>, topic: &str, partition: PartitionId) -> Self {
+    pub fn new(store: Arc<dyn ObjectStore>, topic: &str, partition: i32) -> Self {
         PartitionCommits { store, topic: topic.to_owned(), partition }
     }
 
@@ -278,7 +277,7 @@ mod tests {
     fn record(start: i64, end: i64, files: Vec<CommittedFile>) -> CommitRecord {
         CommitRecord {
             topic: "t".into(),
-            partition: "0-0".into(),
+            partition: "0".into(),
             start,
             end,
             rows: 1,
@@ -302,8 +301,7 @@ mod tests {
     #[tokio::test]
     async fn a_second_commit_of_one_start_is_fenced_and_the_chain_ends_at_the_highest_start() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let commits =
-            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        let commits = PartitionCommits::new(Arc::clone(&store), "t", 0);
         assert_eq!(commits.last().await.unwrap(), None);
         assert_eq!(commits.commit(&record(0, 10, vec![])).await.unwrap(), Committed::Won);
         assert_eq!(commits.commit(&record(0, 12, vec![])).await.unwrap(), Committed::Fenced);
@@ -315,8 +313,7 @@ mod tests {
     #[tokio::test]
     async fn the_chain_end_is_found_from_a_known_start_on() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let commits =
-            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
+        let commits = PartitionCommits::new(Arc::clone(&store), "t", 0);
         assert_eq!(commits.last_after(Some(0)).await.unwrap(), None, "nothing committed yet");
         for (start, end) in [(0, 10), (10, 200), (200, 1_000)] {
             commits.commit(&record(start, end, vec![])).await.unwrap();
@@ -336,10 +333,9 @@ mod tests {
     #[tokio::test]
     async fn roll_forward_moves_staged_files_once_and_fails_when_a_named_file_is_gone() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let commits =
-            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
-        let staged = "_staging/t/0-0/r/dt=2025-12-01/hr=00/0.parquet";
-        let path = "t/dt=2025-12-01/hr=00/t+0-0+0+10.parquet";
+        let commits = PartitionCommits::new(Arc::clone(&store), "t", 0);
+        let staged = "_staging/t/0/r/dt=2025-12-01/hr=00/0.parquet";
+        let path = "t/dt=2025-12-01/hr=00/t+0+0+10.parquet";
         store.put(&Path::from(staged), PutPayload::from_static(b"data")).await.unwrap();
         let committed = record(0, 10, vec![file(staged, path)]);
         commits.roll_forward(&committed).await.unwrap();
@@ -350,7 +346,7 @@ mod tests {
         let lost = record(
             10,
             20,
-            vec![file("_staging/t/0-0/r/x.parquet", "t/dt=2025-12-01/hr=00/y.parquet")],
+            vec![file("_staging/t/0/r/x.parquet", "t/dt=2025-12-01/hr=00/y.parquet")],
         );
         assert!(matches!(commits.roll_forward(&lost).await, Err(CommitError::MissingFile { .. })));
         let outside = record(10, 20, vec![file(staged, "other/x.parquet")]);
@@ -360,9 +356,8 @@ mod tests {
     #[tokio::test]
     async fn staging_cleanup_keeps_young_files_and_those_the_last_record_names() {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let commits =
-            PartitionCommits::new(Arc::clone(&store), "t", PartitionId { broker: 0, partition: 0 });
-        let (named, orphan) = ("_staging/t/0-0/a/1.parquet", "_staging/t/0-0/b/2.parquet");
+        let commits = PartitionCommits::new(Arc::clone(&store), "t", 0);
+        let (named, orphan) = ("_staging/t/0/a/1.parquet", "_staging/t/0/b/2.parquet");
         for path in [named, orphan] {
             store.put(&Path::from(path), PutPayload::from_static(b"x")).await.unwrap();
         }

@@ -1,9 +1,9 @@
 //! Where things live in the store (DESIGN.md, "Loader commit protocol"):
 //!
 //! ```text
-//! {topic}/dt=YYYY-MM-DD/hr=HH/{topic}+{broker}-{partition}+{start:020}+{end:020}.parquet
-//! _commits/{topic}/{broker}-{partition}/{start:020}.json
-//! _staging/{topic}/{broker}-{partition}/{run_id}/dt=YYYY-MM-DD/hr=HH/{file}.parquet
+//! {topic}/dt=YYYY-MM-DD/hr=HH/{topic}+{partition}+{start:020}+{end:020}.parquet
+//! _commits/{topic}/{partition}/{start:020}.json
+//! _staging/{topic}/{partition}/{run_id}/dt=YYYY-MM-DD/hr=HH/{file}.parquet
 //! ```
 //!
 //! Staging is kept per partition (not per run as DESIGN.md sketches) so that a run lists and
@@ -11,7 +11,6 @@
 
 use std::fmt;
 
-use cluster::PartitionId;
 use object_store::path::Path;
 
 /// Prefix of the commit records.
@@ -70,7 +69,7 @@ impl fmt::Display for Hour {
 }
 
 /// The file name of a partition's rows of one hour in the commit `[start, end)`.
-pub fn data_file_name(topic: &str, partition: PartitionId, start: i64, end: i64) -> String {
+pub fn data_file_name(topic: &str, partition: i32, start: i64, end: i64) -> String {
     format!("{topic}+{partition}+{start:020}+{end:020}.parquet")
 }
 
@@ -80,12 +79,12 @@ pub fn data_path(topic: &str, hour: Hour, file_name: &str) -> Path {
 }
 
 /// The prefix holding a partition's commit records.
-pub fn commits_dir(topic: &str, partition: PartitionId) -> Path {
+pub fn commits_dir(topic: &str, partition: i32) -> Path {
     Path::from(format!("{COMMITS}/{topic}/{partition}"))
 }
 
 /// The commit record of the range starting at `start`.
-pub fn commit_path(topic: &str, partition: PartitionId, start: i64) -> Path {
+pub fn commit_path(topic: &str, partition: i32, start: i64) -> Path {
     Path::from(format!("{COMMITS}/{topic}/{partition}/{start:020}.json"))
 }
 
@@ -95,14 +94,14 @@ pub fn commit_start(path: &Path) -> Option<i64> {
 }
 
 /// The prefix of a partition's staged files.
-pub fn staging_dir(topic: &str, partition: PartitionId) -> Path {
+pub fn staging_dir(topic: &str, partition: i32) -> Path {
     Path::from(format!("{STAGING}/{topic}/{partition}"))
 }
 
 /// Where a run stages a data file before its commit.
 pub fn staging_path(
     topic: &str,
-    partition: PartitionId,
+    partition: i32,
     run_id: &str,
     hour: Hour,
     file_name: &str,
@@ -137,11 +136,11 @@ mod tests {
 
     #[test]
     fn commit_paths_sort_by_start_offset() {
-        let p = PartitionId { broker: 0, partition: 3 };
+        let p = 3;
         let a = commit_path("t", p, 9);
         let b = commit_path("t", p, 10);
         assert!(a.as_ref() < b.as_ref());
         assert_eq!(commit_start(&b), Some(10));
-        assert_eq!(a.as_ref(), "_commits/t/0-3/00000000000000000009.json");
+        assert_eq!(a.as_ref(), "_commits/t/3/00000000000000000009.json");
     }
 }

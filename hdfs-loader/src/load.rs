@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use apache_avro::Schema;
-use arrow_array::builder::{ArrayBuilder, Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::builder::{ArrayBuilder, Int32Builder, Int64Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef};
 use client::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
-use cluster::PartitionId;
+
 use events::audit::window_start;
 use object_store::ObjectStore;
 use object_store::buffered::BufWriter;
@@ -45,7 +45,7 @@ impl TopicContext {
         let shape = RecordShape::of(&reader)
             .map_err(|source| LoadError::Schema { topic: topic.to_owned(), source })?;
         let mut fields: Vec<Field> = shape.fields().iter().map(|f| (**f).clone()).collect();
-        fields.push(Field::new("_partition", DataType::Utf8, false));
+        fields.push(Field::new("_partition", DataType::Int32, false));
         fields.push(Field::new("_offset", DataType::Int64, false));
         fields.push(Field::new("_index", DataType::Int32, false));
         fields.push(Field::new("_schema_id", DataType::Int32, false));
@@ -63,7 +63,7 @@ impl TopicContext {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct PartitionLoad {
     pub topic: String,
-    pub partition: String,
+    pub partition: i32,
     /// Committed offset before the run.
     pub start: i64,
     /// Committed offset after it.
@@ -89,7 +89,7 @@ pub struct PartitionLoader<'a> {
     pub store: Arc<dyn ObjectStore>,
     pub registry: Arc<RegistryClient>,
     pub topic: &'a TopicContext,
-    pub partition: PartitionId,
+    pub partition: i32,
     pub broker_addr: String,
     pub shutdown: CancellationToken,
     /// The start of a commit record of this partition seen by an earlier run of this process.
@@ -100,7 +100,7 @@ pub struct PartitionLoader<'a> {
 struct HourFile {
     staged: object_store::path::Path,
     columns: Vec<Column>,
-    partitions: StringBuilder,
+    partitions: Int32Builder,
     offsets: Int64Builder,
     /// Each row's position inside its compressed wrapper (0 for an uncompressed message).
     indexes: Int32Builder,
@@ -126,7 +126,7 @@ impl PartitionLoader<'_> {
     pub async fn load(&self) -> (PartitionLoad, Result<(), LoadError>) {
         let mut load = PartitionLoad {
             topic: self.topic.topic.clone(),
-            partition: self.partition.to_string(),
+            partition: self.partition,
             ..PartitionLoad::default()
         };
         let result = self.load_into(&mut load).await;
@@ -152,7 +152,7 @@ impl PartitionLoader<'_> {
         let consumer = SimpleConsumer::connect(&self.broker_addr, consumer_config)
             .await
             .map_err(|e| self.consumer_error(e))?;
-        let p = self.partition.partition as i32;
+        let p = self.partition;
         let log_end = consumer.latest_offset(topic, p).await.map_err(|e| self.consumer_error(e))?;
         let mut offset = match &last {
             Some(last) => last.end,
@@ -267,7 +267,7 @@ impl PartitionLoader<'_> {
         log_end: i64,
     ) -> Result<Chunk, ConsumerOrLoad> {
         let topic = self.topic.topic.as_str();
-        let p = self.partition.partition as i32;
+        let p = self.partition;
         let partition_label = self.partition.to_string();
         let mut files: BTreeMap<Hour, HourFile> = BTreeMap::new();
         let mut chunk = Chunk {
@@ -399,7 +399,7 @@ impl PartitionLoader<'_> {
                     source,
                 })
             })?;
-            file.partitions.append_value(partition_label);
+            file.partitions.append_value(self.partition);
             file.offsets.append_value(offset);
             file.indexes.append_value(index);
             file.schema_ids.append_value(event.schema_id);
@@ -436,7 +436,7 @@ impl PartitionLoader<'_> {
         Ok(HourFile {
             staged,
             columns: self.topic.shape.builders(capacity),
-            partitions: StringBuilder::with_capacity(capacity, capacity * 4),
+            partitions: Int32Builder::with_capacity(capacity),
             offsets: Int64Builder::with_capacity(capacity),
             indexes: Int32Builder::with_capacity(capacity),
             schema_ids: Int32Builder::with_capacity(capacity),

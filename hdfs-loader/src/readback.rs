@@ -18,10 +18,10 @@ use crate::LoadError;
 #[derive(Debug, Default)]
 pub struct TopicRows {
     /// `(_partition, _offset)` of every row, in no particular order.
-    pub positions: Vec<(String, i64)>,
+    pub positions: Vec<(i32, i64)>,
     /// `(_partition, _offset, _index)` of every row, in the same order: each names one event
     /// of the log, the messages of a compressed wrapper included.
-    pub events: Vec<(String, i64, i32)>,
+    pub events: Vec<(i32, i64, i32)>,
     /// Distinct `header.id` values.
     pub event_ids: HashSet<Vec<u8>>,
     pub files: usize,
@@ -59,13 +59,13 @@ pub async fn read_topic(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<Top
             else {
                 continue;
             };
-            let partitions = partitions.as_string::<i32>();
+            let partitions = partitions.as_primitive::<Int32Type>();
             let offsets = offsets.as_primitive::<Int64Type>();
             let indexes = batch.column_by_name("_index").map(|i| i.as_primitive::<Int32Type>());
             for i in 0..batch.num_rows() {
-                let (partition, offset) = (partitions.value(i).to_owned(), offsets.value(i));
+                let (partition, offset) = (partitions.value(i), offsets.value(i));
                 let index = indexes.map_or(0, |indexes| indexes.value(i));
-                rows.events.push((partition.clone(), offset, index));
+                rows.events.push((partition, offset, index));
                 rows.positions.push((partition, offset));
             }
             if let Some(header) = batch.column_by_name("header")

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::{Claim, Coordinator, PartitionId, Registry};
+use cluster::{Claim, Coordinator, Registry};
 use futures::StreamExt;
 use object_store::ObjectStore;
 use schema_registry::RegistryClient;
@@ -47,7 +47,7 @@ pub struct Loader {
     audited_topics: Vec<String>,
     /// Per partition, the start of the last commit record a round saw: where the next round's
     /// listing of commit records begins.
-    known_starts: std::sync::Mutex<HashMap<(String, PartitionId), i64>>,
+    known_starts: std::sync::Mutex<HashMap<(String, i32), i64>>,
     metrics: Metrics,
 }
 
@@ -89,7 +89,6 @@ impl Loader {
         let run_id = format!("{:x}-{:08x}", service::now_ms(), rand::random::<u32>());
         let mut summary = RunSummary { run_id: run_id.clone(), ..RunSummary::default() };
         let filter = self.config.topic_filter()?;
-        let brokers = self.cluster.brokers().await?;
         let mut topics = Vec::new();
         for topic in self.cluster.topics().await? {
             if !filter.selects(&topic) {
@@ -126,17 +125,16 @@ impl Loader {
         let mut work = Vec::new();
         for context in &topics {
             for partition in self.cluster.partitions(&context.topic).await? {
-                match brokers.get(&partition.broker) {
-                    Some(info) => work.push((Arc::clone(context), partition, info.addr())),
-                    None => summary.errors.push(format!(
-                        "{}/{partition}: broker {} is not registered",
-                        context.topic, partition.broker
-                    )),
+                match self.cluster.leader(&context.topic, partition).await? {
+                    Some((_, leader)) => work.push((Arc::clone(context), partition, leader.addr())),
+                    None => summary
+                        .errors
+                        .push(format!("{}/{partition}: no live leader", context.topic)),
                 }
             }
         }
         let this = &*self;
-        let results: Vec<(String, PartitionId, Option<LoadOutcome>)> =
+        let results: Vec<(String, i32, Option<LoadOutcome>)> =
             futures::stream::iter(work.into_iter().map(|(context, partition, addr)| {
                 let run_id = run_id.clone();
                 async move {
@@ -181,7 +179,7 @@ impl Loader {
     async fn load_owned(
         &self,
         context: &TopicContext,
-        partition: PartitionId,
+        partition: i32,
         broker_addr: String,
         run_id: &str,
         shutdown: &CancellationToken,
@@ -196,7 +194,7 @@ impl Loader {
             Err(e) => {
                 let load = PartitionLoad {
                     topic: context.topic.clone(),
-                    partition: partition.to_string(),
+                    partition,
                     ..PartitionLoad::default()
                 };
                 return Some((load, Err(e.into())));
@@ -254,7 +252,7 @@ impl Loader {
         self.close().await;
     }
 
-    fn known_starts(&self) -> std::sync::MutexGuard<'_, HashMap<(String, PartitionId), i64>> {
+    fn known_starts(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i32), i64>> {
         self.known_starts.lock().unwrap_or_else(|p| p.into_inner())
     }
 

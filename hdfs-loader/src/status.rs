@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use client::group::lag::{Lag, LogEnds};
-use cluster::{PartitionId, Registry};
+use cluster::Registry;
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -32,8 +32,8 @@ pub struct TopicStatus {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PartitionStatus {
-    /// `{broker}-{partition}`.
-    pub partition: String,
+    /// The partition number.
+    pub partition: i32,
     /// Next offset to load; `None` before the first commit.
     pub committed_offset: Option<i64>,
     /// The broker's visible log end; `None` without a cluster or when the broker is away.
@@ -67,23 +67,19 @@ pub async fn status(
         .list_with_delimiter(Some(&commits_root))
         .await
         .map_err(|source| LoadError::Store { path: commits_root.to_string(), source })?;
-    let mut topics: BTreeMap<String, BTreeMap<PartitionId, Option<String>>> = BTreeMap::new();
+    let mut topics: BTreeMap<String, BTreeMap<i32, Option<String>>> = BTreeMap::new();
     for prefix in listing.common_prefixes {
         if let Some(topic) = prefix.filename() {
             topics.entry(topic.to_owned()).or_default();
         }
     }
-    let brokers = match cluster {
-        Some(cluster) => {
-            for topic in cluster.topics().await? {
-                if !topic.starts_with('_') {
-                    topics.entry(topic).or_default();
-                }
+    if let Some(cluster) = cluster {
+        for topic in cluster.topics().await? {
+            if !topic.starts_with('_') {
+                topics.entry(topic).or_default();
             }
-            cluster.brokers().await?
         }
-        None => BTreeMap::new(),
-    };
+    }
     let mut result = Vec::new();
     for (topic, mut partitions) in topics {
         let dir = Path::from(format!("{}/{topic}", layout::COMMITS));
@@ -98,7 +94,8 @@ pub async fn status(
         }
         if let Some(cluster) = cluster {
             for partition in cluster.partitions(&topic).await? {
-                partitions.insert(partition, brokers.get(&partition.broker).map(|b| b.addr()));
+                let leader = cluster.leader(&topic, partition).await?;
+                partitions.insert(partition, leader.map(|(_, info)| info.addr()));
             }
         }
         result.push(topic_status(&store, &topic, partitions).await?);
@@ -109,7 +106,7 @@ pub async fn status(
 async fn topic_status(
     store: &Arc<dyn ObjectStore>,
     topic: &str,
-    partitions: BTreeMap<PartitionId, Option<String>>,
+    partitions: BTreeMap<i32, Option<String>>,
 ) -> Result<TopicStatus, LoadError> {
     let mut statuses = Vec::new();
     let mut ends = LogEnds::new();
@@ -119,7 +116,7 @@ async fn topic_status(
         let mut log_end = None;
         let mut lag = None;
         if let Some(addr) = addr {
-            match ends.ends(&addr, topic, partition.partition as i32).await {
+            match ends.ends(&addr, topic, partition).await {
                 Ok((log_start, end)) => {
                     log_end = Some(end);
                     lag = Some(Lag { committed, log_start, log_end: end }.bytes());
@@ -130,7 +127,7 @@ async fn topic_status(
             }
         }
         statuses.push(PartitionStatus {
-            partition: partition.to_string(),
+            partition,
             committed_offset: committed,
             log_end,
             lag,

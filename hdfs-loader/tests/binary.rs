@@ -89,7 +89,7 @@ async fn run_from_a_config_file_writes_parquet_that_duckdb_counts_per_hour() {
 
     // The commit records carry the file's settings.
     let commit =
-        root.path().join("warehouse/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
+        root.path().join("warehouse/_commits").join(TOPIC).join("0/00000000000000000000.json");
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&commit).unwrap()).unwrap();
     assert_eq!(record["host"], "from-file");
@@ -127,7 +127,7 @@ async fn flags_override_the_config_file() {
     let store = format!("file://{}/w", root.path().display());
     // A staged file of a run that died before committing, older than --staging-grace-ms 1000
     // (the default grace, an hour, would keep it).
-    let leftover = root.path().join("w/_staging").join(TOPIC).join("0-0/dead-run/x.parquet");
+    let leftover = root.path().join("w/_staging").join(TOPIC).join("0/dead-run/x.parquet");
     std::fs::create_dir_all(leftover.parent().unwrap()).unwrap();
     std::fs::write(&leftover, b"partial").unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
@@ -182,11 +182,11 @@ async fn flags_override_the_config_file() {
     assert_eq!(summary["rows"], 29);
     assert_eq!(summary["partitions"][0]["commits"], 3, "--max-messages-per-commit 10");
     assert_eq!(summary["partitions"][0]["bad_records"], 1);
-    let kept = bad_records.join(TOPIC).join("0-0").join(format!("{bad_offset:020}.bin"));
+    let kept = bad_records.join(TOPIC).join("0").join(format!("{bad_offset:020}.bin"));
     assert_eq!(std::fs::read(&kept).unwrap(), bad, "--bad-records");
     assert!(!leftover.exists(), "--staging-grace-ms 1000: the dead run's staged file is gone");
     assert!(summary["audit_records_published"].as_u64().unwrap() >= 1, "--audit true");
-    let commit = root.path().join("w/_commits").join(TOPIC).join("0-0/00000000000000000000.json");
+    let commit = root.path().join("w/_commits").join(TOPIC).join("0/00000000000000000000.json");
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&commit).unwrap()).unwrap();
     assert_eq!(
@@ -272,7 +272,7 @@ async fn status_prints_offsets_lag_and_complete_hours_as_text_and_json() {
     .unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains(&format!("{TOPIC}/0-0")),
+        String::from_utf8_lossy(&output.stdout).contains(&format!("{TOPIC}/0 ")),
         "{}",
         text(&output)
     );
@@ -289,7 +289,7 @@ async fn status_prints_offsets_lag_and_complete_hours_as_text_and_json() {
     let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let topic = status["topics"].as_array().unwrap().iter().find(|t| t["topic"] == TOPIC).unwrap();
     let partition = &topic["partitions"][0];
-    assert_eq!(partition["partition"], "0-0");
+    assert_eq!(partition["partition"], 0);
     assert_eq!(partition["rows"], 50);
     let (committed, end) =
         (partition["committed_offset"].as_i64().unwrap(), partition["log_end"].as_i64().unwrap());

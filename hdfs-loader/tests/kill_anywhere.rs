@@ -158,7 +158,7 @@ fn spawn(
 /// never changes, so each is read once.
 #[derive(Default)]
 struct VisibleRows {
-    files: HashMap<String, Vec<(String, i64)>>,
+    files: HashMap<String, Vec<(i32, i64)>>,
 }
 
 impl VisibleRows {
@@ -177,15 +177,12 @@ impl VisibleRows {
         let mut seen = HashSet::new();
         for (path, positions) in &self.files {
             for position in positions {
-                assert!(
-                    seen.insert(position.clone()),
-                    "row {position:?} of {path} is visible twice"
-                );
+                assert!(seen.insert(*position), "row {position:?} of {path} is visible twice");
             }
         }
     }
 
-    fn positions(&self) -> HashSet<(String, i64)> {
+    fn positions(&self) -> HashSet<(i32, i64)> {
         self.files.values().flatten().cloned().collect()
     }
 }
@@ -193,7 +190,7 @@ impl VisibleRows {
 async fn read_positions(
     store: &Arc<dyn ObjectStore>,
     path: &object_store::path::Path,
-) -> Vec<(String, i64)> {
+) -> Vec<(i32, i64)> {
     use arrow_array::cast::AsArray;
     use object_store::ObjectStoreExt;
     let bytes = store.get(path).await.unwrap().bytes().await.unwrap();
@@ -204,14 +201,18 @@ async fn read_positions(
     let mut positions = Vec::new();
     for batch in reader {
         let batch = batch.unwrap();
-        let partitions = batch.column_by_name("_partition").unwrap().as_string::<i32>().clone();
+        let partitions = batch
+            .column_by_name("_partition")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Int32Type>()
+            .clone();
         let offsets = batch
             .column_by_name("_offset")
             .unwrap()
             .as_primitive::<arrow_array::types::Int64Type>()
             .clone();
         for i in 0..batch.num_rows() {
-            positions.push((partitions.value(i).to_owned(), offsets.value(i)));
+            positions.push((partitions.value(i), offsets.value(i)));
         }
     }
     positions

@@ -242,7 +242,7 @@ async fn an_undecodable_message_stops_the_run_at_its_offset_after_committing_wha
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 5);
     assert_eq!(summary.partitions[0].bad_records, 1);
-    let kept = bad_dir.path().join(TOPIC).join("0-0").join(format!("{bad_offset:020}.bin"));
+    let kept = bad_dir.path().join(TOPIC).join("0").join(format!("{bad_offset:020}.bin"));
     assert_eq!(std::fs::read(&kept).unwrap(), bad);
     assert_eq!(common::unique_positions(&store, TOPIC).await.len(), 10);
 }

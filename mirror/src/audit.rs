@@ -39,16 +39,17 @@ impl Audit {
     /// Reads every partition of `_audit` from its first offset to the end it has now.
     pub(crate) async fn restore(&self, target: &Registry) -> Result<usize, String> {
         let text = |e: &dyn std::fmt::Display| e.to_string();
-        let brokers = target.brokers().await.map_err(|e| text(&e))?;
         let mut restored = 0;
         for partition in target.partitions(AUDIT_TOPIC).await.map_err(|e| text(&e))? {
-            let Some(broker) = brokers.get(&partition.broker) else {
-                return Err(format!("broker {} of {AUDIT_TOPIC} is down", partition.broker));
+            let Some((_, broker)) =
+                target.leader(AUDIT_TOPIC, partition).await.map_err(|e| text(&e))?
+            else {
+                return Err(format!("{AUDIT_TOPIC} partition {partition} has no live leader"));
             };
             let consumer = SimpleConsumer::connect(&broker.addr(), SimpleConsumerConfig::default())
                 .await
                 .map_err(|e| text(&e))?;
-            let p = partition.partition as i32;
+            let p = partition;
             let mut offset =
                 consumer.earliest_offset(AUDIT_TOPIC, p).await.map_err(|e| text(&e))?;
             let end = consumer.latest_offset(AUDIT_TOPIC, p).await.map_err(|e| text(&e))?;

@@ -49,7 +49,7 @@ pub struct Config {
     pub include: Option<String>,
     /// Skip topics whose whole name matches this regular expression.
     pub exclude: Option<String>,
-    /// Partitions per target broker of a topic the mirror creates on the target.
+    /// Partitions, across the target cluster, of a topic the mirror creates there.
     pub partitions: u32,
     /// Host named in the audit records; the machine's hostname by default.
     pub host_name: Option<String>,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError};
-use cluster::PartitionId;
+
 use events::audit::{AUDIT_TOPIC, window_start};
 use futures::FutureExt;
 use tokio::sync::{Notify, mpsc};
@@ -49,7 +49,7 @@ pub(crate) struct Shared {
 
 /// Consecutive messages of one source partition, framed back to back, sent as one record.
 struct Run {
-    partition: PartitionId,
+    partition: i32,
     /// Where the partition resumes after the run.
     next_offset: i64,
     messages: u64,
@@ -83,11 +83,8 @@ impl State {
 }
 
 /// The target key of a source partition: its messages go to one target partition.
-fn key(partition: PartitionId) -> [u8; 8] {
-    let mut key = [0; 8];
-    key[..4].copy_from_slice(&partition.broker.to_be_bytes());
-    key[4..].copy_from_slice(&partition.partition.to_be_bytes());
-    key
+fn key(partition: i32) -> [u8; 4] {
+    partition.to_be_bytes()
 }
 
 /// Copies `stream` of `source` until `stop_reading`, then waits until everything read is
@@ -208,7 +205,7 @@ fn gather(
 /// What the acknowledger hands on in bulk: marks per partition and audit counts per window.
 #[derive(Default)]
 struct Done {
-    marks: HashMap<PartitionId, i64>,
+    marks: HashMap<i32, i64>,
     windows: BTreeMap<i64, i64>,
     messages: usize,
 }
@@ -270,7 +267,7 @@ async fn acknowledge(
 ) {
     let counted = topic != AUDIT_TOPIC;
     let mut window: VecDeque<InFlight> = VecDeque::new();
-    let mut stats: HashMap<PartitionId, Arc<PartitionStats>> = HashMap::new();
+    let mut stats: HashMap<i32, Arc<PartitionStats>> = HashMap::new();
     let mut done = Done::default();
     let mut backoff = service::Backoff::from_ms(RESEND_BACKOFF_MS, RESEND_BACKOFF_MAX_MS);
     loop {

@@ -120,7 +120,6 @@ impl Mirror {
             };
             tasks.spawn(source.run(stop.clone()));
         }
-        tasks.spawn(target::follow_brokers(target.clone(), stop.clone()));
         let registry = metrics_state.registry();
         let metrics_task = metrics.map(|listener| {
             tokio::spawn(service::metrics::serve(listener, registry, stop.clone()))

@@ -42,7 +42,7 @@ struct Cli {
     /// Skip topics whose whole name matches.
     #[arg(long, value_name = "REGEX")]
     exclude: Option<String>,
-    /// Partitions per target broker of a topic created on the target [default: 8].
+    /// Partitions, across the target cluster, of a topic created there [default: 8].
     #[arg(long, value_name = "N")]
     partitions: Option<u32>,
     /// Serve `/metrics` here.

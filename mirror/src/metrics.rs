@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cluster::PartitionId;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -77,7 +76,7 @@ impl Totals {
 }
 
 /// `(source, topic, partition)`.
-type Key = (String, String, PartitionId);
+type Key = (String, String, i32);
 
 /// Every partition's stats, and the totals.
 #[derive(Default)]
@@ -91,7 +90,7 @@ impl Metrics {
         &self,
         source: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
     ) -> Arc<PartitionStats> {
         let mut partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
         let key = (source.to_owned(), topic.to_owned(), partition);
@@ -100,7 +99,7 @@ impl Metrics {
 
     /// Sets the lag of `source`'s partitions: those in `owned` to their value, the others to
     /// unknown (another mirror owns them now).
-    pub(crate) fn set_lags(&self, source: &str, owned: &BTreeMap<(String, PartitionId), i64>) {
+    pub(crate) fn set_lags(&self, source: &str, owned: &BTreeMap<(String, i32), i64>) {
         let partitions = self.partitions.lock().unwrap_or_else(|p| p.into_inner());
         for ((s, topic, partition), stats) in partitions.iter() {
             if s == source {
@@ -201,14 +200,14 @@ mod tests {
     #[test]
     fn renders_one_line_per_partition_and_family() {
         let metrics = Arc::new(Metrics::default());
-        let p = PartitionId { broker: 1, partition: 3 };
+        let p = 3;
         let stats = metrics.partition("live-a", "page-view", p);
         stats.messages.fetch_add(5, Ordering::Relaxed);
         stats.bytes.fetch_add(1000, Ordering::Relaxed);
         metrics.set_lags("live-a", &BTreeMap::from([(("page-view".to_owned(), p), 42)]));
         let registry = metrics.registry();
         let text = service::metrics::encode(&registry);
-        let labels = "{source=\"live-a\",topic=\"page-view\",partition=\"1-3\"}";
+        let labels = "{source=\"live-a\",topic=\"page-view\",partition=\"3\"}";
         assert!(text.contains(&format!("tributary_mirror_lag_bytes{labels} 42")), "{text}");
         assert!(text.contains(&format!("tributary_mirror_messages_total{labels} 5")), "{text}");
         assert!(text.contains(&format!("tributary_mirror_bytes_total{labels} 1000")), "{text}");

@@ -193,10 +193,9 @@ async fn report_lag(
         }) else {
             return;
         };
-        let Ok(brokers) = registry.brokers().await else { continue };
         let mut lags = BTreeMap::new();
         for (topic, partition, _) in owned {
-            let Some(broker) = brokers.get(&partition.broker) else { continue };
+            let Ok(Some((_, broker))) = registry.leader(&topic, partition).await else { continue };
             let lag = ends.group_lag(&registry, &group, &broker.addr(), &topic, partition).await;
             if let Ok(lag) = lag {
                 lags.insert((topic, partition), lag.bytes());

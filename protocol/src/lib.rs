@@ -25,11 +25,11 @@ pub use request::{
     ProducePartition, ProduceRequest, ReplicaFetchPartition, ReplicaFetchRequest, Request,
 };
 pub use response::{
-    CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse, MultiFetchResponse,
-    MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart,
-    ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPart, ReplicaFetchResponse,
-    ReplicaPartHeader, Response, UNDEFINED_EPOCH, encode_replica_part_header,
-    encode_response_header,
+    BrokerMetadata, CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse,
+    MultiFetchResponse, MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse,
+    PartitionMetadata, ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPart,
+    ReplicaFetchResponse, ReplicaPartHeader, Response, TopicMetadata, UNDEFINED_EPOCH,
+    encode_replica_part_header, encode_response_header,
 };
 pub use topic::{InvalidTopicName, validate_topic_name};
 pub use wire::FRAME_SIZE_BYTES;

@@ -59,11 +59,63 @@ pub struct OffsetsResponse {
     pub offsets: Vec<i64>,
 }
 
+/// `METADATA`: the cluster's live brokers and, per topic asked for, every partition's
+/// leader, leader epoch, replicas and in-sync replicas (`DESIGN.md`, "Replicated partitions").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataResponse {
+    /// The broker that answered.
     pub broker_id: i32,
-    /// `(topic, partitions on this broker)`.
-    pub topics: Vec<(String, i32)>,
+    pub brokers: Vec<BrokerMetadata>,
+    pub topics: Vec<TopicMetadata>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerMetadata {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+}
+
+impl BrokerMetadata {
+    /// `host:port` to connect to (`[host]:port` for an IPv6 literal).
+    pub fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    /// [`ErrorCode::UnknownTopic`] (and no partitions) for a topic the cluster does not have.
+    pub error: ErrorCode,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub partition: i32,
+    /// [`ErrorCode::NotLeader`] while the partition has no leader (`leader` −1).
+    pub error: ErrorCode,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+impl MetadataResponse {
+    /// The metadata of `topic`, if the answer has it.
+    pub fn topic(&self, topic: &str) -> Option<&TopicMetadata> {
+        self.topics.iter().find(|t| t.name == topic)
+    }
+
+    /// The broker with `id`, if it is live.
+    pub fn broker(&self, id: i32) -> Option<&BrokerMetadata> {
+        self.brokers.iter().find(|b| b.id == id)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +196,9 @@ pub enum Response {
 
 const FETCH_PART_BYTES_MIN: usize = 4 + ERROR_BYTES;
 const PRODUCE_PART_BYTES_MIN: usize = ERROR_BYTES + 4 + 8;
-const TOPIC_METADATA_BYTES_MIN: usize = 2 + 4;
+const BROKER_METADATA_BYTES_MIN: usize = 4 + 2 + 4;
+const TOPIC_METADATA_BYTES_MIN: usize = 2 + ERROR_BYTES + 2;
+const PARTITION_METADATA_BYTES_MIN: usize = 4 + ERROR_BYTES + 4 + 4 + 2 + 2;
 
 impl Response {
     pub fn api_key(&self) -> ApiKey {
@@ -209,16 +263,7 @@ impl Response {
                 }
                 Response::Offsets(OffsetsResponse { offsets })
             }
-            ApiKey::Metadata => {
-                let broker_id = r.i32("broker id")?;
-                let count = usize::from(r.u16("topic count")?);
-                let mut topics =
-                    Vec::with_capacity(r.capacity_for(count, TOPIC_METADATA_BYTES_MIN));
-                for _ in 0..count {
-                    topics.push((r.str("topic")?, r.i32("partitions")?));
-                }
-                Response::Metadata(MetadataResponse { broker_id, topics })
-            }
+            ApiKey::Metadata => Response::Metadata(decode_metadata(&mut r)?),
             ApiKey::CreateTopic => Response::CreateTopic(CreateTopicResponse),
             ApiKey::OffsetForLeaderEpoch => {
                 Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse {
@@ -260,7 +305,21 @@ impl Response {
             Response::MultiProduce(m) => 2 + m.parts.len() * PRODUCE_PART_BYTES_MIN,
             Response::Offsets(o) => 4 + 8 * o.offsets.len(),
             Response::Metadata(m) => {
-                4 + 2 + m.topics.iter().map(|(t, _)| str_len(t) + 4).sum::<usize>()
+                let brokers: usize = m.brokers.iter().map(|b| 4 + str_len(&b.host) + 4).sum();
+                let partition = |p: &PartitionMetadata| {
+                    PARTITION_METADATA_BYTES_MIN + 4 * (p.replicas.len() + p.isr.len())
+                };
+                let topics: usize = m
+                    .topics
+                    .iter()
+                    .map(|t| {
+                        str_len(&t.name)
+                            + ERROR_BYTES
+                            + 2
+                            + t.partitions.iter().map(partition).sum::<usize>()
+                    })
+                    .sum();
+                4 + 2 + brokers + 2 + topics
             }
             Response::CreateTopic(_) => 0,
             Response::OffsetForLeaderEpoch(_) => 4 + 8,
@@ -300,14 +359,7 @@ impl Response {
                 buf.put_u32(o.offsets.len() as u32);
                 o.offsets.iter().for_each(|&o| buf.put_i64(o));
             }
-            Response::Metadata(m) => {
-                buf.put_i32(m.broker_id);
-                buf.put_u16(m.topics.len() as u16);
-                for (topic, partitions) in &m.topics {
-                    put_str(buf, topic);
-                    buf.put_i32(*partitions);
-                }
-            }
+            Response::Metadata(m) => encode_metadata(buf, m),
             Response::CreateTopic(_) => {}
             Response::OffsetForLeaderEpoch(o) => {
                 buf.put_i32(o.epoch);
@@ -331,5 +383,82 @@ impl Response {
     /// Appends a failed response: the error and an empty body.
     pub fn encode_error(buf: &mut BytesMut, error: ErrorCode) {
         encode_response_header(buf, 0, error);
+    }
+}
+
+fn decode_metadata(r: &mut Reader) -> Result<MetadataResponse, DecodeError> {
+    let broker_id = r.i32("broker id")?;
+    let count = usize::from(r.u16("broker count")?);
+    let mut brokers = Vec::with_capacity(r.capacity_for(count, BROKER_METADATA_BYTES_MIN));
+    for _ in 0..count {
+        brokers.push(BrokerMetadata {
+            id: r.i32("broker id")?,
+            host: r.str("broker host")?,
+            port: r.i32("broker port")?,
+        });
+    }
+    let count = usize::from(r.u16("topic count")?);
+    let mut topics = Vec::with_capacity(r.capacity_for(count, TOPIC_METADATA_BYTES_MIN));
+    for _ in 0..count {
+        let name = r.str("topic")?;
+        let error = ErrorCode::from_i16(r.i16("topic error")?);
+        let count = usize::from(r.u16("partition count")?);
+        let mut partitions =
+            Vec::with_capacity(r.capacity_for(count, PARTITION_METADATA_BYTES_MIN));
+        for _ in 0..count {
+            let partition = r.i32("partition")?;
+            let error = ErrorCode::from_i16(r.i16("partition error")?);
+            let leader = r.i32("leader")?;
+            let leader_epoch = r.i32("leader epoch")?;
+            let replicas = broker_ids(r, "replica")?;
+            let isr = broker_ids(r, "isr")?;
+            partitions.push(PartitionMetadata {
+                partition,
+                error,
+                leader,
+                leader_epoch,
+                replicas,
+                isr,
+            });
+        }
+        topics.push(TopicMetadata { name, error, partitions });
+    }
+    Ok(MetadataResponse { broker_id, brokers, topics })
+}
+
+fn broker_ids(r: &mut Reader, what: &'static str) -> Result<Vec<i32>, DecodeError> {
+    let count = usize::from(r.u16(what)?);
+    let mut ids = Vec::with_capacity(r.capacity_for(count, 4));
+    for _ in 0..count {
+        ids.push(r.i32(what)?);
+    }
+    Ok(ids)
+}
+
+fn encode_metadata(buf: &mut BytesMut, m: &MetadataResponse) {
+    let put_ids = |buf: &mut BytesMut, ids: &[i32]| {
+        buf.put_u16(ids.len() as u16);
+        ids.iter().for_each(|&id| buf.put_i32(id));
+    };
+    buf.put_i32(m.broker_id);
+    buf.put_u16(m.brokers.len() as u16);
+    for b in &m.brokers {
+        buf.put_i32(b.id);
+        put_str(buf, &b.host);
+        buf.put_i32(b.port);
+    }
+    buf.put_u16(m.topics.len() as u16);
+    for t in &m.topics {
+        put_str(buf, &t.name);
+        buf.put_i16(t.error.as_i16());
+        buf.put_u16(t.partitions.len() as u16);
+        for p in &t.partitions {
+            buf.put_i32(p.partition);
+            buf.put_i16(p.error.as_i16());
+            buf.put_i32(p.leader);
+            buf.put_i32(p.leader_epoch);
+            put_ids(buf, &p.replicas);
+            put_ids(buf, &p.isr);
+        }
     }
 }

@@ -130,8 +130,28 @@ fn response() -> impl Strategy<Value = Response> {
         });
     let offsets = prop::collection::vec(any::<i64>(), 0..10)
         .prop_map(|offsets| Response::Offsets(OffsetsResponse { offsets }));
-    let metadata = (any::<i32>(), prop::collection::vec((topic(), any::<i32>()), 0..5))
-        .prop_map(|(broker_id, topics)| Response::Metadata(MetadataResponse { broker_id, topics }));
+    let ids = || prop::collection::vec(any::<i32>(), 0..4);
+    let partition = (any::<i32>(), error_code(), any::<i32>(), any::<i32>(), ids(), ids())
+        .prop_map(|(partition, error, leader, leader_epoch, replicas, isr)| PartitionMetadata {
+            partition,
+            error,
+            leader,
+            leader_epoch,
+            replicas,
+            isr,
+        });
+    let topic_metadata = (topic(), error_code(), prop::collection::vec(partition, 0..4))
+        .prop_map(|(name, error, partitions)| TopicMetadata { name, error, partitions });
+    let broker = (any::<i32>(), "[a-z0-9.:-]{1,20}", any::<i32>())
+        .prop_map(|(id, host, port)| BrokerMetadata { id, host, port });
+    let metadata = (
+        any::<i32>(),
+        prop::collection::vec(broker, 0..4),
+        prop::collection::vec(topic_metadata, 0..4),
+    )
+        .prop_map(|(broker_id, brokers, topics)| {
+            Response::Metadata(MetadataResponse { broker_id, brokers, topics })
+        });
     let offset_for_epoch = (any::<i32>(), any::<i64>()).prop_map(|(epoch, end_offset)| {
         Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse { epoch, end_offset })
     });

@@ -51,6 +51,25 @@ impl TestBroker {
         TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
     }
 
+    /// A broker registered in `session` (the embedded backend, say) rather than in a
+    /// ZooKeeper of its configuration: a member of that session's cluster.
+    pub async fn start_registered_in(
+        session: Arc<dyn cluster::Coordinator>,
+        configure: impl FnOnce(&mut BrokerConfig),
+    ) -> TestBroker {
+        init_logging();
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut config = test_config(data_dir.path());
+        configure(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr").to_string();
+        let broker = Broker::open(config).await.expect("broker opens");
+        broker.register_in(session);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
+        TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
+    }
+
     pub fn data_dir(&self) -> &Path {
         self.data_dir.as_ref().expect("data dir").path()
     }

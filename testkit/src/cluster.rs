@@ -1,7 +1,7 @@
 //! A cluster for tests: brokers served in this process, registered in a chroot of their own of
 //! the shared real ZooKeeper, as a deployment's brokers are; and the helpers the tests of every
-//! tier use on it — create a topic on every broker, produce plain messages spread over them,
-//! read a topic's payloads back.
+//! tier use on it — create a topic spread over the brokers, produce plain messages to its
+//! partitions' leaders, read a topic's payloads back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,58 +103,66 @@ impl TestCluster {
         &self.brokers[0].addr
     }
 
-    /// Creates `topic` with `partitions` on every broker and waits until it is registered.
+    /// Creates `topic` with `partitions` partitions per broker (spread over the brokers by the
+    /// cluster) and waits until every partition's leader serves it.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        for broker in &self.brokers {
-            broker.connect().await.create_topic(topic, partitions, &[]).await.expect("create");
+        let total = partitions * self.brokers.len() as i32;
+        self.brokers[0].connect().await.create_topic(topic, total, &[]).await.expect("create");
+        for partition in 0..total {
+            self.leader_of(topic, partition).await;
         }
-        let registry = self.registry();
-        let expected = self.brokers.len() * partitions as usize;
-        crate::eventually(WAIT, "the topic registered", || async {
-            (registry.partitions(topic).await.ok()?.len() == expected).then_some(())
-        })
-        .await;
     }
 
-    /// Produces each payload as one plain message, in sets of 50 spread over the brokers and
-    /// their `partitions` partitions.
+    /// The address of `topic`'s `partition`'s leader, once it serves the partition.
+    pub async fn leader_of(&self, topic: &str, partition: i32) -> String {
+        let registry = self.registry();
+        crate::eventually(WAIT, &format!("a leader serving {topic}-{partition}"), || async {
+            let (_, leader) = registry.leader(topic, partition).await.ok()??;
+            let consumer =
+                SimpleConsumer::connect(&leader.addr(), Default::default()).await.ok()?;
+            consumer.latest_offset(topic, partition).await.ok()?;
+            Some(leader.addr())
+        })
+        .await
+    }
+
+    /// Produces each payload as one plain message, in sets of 50 spread over the topic's
+    /// partitions (`partitions` per broker), each to its leader.
     pub async fn produce(&self, topic: &str, partitions: i32, payloads: &[Bytes]) {
+        let total = partitions * self.brokers.len() as i32;
         for (i, chunk) in payloads.chunks(50).enumerate() {
-            let broker = &self.brokers[i % self.brokers.len()];
-            let partition = (i / self.brokers.len()) as i32 % partitions;
-            broker
-                .connect()
+            let partition = i as i32 % total;
+            let leader = self.leader_of(topic, partition).await;
+            client::Connection::connect(&leader)
                 .await
+                .expect("connect to the leader")
                 .produce(topic, partition, Acks::Written, message_set(chunk))
                 .await
                 .expect("produce");
         }
     }
 
-    /// Every payload of `topic` on every registered broker, wrappers inflated.
+    /// Every payload of `topic`, from each partition's leader, wrappers inflated.
     pub async fn payloads(&self, topic: &str) -> Vec<Bytes> {
         let registry = self.registry();
-        let brokers = registry.brokers().await.expect("brokers");
         let mut payloads = Vec::new();
-        for (id, partitions) in registry.topic_brokers(topic).await.expect("topic brokers") {
-            let Some(info) = brokers.get(&id) else { continue };
-            let Ok(consumer) = SimpleConsumer::connect(&info.addr(), Default::default()).await
+        for partition in registry.partitions(topic).await.expect("partitions") {
+            let Ok(Some((_, leader))) = registry.leader(topic, partition).await else { continue };
+            let Ok(consumer) = SimpleConsumer::connect(&leader.addr(), Default::default()).await
             else {
                 continue;
             };
-            for partition in 0..partitions as i32 {
-                let mut offset = 0;
-                loop {
-                    let Ok(fetched) = consumer.fetch(topic, partition, offset).await else { break };
-                    if fetched.is_empty() {
-                        break;
-                    }
-                    let mut messages = fetched.iter();
-                    for message in messages.by_ref() {
-                        payloads.push(message.expect("a valid message").payload);
-                    }
-                    offset = messages.next_offset();
+            let mut offset = 0;
+            loop {
+                let Ok(fetched) = consumer.fetch(topic, partition, offset).await else { break };
+                if fetched.is_empty() {
+                    break;
                 }
+                let mut messages = fetched.iter();
+                for message in messages.by_ref() {
+                    payloads.push(message.expect("a valid message").payload);
+                }
+                offset = messages.next_offset();
             }
         }
         payloads

@@ -2,7 +2,7 @@
 //! request or on first produce, and their per-topic settings, stored beside the data as
 //! `{data_dir}/.topics/{topic}.toml`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -37,11 +37,13 @@ pub enum CreateError {
 pub type Created = (Arc<Topic>, Vec<Arc<Partition>>);
 
 /// A topic on this broker. Replaced whole when its settings change; partitions are shared.
+/// `overrides.partitions` is the topic's partition count in its cluster; `partitions` holds
+/// those this broker has a replica of (all of them on a broker alone).
 #[derive(Debug)]
 pub struct Topic {
     pub name: String,
     pub overrides: TopicOverrides,
-    pub partitions: Vec<Arc<Partition>>,
+    pub partitions: BTreeMap<u32, Arc<Partition>>,
 }
 
 pub struct LogManager {
@@ -77,6 +79,7 @@ impl LogManager {
 
         // Settings first, then partition folders (which may exist without settings).
         let mut found: BTreeMap<String, TopicOverrides> = BTreeMap::new();
+        let mut hosted: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
         for entry in fs::read_dir(&topics_dir).map_err(io_error("listing", &topics_dir))? {
             let path = entry.map_err(io_error("listing", &topics_dir))?.path();
             let Some(name) =
@@ -100,6 +103,7 @@ impl LogManager {
             };
             let overrides = found.entry(topic.to_owned()).or_default();
             overrides.partitions = overrides.partitions.max(index + 1);
+            hosted.entry(topic.to_owned()).or_default().insert(index);
         }
 
         let manager = LogManager {
@@ -114,7 +118,8 @@ impl LogManager {
                 tracing::warn!(topic = %name, "ignoring invalid topic settings");
                 continue;
             }
-            let topic = manager.build_topic(&name, overrides, &[])?;
+            let here = hosted.remove(&name).unwrap_or_default();
+            let topic = manager.build_topic(&name, overrides, &BTreeMap::new(), Some(&here))?;
             tracing::info!(topic = %name, partitions = topic.partitions.len(), "recovered topic");
             manager.topics_mut().insert(name, Arc::new(topic));
         }
@@ -138,7 +143,7 @@ impl LogManager {
     }
 
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.topics().iter().flat_map(|t| t.partitions.iter().cloned()).collect()
+        self.topics().iter().flat_map(|t| t.partitions.values().cloned()).collect()
     }
 
     /// The topic, created with the broker's defaults if it does not exist. Blocking.
@@ -153,7 +158,7 @@ impl LogManager {
             return Ok((topic, Vec::new()));
         }
         let overrides = TopicOverrides { partitions: default_partitions, ..Default::default() };
-        self.create_locked(name, overrides, creating)
+        self.create_locked(name, overrides, None, creating)
     }
 
     /// Creates a topic, or changes an existing one's settings and grows its partitions.
@@ -165,33 +170,66 @@ impl LogManager {
     ) -> Result<Created, CreateError> {
         protocol::validate_topic_name(name)?;
         let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
-        self.create_locked(name, overrides, creating)
+        self.create_locked(name, overrides, None, creating)
+    }
+
+    /// Like [`LogManager::create_topic`] for a topic of a cluster: opens only the `hosted`
+    /// partitions (those this broker has a replica of), keeping any it has already.
+    pub fn host_topic(
+        &self,
+        name: &str,
+        overrides: TopicOverrides,
+        hosted: &BTreeSet<u32>,
+    ) -> Result<Created, CreateError> {
+        protocol::validate_topic_name(name)?;
+        let creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        self.create_locked(name, overrides, Some(hosted), creating)
     }
 
     fn create_locked(
         &self,
         name: &str,
         overrides: TopicOverrides,
+        hosted: Option<&BTreeSet<u32>>,
         _creating: std::sync::MutexGuard<'_, ()>,
     ) -> Result<Created, CreateError> {
         let existing = self.topic(name);
-        let kept: &[Arc<Partition>] = existing.as_ref().map_or(&[], |t| &t.partitions);
-        if (overrides.partitions as usize) < kept.len() {
+        let none = BTreeMap::new();
+        let kept: &BTreeMap<u32, Arc<Partition>> =
+            existing.as_ref().map_or(&none, |t| &t.partitions);
+        let existing_count = existing.as_ref().map_or(0, |t| t.overrides.partitions);
+        if overrides.partitions < existing_count {
             return Err(CreateError::CannotShrink {
                 topic: name.to_owned(),
-                existing: kept.len() as u32,
+                existing: existing_count,
                 requested: overrides.partitions,
             });
         }
-        if existing.as_ref().is_some_and(|t| t.overrides == overrides) {
+        let all_hosted = hosted.is_none_or(|h| h.iter().all(|p| kept.contains_key(p)));
+        if existing.as_ref().is_some_and(|t| t.overrides == overrides)
+            && all_hosted
+            && hosted.is_some()
+        {
+            return Ok((existing.expect("checked"), Vec::new()));
+        }
+        if hosted.is_none()
+            && existing.as_ref().is_some_and(|t| {
+                t.overrides == overrides && t.partitions.len() as u32 == overrides.partitions
+            })
+        {
             return Ok((existing.expect("checked"), Vec::new()));
         }
         let settings = self.data_dir.join(TOPICS_DIR).join(format!("{name}.toml"));
         let text = toml::to_string(&overrides).expect("overrides serialize");
         service::durable::write(&settings, text.as_bytes())
             .map_err(io_error("writing", &settings))?;
-        let topic = self.build_topic(name, overrides, kept)?;
-        let added = topic.partitions[kept.len()..].to_vec();
+        let topic = self.build_topic(name, overrides, kept, hosted)?;
+        let added: Vec<Arc<Partition>> = topic
+            .partitions
+            .iter()
+            .filter(|(p, _)| !kept.contains_key(p))
+            .map(|(_, partition)| Arc::clone(partition))
+            .collect();
         if !added.is_empty() {
             sync_dir(&self.data_dir)?;
         }
@@ -201,21 +239,27 @@ impl LogManager {
         Ok((topic, added))
     }
 
-    /// A topic with `overrides`, reusing `kept` partitions and opening the rest.
+    /// A topic with `overrides`, reusing `kept` partitions and opening the `hosted` rest (all
+    /// `0..partitions` when `None`).
     fn build_topic(
         &self,
         name: &str,
         overrides: TopicOverrides,
-        kept: &[Arc<Partition>],
+        kept: &BTreeMap<u32, Arc<Partition>>,
+        hosted: Option<&BTreeSet<u32>>,
     ) -> Result<Topic, CreateError> {
         let config = self.defaults.with_overrides(&overrides);
-        let mut partitions = kept.to_vec();
-        for p in &partitions {
+        let mut partitions = kept.clone();
+        for p in partitions.values() {
             p.set_config(config);
         }
-        for index in kept.len() as u32..overrides.partitions {
+        let all: BTreeSet<u32> = (0..overrides.partitions).collect();
+        for &index in hosted.unwrap_or(&all) {
+            if index >= overrides.partitions || partitions.contains_key(&index) {
+                continue;
+            }
             let dir = self.data_dir.join(format!("{name}-{index}"));
-            partitions.push(Arc::new(Partition::open(dir, name, index, config)?));
+            partitions.insert(index, Arc::new(Partition::open(dir, name, index, config)?));
         }
         Ok(Topic { name: name.to_owned(), overrides, partitions })
     }

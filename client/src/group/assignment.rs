@@ -7,8 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use cluster::PartitionId;
-
 /// One stream of one consumer: `{consumer_id}-{stream}` is its name in the owner registry.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StreamId {
@@ -24,10 +22,7 @@ impl std::fmt::Display for StreamId {
 
 /// The partitions each stream owns. `partitions` and `streams` may come in any order and with
 /// repeats; every partition goes to exactly one stream when there is at least one stream.
-pub fn assign(
-    partitions: &[PartitionId],
-    streams: &[StreamId],
-) -> BTreeMap<StreamId, Vec<PartitionId>> {
+pub fn assign(partitions: &[i32], streams: &[StreamId]) -> BTreeMap<StreamId, Vec<i32>> {
     let mut partitions = partitions.to_vec();
     partitions.sort();
     partitions.dedup();
@@ -54,8 +49,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pid(broker: i32, partition: u32) -> PartitionId {
-        PartitionId { broker, partition }
+    /// Partition `4 × block + index`: the tests' partitions come in blocks of 4.
+    fn pid(block: i32, index: u32) -> i32 {
+        block * 16 + index as i32
     }
 
     fn sid(consumer: &str, stream: u32) -> StreamId {
@@ -79,7 +75,7 @@ mod tests {
         assert!(a[&sid("a", 1)].is_empty());
     }
 
-    fn inputs() -> impl Strategy<Value = (Vec<PartitionId>, Vec<StreamId>)> {
+    fn inputs() -> impl Strategy<Value = (Vec<i32>, Vec<StreamId>)> {
         let partitions =
             prop::collection::vec((0i32..4, 0u32..16).prop_map(|(b, p)| pid(b, p)), 0..40);
         let streams = prop::collection::vec(
@@ -93,7 +89,7 @@ mod tests {
         #[test]
         fn every_partition_exactly_once_sizes_within_one_deterministic((partitions, streams) in inputs()) {
             let a = assign(&partitions, &streams);
-            let mut owned: Vec<PartitionId> = a.values().flatten().copied().collect();
+            let mut owned: Vec<i32> = a.values().flatten().copied().collect();
             owned.sort();
             let mut expected = partitions.clone();
             expected.sort();

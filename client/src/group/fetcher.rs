@@ -3,8 +3,9 @@
 //! and wait at the end of the log for more with long polls (`MULTIFETCH_WAIT`), which the
 //! broker answers as soon as new data is visible.
 //!
-//! Each fetcher has its own connection: a long poll parks its connection (answers come in
-//! request order), so a shared one would hold up every other partition of the broker.
+//! Each fetcher has its own connection, to its partition's leader (looked up again after a
+//! failure or `NOT_LEADER`): a long poll parks its connection (answers come in request
+//! order), so a shared one would hold up every other partition of the broker.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -24,19 +25,18 @@ const RETRY_BACKOFF_MAX_MS: u64 = 5_000;
 pub(crate) async fn fetch_partition(
     inner: Arc<Inner>,
     owned: Arc<Owned>,
-    addr: String,
     queue: mpsc::Sender<Chunk>,
 ) {
     let stop = owned.stop.clone();
     tokio::select! {
         _ = stop.cancelled() => {}
-        _ = fetch_loop(&inner, &owned, &addr, &queue) => {}
+        _ = fetch_loop(&inner, &owned, &queue) => {}
     }
 }
 
-async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc::Sender<Chunk>) {
+async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, queue: &mpsc::Sender<Chunk>) {
     let topic = owned.topic.as_str();
-    let partition = owned.partition.partition as i32;
+    let partition = owned.partition;
     let mut backoff = service::Backoff::from_ms(RETRY_BACKOFF_FIRST_MS, RETRY_BACKOFF_MAX_MS);
     let mut offset = owned.consumed.load(Ordering::Acquire);
     let fetch_wait_ms = inner.config.fetch_wait_ms as u32; // checked by validate()
@@ -44,14 +44,29 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, addr: &str, queue: &mpsc:
     loop {
         let consumer = match &connection {
             Some(consumer) => consumer.clone(),
-            None => match SimpleConsumer::connect(addr, inner.config.fetch.clone()).await {
-                Ok(consumer) => connection.insert(consumer).clone(),
-                Err(e) => {
-                    tracing::warn!(%addr, error = %e, "cannot reach broker; retrying");
-                    backoff.sleep().await;
-                    continue;
+            None => {
+                let addr = match inner.registry.leader(topic, partition).await {
+                    Ok(Some((_, leader))) => leader.addr(),
+                    Ok(None) => {
+                        tracing::warn!(%topic, partition, "no live leader; waiting");
+                        backoff.sleep().await;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%topic, partition, error = %e, "cannot find the leader; retrying");
+                        backoff.sleep().await;
+                        continue;
+                    }
+                };
+                match SimpleConsumer::connect(&addr, inner.config.fetch.clone()).await {
+                    Ok(consumer) => connection.insert(consumer).clone(),
+                    Err(e) => {
+                        tracing::warn!(%addr, error = %e, "cannot reach broker; retrying");
+                        backoff.sleep().await;
+                        continue;
+                    }
                 }
-            },
+            }
         };
         if offset == OFFSET_UNKNOWN {
             match reset(&consumer, topic, partition, inner.config.auto_offset_reset).await {

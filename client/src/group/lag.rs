@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use cluster::{PartitionId, Registry, RegistryError};
+use cluster::{Registry, RegistryError};
 use serde::Serialize;
 
 use crate::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
@@ -85,32 +85,31 @@ impl LogEnds {
         group: &str,
         addr: &str,
         topic: &str,
-        partition: PartitionId,
+        partition: i32,
     ) -> Result<Lag, LagError> {
-        let (log_start, log_end) = self.ends(addr, topic, partition.partition as i32).await?;
+        let (log_start, log_end) = self.ends(addr, topic, partition).await?;
         let committed = registry.offset(group, topic, partition).await?;
         Ok(Lag { committed, log_start, log_end })
     }
 }
 
-/// The lag of `group` on one partition, `None` where its broker is not registered.
+/// The lag of `group` on one partition, `None` while the partition has no live leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionLag {
     pub topic: String,
-    pub partition: PartitionId,
-    /// What the group committed, also when the broker is down.
+    pub partition: i32,
+    /// What the group committed, also when the partition's leader is down.
     pub committed: Option<i64>,
     pub lag: Option<Lag>,
 }
 
 /// The lag of `group` on every partition of `topics` in the cluster of `registry`, with the
-/// partitions the group committed on a broker that is down (their lag unknown).
+/// partitions whose leader is down (their lag unknown).
 pub async fn group_lag(
     registry: &Registry,
     group: &str,
     topics: &[String],
 ) -> Result<Vec<PartitionLag>, LagError> {
-    let brokers = registry.brokers().await?;
     let mut ends = LogEnds::new();
     let mut lags = Vec::new();
     for topic in topics {
@@ -121,10 +120,9 @@ pub async fn group_lag(
         partitions.dedup();
         for partition in partitions {
             let committed = offsets.get(&partition).copied();
-            let lag = match brokers.get(&partition.broker) {
-                Some(info) => {
-                    let p = partition.partition as i32;
-                    let (log_start, log_end) = ends.ends(&info.addr(), topic, p).await?;
+            let lag = match registry.leader(topic, partition).await? {
+                Some((_, leader)) => {
+                    let (log_start, log_end) = ends.ends(&leader.addr(), topic, partition).await?;
                     Some(Lag { committed, log_start, log_end })
                 }
                 None => None,

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use cluster::{PartitionId, Registry, RegistryError, Subscription};
+use cluster::{Registry, RegistryError, Subscription};
 use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -40,13 +40,7 @@ pub enum GroupError {
     #[error(
         "group {group}: no stable assignment after {attempts} rebalance attempts; last, {topic} {partition} was still owned by {owner:?}"
     )]
-    RebalanceFailed {
-        group: String,
-        attempts: u32,
-        topic: String,
-        partition: PartitionId,
-        owner: String,
-    },
+    RebalanceFailed { group: String, attempts: u32, topic: String, partition: i32, owner: String },
     #[error("message streams were already created for this consumer")]
     AlreadySubscribed,
     /// Delivered to every stream when a rebalance fails, so that no reader waits in silence;
@@ -261,7 +255,7 @@ impl GroupConsumer {
     /// With [`CommitPolicy::Marked`]: everything of `topic` `partition` before `next_offset` is
     /// done and may be committed. A mark for a partition this consumer no longer owns is
     /// ignored; marks never move an offset back.
-    pub async fn mark_done(&self, topic: &str, partition: PartitionId, next_offset: i64) {
+    pub async fn mark_done(&self, topic: &str, partition: i32, next_offset: i64) {
         let owned = self.inner.owned.lock().await;
         if let Some(owned) = owned.iter().find(|o| o.topic == topic && o.partition == partition) {
             owned.consumed.fetch_max(next_offset, Ordering::AcqRel);
@@ -269,7 +263,7 @@ impl GroupConsumer {
     }
 
     /// `(topic, partition, stream)` of every partition this consumer owns now.
-    pub async fn owned_partitions(&self) -> Vec<(String, PartitionId, u32)> {
+    pub async fn owned_partitions(&self) -> Vec<(String, i32, u32)> {
         let owned = self.inner.owned.lock().await;
         owned.iter().map(|o| (o.topic.clone(), o.partition, o.stream)).collect()
     }

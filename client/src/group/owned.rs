@@ -3,7 +3,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use cluster::PartitionId;
 use tokio_util::sync::CancellationToken;
 
 /// Offsets not known yet (the fetcher has still to apply `auto_offset_reset`).
@@ -13,7 +12,7 @@ const DELIVERIES_ENDED: i64 = i64::MIN;
 
 pub(crate) struct Owned {
     pub(crate) topic: String,
-    pub(crate) partition: PartitionId,
+    pub(crate) partition: i32,
     /// `{consumer_id}-{stream}`, the value of the owner node.
     pub(crate) owner: String,
     pub(crate) stream: u32,
@@ -32,7 +31,7 @@ pub(crate) struct Owned {
 impl Owned {
     pub(crate) fn new(
         topic: String,
-        partition: PartitionId,
+        partition: i32,
         owner: String,
         stream: u32,
         start: i64,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cluster::{Claim, PartitionId, SessionEvent, Watch};
+use cluster::{Claim, SessionEvent, Watch};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +89,7 @@ async fn watches(inner: &Inner) -> Result<Vec<Watch>, GroupError> {
     let mut watches = vec![brokers, consumers];
     let (subscription, _) = inner.subscription.get().expect("subscribed before following changes");
     for topic in subscription.keys() {
-        watches.push(registry.topic_brokers_and_watch(topic).await?.1);
+        watches.push(registry.topic_assignment_and_watch(topic).await?.1);
     }
     Ok(watches)
 }
@@ -101,7 +101,7 @@ fn deliver_error(inner: &Inner, error: &GroupError) {
         let chunk = super::Chunk {
             owned: Arc::new(Owned::new(
                 String::new(),
-                PartitionId { broker: -1, partition: 0 },
+                -1,
                 String::new(),
                 0,
                 OFFSET_UNKNOWN,
@@ -182,18 +182,14 @@ const DRAIN_POLL_MS: u64 = 5;
 /// A partition another consumer still owns.
 struct Conflict {
     topic: String,
-    partition: PartitionId,
+    partition: i32,
     owner: String,
 }
 
 impl From<GroupError> for Conflict {
     fn from(e: GroupError) -> Conflict {
         // Registry failures surface as a conflict with no owner, retried like one.
-        Conflict {
-            topic: String::new(),
-            partition: PartitionId { broker: -1, partition: 0 },
-            owner: format!("(registry error: {e})"),
-        }
+        Conflict { topic: String::new(), partition: -1, owner: format!("(registry error: {e})") }
     }
 }
 
@@ -202,7 +198,6 @@ async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<
     let registry = &inner.registry;
     let group = &inner.config.group;
     let (subscription, senders) = inner.subscription.get().expect("subscribed before rebalancing");
-    let brokers = registry.brokers().await.map_err(GroupError::from)?;
     let members = registry.consumers(group).await.map_err(GroupError::from)?;
     for topic in subscription.keys() {
         let streams: Vec<StreamId> = members
@@ -212,8 +207,7 @@ async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<
                 (0..n).map(move |stream| StreamId { consumer: consumer.clone(), stream })
             })
             .collect();
-        let mut partitions = registry.partitions(topic).await.map_err(GroupError::from)?;
-        partitions.retain(|p| brokers.contains_key(&p.broker));
+        let partitions = registry.partitions(topic).await.map_err(GroupError::from)?;
         let assignment = assign(&partitions, &streams);
         for (stream, share) in
             assignment.into_iter().filter(|(s, _)| s.consumer == inner.consumer_id)
@@ -242,14 +236,8 @@ async fn claim_share(inner: &Arc<Inner>, owned: &mut Vec<Arc<Owned>>) -> Result<
                     inner.stop.child_token(),
                 ));
                 owned.push(Arc::clone(&claimed));
-                let addr = brokers[&partition.broker].addr();
                 let queue = senders[topic][stream.stream as usize].clone();
-                inner.fetchers.spawn(fetcher::fetch_partition(
-                    Arc::clone(inner),
-                    claimed,
-                    addr,
-                    queue,
-                ));
+                inner.fetchers.spawn(fetcher::fetch_partition(Arc::clone(inner), claimed, queue));
             }
         }
     }

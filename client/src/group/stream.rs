@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use cluster::PartitionId;
+
 use futures::Stream;
 use tokio::sync::mpsc;
 
@@ -19,7 +19,7 @@ use crate::ConsumedMessage;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMessage {
     pub topic: String,
-    pub partition: PartitionId,
+    pub partition: i32,
     /// Offset of the message (of its wrapper, if it came compressed).
     pub offset: i64,
     /// Where the group resumes after this message.

@@ -51,7 +51,7 @@ pub struct Producer {
 
 struct Inner {
     config: Arc<ProducerConfig>,
-    routes: Routes,
+    routes: Arc<Routes>,
     pool: Arc<ConnectionPool>,
     buffer: Arc<Semaphore>,
     senders: Mutex<Senders>,
@@ -59,7 +59,7 @@ struct Inner {
 
 #[derive(Default)]
 struct Senders {
-    queues: HashMap<(String, TopicPartition), mpsc::Sender<Command>>,
+    queues: HashMap<(String, SenderKey), mpsc::Sender<Command>>,
     tasks: Vec<JoinHandle<()>>,
     closed: bool,
 }
@@ -77,7 +77,7 @@ impl Producer {
     ) -> Result<Producer, ProducerError> {
         config.validate()?;
         let inner = Inner {
-            routes: Routes::new(source, config.metadata_refresh_ms),
+            routes: Arc::new(Routes::new(source, config.metadata_refresh_ms)),
             pool: Arc::new(ConnectionPool::new(config.connect_timeout_ms)),
             buffer: Arc::new(Semaphore::new(config.buffer_bytes)),
             senders: Mutex::new(Senders::default()),
@@ -225,16 +225,17 @@ impl Producer {
         if senders.closed {
             return Err(ProducerError::Closed);
         }
-        let key = (topic.to_owned(), target);
+        let key = (topic.to_owned(), SenderKey::of(&target));
         if let Some(queue) = senders.queues.get(&key) {
             return Ok(queue.clone());
         }
         let (queue, receiver) = mpsc::channel(inner.config.queue_messages_max);
         let sender = PartitionSender {
             topic: topic.to_owned(),
-            target: key.1.clone(),
+            target,
             config: Arc::clone(&inner.config),
             pool: Arc::clone(&inner.pool),
+            routes: Arc::clone(&inner.routes),
             queue: receiver,
         };
         senders.tasks.push(tokio::spawn(sender.run()));
@@ -271,6 +272,25 @@ impl Producer {
             if let Err(e) = task.await {
                 tracing::error!(error = %e, "partition sender panicked");
             }
+        }
+    }
+}
+
+/// Which sender a message goes to: one per partition of a topic, wherever its leader is
+/// (so that a leader change never reorders a partition's batches), and one per entry point
+/// for partition −1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum SenderKey {
+    Partition(i32),
+    Entry(String),
+}
+
+impl SenderKey {
+    fn of(target: &TopicPartition) -> SenderKey {
+        if target.partition == protocol::ANY_PARTITION {
+            SenderKey::Entry(target.addr.clone())
+        } else {
+            SenderKey::Partition(target.partition)
         }
     }
 }

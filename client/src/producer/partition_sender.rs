@@ -1,13 +1,15 @@
 //! One task per partition a producer writes to: it takes that partition's messages from a
 //! bounded queue, forms batches (`batch_messages`, `batch_bytes`, `linger_ms`), and sends one
-//! batch at a time, retrying it after a connection failure with capped exponential backoff.
-//! Because a partition has one batch in flight, a retry never reorders its batches.
+//! batch at a time to the partition's leader, retrying it after a connection failure or a
+//! leader change (`NOT_LEADER`, `FENCED_LEADER_EPOCH`: the route is asked for again) with
+//! capped exponential backoff. Because a partition has one batch in flight, a retry never
+//! reorders its batches.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::Acks;
+use protocol::{Acks, ErrorCode};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -15,6 +17,7 @@ use crate::ClientError;
 use crate::partitioner::TopicPartition;
 use crate::producer::batch::{Batch, Record};
 use crate::producer::pool::ConnectionPool;
+use crate::producer::routes::Routes;
 use crate::producer::{ProducerConfig, ProducerError};
 
 /// What a partition's queue carries.
@@ -26,9 +29,12 @@ pub(crate) enum Command {
 
 pub(crate) struct PartitionSender {
     pub topic: String,
+    /// The partition, and where its leader was when the sender started (an entry point for
+    /// partition −1, which stays).
     pub target: TopicPartition,
     pub config: Arc<ProducerConfig>,
     pub pool: Arc<ConnectionPool>,
+    pub routes: Arc<Routes>,
     pub queue: mpsc::Receiver<Command>,
 }
 
@@ -90,19 +96,27 @@ impl PartitionSender {
             self.config.retry_backoff_max_ms,
         );
         let mut attempts = 0;
+        let mut addr = self.target.addr.clone();
         loop {
             attempts += 1;
-            let error = match self.attempt(&set).await {
+            let error = match self.attempt(&addr, &set).await {
                 Ok((partition, offset)) => {
-                    batch.acknowledge(&self.target.addr, partition, offset, codec);
+                    batch.acknowledge(&addr, partition, offset, codec);
                     return;
                 }
                 Err(error) => error,
             };
-            let retriable =
-                matches!(error, ClientError::Connect { .. } | ClientError::Closed { .. });
+            let moved = matches!(
+                error.code(),
+                Some(ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch | ErrorCode::UnknownTopic)
+            );
+            let retriable = moved
+                || matches!(error, ClientError::Connect { .. } | ClientError::Closed { .. })
+                || matches!(
+                    error.code(),
+                    Some(ErrorCode::NotEnoughReplicas | ErrorCode::RequestTimedOut)
+                );
             if !retriable || attempts > self.config.retries_max {
-                let addr = self.target.addr.clone();
                 let source = Arc::new(error);
                 batch.fail(&ProducerError::Send {
                     topic: topic.clone(),
@@ -114,17 +128,30 @@ impl PartitionSender {
                 return;
             }
             tracing::warn!(
-                %topic, partition, addr = %self.target.addr, attempts, messages = batch.len(),
+                %topic, partition, %addr, attempts, messages = batch.len(),
                 %error, "produce failed; retrying"
             );
-            self.pool.forget(&self.target.addr);
+            if !matches!(error, ClientError::Broker { .. }) {
+                self.pool.forget(&addr);
+            }
             backoff.sleep().await;
+            if partition != protocol::ANY_PARTITION {
+                if moved || !matches!(error, ClientError::Broker { .. }) {
+                    self.routes.invalidate(topic);
+                }
+                addr = self.leader_addr().await.unwrap_or(addr);
+            }
         }
     }
 
+    /// Where the partition is led now, as the routes say (asking the source when stale).
+    async fn leader_addr(&self) -> Option<String> {
+        let route = self.routes.get(&self.topic).await.ok()?;
+        route.leader(self.target.partition).map(|p| p.addr.clone())
+    }
+
     /// One produce: the acknowledged `(partition, offset)`, no offset with acks 0.
-    async fn attempt(&self, set: &Bytes) -> Result<(i32, Option<i64>), ClientError> {
-        let addr = &self.target.addr;
+    async fn attempt(&self, addr: &str, set: &Bytes) -> Result<(i32, Option<i64>), ClientError> {
         let conn = self.pool.get(addr).await?;
         let acks = self.config.acks;
         let produce = conn.produce(&self.topic, self.target.partition, acks, set.clone());
@@ -137,7 +164,7 @@ impl PartitionSender {
             }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(ClientError::Closed {
-                addr: addr.clone(),
+                addr: addr.to_owned(),
                 reason: format!("no acknowledgement within {} ms", timeout.as_millis()),
             }),
         }

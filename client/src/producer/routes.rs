@@ -1,12 +1,13 @@
-//! Which partitions a topic has, as the producer last heard from its [`BrokerSource`],
-//! cached per topic and asked for again after `metadata_refresh_ms` (sooner for a topic no
-//! broker had yet, which the first produce creates).
+//! Which partitions a topic has and who leads each, as the producer last heard from its
+//! [`BrokerSource`], cached per topic and asked for again after `metadata_refresh_ms` (sooner
+//! for a topic no broker had yet, which the first produce creates, and at once after a
+//! sender found a leader gone).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::discovery::{BrokerPartitions, BrokerSource};
+use crate::discovery::{BrokerSource, TopicLayout};
 use crate::partitioner::TopicPartition;
 use crate::producer::ProducerError;
 
@@ -15,42 +16,59 @@ const UNKNOWN_TOPIC_REFRESH_MS: u64 = 1_000;
 
 #[derive(Clone)]
 pub(crate) struct Route {
-    /// Every `(broker, partition)` of the topic, sorted, never empty.
+    /// Every partition of the topic with a live leader, by number, never empty (partition −1
+    /// of each entry point while the topic is not known).
     pub partitions: Vec<TopicPartition>,
-    /// One entry per broker with partition −1, for [`crate::Partitioner::Any`].
+    /// One entry per entry point with partition −1, for [`crate::Partitioner::Any`].
     pub brokers: Vec<TopicPartition>,
     fetched_at: Instant,
-    /// False when no broker had the topic and partition 0 of each stands in.
+    /// False when the cluster did not have the topic.
     known: bool,
+    /// A sender found a leader gone: ask again, but keep this route should that fail.
+    expired: bool,
 }
 
 impl Route {
-    fn from_brokers(mut brokers: Vec<BrokerPartitions>) -> Route {
-        brokers.sort_by(|a, b| (a.broker_id, &a.addr).cmp(&(b.broker_id, &b.addr)));
-        let known = brokers.iter().any(|b| b.partitions > 0);
-        let partitions = brokers
+    fn from_layout(layout: TopicLayout) -> Route {
+        let mut entry: Vec<TopicPartition> = layout
+            .entry
             .iter()
-            .flat_map(|b| {
-                let count = if known { b.partitions } else { 1 };
-                (0..count as i32).map(|partition| TopicPartition {
-                    addr: b.addr.clone(),
-                    broker_id: b.broker_id,
-                    partition,
-                })
-            })
-            .collect();
-        let brokers = brokers
-            .iter()
-            .map(|b| TopicPartition {
-                addr: b.addr.clone(),
-                broker_id: b.broker_id,
+            .map(|e| TopicPartition {
+                addr: e.addr.clone(),
+                broker_id: e.broker_id,
                 partition: protocol::ANY_PARTITION,
             })
             .collect();
-        Route { partitions, brokers, fetched_at: Instant::now(), known }
+        entry.sort();
+        let mut partitions: Vec<TopicPartition> = layout
+            .partitions
+            .iter()
+            .map(|p| TopicPartition {
+                addr: p.addr.clone(),
+                broker_id: p.broker_id,
+                partition: p.partition,
+            })
+            .collect();
+        partitions.sort_by_key(|p| p.partition);
+        let known = layout.known && !partitions.is_empty();
+        if !known {
+            partitions = entry.clone();
+        }
+        Route { partitions, brokers: entry, fetched_at: Instant::now(), known, expired: false }
+    }
+
+    /// Where `partition` is led now, if its leader is live.
+    pub fn leader(&self, partition: i32) -> Option<&TopicPartition> {
+        if !self.known {
+            return None;
+        }
+        self.partitions.iter().find(|p| p.partition == partition)
     }
 
     fn is_fresh(&self, refresh_ms: u64) -> bool {
+        if self.expired {
+            return false;
+        }
         let refresh_ms = if self.known { refresh_ms } else { UNKNOWN_TOPIC_REFRESH_MS };
         self.fetched_at.elapsed() < Duration::from_millis(refresh_ms)
     }
@@ -74,6 +92,16 @@ impl Routes {
         }
     }
 
+    /// Forgets `topic`'s route: the next [`Routes::get`] asks the source again.
+    pub fn invalidate(&self, topic: &str) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(route) = cache.get_mut(topic) {
+            let mut expired = Route::clone(route);
+            expired.expired = true;
+            *route = Arc::new(expired);
+        }
+    }
+
     fn cached(&self, topic: &str) -> Option<Arc<Route>> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(topic).cloned()
     }
@@ -87,9 +115,9 @@ impl Routes {
         if let Some(route) = stale.as_ref().filter(|r| r.is_fresh(self.refresh_ms)) {
             return Ok(Arc::clone(route));
         }
-        match self.source.topic_brokers(topic).await {
-            Ok(brokers) if !brokers.is_empty() => {
-                let route = Arc::new(Route::from_brokers(brokers));
+        match self.source.topic_layout(topic).await {
+            Ok(layout) if !layout.entry.is_empty() || !layout.partitions.is_empty() => {
+                let route = Arc::new(Route::from_layout(layout));
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 cache.insert(topic.to_owned(), Arc::clone(&route));
                 Ok(route)
@@ -100,6 +128,7 @@ impl Routes {
                 tracing::warn!(%topic, "broker lookup failed; using the previous broker list");
                 let mut route = Route::clone(&stale.expect("checked"));
                 route.fetched_at = Instant::now();
+                route.expired = false;
                 let route = Arc::new(route);
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 cache.insert(topic.to_owned(), Arc::clone(&route));

@@ -100,7 +100,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let coordinator: Arc<dyn Coordinator> = embedded.session("/bench")?;
     let cluster = Registry::new(Arc::clone(&coordinator));
     cluster.register_broker(0, &BrokerInfo { host: "127.0.0.1".into(), port }).await?;
-    cluster.register_topic(TOPIC, 0, args.partitions).await?;
+    // The broker runs alone (no registry of its own): describe its partitions to one.
+    cluster.create_topic_led_by(TOPIC, args.partitions, 0).await?;
     let store_url = args
         .store
         .clone()

@@ -127,25 +127,24 @@ static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 use testkit::events::{event_id, page_view};
 
 /// Positions of the rows under the topic's prefix; panics on a duplicate.
-pub async fn unique_positions(store: &Arc<dyn ObjectStore>, topic: &str) -> HashSet<(String, i64)> {
+pub async fn unique_positions(store: &Arc<dyn ObjectStore>, topic: &str) -> HashSet<(i32, i64)> {
     let rows = hdfs_loader::readback::read_topic(store, topic).await.expect("read back");
     let mut seen = HashSet::with_capacity(rows.positions.len());
     for position in rows.positions {
-        assert!(seen.insert(position.clone()), "row {position:?} is visible twice");
+        assert!(seen.insert(position), "row {position:?} is visible twice");
     }
     seen
 }
 
-/// Every message offset of every partition of `topic` in the broker, as `(label, offset)`.
+/// Every message offset of every partition of `topic` in the broker, as `(partition, offset)`.
 pub async fn log_positions(
     broker: &TestBroker,
     topic: &str,
     partitions: i32,
-) -> HashSet<(String, i64)> {
+) -> HashSet<(i32, i64)> {
     let consumer = SimpleConsumer::connect(&broker.addr, SimpleConsumerConfig::default())
         .await
         .expect("consumer");
-    let broker_id = broker.broker.config().broker_id;
     let mut positions = HashSet::new();
     for partition in 0..partitions {
         let end = consumer.latest_offset(topic, partition).await.expect("log end");
@@ -154,7 +153,7 @@ pub async fn log_positions(
             let fetched = consumer.fetch(topic, partition, offset).await.expect("fetch");
             for message in fetched.iter() {
                 let message = message.expect("message");
-                positions.insert((format!("{broker_id}-{partition}"), message.offset));
+                positions.insert((partition, message.offset));
                 offset = message.next_offset;
             }
         }

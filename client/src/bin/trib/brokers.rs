@@ -1,12 +1,13 @@
-//! Where `trib` finds brokers: addresses given with `--brokers`, or the broker registry of a
-//! ZooKeeper cluster given with `--zookeeper`. Every subcommand that takes
+//! Where `trib` finds brokers: addresses given with `--brokers` (entry points into one
+//! cluster), or the broker registry of a ZooKeeper cluster given with `--zookeeper`. Every subcommand that takes
 //! [`crate::cli::BrokerArgs`] works with either.
 
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use client::{BrokerPartitions, BrokerSource, Connection, RegistryBrokers, StaticBrokers};
+use client::{BrokerSource, Connection, RegistryBrokers, StaticBrokers};
 use cluster::{Registry, ZooKeeper, ZooKeeperConfig};
+use protocol::MetadataResponse;
 
 #[derive(Clone)]
 pub enum Brokers {
@@ -58,31 +59,36 @@ impl Brokers {
         }
     }
 
-    /// Each broker with its partitions of `topic` (0 for a broker without it).
-    pub async fn topic_brokers(&self, topic: &str) -> anyhow::Result<Vec<BrokerPartitions>> {
-        Ok(self.source().topic_brokers(topic).await?)
-    }
-
-    /// A connection to the broker that holds `partition` of `topic`: the first one given
-    /// with that many partitions, or else the first one that answers.
-    pub async fn connect_for(&self, topic: &str, partition: i32) -> anyhow::Result<Connection> {
-        let brokers = self.topic_brokers(topic).await?;
-        let holder = brokers.iter().find(|b| i64::from(b.partitions) > i64::from(partition));
-        let Some(broker) = holder.or(brokers.first()) else {
-            bail!("no broker answered");
-        };
-        Connection::connect(&broker.addr)
-            .await
-            .with_context(|| format!("cannot reach the broker of {topic}-{partition}"))
-    }
-
-    /// Connections to every broker given; an unreachable one is an error.
-    pub async fn connect_all(&self) -> anyhow::Result<Vec<Connection>> {
-        let addrs = self.addrs().await?;
-        let mut connections = Vec::with_capacity(addrs.len());
-        for addr in &addrs {
-            connections.push(Connection::connect(addr).await?);
+    /// `METADATA` for `topics` (all when empty) from the first broker that answers: every
+    /// broker of a cluster answers for all of it.
+    pub async fn metadata(&self, topics: &[&str]) -> anyhow::Result<MetadataResponse> {
+        let mut failures = Vec::new();
+        for addr in self.addrs().await? {
+            match Connection::connect(&addr).await {
+                Ok(conn) => match conn.metadata(topics).await {
+                    Ok(metadata) => return Ok(metadata),
+                    Err(e) => failures.push(e.to_string()),
+                },
+                Err(e) => failures.push(e.to_string()),
+            }
         }
-        Ok(connections)
+        bail!("no broker answered: {}", failures.join("; "))
+    }
+
+    /// A connection to the leader of `partition` of `topic`, or to the first broker that
+    /// answers for a topic the cluster does not have (which says so).
+    pub async fn connect_for(&self, topic: &str, partition: i32) -> anyhow::Result<Connection> {
+        let metadata = self.metadata(&[topic]).await?;
+        let leader = metadata
+            .topic(topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition))
+            .and_then(|p| metadata.broker(p.leader));
+        let addr = match leader {
+            Some(leader) => leader.addr(),
+            None => self.addrs().await?.into_iter().next().context("no broker address")?,
+        };
+        Connection::connect(&addr)
+            .await
+            .with_context(|| format!("cannot reach the leader of {topic}-{partition} at {addr}"))
     }
 }

@@ -182,19 +182,25 @@ pub enum TopicsCommand {
         #[command(flatten)]
         brokers: BrokerArgs,
     },
-    /// Create a topic (or add partitions and change its settings) on every broker given.
+    /// Create a topic in the cluster (or add partitions and change its settings).
     Create {
         #[command(flatten)]
         brokers: BrokerArgs,
         #[arg(long)]
         topic: String,
+        /// Partitions across the cluster.
         #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
         partitions: i32,
+        /// Brokers that keep a replica of each partition [default: the brokers'
+        /// default_replication_factor].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        replication_factor: Option<u32>,
         /// Per-topic settings such as retention_ms=3600000; repeat for more.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_key_value)]
         configs: Vec<(String, String)>,
     },
-    /// Partitions of one topic on each broker, with their earliest and latest offsets.
+    /// Each partition of a topic: its leader, replicas and in-sync replicas, and its earliest
+    /// and latest offsets.
     Describe {
         #[command(flatten)]
         brokers: BrokerArgs,

@@ -48,7 +48,7 @@ async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyh
             .iter()
             .map(|r| {
                 json!({
-                    "topic": r.topic, "partition": r.partition.to_string(), "owner": owner(r),
+                    "topic": r.topic, "partition": r.partition, "owner": owner(r),
                     "committed": r.committed, "log_start": r.lag.map(|l| l.log_start),
                     "log_end": r.lag.map(|l| l.log_end), "lag": r.lag.map(|l| l.bytes()),
                     "lag_from_log_start": r.lag.map(|l| l.from_start()),
