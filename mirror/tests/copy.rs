@@ -111,7 +111,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let text = eventually(WAIT, "lag 0 in /metrics", || async {
         let text = http.get(&metrics_url).send().await.ok()?.text().await.ok()?;
         text.contains(
-            "tributary_mirror_lag_bytes{source=\"live-b\",topic=\"click\",partition=\"0-0\"} 0",
+            "tributary_mirror_lag_bytes{source=\"live-b\",topic=\"click\",partition=\"0\"} 0",
         )
         .then_some(text)
     })

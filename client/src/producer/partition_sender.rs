@@ -140,8 +140,20 @@ impl PartitionSender {
                     self.routes.invalidate(topic);
                 }
                 addr = self.leader_addr().await.unwrap_or(addr);
+            } else if moved {
+                // The broker leads none of the topic's partitions: another entry point may.
+                addr = self.other_entry(&addr).await.unwrap_or(addr);
             }
         }
+    }
+
+    /// An entry point other than `addr` for a produce to partition −1, if the route has one.
+    async fn other_entry(&self, addr: &str) -> Option<String> {
+        self.routes.invalidate(&self.topic);
+        let route = self.routes.get(&self.topic).await.ok()?;
+        let others: Vec<&TopicPartition> =
+            route.brokers.iter().filter(|b| b.addr != addr).collect();
+        (!others.is_empty()).then(|| others[rand::random_range(0..others.len())].addr.clone())
     }
 
     /// Where the partition is led now, as the routes say (asking the source when stale).
