@@ -37,7 +37,9 @@ pub struct ClusterSpec {
 }
 
 impl ClusterSpec {
-    /// `brokers` brokers with `partitions` partitions per topic each, data visible within 50 ms.
+    /// `brokers` brokers with `partitions` partitions per topic per broker (spread over the
+    /// brokers by the cluster), each partition on two brokers where there are two, data
+    /// visible within 50 ms.
     pub fn new(name: &str, brokers: u32, partitions: u32) -> ClusterSpec {
         ClusterSpec {
             name: name.into(),
@@ -74,7 +76,8 @@ impl Cluster {
                 host: "127.0.0.1".into(),
                 port: 0,
                 data_dir: dir.clone(),
-                num_partitions: spec.partitions,
+                num_partitions: spec.partitions * spec.brokers,
+                default_replication_factor: spec.brokers.min(2),
                 flush_ms: spec.flush_ms,
                 segment_bytes: spec.segment_bytes,
                 visible_after: spec.visible_after,
@@ -96,6 +99,14 @@ impl Cluster {
             cluster.tasks.push(tokio::spawn(broker::serve(listener, broker, stop.clone())));
             cluster.addrs.push(addr.to_string());
             cluster.data_dirs.push(dir);
+        }
+        // Every broker registered before anything creates a topic: replicas go to all of them.
+        let registry = cluster::Registry::new(session(embedded, &chroot)?);
+        for _ in 0..500 {
+            if registry.brokers().await.is_ok_and(|b| b.len() == spec.brokers as usize) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         Ok(cluster)
     }
