@@ -890,6 +890,20 @@ impl Broker {
         self.topic_created(created).map(drop)
     }
 
+    /// Lets the leadership of `topic`'s `partition` take in the ISR its state records now.
+    pub(crate) fn adopt_isr(
+        &self,
+        topic: &str,
+        partition: i32,
+        isr: &[i32],
+        is_live: impl Fn(i32) -> bool,
+    ) {
+        let Ok(partition) = self.local_partition(topic, partition) else { return };
+        if let Some(leader) = self.leader_of(&partition) {
+            leader.adopt_isr(isr, is_live);
+        }
+    }
+
     /// The epoch this broker leads `topic`'s `partition` in, if it leads it.
     pub(crate) fn leading_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
         let partition = self.local_partition(topic, partition).ok()?;

@@ -205,8 +205,10 @@ impl Leader {
         }
         let was_under = self.under_replicated(&state);
         for r in &lagging {
-            state.isr.remove(r);
-            self.metrics.isr_shrinks.inc();
+            // Gone already if the controller's change of the same ISR came in first.
+            if state.isr.remove(r) {
+                self.metrics.isr_shrinks.inc();
+            }
         }
         if !was_under {
             self.metrics.under_replicated.inc();
@@ -214,6 +216,39 @@ impl Leader {
         tracing::warn!(
             partition = ?self.partition, epoch = self.epoch, left = ?lagging, isr = ?state.isr,
             "ISR shrank"
+        );
+        self.advance_high_watermark(&state);
+    }
+
+    /// Takes in the controller's ISR changes: a member the registry's ISR no longer lists
+    /// and whose broker is gone (`is_live` says no) leaves the in-memory ISR too, and the high
+    /// watermark may move. A member the registry lacks only because this leader's own write of
+    /// an expansion is still under way stays.
+    pub(crate) fn adopt_isr(&self, recorded: &[i32], is_live: impl Fn(i32) -> bool) {
+        let mut state = self.state();
+        if self.ended.is_cancelled() {
+            return;
+        }
+        let gone: Vec<i32> = state
+            .isr
+            .iter()
+            .copied()
+            .filter(|&r| r != self.broker_id && !recorded.contains(&r) && !is_live(r))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let was_under = self.under_replicated(&state);
+        for r in &gone {
+            state.isr.remove(r);
+            self.metrics.isr_shrinks.inc();
+        }
+        if !was_under {
+            self.metrics.under_replicated.inc();
+        }
+        tracing::warn!(
+            partition = ?self.partition, epoch = self.epoch, left = ?gone, isr = ?state.isr,
+            "ISR shrank by the controller"
         );
         self.advance_high_watermark(&state);
     }

@@ -184,6 +184,7 @@ impl ReplicaManager {
         if state.leader == self.broker_id {
             self.stop_following(&key).await;
             if broker.leading_epoch(topic, p) == Some(state.leader_epoch) {
+                broker.adopt_isr(topic, p, &state.isr, |r| view.brokers.contains_key(&r));
                 return;
             }
             let leadership = Leadership {
