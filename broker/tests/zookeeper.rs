@@ -187,6 +187,10 @@ async fn the_zookeeper_flags_register_a_broker_started_from_the_command_line() {
         &connect,
         "--zookeeper-session-timeout-ms",
         "2000",
+        "--default-replication-factor",
+        "2",
+        "--min-insync-replicas",
+        "2",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -200,6 +204,24 @@ async fn the_zookeeper_flags_register_a_broker_started_from_the_command_line() {
     })
     .await;
     assert_eq!(brokers.get(&5), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    // --default-replication-factor 2: one live broker cannot hold a new topic's two replicas;
+    // --min-insync-replicas 2: a topic of one replica cannot need two.
+    let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+    let code = |r: Result<(), client::ClientError>| r.err().and_then(|e| e.code());
+    assert_eq!(
+        code(conn.create_topic("two", 1, &[]).await),
+        Some(protocol::ErrorCode::InvalidConfig)
+    );
+    let one = [("replication_factor", "1")];
+    assert_eq!(
+        code(conn.create_topic("one", 1, &one).await),
+        Some(protocol::ErrorCode::InvalidConfig)
+    );
+    let both = [("replication_factor", "1"), ("min_insync_replicas", "1")];
+    conn.create_topic("one", 1, &both).await.unwrap();
+    let (assignment, _) = registry.topic_assignment("one").await.unwrap().unwrap();
+    assert_eq!(assignment.replication_factor(), 1);
+    drop(conn);
     // The session timeout flag is applied too: after kill -9 the node goes within ~2 s, far
     // sooner than the 6 s default.
     broker.signal(nix::sys::signal::Signal::SIGKILL);

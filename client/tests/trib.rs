@@ -127,6 +127,42 @@ async fn topics_are_created_listed_and_described() {
     .await;
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid topic config"));
+    // --replication-factor reaches the broker: one alone keeps one replica, and says so.
+    let replicated = trib(
+        &[
+            "topics",
+            "create",
+            "--brokers",
+            b,
+            "--topic",
+            "r",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "2",
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(replicated.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&replicated.stderr).contains("invalid topic config"));
+    let single = trib(
+        &[
+            "topics",
+            "create",
+            "--brokers",
+            b,
+            "--topic",
+            "r",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "1",
+        ],
+        b"",
+    )
+    .await;
+    assert!(stdout(&single).contains("replication factor 1"));
 }
 
 #[tokio::test]
