@@ -387,18 +387,7 @@ impl Partition {
     pub fn read(&self, offset: i64, max_bytes: u32) -> Result<Option<FileSlice>, LogError> {
         let visible_end = self.visible_end();
         let state = self.state();
-        let start = state.segments[0].base_offset;
-        let out_of_range = || LogError::OffsetOutOfRange {
-            topic: self.topic.clone(),
-            partition: self.index,
-            offset,
-            start,
-            end: visible_end,
-        };
-        let offset = u64::try_from(offset).map_err(|_| out_of_range())?;
-        if offset < start || offset > visible_end {
-            return Err(out_of_range());
-        }
+        let offset = self.within(&state, offset, visible_end)?;
         if offset == visible_end {
             return Ok(None);
         }
@@ -408,6 +397,22 @@ impl Partition {
         let len = (limit - offset).min(u64::from(max_bytes));
         let position = offset - segment.base_offset;
         Ok(Some(FileSlice { segment, position, len }))
+    }
+
+    /// `offset` as a position of the log between its start and `end`, or
+    /// [`LogError::OffsetOutOfRange`].
+    fn within(&self, state: &State, offset: i64, end: u64) -> Result<u64, LogError> {
+        let start = state.segments[0].base_offset;
+        match u64::try_from(offset) {
+            Ok(position) if position >= start && position <= end => Ok(position),
+            _ => Err(LogError::OffsetOutOfRange {
+                topic: self.topic.clone(),
+                partition: self.index,
+                offset,
+                start,
+                end,
+            }),
+        }
     }
 
     /// Asks the flusher for a flush now and waits until the log is on disk up to `end`.
@@ -669,18 +674,7 @@ impl Partition {
     /// answer has the one epoch it carries.
     pub fn read_replica(&self, offset: i64, max_bytes: u32) -> Result<ReplicaSlice, LogError> {
         let state = self.state();
-        let start = state.segments[0].base_offset;
-        let out_of_range = || LogError::OffsetOutOfRange {
-            topic: self.topic.clone(),
-            partition: self.index,
-            offset,
-            start,
-            end: state.end,
-        };
-        let offset = u64::try_from(offset).map_err(|_| out_of_range())?;
-        if offset < start || offset > state.end {
-            return Err(out_of_range());
-        }
+        let offset = self.within(&state, offset, state.end)?;
         let (epoch, epoch_end) = {
             let epochs = lock(&self.epochs);
             let entries = epochs.entries();
