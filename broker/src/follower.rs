@@ -108,8 +108,9 @@ impl LeaderLink {
     }
 }
 
-/// Copies `partition` from its leader until `stop` or until the leader refuses this
-/// follower's epoch. Connection failures are retried with backoff, forever.
+/// Copies `partition` from its leader until `stop` or until the leader is in a newer epoch
+/// than this follower's. Connection failures, and a leader that does not lead this epoch
+/// yet, are retried with backoff, forever.
 pub async fn follow(
     partition: Arc<Partition>,
     config: FollowerConfig,
@@ -124,14 +125,21 @@ pub async fn follow(
             Err(failure) = attempt => failure,
         };
         match failure {
-            Failure::Link(LinkError::Error(
-                error @ (ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeader),
-            )) => {
+            Failure::Link(LinkError::Error(error @ ErrorCode::FencedLeaderEpoch)) => {
                 return Err(FollowerError::Refused {
                     addr: config.leader_addr.clone(),
                     epoch: config.leader_epoch,
                     error,
                 });
+            }
+            // The leader has not taken up this epoch yet (it learns of its election a moment
+            // after this follower did), or it was never told: a newer state in the registry
+            // replaces this follower then.
+            Failure::Link(LinkError::Error(ErrorCode::NotLeader)) => {
+                tracing::debug!(
+                    partition = ?partition, leader = %config.leader_addr,
+                    epoch = config.leader_epoch, "the leader does not lead this epoch yet"
+                );
             }
             Failure::Link(e) => {
                 tracing::warn!(

@@ -58,6 +58,9 @@ pub(crate) struct Leader {
 
 struct State {
     isr: BTreeSet<i32>,
+    /// The ISR the registry holds, as last written or seen; the lag task writes `isr` when
+    /// the two differ.
+    recorded: BTreeSet<i32>,
     followers: BTreeMap<i32, Progress>,
 }
 
@@ -82,7 +85,8 @@ impl Leader {
         store: Option<IsrStore>,
     ) -> Leader {
         let end = partition.end();
-        let mut isr: BTreeSet<i32> = leadership.isr.iter().copied().collect();
+        let recorded: BTreeSet<i32> = leadership.isr.iter().copied().collect();
+        let mut isr = recorded.clone();
         isr.insert(broker_id);
         let start = partition.high_watermark().unwrap_or_else(|| partition.visible_end()).min(end);
         let hw = if isr.len() == 1 { end } else { start };
@@ -108,7 +112,7 @@ impl Leader {
             replicas: leadership.replicas,
             min_insync: leadership.min_insync_replicas,
             replica_lag,
-            state: Mutex::new(State { isr, followers }),
+            state: Mutex::new(State { isr, recorded, followers }),
             high_watermark: watch::Sender::new(hw),
             ended: CancellationToken::new(),
             metrics,
@@ -229,6 +233,7 @@ impl Leader {
         if self.ended.is_cancelled() {
             return;
         }
+        state.recorded = recorded.iter().copied().collect();
         let gone: Vec<i32> = state
             .isr
             .iter()
@@ -236,6 +241,10 @@ impl Leader {
             .filter(|&r| r != self.broker_id && !recorded.contains(&r) && !is_live(r))
             .collect();
         if gone.is_empty() {
+            if state.recorded != state.isr {
+                // A member that came back after the controller dropped it: write it again.
+                self.expanded.notify_one();
+            }
             return;
         }
         let was_under = self.under_replicated(&state);
@@ -321,7 +330,6 @@ impl Leader {
 /// leadership ends.
 pub(crate) async fn watch_lag(leader: Arc<Leader>, stop: CancellationToken) {
     let period = (leader.replica_lag / 4).max(Duration::from_millis(10));
-    let mut recorded: Option<Vec<i32>> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -330,9 +338,12 @@ pub(crate) async fn watch_lag(leader: Arc<Leader>, stop: CancellationToken) {
             () = leader.expanded.notified() => {}
         }
         if let Some(store) = &leader.store {
-            let isr = leader.isr();
-            if recorded.as_ref() != Some(&isr) && store(isr.clone()).await {
-                recorded = Some(isr);
+            let (isr, recorded) = {
+                let state = leader.state();
+                (state.isr.clone(), state.recorded.clone())
+            };
+            if isr != recorded && store(isr.iter().copied().collect()).await {
+                leader.state().recorded = isr;
             }
         }
     }

@@ -3,6 +3,7 @@
 //! session expires.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cluster::{BrokerInfo, Coordinator, Registry, RegistryError, ZooKeeper, ZooKeeperConfig};
 
@@ -14,7 +15,10 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Connects and registers the broker; a live broker with the same id makes this fail.
+    /// Connects and registers the broker. A node of the same id left by this broker's previous
+    /// process (killed, its session not yet expired) is waited out for up to two session
+    /// timeouts, so a supervisor may restart a killed broker at once; a broker with the same id
+    /// that is still alive after that makes this fail.
     pub(crate) async fn register(
         connect: &str,
         session_timeout_ms: u64,
@@ -25,7 +29,32 @@ impl Registration {
         config.session_timeout_ms = session_timeout_ms;
         let session = ZooKeeper::connect(config).await?;
         tracing::info!(zookeeper = %connect, "connected to ZooKeeper");
-        Registration::register_in(session, broker_id, info).await
+        let registry = Registry::new(session.clone());
+        let deadline = Instant::now() + 2 * Duration::from_millis(session_timeout_ms);
+        let mut backoff = service::Backoff::from_ms(100, 1_000);
+        let mut waiting = false;
+        loop {
+            match registry.register_broker(broker_id, &info).await {
+                Err(RegistryError::BrokerIdTaken { holder, .. }) if Instant::now() < deadline => {
+                    if !std::mem::replace(&mut waiting, true) {
+                        tracing::info!(
+                        broker_id,
+                        %holder,
+                        "broker id still registered (a previous process whose session has not \
+                         expired yet?); waiting"
+                        );
+                    }
+                    tokio::time::sleep(backoff.next_delay().unwrap_or(Duration::from_secs(1)))
+                        .await;
+                }
+                result => {
+                    result?;
+                    break;
+                }
+            }
+        }
+        tracing::info!(broker_id, addr = %info.addr(), "registered broker");
+        Ok(Registration { broker_id, registry, _session: session })
     }
 
     /// Registers the broker in a session the caller opened (e.g. on the embedded backend).

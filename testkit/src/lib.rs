@@ -2,6 +2,7 @@
 //! loopback port chosen by the OS and stops it when dropped.
 
 pub mod broker;
+pub mod broker_processes;
 pub mod cluster;
 pub mod events;
 pub mod metrics;

@@ -43,6 +43,8 @@ impl PartitionSender {
     pub async fn run(mut self) {
         let linger = Duration::from_millis(self.config.linger_ms);
         let mut carried: Option<Record> = None;
+        // Where the last batch went: after a failover the next batch starts at the new leader.
+        let mut addr = self.target.addr.clone();
         loop {
             let mut batch = Batch::default();
             match carried.take() {
@@ -74,21 +76,22 @@ impl PartitionSender {
                     Ok(None) | Err(_) => break, // closing, or lingered long enough
                 }
             }
-            self.send(batch).await;
+            addr = self.send(batch, addr).await;
             for done in flushes {
                 let _ = done.send(());
             }
         }
     }
 
-    async fn send(&self, batch: Batch) {
+    /// Sends `batch`, first to `addr`; returns where it went last (the leader it found).
+    async fn send(&self, batch: Batch, mut addr: String) -> String {
         let (topic, partition) = (&self.topic, self.target.partition);
         let codec = self.config.compression;
         let set = match batch.encode(codec) {
             Ok(set) => set,
             Err(source) => {
                 batch.fail(&ProducerError::Compression { topic: topic.clone(), partition, source });
-                return;
+                return addr;
             }
         };
         let mut backoff = service::Backoff::from_ms(
@@ -96,13 +99,12 @@ impl PartitionSender {
             self.config.retry_backoff_max_ms,
         );
         let mut attempts = 0;
-        let mut addr = self.target.addr.clone();
         loop {
             attempts += 1;
             let error = match self.attempt(&addr, &set).await {
                 Ok((partition, offset)) => {
                     batch.acknowledge(&addr, partition, offset, codec);
-                    return;
+                    return addr;
                 }
                 Err(error) => error,
             };
@@ -121,11 +123,11 @@ impl PartitionSender {
                 batch.fail(&ProducerError::Send {
                     topic: topic.clone(),
                     partition,
-                    addr,
+                    addr: addr.clone(),
                     attempts,
                     source,
                 });
-                return;
+                return addr;
             }
             tracing::warn!(
                 %topic, partition, %addr, attempts, messages = batch.len(),

@@ -169,7 +169,6 @@ impl Deployment {
         };
         let begun = Instant::now();
         let mut started = process::spawn(command(), paths)?;
-        let mut spawned_at = begun;
         let not_ready = |reason: String, log_offset: u64| DeployError::NotReady {
             name: component.name.clone(),
             reason,
@@ -180,16 +179,7 @@ impl Deployment {
             match started.child.try_wait() {
                 Ok(Some(status)) => {
                     let _ = std::fs::remove_file(&paths.pid_file);
-                    let temporary = component.retry_on.is_some_and(|text| {
-                        process::log_tail(&paths.log_file, started.log_offset, 50).contains(text)
-                    });
-                    if !temporary || begun.elapsed() + RETRY_PAUSE >= timeout {
-                        return Err(not_ready(format!("it exited ({status})"), started.log_offset));
-                    }
-                    std::thread::sleep(RETRY_PAUSE);
-                    started = process::spawn(command(), paths)?;
-                    spawned_at = Instant::now();
-                    continue;
+                    return Err(not_ready(format!("it exited ({status})"), started.log_offset));
                 }
                 Ok(None) => {}
                 Err(source) => {
@@ -197,7 +187,7 @@ impl Deployment {
                 }
             }
             // Checked after `try_wait`, so a process that is gone never counts as ready.
-            if component.ready.check(spawned_at.elapsed(), &paths.log_file, started.log_offset) {
+            if component.ready.check(begun.elapsed(), &paths.log_file, started.log_offset) {
                 return Ok(started.child.id());
             }
             if begun.elapsed() >= timeout {
@@ -328,9 +318,6 @@ fn format_uptime(secs: u64) -> String {
         _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
     }
 }
-
-/// Pause before starting again a process that exited for a temporary reason.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 fn say(out: &mut dyn Write, line: std::fmt::Arguments<'_>) -> Result<(), DeployError> {
     writeln!(out, "{line}").map_err(DeployError::Output)

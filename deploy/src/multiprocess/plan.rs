@@ -33,9 +33,6 @@ pub struct Component {
     pub marker: String,
     /// Whether `up` builds it from the component binaries directory (checked before start).
     pub ours: bool,
-    /// If it exits before it is ready with this text in its log, the condition is temporary:
-    /// `up` starts it again (once a second, within the ready timeout).
-    pub retry_on: Option<&'static str>,
     /// Its `/metrics` URL, where it has one.
     pub metrics: Option<String>,
 }
@@ -214,7 +211,6 @@ fn zookeeper(topology: &Topology) -> Component {
         address: format!("{HOST}:{}", zk.port),
         marker: display(&config),
         ours: false,
-        retry_on: None,
         metrics: None,
     }
 }
@@ -274,7 +270,6 @@ fn seaweedfs(topology: &Topology) -> Component {
         address: format!("http://{HOST}:{}", s3.s3_port),
         marker: format!("-dir={}", data.display()),
         ours: false,
-        retry_on: None,
         metrics: None,
     }
 }
@@ -309,7 +304,6 @@ fn service(
         address: String::new(),
         marker: display(&config),
         ours: true,
-        retry_on: None,
         metrics: None,
     }
 }
@@ -376,8 +370,7 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     // Serving alone is not enough: the rest of the pipeline finds brokers in ZooKeeper.
     component.ready = Ready::LogLine { text: "registered broker".into() };
     // After a crash, the broker's id stays registered until its old ZooKeeper session
-    // expires (`zookeeper_session_timeout_ms`); the new broker refuses to start until then.
-    component.retry_on = Some("is already registered");
+    // expires (`zookeeper_session_timeout_ms`); the new broker waits that out itself.
     component.address = format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster));
     component.metrics = Some(metrics_url);
     component
@@ -416,7 +409,6 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
         address: format!("{HOST}:{port}"),
         marker: display(&config),
         ours: false,
-        retry_on: None,
         metrics: None,
     }
 }
@@ -543,7 +535,6 @@ fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u1
         // Its command line names no file of the run directory, but its agent's address.
         marker: agent,
         ours: true,
-        retry_on: None,
         metrics: None,
     }
 }

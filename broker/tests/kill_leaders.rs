@@ -1,0 +1,191 @@
+//! The real `broker` binary, three processes in a real ZooKeeper, one topic with replication
+//! factor 3 and `min_insync_replicas` 2: the leader of a partition is killed with `kill -9`
+//! fifty times, one leader after another, each restarted (once with its data directory wiped
+//! first), while a producer with acks all keeps producing and a consumer group keeps reading.
+//! Every acknowledged message is there at the end, in order; nothing a consumer read was taken
+//! back; and every replica of a partition has the same segment files, byte for byte.
+//!
+//! `TRIBUTARY_KILLS=N` changes the number of kills; `TRIBUTARY_DUMP_LOGS=1` prints every
+//! broker's log at the end (a broker's log tail is printed anyway if the cluster fails to heal).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use client::{GroupConsumer, GroupConsumerConfig, SimpleConsumer};
+use testkit::broker_processes::{BrokerProcesses, KillPlan, kill_leaders, registry, sequence};
+use testkit::eventually;
+use testkit::zookeeper::ZooKeeperServer;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_broker");
+const TOPIC: &str = "replicated";
+const PARTITIONS: i32 = 3;
+const WAIT: Duration = Duration::from_secs(120);
+
+/// Every message of `partition` as its leader serves it: `(offset, payload)` in log order.
+async fn read_partition(
+    brokers: &BrokerProcesses,
+    leader: i32,
+    partition: i32,
+) -> Vec<(i64, Vec<u8>)> {
+    let consumer =
+        SimpleConsumer::connect(&brokers.addr(leader), Default::default()).await.unwrap();
+    let end = consumer.latest_offset(TOPIC, partition).await.unwrap();
+    let mut offset = 0;
+    let mut messages = Vec::new();
+    while offset < end {
+        for message in consumer.fetch(TOPIC, partition, offset).await.unwrap().iter() {
+            let message = message.unwrap();
+            messages.push((message.offset, message.payload.to_vec()));
+            offset = message.next_offset;
+        }
+    }
+    messages
+}
+
+/// Each `.log` file of `dir` by name, with its bytes.
+fn segments(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| {
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+type Consumed = Arc<Mutex<Vec<(i32, i64, Vec<u8>)>>>;
+
+/// Two members of one group reading the topic, each message noted with where it was read.
+async fn start_group(connect: &str, consumed: &Consumed) -> Vec<GroupConsumer> {
+    let mut members = Vec::new();
+    for member in 0..2 {
+        let mut config = GroupConsumerConfig::new("readers");
+        config.consumer_id = Some(format!("reader-{member}"));
+        config.auto_commit_ms = 500;
+        let consumer = GroupConsumer::connect(registry(connect).await, config).unwrap();
+        let topics = BTreeMap::from([(TOPIC.to_owned(), 1)]);
+        let mut streams = consumer.create_message_streams(&topics).await.unwrap();
+        let mut stream = streams.remove(TOPIC).unwrap().pop().unwrap();
+        let consumed = Arc::clone(consumed);
+        tokio::spawn(async move {
+            while let Some(message) = stream.next_message().await {
+                let m = message.expect("the group reads on through every failover");
+                consumed.lock().unwrap().push((m.partition, m.offset, m.payload.to_vec()));
+            }
+        });
+        members.push(consumer);
+    }
+    members
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_leader_kills_lose_no_acknowledged_message() {
+    testkit::broker::init_logging();
+    let kills =
+        std::env::var("TRIBUTARY_KILLS").map_or(50, |n| n.parse().expect("TRIBUTARY_KILLS"));
+    let connect = ZooKeeperServer::shared().connect_string();
+    let args =
+        ["--zookeeper-session-timeout-ms", "2000", "--replica-lag-ms", "3000", "--flush-ms", "5"];
+    let mut brokers = BrokerProcesses::start(BINARY.as_ref(), &connect, 3, &args);
+    let registry = registry(&connect).await;
+    eventually(WAIT, "three brokers registered", || async {
+        (registry.brokers().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
+    let conn = client::Connection::connect(&brokers.addr(0)).await.unwrap();
+    conn.create_topic(TOPIC, PARTITIONS, &configs).await.unwrap();
+    drop(conn);
+    for partition in 0..PARTITIONS {
+        eventually(WAIT, "every replica in sync", || async {
+            let (state, _) = registry.partition_state(TOPIC, partition).await.ok()??;
+            (state.leader >= 0 && state.isr.len() == 3).then_some(())
+        })
+        .await;
+    }
+    let consumed: Consumed = Arc::default();
+    let group = start_group(&connect, &consumed).await;
+
+    let plan = KillPlan {
+        topic: TOPIC.into(),
+        partitions: PARTITIONS,
+        kills,
+        wipe_at: Some(kills / 2),
+        rate: 300,
+        message_bytes: 100,
+    };
+    let report = kill_leaders(&mut brokers, &registry, &plan).await;
+    let mut failovers = report.failovers.clone();
+    failovers.sort();
+    eprintln!(
+        "{} kills; failover p50 {:?}, max {:?}; {} acknowledged, {} not",
+        failovers.len(),
+        failovers[failovers.len() / 2],
+        failovers.last().unwrap(),
+        report.acknowledged.values().map(Vec::len).sum::<usize>(),
+        report.unacknowledged,
+    );
+
+    for partition in 0..PARTITIONS {
+        let (state, _) = registry.partition_state(TOPIC, partition).await.unwrap().unwrap();
+        let log = read_partition(&brokers, state.leader, partition).await;
+        // Every acknowledged message, in the order produced (a retried batch may be stored
+        // twice; its first copy counts).
+        let mut first_seen = BTreeMap::new();
+        for (index, (_, payload)) in log.iter().enumerate() {
+            first_seen.entry(payload.clone()).or_insert(index);
+        }
+        let acknowledged = &report.acknowledged[&partition];
+        let mut last = None;
+        for payload in acknowledged {
+            let index = first_seen.get(payload).unwrap_or_else(|| {
+                panic!("partition {partition}: acknowledged {} is gone", sequence(payload))
+            });
+            assert!(
+                last < Some(*index),
+                "partition {partition}: {} out of order",
+                sequence(payload)
+            );
+            last = Some(*index);
+        }
+        // What the group read was never taken back: the log still has it at that offset. And
+        // it read on to the end.
+        let by_offset: BTreeMap<i64, &Vec<u8>> = log.iter().map(|(o, p)| (*o, p)).collect();
+        let wanted: BTreeSet<&Vec<u8>> = acknowledged.iter().collect();
+        eventually(WAIT, "the group read every acknowledged message", || async {
+            let consumed = consumed.lock().unwrap();
+            let read: BTreeSet<&Vec<u8>> =
+                consumed.iter().filter(|(p, ..)| *p == partition).map(|(.., m)| m).collect();
+            wanted.is_subset(&read).then_some(())
+        })
+        .await;
+        for (p, offset, payload) in
+            consumed.lock().unwrap().iter().filter(|(p, ..)| *p == partition)
+        {
+            assert_eq!(
+                by_offset.get(offset),
+                Some(&payload),
+                "partition {p} offset {offset} changed"
+            );
+        }
+        // Every replica the same bytes.
+        eventually(WAIT, "identical segment files on every replica", || async {
+            let replicas: Vec<_> = (0..3)
+                .map(|id| segments(&brokers.data_dir(id).join(format!("{TOPIC}-{partition}"))))
+                .collect();
+            replicas.windows(2).all(|w| w[0] == w[1]).then_some(())
+        })
+        .await;
+    }
+    if std::env::var_os("TRIBUTARY_DUMP_LOGS").is_some() {
+        for id in 0..3 {
+            eprintln!("=== broker {id}\n{}", brokers.log(id));
+        }
+    }
+    for member in group {
+        member.close().await.unwrap();
+    }
+}
