@@ -126,3 +126,104 @@ async fn acknowledged_messages_survive_the_leaders_loss() {
     .await;
     producer.close().await;
 }
+
+/// A leader cut off from ZooKeeper loses its session; the controller elects another member of
+/// the ISR. The old leader, which cannot hear of it, must acknowledge nothing with acks all
+/// from then on: its followers have moved to the new leader, and it cannot shrink its ISR
+/// without writing the change to ZooKeeper. Healed, it follows the new leader and cuts what
+/// it wrote alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_zookeeper_acknowledges_nothing_once_fenced() {
+    let upstream = format!("127.0.0.1:{}", testkit::zookeeper::ZooKeeperServer::shared().port);
+    let proxy = testkit::proxy::TcpProxy::start(upstream.parse().unwrap()).await;
+    let proxied = proxy.addr().to_string();
+    const ISOLATED: i32 = 2;
+    let cluster = TestCluster::start_with(3, move |c| {
+        c.replica_lag_ms = 1_000;
+        c.ack_timeout_ms = 3_000;
+        c.zookeeper_session_timeout_ms = 2_000;
+        if c.broker_id == ISOLATED {
+            let connect = c.zookeeper.take().unwrap();
+            let chroot = &connect[connect.find('/').unwrap()..];
+            c.zookeeper = Some(format!("{proxied}{chroot}"));
+        }
+    })
+    .await;
+    let registry = cluster.registry();
+    eventually(WAIT, "three brokers registered", || async {
+        (registry.brokers().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
+    cluster.brokers[0].connect().await.create_topic(TOPIC, 3, &configs).await.unwrap();
+    // The partition the isolated broker leads (leaders are spread over the brokers).
+    let (partition, before) =
+        eventually(WAIT, "a partition led by the isolated broker", || async {
+            for p in 0..3 {
+                let (state, _) = registry.partition_state(TOPIC, p).await.ok()??;
+                if state.leader == ISOLATED && state.isr.len() == 3 {
+                    return Some((p, state));
+                }
+            }
+            None
+        })
+        .await;
+    let isolated = cluster.brokers.iter().find(|b| b.broker.config().broker_id == ISOLATED);
+    let conn = isolated.unwrap().connect().await;
+    let set = |tag: &str| testkit::broker::message_set(&[tag]);
+    conn.produce(TOPIC, partition, Acks::All, set("before")).await.unwrap();
+
+    proxy.cut();
+    let (after, _) = eventually(WAIT, "another leader elected", || async {
+        let found = registry.partition_state(TOPIC, partition).await.ok()??;
+        (found.0.leader != ISOLATED && found.0.leader >= 0).then_some(found)
+    })
+    .await;
+    assert!(after.leader_epoch > before.leader_epoch);
+    for attempt in 0..3 {
+        let refused = conn.produce(TOPIC, partition, Acks::All, set("alone")).await;
+        assert!(refused.is_err(), "attempt {attempt}: a fenced leader acknowledged {refused:?}");
+    }
+    let new_leader = cluster.leader_of(TOPIC, partition).await;
+    let new_conn = client::Connection::connect(&new_leader).await.unwrap();
+    new_conn.produce(TOPIC, partition, Acks::All, set("after")).await.unwrap();
+
+    proxy.heal();
+    eventually(WAIT, "the old leader back in the ISR", || async {
+        let (s, _) = registry.partition_state(TOPIC, partition).await.ok()??;
+        (s.isr.len() == 3).then_some(())
+    })
+    .await;
+    let read = |addr: String| async move {
+        let consumer = client::SimpleConsumer::connect(&addr, Default::default()).await.unwrap();
+        let fetched = consumer.fetch(TOPIC, partition, 0).await.unwrap();
+        fetched.iter().map(|m| m.unwrap().payload.to_vec()).collect::<Vec<_>>()
+    };
+    let expected = vec![b"before".to_vec(), b"after".to_vec()];
+    eventually(WAIT, "the leader serves what was acknowledged", || async {
+        (read(new_leader.clone()).await == expected).then_some(())
+    })
+    .await;
+    // The old leader's own copy: what it wrote alone is cut.
+    let dir = |id: i32| {
+        let broker = cluster.brokers.iter().find(|b| b.broker.config().broker_id == id).unwrap();
+        broker.data_dir().join(format!("{TOPIC}-{partition}"))
+    };
+    eventually(WAIT, "the old leader's log is the new leader's", || async {
+        let segments = |id| -> BTreeMap<String, Vec<u8>> {
+            std::fs::read_dir(dir(id))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .map(|p| {
+                    (
+                        p.file_name().unwrap().to_string_lossy().into_owned(),
+                        std::fs::read(&p).unwrap(),
+                    )
+                })
+                .collect()
+        };
+        (segments(ISOLATED) == segments(after.leader)).then_some(())
+    })
+    .await;
+}
