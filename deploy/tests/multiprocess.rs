@@ -40,7 +40,7 @@ fn free_ports(n: usize) -> Vec<u16> {
 /// (and each test process) starts looking somewhere else, so tests running at once do not
 /// pick the same block.
 /// Brokers of the test topology: two per cluster.
-const BROKERS: u16 = 6;
+const BROKERS: u16 = 9;
 
 fn free_port_block(n: u16) -> u16 {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -83,10 +83,19 @@ impl Deployment {
         ];
         let mut ports: BTreeMap<&'static str, u16> =
             names.into_iter().zip(free_ports(names.len())).collect();
-        // The six brokers on consecutive ports, and their metrics ports six above them.
+        // The nine brokers on consecutive ports, and their metrics ports nine above them.
         let brokers = free_port_block(2 * BROKERS);
-        let broker_names =
-            ["live-a-0", "live-a-1", "live-b-0", "live-b-1", "analytics-0", "analytics-1"];
+        let broker_names = [
+            "live-a-0",
+            "live-a-1",
+            "live-a-2",
+            "live-b-0",
+            "live-b-1",
+            "live-b-2",
+            "analytics-0",
+            "analytics-1",
+            "analytics-2",
+        ];
         for (name, port) in broker_names.into_iter().zip(brokers..) {
             ports.insert(name, port);
         }
@@ -118,21 +127,21 @@ settings = {{ register_schemas = "{schemas}" }}
 
 [broker]
 config = "{configs}/broker.toml"
-settings = {{ num_partitions = 2, flush_ms = 100, zookeeper_session_timeout_ms = 3000 }}
+settings = {{ num_partitions = 3, flush_ms = 100, zookeeper_session_timeout_ms = 3000, default_replication_factor = 3, min_insync_replicas = 2 }}
 metrics_port_offset = {BROKERS}
 
 [live.live-a]
-broker_ports = [{la0}, {la1}]
+broker_ports = [{la0}, {la1}, {la2}]
 lb_port = {la_lb}
 agent_port = {la_agent}
 
 [live.live-b]
-broker_ports = [{lb0}, {lb1}]
+broker_ports = [{lb0}, {lb1}, {lb2}]
 lb_port = {lb_lb}
 agent_port = {lb_agent}
 
 [analytics]
-broker_ports = [{an0}, {an1}]
+broker_ports = [{an0}, {an1}, {an2}]
 
 [agent]
 config = "{configs}/frontend-agent.toml"
@@ -162,14 +171,17 @@ settings = {{ grace_ms = {GRACE_MS} }}
             registry = p("registry"),
             la0 = p("live-a-0"),
             la1 = p("live-a-1"),
+            la2 = p("live-a-2"),
             la_lb = p("live-a-lb"),
             la_agent = p("live-a-agent"),
             lb0 = p("live-b-0"),
             lb1 = p("live-b-1"),
+            lb2 = p("live-b-2"),
             lb_lb = p("live-b-lb"),
             lb_agent = p("live-b-agent"),
             an0 = p("analytics-0"),
             an1 = p("analytics-1"),
+            an2 = p("analytics-2"),
             mirror = p("mirror"),
             loader = p("loader"),
             audit = p("audit"),
@@ -487,7 +499,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         .collect();
     assert_eq!(
         pages.len(),
-        6 + 1 + 2 + 1 + 1 + 1,
+        9 + 1 + 2 + 1 + 1 + 1,
         "brokers, registry, agents, mirror, loader, audit: {up}"
     );
     for url in pages {
@@ -496,17 +508,22 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         assert!(!samples.is_empty(), "{url} has samples");
     }
 
-    // A live broker dies; HAProxy sends the agent's batches to the other one meanwhile, and
-    // `up` restarts it once its ZooKeeper registration has expired.
+    // A live broker dies and its disk with it: its data directory is wiped before `up` starts
+    // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
+    // batches to the brokers still up), and it comes back as a follower copying them.
     let victim = deployment.pid("broker-live-a-0");
     kill_9(victim);
     eventually(Duration::from_secs(5), "status to show the broker dead", |_| {
         (deployment.status()["broker-live-a-0"].1 == "dead").then_some(())
     });
+    let data = deployment.run_dir().join("data/broker-live-a-0");
+    assert!(data.is_dir(), "{data:?}");
+    std::fs::remove_dir_all(&data).expect("wipe the broker's data directory");
     std::thread::sleep(Duration::from_secs(3));
     let again = deployment.ok("up", &[]);
     assert!(again.contains(&format!("pid {victim} is gone; starting it again")), "{again}");
     assert!(again.contains("broker-live-a-1        already running"), "{again}");
+    assert!(data.exists(), "the broker starts on an empty data directory");
     let restarted = deployment.pid("broker-live-a-0");
     assert_ne!(restarted, victim);
     assert_eq!(deployment.status()["broker-live-a-0"], (restarted.to_string(), "alive".into()));
@@ -622,7 +639,7 @@ fn config_defaults_to_deploy_local_toml_from_the_repository_root() {
     let mut expected: Vec<String> =
         ["zookeeper", "seaweedfs", "schema-registry"].map(String::from).to_vec();
     for cluster in ["live-a", "live-b", "analytics"] {
-        expected.extend([0, 1].map(|id| format!("broker-{cluster}-{id}")));
+        expected.extend([0, 1, 2].map(|id| format!("broker-{cluster}-{id}")));
     }
     expected.extend(
         [

@@ -353,7 +353,11 @@ fn producer_config(
 ) -> Result<ProducerConfig, ConfigError> {
     let message_bytes_max = config.max_event_bytes + 64;
     Ok(ProducerConfig {
-        acks: if config.acks == 2 { Acks::Flushed } else { Acks::Written },
+        acks: match config.acks {
+            2 => Acks::Flushed,
+            3 => Acks::All,
+            _ => Acks::Written,
+        },
         batch_messages: config.batch_messages,
         batch_bytes: config.batch_bytes,
         linger_ms: config.linger_ms,

@@ -51,7 +51,8 @@ pub struct Config {
     /// `header.server` of events that do not name one, and the audit's host; the machine's
     /// hostname when unset.
     pub host_name: Option<String>,
-    /// 1: acknowledged once appended by a broker; 2: once flushed to its disk.
+    /// 1: acknowledged once appended by the partition's leader; 2: once flushed to its disk;
+    /// 3 (all): once every in-sync replica has it.
     pub acks: u8,
     pub audit_window_ms: i64,
     /// Changed audit counts are published this often (and on shutdown).
@@ -97,7 +98,7 @@ impl Default for Config {
             spool_dir: PathBuf::from("/tmp/tributary-agent"),
             service: "frontend".to_owned(),
             host_name: None,
-            acks: 1,
+            acks: 3,
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit_publish_ms: 5_000,
             spool_max_bytes: 1 << 30,
@@ -147,9 +148,9 @@ impl Config {
         {
             return invalid(format!("brokers {:?}: expected HOST:PORT,…", self.brokers));
         }
-        if !matches!(self.acks, 1 | 2) {
+        if !matches!(self.acks, 1..=3) {
             return invalid(format!(
-                "acks {}: expected 1 or 2 (the spool needs acknowledgements)",
+                "acks {}: expected 1, 2 or 3 (the spool needs acknowledgements)",
                 self.acks
             ));
         }

@@ -57,8 +57,9 @@ struct ServeArgs {
     /// header.server of events that name none, and the audit's host (default: hostname).
     #[arg(long, value_name = "NAME")]
     host_name: Option<String>,
-    /// 1: acknowledged once appended; 2: once flushed to disk.
-    #[arg(long, value_name = "1|2")]
+    /// 1: acknowledged once the leader appended; 2: once it flushed to disk; 3 or `all`: once
+    /// every in-sync replica has it [default: all].
+    #[arg(long, value_name = "1|2|3|all", value_parser = parse_acks)]
     acks: Option<u8>,
     #[arg(long, value_name = "MS")]
     audit_window_ms: Option<i64>,
@@ -209,4 +210,23 @@ async fn simulate(
         println!("acknowledged {}", agent.acknowledged());
     }
     Ok(())
+}
+
+/// `--acks`: a number, or `all` for 3.
+fn parse_acks(s: &str) -> Result<u8, String> {
+    if s == "all" {
+        Ok(3)
+    } else {
+        s.parse().map_err(|_| format!("acks {s:?}: expected 1, 2, 3 or all"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn acks_all_is_three() {
+        assert_eq!(super::parse_acks("all"), Ok(3));
+        assert_eq!(super::parse_acks("2"), Ok(2));
+        assert!(super::parse_acks("most").unwrap_err().contains("expected 1, 2, 3 or all"));
+    }
 }

@@ -273,6 +273,10 @@ fn bad_flags_and_config_exit_2_with_one_line() {
         ),
         (args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--acks", "0"]), "acks 0"),
         (
+            args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--acks", "most"]),
+            "acks \"most\"",
+        ),
+        (
             args(&["serve", "--registry", "http://r", "--brokers", "b:1", "--tail", "nofile"]),
             "expected FILE=TOPIC",
         ),

@@ -33,8 +33,9 @@ impl Target {
     ) -> Result<Target, MirrorError> {
         let registry = Registry::new(coordinator);
         let config = ProducerConfig {
-            // Acknowledged once appended: a source offset is committed only after this.
-            acks: Acks::Written,
+            // A source offset is committed only after this: once every in-sync replica of the
+            // target partition has the message, no failover there takes it back.
+            acks: Acks::All,
             batch_messages: BATCH_MESSAGES,
             batch_bytes: 1 << 20,
             // Framed messages (wrappers included) are forwarded as they are.

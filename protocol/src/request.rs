@@ -57,6 +57,21 @@ pub enum Acks {
     All = 3,
 }
 
+impl std::str::FromStr for Acks {
+    type Err = String;
+
+    /// `0`, `1`, `2`, `3` or `all` (= 3), as flags and config files spell them.
+    fn from_str(s: &str) -> Result<Acks, String> {
+        match s {
+            "0" => Ok(Acks::None),
+            "1" => Ok(Acks::Written),
+            "2" => Ok(Acks::Flushed),
+            "3" | "all" => Ok(Acks::All),
+            _ => Err(format!("acks {s:?}: expected 0, 1, 2, 3 or all")),
+        }
+    }
+}
+
 impl Acks {
     fn decode(r: &mut Reader) -> Result<Acks, DecodeError> {
         match r.u8("acks")? {

@@ -112,7 +112,7 @@ pub struct ProduceArgs {
     pub field_delimiter: u8,
     /// 0: do not wait; 1: after the leader appended; 2: after it flushed to disk; 3 or `all`:
     /// after every in-sync replica has it.
-    #[arg(long, default_value = "1", value_parser = parse_acks)]
+    #[arg(long, default_value = "1", value_parser = str::parse::<Acks>)]
     pub acks: Acks,
     #[arg(long, value_enum, default_value_t = Compression::None)]
     pub compression: Compression,
@@ -223,16 +223,6 @@ pub struct OffsetsArgs {
     /// Most offsets to print for a time.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
     pub max: i32,
-}
-
-fn parse_acks(s: &str) -> Result<Acks, String> {
-    match s {
-        "0" => Ok(Acks::None),
-        "1" => Ok(Acks::Written),
-        "2" => Ok(Acks::Flushed),
-        "3" | "all" => Ok(Acks::All),
-        _ => Err("acks must be 0, 1, 2, or 3 (also: all)".into()),
-    }
 }
 
 fn parse_start(s: &str) -> Result<Start, String> {
