@@ -182,74 +182,74 @@ impl Metrics {
         let m = &metrics;
         registry.register(
             "connections_accepted",
-            "Connections accepted.",
+            "Connections accepted",
             m.connections_accepted.clone(),
         );
         registry.register(
             "connections_refused",
-            "Connections closed at once because max_connections were open.",
+            "Connections closed at once because max_connections were open",
             m.connections_refused.clone(),
         );
-        registry.register("connections_open", "Connections open now.", m.connections_open.clone());
-        registry.register("requests", "Requests by type.", m.requests.clone());
+        registry.register("connections_open", "Connections open now", m.connections_open.clone());
+        registry.register("requests", "Requests by type", m.requests.clone());
         registry.register(
             "request_errors",
-            "Requests answered with an error (or a closed connection), by type and error.",
+            "Requests answered with an error (or a closed connection), by type and error",
             m.request_errors.clone(),
         );
         registry.register(
             "request_latency_seconds",
-            "Produce (to its answer), fetch (to its last byte) and long-poll wait latencies.",
+            "Produce (to its answer), fetch (to its last byte) and long-poll wait latencies",
             m.latency.clone(),
         );
-        registry.register("messages_in", "Messages appended, by topic.", m.messages_in.clone());
-        registry.register("bytes_in", "Message bytes appended, by topic.", m.bytes_in.clone());
+        registry.register("messages_in", "Messages appended, by topic", m.messages_in.clone());
+        registry.register("bytes_in", "Message bytes appended, by topic", m.bytes_in.clone());
         registry.register(
             "bytes_out",
-            "Message bytes sent to consumers, by topic.",
+            "Message bytes sent to consumers, by topic",
             m.bytes_out.clone(),
         );
         registry.register(
             "appends",
-            "Writes to a log (a pipelined run is one).",
+            "Writes to a log (a pipelined run is one)",
             m.appends.clone(),
         );
         registry.register(
             "fetches_parked",
-            "Long-poll fetches that waited for data.",
+            "Long-poll fetches that waited for data",
             m.fetches_parked.clone(),
         );
         registry.register(
             "fetches_not_parked",
-            "Long-poll fetches answered at once because max_parked_fetches were waiting.",
+            "Long-poll fetches answered at once because max_parked_fetches were waiting",
             m.fetches_not_parked.clone(),
         );
-        registry.register("parked_fetches", "Long-poll fetches waiting now.", m.parked_now.clone());
-        registry.register("sendfile_bytes", "Bytes sent by sendfile(2).", m.sendfile_bytes.clone());
-        registry.register("sendfile_calls", "sendfile(2) calls.", m.sendfile_calls.clone());
+        registry.register("parked_fetches", "Long-poll fetches waiting now", m.parked_now.clone());
+        registry.register("sendfile_bytes", "Bytes sent by sendfile(2)", m.sendfile_bytes.clone());
+        registry.register("sendfile_calls", "sendfile(2) calls", m.sendfile_calls.clone());
         registry.register(
             "rejected_frames",
-            "Frames with a bad size or body: answered with an error, the connection closed.",
+            "Frames with a bad size or body: answered with an error, the connection closed",
             m.rejected_frames.clone(),
         );
         registry.register(
             "isr_shrinks",
-            "Followers that left the in-sync replicas of a partition this broker leads.",
+            "Followers that left the in-sync replicas of a partition this broker leads",
             m.isr_shrinks.clone(),
         );
         registry.register(
             "isr_expands",
-            "Followers that rejoined the in-sync replicas of a partition this broker leads.",
+            "Followers that rejoined the in-sync replicas of a partition this broker leads",
             m.isr_expands.clone(),
         );
         registry.register(
             "under_replicated_partitions",
-            "Partitions this broker leads with fewer in-sync replicas than replicas.",
+            "Partitions this broker leads with fewer in-sync replicas than replicas",
             m.under_replicated.clone(),
         );
         registry.register(
             "flush_latency_seconds",
-            "How long a partition's flush (its fsyncs) took.",
+            "How long a partition's flush (its fsyncs) took",
             m.flush_latency.clone(),
         );
         registry.register_collector(Box::new(PartitionCollector { logs }));

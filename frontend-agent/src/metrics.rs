@@ -75,21 +75,21 @@ impl Default for Metrics {
         let spool_bytes = Gauge::default();
         registry.register(
             "spool_bytes",
-            "Bytes of the spool's segment files.",
+            "Bytes of the spool's segment files",
             spool_bytes.clone(),
         );
         let spool_max_bytes = Gauge::default();
-        registry.register("spool_max_bytes", "The spool's bound.", spool_max_bytes.clone());
+        registry.register("spool_max_bytes", "The spool's bound", spool_max_bytes.clone());
         let request_events = Histogram::new(size_buckets());
         registry.register(
             "request_events",
-            "Events per accepted request or library batch.",
+            "Events per accepted request or library batch",
             request_events.clone(),
         );
         let ship_batch_events = Histogram::new(size_buckets());
         registry.register(
             "ship_batch_events",
-            "Events per batch read from the spool for shipping.",
+            "Events per batch read from the spool for shipping",
             ship_batch_events.clone(),
         );
         let http = HttpMetrics::register(&mut registry);

@@ -44,36 +44,36 @@ impl Default for Metrics {
         let rounds = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "rounds",
-            "Load rounds, by whether every partition loaded.",
+            "Load rounds, by whether every partition loaded",
             rounds.clone(),
         );
         // 10 ms to about 45 minutes.
         let round_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 18));
         registry.register(
             "round_duration_seconds",
-            "How long a round took.",
+            "How long a round took",
             round_seconds.clone(),
         );
         let rows = Counter::default();
-        registry.register("rows_committed", "Rows committed to Parquet.", rows.clone());
+        registry.register("rows_committed", "Rows committed to Parquet", rows.clone());
         let commits = Counter::default();
-        registry.register("commits", "Commit records written.", commits.clone());
+        registry.register("commits", "Commit records written", commits.clone());
         let partition_errors = Counter::default();
         registry.register(
             "partition_errors",
-            "Partition loads that failed.",
+            "Partition loads that failed",
             partition_errors.clone(),
         );
         let last_round = Gauge::default();
         registry.register(
             "last_round_timestamp_seconds",
-            "When the last round ended (Unix time).",
+            "When the last round ended (Unix time)",
             last_round.clone(),
         );
         let last_commit = Gauge::default();
         registry.register(
             "last_commit_timestamp_seconds",
-            "When the last round that committed something ended (Unix time).",
+            "When the last round that committed something ended (Unix time)",
             last_commit.clone(),
         );
         Metrics {

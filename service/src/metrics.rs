@@ -94,12 +94,12 @@ impl HttpMetrics {
         };
         registry.register(
             "http_requests",
-            "HTTP requests by method, route and status.",
+            "HTTP requests by method, route and status",
             metrics.requests.clone(),
         );
         registry.register(
             "http_request_duration_seconds",
-            "HTTP request latency by method and route, to the response's head.",
+            "HTTP request latency by method and route, to the response's head",
             metrics.latency.clone(),
         );
         metrics
@@ -179,9 +179,9 @@ mod tests {
     async fn serves_the_registry_over_http() {
         let mut registry = Registry::with_prefix("test");
         let messages = Family::<Topic, Counter>::default();
-        registry.register("messages", "Messages in.", messages.clone());
+        registry.register("messages", "Messages in", messages.clone());
         let latency = Histogram::new(latency_buckets());
-        registry.register("latency_seconds", "Latency.", latency.clone());
+        registry.register("latency_seconds", "Latency", latency.clone());
         messages.get_or_create(&Topic { topic: "page-view".into() }).inc_by(3);
         latency.observe(0.002);
 

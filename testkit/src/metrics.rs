@@ -27,10 +27,16 @@ pub fn scrape(addr: &str) -> String {
     let response = String::from_utf8(response).expect("UTF-8 response");
     let (head, body) = response.split_once("\r\n\r\n").expect("HTTP response");
     assert!(head.starts_with("HTTP/1.1 200"), "GET /metrics: {head}");
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        return dechunk(body);
-    }
-    body.to_owned()
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    // `prometheus_client`'s registry ends every help text with a full stop of its own.
+    let doubled: Vec<&str> =
+        body.lines().filter(|l| l.starts_with("# HELP") && l.ends_with("..")).collect();
+    assert!(doubled.is_empty(), "help texts ending in two full stops: {doubled:?}");
+    body
 }
 
 fn dechunk(mut body: &str) -> String {
