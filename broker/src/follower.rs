@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use protocol::{
-    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, ReplicaFetchPart, ReplicaFetchPartition,
-    ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
+    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, ReplicaFetchPart,
+    ReplicaFetchPartition, ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
 };
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -276,6 +276,9 @@ async fn copy_once(
     else {
         return Err(LinkError::Error(ErrorCode::Unknown).into());
     };
+    if error == ErrorCode::OffsetOutOfRange {
+        return restart_at_leader_start(link, partition).await;
+    }
     if !error.is_ok() {
         return Err(LinkError::Error(error).into());
     }
@@ -291,6 +294,41 @@ async fn copy_once(
     if let Ok(hw) = u64::try_from(high_watermark) {
         partition.set_high_watermark(Some(hw));
     }
+    Ok(())
+}
+
+/// After `OFFSET_OUT_OF_RANGE`: if the leader's log now starts past this log's end (its
+/// retention deleted what this replica has, while it was away), this log starts again, empty,
+/// at the leader's start. Otherwise the error stands, and the follower reconnects.
+async fn restart_at_leader_start(
+    link: &mut LeaderLink,
+    partition: &Arc<Partition>,
+) -> Result<(), Failure> {
+    let request = Request::Offsets(OffsetsRequest {
+        topic: partition.topic().to_owned(),
+        partition: partition.index() as i32,
+        time: protocol::OFFSETS_EARLIEST,
+        max_number: 1,
+    });
+    let Response::Offsets(answer) = link.call(&request).await? else {
+        return Err(LinkError::Error(ErrorCode::Unknown).into());
+    };
+    let start = answer.offsets.first().and_then(|&o| u64::try_from(o).ok());
+    let Some(start) = start.filter(|&start| start > partition.end()) else {
+        return Err(LinkError::Error(ErrorCode::OffsetOutOfRange).into());
+    };
+    tracing::warn!(
+        partition = ?partition, end = partition.end(), leader_start = start,
+        "the leader's log starts past this replica's end; starting again at the leader's start"
+    );
+    let p = Arc::clone(partition);
+    tokio::task::spawn_blocking(move || p.restart_replica_at(start)).await.map_err(|e| {
+        LogError::Io {
+            context: "restarting the log",
+            path: partition.dir().to_owned(),
+            source: std::io::Error::other(e),
+        }
+    })??;
     Ok(())
 }
 

@@ -209,11 +209,7 @@ impl Metrics {
             "Message bytes sent to consumers, by topic",
             m.bytes_out.clone(),
         );
-        registry.register(
-            "appends",
-            "Writes to a log (a pipelined run is one)",
-            m.appends.clone(),
-        );
+        registry.register("appends", "Writes to a log (a pipelined run is one)", m.appends.clone());
         registry.register(
             "fetches_parked",
             "Long-poll fetches that waited for data",

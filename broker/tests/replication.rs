@@ -90,11 +90,15 @@ fn start_epoch(broker: &TestBroker, epoch: i32) {
 
 /// Every message of the partition, read back through the broker as a consumer reads it.
 async fn messages(broker: &TestBroker) -> Vec<(i64, Vec<u8>)> {
+    messages_from(broker, 0).await
+}
+
+/// Every message of the partition from `offset` on.
+async fn messages_from(broker: &TestBroker, mut offset: i64) -> Vec<(i64, Vec<u8>)> {
     let p = partition(broker);
     eventually(WAIT, "all flushed", || async { (p.visible_end() == p.end()).then_some(()) }).await;
     let conn = broker.connect().await;
     let mut all = Vec::new();
-    let mut offset = 0;
     // A fetch stops at the end of a segment.
     while offset < p.end() as i64 {
         let set = conn.fetch(TOPIC, 0, offset, 64 << 20).await.unwrap();
@@ -169,6 +173,39 @@ async fn two_leader_changes_in_quick_succession_leave_no_divergent_replica() {
     assert!(got.iter().all(|(_, payload)| payload[0] != 3), "b's epoch-1 write is cut");
     assert_eq!(got, messages(&a).await);
     assert_eq!(partition(&b).leader_epoch(), Some(2));
+}
+
+#[tokio::test]
+async fn a_follower_whose_log_the_leaders_retention_passed_starts_again_at_the_leaders_start() {
+    // Segments of about three sets; the leader keeps about two segments.
+    let leader = broker_with(|c| {
+        c.segment_bytes = 1_000;
+        c.retention_bytes = Some(2_000);
+    })
+    .await;
+    let follower = broker_with_topic(1 << 20).await;
+    produce(&leader, 1, 4).await;
+    let following = follow(&follower, &leader, 0).await;
+    caught_up(&leader, &follower).await;
+    following.stop().await.unwrap();
+    // While the follower is away the leader writes on, and retention deletes what the
+    // follower has.
+    produce(&leader, 2, 12).await;
+    let p = partition(&leader);
+    eventually(WAIT, "flushed", || async { (p.flushed_end() == p.end()).then_some(()) }).await;
+    p.enforce_retention(std::time::SystemTime::now()).unwrap();
+    assert!(p.start_offset() > partition(&follower).end(), "retention passed the follower");
+
+    let following = follow(&follower, &leader, 0).await;
+    caught_up(&leader, &follower).await;
+    following.stop().await.unwrap();
+    let copy = partition(&follower);
+    assert_eq!(copy.start_offset(), p.start_offset());
+    assert_eq!(copy.segment_bases(), p.segment_bases());
+    assert_eq!(
+        messages_from(&follower, copy.start_offset() as i64).await,
+        messages_from(&leader, p.start_offset() as i64).await
+    );
 }
 
 #[tokio::test]

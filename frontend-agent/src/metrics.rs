@@ -73,11 +73,7 @@ impl Default for Metrics {
         let ship_failures = counter(r, "ship_failures", "Failed attempts to ship from the spool.");
         let audit_published = counter(r, "audit_published", "Audit records published to _audit.");
         let spool_bytes = Gauge::default();
-        registry.register(
-            "spool_bytes",
-            "Bytes of the spool's segment files",
-            spool_bytes.clone(),
-        );
+        registry.register("spool_bytes", "Bytes of the spool's segment files", spool_bytes.clone());
         let spool_max_bytes = Gauge::default();
         registry.register("spool_max_bytes", "The spool's bound", spool_max_bytes.clone());
         let request_events = Histogram::new(size_buckets());

@@ -49,11 +49,7 @@ impl Default for Metrics {
         );
         // 10 ms to about 45 minutes.
         let round_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 18));
-        registry.register(
-            "round_duration_seconds",
-            "How long a round took",
-            round_seconds.clone(),
-        );
+        registry.register("round_duration_seconds", "How long a round took", round_seconds.clone());
         let rows = Counter::default();
         registry.register("rows_committed", "Rows committed to Parquet", rows.clone());
         let commits = Counter::default();

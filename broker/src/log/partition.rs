@@ -753,6 +753,52 @@ impl Partition {
         lock(&self.epochs).truncate_from_end(offset)
     }
 
+    /// Empties the log and starts it again, empty, at `base` (past its end): a follower whose
+    /// whole log lies before its leader's log start, because retention on the leader deleted
+    /// everything it has. Its leader epochs go too; the copied data brings them again.
+    /// Blocking; appends and reads wait meanwhile.
+    ///
+    /// The old segments are cut away first as [`Partition::truncate_to`] does (a crash then
+    /// leaves a prefix of the old log, from which the follower starts over); the new segment is
+    /// created before the last, empty, old one is deleted, so that the state always names
+    /// files that exist.
+    pub fn restart_replica_at(&self, base: u64) -> Result<(), LogError> {
+        let _flushing = lock(&self.flushing);
+        let mut state = self.state();
+        if base <= state.end {
+            return Err(LogError::OffsetOutOfRange {
+                topic: self.topic.clone(),
+                partition: self.index,
+                offset: i64::try_from(base).unwrap_or(i64::MAX),
+                start: state.segments[0].base_offset,
+                end: state.end,
+            });
+        }
+        let first = state.segments[0].base_offset;
+        self.cut(&mut state, first)?;
+        let created =
+            Segment::create(&self.dir, base).map_err(io_error("creating segment in", &self.dir))?;
+        let old = Arc::clone(state.active());
+        state.segments.push(Arc::new(created));
+        state.end = base;
+        state.dir_unsynced = true;
+        fs::remove_file(&old.path).map_err(io_error("deleting", &old.path))?;
+        state.segments.remove(0);
+        sync_dir(&self.dir)?;
+        state.dir_unsynced = false;
+        state.unsynced.clear();
+        state.unflushed_messages = 0;
+        state.dirty_since = None;
+        // Nothing below `base` is here any more, and nothing at or past it yet.
+        for published in [&self.flushed, &self.visible, &self.written] {
+            published.send_replace(base);
+        }
+        drop(state);
+        lock(&self.epochs).truncate_from_end(0)?;
+        tracing::info!(topic = %self.topic, partition = self.index, start = base, "the log starts again, empty, at the leader's start");
+        Ok(())
+    }
+
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified
     /// at or before it, newest first, at most `max_number`. Blocking (reads file times).
     pub fn offsets_before(&self, time_ms: i64, max_number: usize) -> Result<Vec<i64>, LogError> {
