@@ -103,8 +103,12 @@ pub struct Broker {
     /// A coordination session to register in instead of connecting to `config.zookeeper`.
     coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
     /// Partitions this broker leads with followers, by topic and partition.
-    leaders: RwLock<HashMap<(String, u32), Arc<Leader>>>,
+    leaders: Leaders,
 }
+
+/// The leaderships of a broker, by topic and partition (shared with its metrics).
+pub(crate) type Leaders = Arc<LeaderMap>;
+pub(crate) type LeaderMap = RwLock<HashMap<(String, u32), Arc<Leader>>>;
 
 impl Broker {
     /// Validates `config`, recovers every partition under `data_dir` and starts the flusher and
@@ -119,10 +123,11 @@ impl Broker {
         })
         .await??;
         let logs = Arc::new(logs);
+        let leaders = Leaders::default();
         let broker = Arc::new(Broker {
             parked: Arc::new(Semaphore::new(config.max_parked_fetches as usize)),
             config,
-            metrics: Arc::new(Metrics::new(Arc::clone(&logs))),
+            metrics: Arc::new(Metrics::new(Arc::clone(&logs), Arc::clone(&leaders))),
             logs,
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
@@ -130,7 +135,7 @@ impl Broker {
             replicas: OnceLock::new(),
             port: OnceLock::new(),
             coordinator: OnceLock::new(),
-            leaders: RwLock::new(HashMap::new()),
+            leaders,
         });
         for partition in broker.logs.partitions() {
             broker.start_flusher(partition);
@@ -197,6 +202,7 @@ impl Broker {
         self.tasks.spawn(crate::replicas::stand_for_controller(
             registry,
             self.config.broker_id,
+            Arc::clone(&self.metrics),
             self.stop.clone(),
         ));
         Ok(())

@@ -129,6 +129,11 @@ impl Leader {
         self.epoch
     }
 
+    /// Replicas assigned to the partition, this leader included.
+    pub(crate) fn replica_count(&self) -> usize {
+        self.replicas.len()
+    }
+
     pub(crate) fn high_watermark(&self) -> u64 {
         *self.high_watermark.borrow()
     }

@@ -11,7 +11,8 @@
 //! in a map of handles (no allocation), request counters are fixed handles per request type.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -140,11 +141,16 @@ pub struct Metrics {
     /// Partitions this broker leads with fewer in-sync replicas than replicas.
     pub under_replicated: Gauge,
     flush_latency: Histogram,
+    /// The controller's offline-partition count, while this broker is the controller.
+    controller: ControllerSlot,
 }
 
+type ControllerSlot = Arc<Mutex<Option<Arc<AtomicUsize>>>>;
+
 impl Metrics {
-    /// The broker's metrics, with the partitions of `logs` read at every scrape.
-    pub(crate) fn new(logs: Arc<LogManager>) -> Metrics {
+    /// The broker's metrics, with the partitions of `logs` and the ISRs of the partitions it
+    /// leads (`leaders`) read at every scrape.
+    pub(crate) fn new(logs: Arc<LogManager>, leaders: crate::broker::Leaders) -> Metrics {
         let mut registry = Registry::with_prefix("tributary_broker");
         let requests = Family::<RequestLabels, Counter>::default();
         let request_handles = RequestKind::ALL
@@ -178,6 +184,7 @@ impl Metrics {
             isr_expands: Counter::default(),
             under_replicated: Gauge::default(),
             flush_latency: latency_histogram(),
+            controller: ControllerSlot::default(),
         };
         let m = &metrics;
         registry.register(
@@ -248,8 +255,18 @@ impl Metrics {
             "How long a partition's flush (its fsyncs) took",
             m.flush_latency.clone(),
         );
-        registry.register_collector(Box::new(PartitionCollector { logs }));
+        registry.register_collector(Box::new(PartitionCollector {
+            logs,
+            // Weak: each leader holds these metrics.
+            leaders: Arc::downgrade(&leaders),
+            controller: Arc::clone(&metrics.controller),
+        }));
         Metrics { registry: Arc::new(registry), ..metrics }
+    }
+
+    /// While this broker is the controller: the count of offline partitions it keeps.
+    pub(crate) fn set_controller(&self, offline: Option<Arc<AtomicUsize>>) {
+        *self.controller.lock().unwrap_or_else(|p| p.into_inner()) = offline;
     }
 
     /// The registry `/metrics` serves.
@@ -364,9 +381,13 @@ fn error_name(error: ErrorCode) -> &'static str {
 /// One number of a partition's log.
 type PartitionValue = fn(&crate::log::Partition) -> u64;
 
-/// Each partition's offsets and size, read from the logs at scrape time.
+/// Each partition's offsets and size, read from the logs at scrape time; the in-sync and
+/// assigned replicas of each partition this broker leads; and, from the controller, the
+/// cluster's offline partitions.
 struct PartitionCollector {
     logs: Arc<LogManager>,
+    leaders: std::sync::Weak<crate::broker::LeaderMap>,
+    controller: ControllerSlot,
 }
 
 impl std::fmt::Debug for PartitionCollector {
@@ -399,6 +420,55 @@ impl Collector for PartitionCollector {
                 gauge.encode(family.encode_family(&labels)?)?;
             }
         }
+        let led: Vec<((String, u32), (usize, usize))> = match self.leaders.upgrade() {
+            Some(leaders) => {
+                let leaders = leaders.read().unwrap_or_else(|p| p.into_inner());
+                let mut led: Vec<_> = leaders
+                    .iter()
+                    .map(|(key, l)| (key.clone(), (l.isr().len(), l.replica_count())))
+                    .collect();
+                led.sort();
+                led
+            }
+            None => Vec::new(),
+        };
+        type Count = fn(&(usize, usize)) -> usize;
+        let families: [(&str, &str, Count); 2] = [
+            (
+                "partition_in_sync_replicas",
+                "In-sync replicas of a partition this broker leads (itself included)",
+                |(isr, _)| *isr,
+            ),
+            (
+                "partition_replicas",
+                "Assigned replicas of a partition this broker leads",
+                |(_, r)| *r,
+            ),
+        ];
+        for (name, help, value) in families {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for ((topic, partition), counts) in &led {
+                let labels = [("topic", topic.clone()), ("partition", partition.to_string())];
+                let gauge = ConstGauge::new(i64::try_from(value(counts)).unwrap_or(i64::MAX));
+                gauge.encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let offline = self.controller.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ConstGauge::new(i64::from(offline.is_some())).encode(encoder.encode_descriptor(
+            "active_controller",
+            "1 while this broker is its cluster's controller",
+            None,
+            MetricType::Gauge,
+        )?)?;
+        let count = offline.map_or(0, |o| o.load(Ordering::Relaxed));
+        ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX)).encode(
+            encoder.encode_descriptor(
+                "offline_partitions",
+                "Partitions of the cluster without a live leader (counted by the controller; 0 elsewhere)",
+                None,
+                MetricType::Gauge,
+            )?,
+        )?;
         Ok(())
     }
 }

@@ -307,6 +307,7 @@ fn isr_store(registry: Registry, topic: &str, partition: i32, me: i32, epoch: i3
 pub(crate) async fn stand_for_controller(
     registry: Registry,
     broker_id: i32,
+    metrics: Arc<crate::metrics::Metrics>,
     stop: CancellationToken,
 ) {
     let mut backoff = service::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
@@ -314,7 +315,10 @@ pub(crate) async fn stand_for_controller(
         match Controller::elect(registry.clone(), broker_id).await {
             Ok(Some(controller)) => {
                 backoff.reset();
-                match controller.run(stop.clone()).await {
+                metrics.set_controller(Some(controller.offline_partitions()));
+                let ran = controller.run(stop.clone()).await;
+                metrics.set_controller(None);
+                match ran {
                     Ok(()) => return,
                     Err(ControllerError::Fenced { epoch, current }) => {
                         tracing::warn!(epoch, current, "no longer the controller");

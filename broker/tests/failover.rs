@@ -11,6 +11,7 @@ use client::{Producer, ProducerConfig, RegistryBrokers};
 use protocol::Acks;
 use testkit::cluster::TestCluster;
 use testkit::eventually;
+use testkit::metrics::value;
 
 const TOPIC: &str = "replicated";
 const WAIT: Duration = Duration::from_secs(60);
@@ -26,6 +27,14 @@ fn producer(cluster: &TestCluster) -> Producer {
         ..ProducerConfig::default()
     };
     Producer::new(config, Arc::new(RegistryBrokers::new(cluster.registry()))).unwrap()
+}
+
+/// A broker's metrics page, as its `/metrics` would serve it, parsed.
+fn metrics_of(broker: &testkit::broker::TestBroker) -> Vec<testkit::metrics::Sample> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &broker.broker.metrics().registry())
+        .unwrap();
+    testkit::metrics::parse(&text)
 }
 
 /// The payloads of partition 0 as its leader serves them, in log order.
@@ -94,6 +103,22 @@ async fn acknowledged_messages_survive_the_leaders_loss() {
     })
     .await;
     assert_eq!(served, acknowledged, "every acknowledged message once, in order");
+    // The new leader's metrics say the partition is short of a replica; one broker controls.
+    let leader = cluster.brokers.iter().find(|b| b.broker.config().broker_id == moved.leader);
+    let samples = metrics_of(leader.unwrap());
+    let p0 = [("topic", TOPIC), ("partition", "0")];
+    assert_eq!(value(&samples, "tributary_broker_partition_in_sync_replicas", &p0), 2.0);
+    assert_eq!(value(&samples, "tributary_broker_partition_replicas", &p0), 3.0);
+    assert_eq!(value(&samples, "tributary_broker_under_replicated_partitions", &[]), 1.0);
+    let controllers: f64 = cluster
+        .brokers
+        .iter()
+        .map(|b| value(&metrics_of(b), "tributary_broker_active_controller", &[]))
+        .sum();
+    assert_eq!(controllers, 1.0, "one controller among the brokers still up");
+    for broker in &cluster.brokers {
+        assert_eq!(value(&metrics_of(broker), "tributary_broker_offline_partitions", &[]), 0.0);
+    }
 
     // The old leader comes back as a follower and catches up: every replica the same files.
     cluster.start_again(stopped).await;
@@ -171,7 +196,11 @@ async fn a_leader_cut_off_from_zookeeper_acknowledges_nothing_once_fenced() {
     let isolated = cluster.brokers.iter().find(|b| b.broker.config().broker_id == ISOLATED);
     let conn = isolated.unwrap().connect().await;
     let set = |tag: &str| testkit::broker::message_set(&[tag]);
-    conn.produce(TOPIC, partition, Acks::All, set("before")).await.unwrap();
+    // Acknowledged once the isolated broker has taken up the leadership the registry gives it.
+    eventually(WAIT, "the isolated broker leading", || async {
+        conn.produce(TOPIC, partition, Acks::All, set("before")).await.ok()
+    })
+    .await;
 
     proxy.cut();
     let (after, _) = eventually(WAIT, "another leader elected", || async {

@@ -10,6 +10,8 @@
 //! successor has written a state, is fenced and stops ([`ControllerError::Fenced`]).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -84,6 +86,8 @@ pub struct Controller {
     /// The session's events since before the election: an expiry at any time after it ends
     /// this controller.
     session: tokio::sync::broadcast::Receiver<SessionEvent>,
+    /// Partitions without a leader after the last pass.
+    offline: Arc<AtomicUsize>,
 }
 
 impl Controller {
@@ -96,7 +100,8 @@ impl Controller {
         let session = registry.coordinator().session_events();
         let Some(epoch) = registry.elect_controller(broker_id).await? else { return Ok(None) };
         tracing::info!(broker_id, controller_epoch = epoch, "elected controller");
-        Ok(Some(Controller { registry, broker_id, epoch, session }))
+        let offline = Arc::default();
+        Ok(Some(Controller { registry, broker_id, epoch, session, offline }))
     }
 
     pub fn epoch(&self) -> i32 {
@@ -105,6 +110,12 @@ impl Controller {
 
     pub fn broker_id(&self) -> i32 {
         self.broker_id
+    }
+
+    /// Partitions of the cluster without a leader (no replica that may lead is live), as of
+    /// the last pass; it follows every pass for as long as this controller runs.
+    pub fn offline_partitions(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.offline)
     }
 
     async fn check_not_fenced(&self) -> Result<(), ControllerError> {
@@ -121,6 +132,7 @@ impl Controller {
         self.check_not_fenced().await?;
         let live: BTreeSet<i32> = self.registry.brokers().await?.into_keys().collect();
         let mut changes = Vec::new();
+        let mut offline = 0;
         for topic in self.registry.topics().await? {
             let Some((assignment, _)) = self.registry.topic_assignment(&topic).await? else {
                 continue;
@@ -139,11 +151,15 @@ impl Controller {
                 let Some((after, unclean)) =
                     decide(replicas, state, &live, unclean_allowed, self.epoch)
                 else {
+                    offline += usize::from(state.leader == NO_LEADER);
                     continue;
                 };
                 match self.registry.set_partition_state(&topic, partition, &after, *version).await {
-                    Ok(_) => {}
-                    Err(RegistryError::Conflict { .. }) => continue,
+                    Ok(_) => offline += usize::from(after.leader == NO_LEADER),
+                    Err(RegistryError::Conflict { .. }) => {
+                        offline += usize::from(state.leader == NO_LEADER);
+                        continue;
+                    }
                     Err(e) => return Err(e.into()),
                 }
                 log_change(&topic, partition, state, &after, unclean, self.epoch);
@@ -156,6 +172,7 @@ impl Controller {
                 });
             }
         }
+        self.offline.store(offline, Ordering::Relaxed);
         Ok(changes)
     }
 

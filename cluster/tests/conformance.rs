@@ -500,13 +500,27 @@ async fn an_offline_partition_waits_for_a_replica_that_may_lead(service: Service
     create_replicated(&r, "unclean", &[&[2, 3]], &[(UNCLEAN_LEADER_ELECTION, "true")], only_first)
         .await;
     let controller = Controller::elect(r.clone(), 1).await.unwrap().expect("elected");
+    let offline = controller.offline_partitions();
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn(controller.run(stop.clone()));
     drop(two);
     state_becomes(&r, "clean", 0, (cluster::NO_LEADER, 1, &[2])).await;
     state_becomes(&r, "unclean", 0, (3, 1, &[3])).await;
+    let count = || offline.load(std::sync::atomic::Ordering::Relaxed);
+    within("the controller counts the offline partition", async {
+        while count() != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let _two_again = live_broker(&service, 2).await;
     state_becomes(&r, "clean", 0, (2, 2, &[2])).await;
+    within("no partition offline", async {
+        while count() != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     stop.cancel();
     running.await.unwrap().unwrap();
 }
