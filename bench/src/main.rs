@@ -7,12 +7,15 @@
 //! by its pid. A system that cannot start is skipped and the report says why.
 //!
 //! `cargo build --release -p broker -p bench && target/release/tributary-bench --out bench/results/DATE`
+//!
+//! `tributary-bench replication` measures replication instead: see [`replication`].
 
 mod ceiling;
 mod growth;
 mod peer;
 mod peers;
 mod progress;
+mod replication;
 mod report;
 mod service;
 mod tributary;
@@ -29,8 +32,10 @@ use crate::progress::Progress;
 use crate::report::{Report, SystemResult};
 
 #[derive(Debug, Parser)]
-#[command(name = "tributary-bench", version, about)]
+#[command(name = "tributary-bench", version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    mode: Option<Mode>,
     /// Messages per mode (the paper used 10 million).
     #[arg(long)]
     messages: Option<u64>,
@@ -69,6 +74,13 @@ struct Cli {
     /// Run nothing: write report.md and throughput.svg again from a run's results.json.
     #[arg(long, value_name = "RESULTS_JSON")]
     render: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Mode {
+    /// Replication's cost (replication factor 3 with acks all against 1 with acks 1) and its
+    /// failover time over repeated `kill -9` of a leader, on three brokers in a ZooKeeper.
+    Replication(replication::ReplicationArgs),
 }
 
 /// What one run does, after `--quick` and the explicit flags are applied.
@@ -138,6 +150,9 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> BenchResult<()> {
+    if let Some(Mode::Replication(args)) = cli.mode {
+        return replication::run(args, today(), machine()).await;
+    }
     if let Some(results) = &cli.render {
         let text = std::fs::read_to_string(results)
             .with_context(|| format!("reading {}", results.display()))?;

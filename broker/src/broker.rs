@@ -252,7 +252,20 @@ impl Broker {
         acks: Acks,
         sets: &[Bytes],
     ) -> Vec<Result<(i32, i64), ErrorCode>> {
-        let fail_all = |code| sets.iter().map(|_| Err(code)).collect();
+        self.append_run(topic, partition, acks, sets).await.acknowledged().await
+    }
+
+    /// The first half of [`Broker::produce_run`]: appends the sets and returns their results
+    /// with what `acks` still waits for (the flush, or the in-sync replicas), so that a
+    /// connection can append the produces pipelined behind while the answers wait.
+    pub(crate) async fn append_run(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        sets: &[Bytes],
+    ) -> AppendedRun {
+        let fail_all = |code| AppendedRun::now(sets.iter().map(|_| Err(code)).collect());
         if protocol::validate_topic_name(topic).is_err() {
             return fail_all(ErrorCode::InvalidTopicName);
         }
@@ -276,7 +289,7 @@ impl Broker {
             }
         }
         if valid.is_empty() {
-            return results;
+            return AppendedRun::now(results);
         }
         let topic = match self.topic_for_produce(topic).await {
             Ok(topic) => topic,
@@ -311,25 +324,21 @@ impl Broker {
         }
         let bytes: usize = valid.iter().map(|s| s.len()).sum();
         self.metrics.appended(&topic.name, messages, bytes as u64);
-        match (acks, &leader) {
-            (Acks::Flushed, _) => partition.wait_flushed(appended.end).await,
-            (Acks::All, Some(leader)) => {
-                if let Err(code) =
-                    leader.wait_replicated(appended.end, self.config.ack_timeout()).await
-                {
-                    return fail_all(code);
-                }
-            }
-            // A partition without followers: its leader is its only in-sync replica.
-            _ => {}
-        }
         let mut offset = appended.offset;
         let mut valid = valid.iter();
         for result in results.iter_mut().filter(|r| r.is_ok()) {
             *result = Ok((partition.index() as i32, offset as i64));
             offset += valid.next().expect("one valid set per ok result").len() as u64;
         }
-        results
+        let wait = match (acks, leader) {
+            (Acks::Flushed, _) => Some(AckWait::Flushed(Arc::clone(partition), appended.end)),
+            (Acks::All, Some(leader)) => {
+                Some(AckWait::Replicated(leader, appended.end, self.config.ack_timeout()))
+            }
+            // A partition without followers: its leader is its only in-sync replica.
+            _ => None,
+        };
+        AppendedRun { results, wait }
     }
 
     async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
@@ -1045,6 +1054,50 @@ async fn retention(logs: Arc<LogManager>, interval: Duration, stop: Cancellation
         .await;
         if let Err(e) = swept {
             tracing::error!(error = %e, "retention task panicked");
+        }
+    }
+}
+
+/// Appended sets' results and what their acknowledgement still waits for.
+pub(crate) struct AppendedRun {
+    results: Vec<Result<(i32, i64), ErrorCode>>,
+    wait: Option<AckWait>,
+}
+
+/// What an acknowledgement waits for after the append.
+pub(crate) enum AckWait {
+    /// `acks` 2: the partition flushed up to this end.
+    Flushed(Arc<Partition>, u64),
+    /// `acks` 3: every in-sync replica has the log up to this end, within the ack timeout.
+    Replicated(Arc<Leader>, u64, std::time::Duration),
+}
+
+impl AppendedRun {
+    fn now(results: Vec<Result<(i32, i64), ErrorCode>>) -> AppendedRun {
+        AppendedRun { results, wait: None }
+    }
+
+    /// Whether the answers are ready without waiting.
+    pub(crate) fn is_ready(&self) -> bool {
+        self.wait.is_none()
+    }
+
+    /// The answers, once what `acks` asked for happened; if it cannot, every set appended
+    /// gets that error.
+    pub(crate) async fn acknowledged(self) -> Vec<Result<(i32, i64), ErrorCode>> {
+        let waited = match self.wait {
+            None => Ok(()),
+            Some(AckWait::Flushed(partition, end)) => {
+                partition.wait_flushed(end).await;
+                Ok(())
+            }
+            Some(AckWait::Replicated(leader, end, timeout)) => {
+                leader.wait_replicated(end, timeout).await
+            }
+        };
+        match waited {
+            Ok(()) => self.results,
+            Err(code) => self.results.into_iter().map(|r| r.and(Err(code))).collect(),
         }
     }
 }

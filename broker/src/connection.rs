@@ -5,12 +5,20 @@
 //! requests share system calls. Fetch data skips the buffer: the header goes out, then the
 //! segment bytes by `sendfile`.
 //!
+//! A produce whose `acks` wait (2: for the flush, 3: for the in-sync replicas) does not hold
+//! the connection up: it is appended, its answer waits in a queue, and the produces pipelined
+//! behind it are read and appended meanwhile; answers leave in request order. Any other request
+//! waits for the queue to empty first.
+//!
 //! A long-poll fetch (`MULTIFETCH_WAIT`) that finds too little data parks the connection: it
 //! waits on the watches of its partitions' visible ends, which the append (or the flush) that
 //! makes data visible wakes. Responses stay in request order, so the requests behind it wait
 //! too; while parked the connection still reads, to notice a client that hangs up.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +48,21 @@ const OUTPUT_BYTES_MAX: usize = 256 << 10;
 /// Pipelined request bytes read while a long-poll fetch waits; beyond them the connection
 /// stops reading until the fetch is answered.
 const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
+
+/// Produce runs appended whose answers wait for their acks, at most; one more waits for the
+/// oldest answer first.
+const AWAITING_RUNS_MAX: usize = 64;
+
+/// Each set's `(partition, offset)` of a produce run, or its error.
+type Results = Vec<Result<(i32, i64), ErrorCode>>;
+/// The answers of an appended produce run, once its acks are met.
+type Answers = Pin<Box<dyn Future<Output = Results> + Send>>;
+
+/// A produce run appended, its answers not yet sent.
+struct Awaiting {
+    answers: Answers,
+    started: Instant,
+}
 
 /// A long-poll fetch waiting: counted in the parked gauge, and its wait timed, until dropped.
 struct Parked<'a> {
@@ -80,6 +103,8 @@ pub(crate) struct Connection {
     broker: Arc<Broker>,
     /// Shutdown: a waiting long-poll fetch is answered at once.
     stop: CancellationToken,
+    /// Produce runs waiting for their acks, oldest first.
+    awaiting: VecDeque<Awaiting>,
 }
 
 impl Connection {
@@ -95,6 +120,7 @@ impl Connection {
             output: BytesMut::with_capacity(READ_CHUNK_BYTES),
             broker,
             stop,
+            awaiting: VecDeque::new(),
         }
     }
 
@@ -118,6 +144,9 @@ impl Connection {
                         return Ok(());
                     }
                 }
+                answers = oldest_answers(&mut self.awaiting), if !self.awaiting.is_empty() => {
+                    self.answer_produce(answers);
+                }
                 _ = stop.cancelled() => return Ok(()),
             }
         }
@@ -134,7 +163,10 @@ impl Connection {
                 None => match self.next_request() {
                     Ok(Some(request)) => request,
                     Ok(None) => return Ok(Next::Continue),
-                    Err(BadFrame) => return Ok(self.reject(ErrorCode::InvalidRequest)),
+                    Err(BadFrame) => {
+                        self.answer_awaiting().await;
+                        return Ok(self.reject(ErrorCode::InvalidRequest));
+                    }
                 },
             };
             let next = match request {
@@ -166,12 +198,17 @@ impl Connection {
                     // Answered in order: the run's answers, then the bad frame's error.
                     self.handle_produce_run(run).await;
                     if bad_frame_after_run {
+                        self.answer_awaiting().await;
                         self.reject(ErrorCode::InvalidRequest)
                     } else {
                         Next::Continue
                     }
                 }
-                request => self.handle(request).await?,
+                request => {
+                    // Answers stay in request order.
+                    self.answer_awaiting().await;
+                    self.handle(request).await?
+                }
             };
             if !matches!(next, Next::Continue) {
                 return Ok(next);
@@ -208,26 +245,55 @@ impl Connection {
         }
     }
 
-    /// Appends a run of produces to one partition and answers each (unless `acks` is 0).
+    /// Appends a run of produces to one partition and answers each (unless `acks` is 0): at
+    /// once, or once its acks are met if they wait ([`Connection::awaiting`]).
     async fn handle_produce_run(&mut self, run: Vec<protocol::ProduceRequest>) {
         let broker = Arc::clone(&self.broker);
         let started = Instant::now();
         broker.metrics().request(RequestKind::produce, run.len() as u64);
         let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
         let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
-        let results = broker.produce_run(topic, partition, acks, &sets).await;
-        for result in results {
-            if let Err(error) = result {
+        let appended = broker.append_run(topic, partition, acks, &sets).await;
+        if acks == Acks::None {
+            let results = appended.acknowledged().await;
+            for error in results.into_iter().filter_map(Result::err) {
                 broker.metrics().request_error(RequestKind::produce, error);
             }
-            if acks != Acks::None {
-                let result = result.map(|(partition, offset)| {
-                    Response::Produce(ProduceResponse { partition, offset })
-                });
-                self.respond(result);
-            }
+            broker.metrics().observe(Latency::produce, started.elapsed());
+            return;
         }
-        broker.metrics().observe(Latency::produce, started.elapsed());
+        if appended.is_ready() && self.awaiting.is_empty() {
+            let results = appended.acknowledged().await;
+            self.answer_produce((results, started));
+            return;
+        }
+        while self.awaiting.len() >= AWAITING_RUNS_MAX {
+            let answers = oldest_answers(&mut self.awaiting).await;
+            self.answer_produce(answers);
+        }
+        self.awaiting.push_back(Awaiting { answers: Box::pin(appended.acknowledged()), started });
+    }
+
+    /// Sends the answers of a produce run.
+    fn answer_produce(&mut self, (results, started): (Results, Instant)) {
+        for result in results {
+            if let Err(error) = result {
+                self.broker.metrics().request_error(RequestKind::produce, error);
+            }
+            let result = result.map(|(partition, offset)| {
+                Response::Produce(ProduceResponse { partition, offset })
+            });
+            self.respond(result);
+        }
+        self.broker.metrics().observe(Latency::produce, started.elapsed());
+    }
+
+    /// Waits for every produce run still waiting for its acks and answers it, oldest first.
+    async fn answer_awaiting(&mut self) {
+        while !self.awaiting.is_empty() {
+            let answers = oldest_answers(&mut self.awaiting).await;
+            self.answer_produce(answers);
+        }
     }
 
     /// Answers a request that cannot be trusted with an error, then closes: after a bad frame
@@ -530,4 +596,14 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Waits for the oldest produce run's acks and takes it off the queue, which must not be
+/// empty. Dropped before it is ready, it leaves the run at the front.
+async fn oldest_answers(awaiting: &mut VecDeque<Awaiting>) -> (Results, Instant) {
+    let oldest = awaiting.front_mut().expect("a produce run waiting");
+    let results = oldest.answers.as_mut().await;
+    let started = oldest.started;
+    awaiting.pop_front();
+    (results, started)
 }

@@ -15,7 +15,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use protocol::{
     ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, ReplicaFetchPart,
     ReplicaFetchPartition, ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
@@ -98,13 +98,18 @@ impl LeaderLink {
         if size > self.response_bytes_max || size < 2 {
             return Err(LinkError::TooLarge { size, max: self.response_bytes_max });
         }
-        let mut body = vec![0; size];
-        self.stream.read_exact(&mut body).await?;
+        // Read without zeroing first: an answer is up to a fetch's bytes.
+        let mut body = BytesMut::with_capacity(size);
+        while body.len() < size {
+            if self.stream.read_buf(&mut body).await? == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+        }
         let error = ErrorCode::from_i16(i16::from_be_bytes([body[0], body[1]]));
         if !error.is_ok() {
             return Err(LinkError::Error(error));
         }
-        Ok(Response::decode(key, Bytes::from(body).slice(2..))?)
+        Ok(Response::decode(key, body.freeze().slice(2..))?)
     }
 }
 

@@ -13,8 +13,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use client::{GroupConsumer, GroupConsumerConfig, SimpleConsumer};
-use testkit::broker_processes::{BrokerProcesses, KillPlan, kill_leaders, registry, sequence};
+use client::{GroupConsumer, GroupConsumerConfig};
+use testkit::broker_processes::{
+    BrokerProcesses, KillPlan, kill_leaders, read_partition, registry, sequence,
+};
 use testkit::eventually;
 use testkit::zookeeper::ZooKeeperServer;
 
@@ -22,27 +24,6 @@ const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
 const WAIT: Duration = Duration::from_secs(120);
-
-/// Every message of `partition` as its leader serves it: `(offset, payload)` in log order.
-async fn read_partition(
-    brokers: &BrokerProcesses,
-    leader: i32,
-    partition: i32,
-) -> Vec<(i64, Vec<u8>)> {
-    let consumer =
-        SimpleConsumer::connect(&brokers.addr(leader), Default::default()).await.unwrap();
-    let end = consumer.latest_offset(TOPIC, partition).await.unwrap();
-    let mut offset = 0;
-    let mut messages = Vec::new();
-    while offset < end {
-        for message in consumer.fetch(TOPIC, partition, offset).await.unwrap().iter() {
-            let message = message.unwrap();
-            messages.push((message.offset, message.payload.to_vec()));
-            offset = message.next_offset;
-        }
-    }
-    messages
-}
 
 /// Each `.log` file of `dir` by name, with its bytes.
 fn segments(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -131,7 +112,7 @@ async fn fifty_leader_kills_lose_no_acknowledged_message() {
 
     for partition in 0..PARTITIONS {
         let (state, _) = registry.partition_state(TOPIC, partition).await.unwrap().unwrap();
-        let log = read_partition(&brokers, state.leader, partition).await;
+        let log = read_partition(&brokers.addr(state.leader), TOPIC, partition).await;
         // Every acknowledged message, in the order produced (a retried batch may be stored
         // twice; its first copy counts).
         let mut first_seen = BTreeMap::new();

@@ -382,3 +382,42 @@ async fn acks_all_times_out_when_an_in_sync_follower_does_not_fetch() {
     a.broker.resign(TOPIC, 0);
     assert_eq!(a.broker.isr(TOPIC, 0), None);
 }
+
+/// A produce waiting for the in-sync replicas does not hold up the produces pipelined behind
+/// it on its connection: those are appended meanwhile, and every answer comes back in request
+/// order, other requests' included.
+#[tokio::test]
+async fn a_produce_waiting_for_replicas_does_not_hold_up_the_pipeline() {
+    let (a, _b) = replicated_pair(1, |c| {
+        c.replica_lag_ms = 60_000;
+        c.ack_timeout_ms = 500;
+    })
+    .await;
+    let conn = a.connect().await;
+    let produce = |acks, tag: u8| {
+        Request::Produce(protocol::ProduceRequest {
+            topic: TOPIC.into(),
+            partition: 0,
+            acks,
+            messages: message_set(&[[tag; 50]]),
+        })
+    };
+    let started = std::time::Instant::now();
+    let waiting = conn.enqueue(produce(Acks::All, 1)).await.unwrap().unwrap();
+    let written = conn.enqueue(produce(Acks::Written, 2)).await.unwrap().unwrap();
+    let metadata = Request::Metadata(protocol::MetadataRequest { topics: vec![] });
+    let metadata = conn.enqueue(metadata).await.unwrap().unwrap();
+    let p = partition(&a);
+    eventually(WAIT, "the second produce appended", || async {
+        (p.end() >= 2 * (9 + 50)).then_some(())
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_millis(500), "while the first still waits");
+    let err = waiting.wait().await.unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::RequestTimedOut), "no follower fetched: {err}");
+    match written.wait().await.unwrap() {
+        Response::Produce(ack) => assert_eq!(ack.offset, 9 + 50),
+        other => panic!("a produce answer, not {other:?}"),
+    }
+    assert!(matches!(metadata.wait().await.unwrap(), Response::Metadata(_)));
+}

@@ -286,6 +286,24 @@ impl Sequencer {
     }
 }
 
+/// Every message of `topic`'s `partition` as the broker at `addr` serves it: `(offset,
+/// payload)` in log order, up to its end now.
+pub async fn read_partition(addr: &str, topic: &str, partition: i32) -> Vec<(i64, Vec<u8>)> {
+    let consumer =
+        client::SimpleConsumer::connect(addr, Default::default()).await.expect("connect");
+    let end = consumer.latest_offset(topic, partition).await.expect("latest offset");
+    let mut offset = 0;
+    let mut messages = Vec::new();
+    while offset < end {
+        for message in consumer.fetch(topic, partition, offset).await.expect("fetch").iter() {
+            let message = message.expect("a valid message");
+            messages.push((message.offset, message.payload.to_vec()));
+            offset = message.next_offset;
+        }
+    }
+    messages
+}
+
 /// The sequence number in a [`payload`].
 pub fn sequence(payload: &[u8]) -> u64 {
     let text = std::str::from_utf8(payload).unwrap_or_default();
