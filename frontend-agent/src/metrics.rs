@@ -54,24 +54,24 @@ impl Default for Metrics {
             counter
         };
         let r = &mut registry;
-        let accepted = counter(r, "accepted", "Events durably spooled and accepted.");
-        let rejected = counter(r, "rejected", "Events rejected as invalid.");
-        let rejected_requests = counter(r, "rejected_requests", "Requests rejected as invalid.");
+        let accepted = counter(r, "accepted", "Events durably spooled and accepted");
+        let rejected = counter(r, "rejected", "Events rejected as invalid");
+        let rejected_requests = counter(r, "rejected_requests", "Requests rejected as invalid");
         let refused_full =
-            counter(r, "refused_full", "Requests refused because the spool was full.");
+            counter(r, "refused_full", "Requests refused because the spool was full");
         let refused_busy = counter(
             r,
             "refused_busy",
-            "HTTP requests refused because max_concurrent_requests were in progress.",
+            "HTTP requests refused because max_concurrent_requests were in progress",
         );
-        let spooled = counter(r, "spooled", "Events written to the spool.");
-        let acknowledged = counter(r, "acknowledged", "Events acknowledged by a broker.");
+        let spooled = counter(r, "spooled", "Events written to the spool");
+        let acknowledged = counter(r, "acknowledged", "Events acknowledged by a broker");
         let dropped =
-            counter(r, "dropped", "Events dropped unacknowledged by spool_full=drop-oldest.");
+            counter(r, "dropped", "Events dropped unacknowledged by spool_full=drop-oldest");
         let resent =
-            counter(r, "resent", "Events sent again after a failed batch (possible duplicates).");
-        let ship_failures = counter(r, "ship_failures", "Failed attempts to ship from the spool.");
-        let audit_published = counter(r, "audit_published", "Audit records published to _audit.");
+            counter(r, "resent", "Events sent again after a failed batch (possible duplicates)");
+        let ship_failures = counter(r, "ship_failures", "Failed attempts to ship from the spool");
+        let audit_published = counter(r, "audit_published", "Audit records published to _audit");
         let spool_bytes = Gauge::default();
         registry.register("spool_bytes", "Bytes of the spool's segment files", spool_bytes.clone());
         let spool_max_bytes = Gauge::default();
