@@ -16,7 +16,8 @@ for component in rustfmt clippy; do
 done
 
 # Debian packages the tests run for real: ZooKeeper (with Java) for the coordination tests,
-# and the benchmark's peers for its smoke test.
+# the benchmark's peers for its smoke test, HAProxy and Prometheus (with promtool) for the
+# multi-process deployment, Chromium for the dashboard.
 missing=()
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
@@ -25,6 +26,7 @@ command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 [ -f /usr/share/activemq/bin/activemq.jar ] || missing+=(activemq)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"

@@ -80,6 +80,7 @@ impl Deployment {
             "mirror",
             "loader",
             "audit",
+            "prometheus",
         ];
         let mut ports: BTreeMap<&'static str, u16> =
             names.into_iter().zip(free_ports(names.len())).collect();
@@ -161,6 +162,11 @@ config = "{configs}/hdfs-loader.toml"
 port = {audit}
 config = "{configs}/audit.toml"
 settings = {{ grace_ms = {GRACE_MS} }}
+
+[prometheus]
+port = {prometheus}
+scrape_interval = "1s"
+rules = "{rules}"
 {extra}"#,
             binaries = Path::new(TRIBUTARY).parent().expect("bin dir").display(),
             configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").display(),
@@ -185,6 +191,8 @@ settings = {{ grace_ms = {GRACE_MS} }}
             mirror = p("mirror"),
             loader = p("loader"),
             audit = p("audit"),
+            prometheus = p("prometheus"),
+            rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("prometheus/alerts.yml").display(),
         );
         std::fs::write(&topology, text).expect("write topology");
         Deployment { dir, topology, ports }
@@ -508,6 +516,27 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         assert!(!samples.is_empty(), "{url} has samples");
     }
 
+    // Prometheus scrapes every one of those pages, and has the alert rules.
+    let prometheus = format!("http://127.0.0.1:{}", p("prometheus"));
+    assert!(up.contains(&format!("prometheus      {prometheus}/")), "{up}");
+    eventually(Duration::from_secs(60), "Prometheus scraping every target", |seen| {
+        let targets = get(&runtime, &http, &format!("{prometheus}/api/v1/targets"))?;
+        let targets: serde_json::Value = serde_json::from_str(&targets).ok()?;
+        let active = targets["data"]["activeTargets"].as_array()?;
+        let up = active.iter().filter(|t| t["health"] == "up").count();
+        *seen = format!("{up} of {} targets up", active.len());
+        (active.len() == 15 && up == 15).then_some(())
+    });
+    let rules = get(&runtime, &http, &format!("{prometheus}/api/v1/rules")).expect("rules");
+    let rules: serde_json::Value = serde_json::from_str(&rules).expect("rules JSON");
+    let names: Vec<&str> = rules["data"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(names.contains(&"OfflinePartitions") && names.len() == 7, "{names:?}");
+
     // A live broker dies and its disk with it: its data directory is wiped before `up` starts
     // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
     // batches to the brokers still up), and it comes back as a follower copying them.
@@ -617,7 +646,10 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
 
     // `down` leaves nothing behind.
     let down = deployment.ok("down", &[]);
-    assert!(down.lines().next().is_some_and(|l| l.starts_with("audit ")), "reverse order: {down}");
+    assert!(
+        down.lines().next().is_some_and(|l| l.starts_with("prometheus ")),
+        "reverse order: {down}"
+    );
     assert!(down.lines().last().is_some_and(|l| l.starts_with("zookeeper ")), "{down}");
     assert!(deployment.leftovers().is_empty(), "left running: {:?}", deployment.leftovers());
     assert!(deployment.status().values().all(|(pid, state)| pid == "-" && state == "stopped"));
@@ -650,6 +682,7 @@ fn config_defaults_to_deploy_local_toml_from_the_repository_root() {
             "mirror",
             "loader",
             "audit",
+            "prometheus",
             "simulator-live-a",
             "simulator-live-b",
         ]

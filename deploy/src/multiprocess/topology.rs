@@ -64,10 +64,40 @@ pub struct Topology {
     pub loader: Loader,
     #[serde(default)]
     pub audit: Service,
+    #[serde(default)]
+    pub prometheus: Prometheus,
+}
+
+/// The Prometheus that scrapes every process's `/metrics` and evaluates the alert rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prometheus {
+    #[serde(default = "defaults::prometheus_port")]
+    pub port: u16,
+    /// How often every target is scraped and the rules evaluated, with a unit.
+    #[serde(default = "defaults::scrape_interval", with = "service::duration::serde_text")]
+    pub scrape_interval: Duration,
+    /// How long samples are kept (Prometheus' own duration syntax, e.g. `15d`).
+    #[serde(default = "defaults::prometheus_retention")]
+    pub retention: String,
+    /// The alert rules file.
+    #[serde(default = "defaults::prometheus_rules")]
+    pub rules: PathBuf,
+}
+
+impl Default for Prometheus {
+    fn default() -> Self {
+        Prometheus {
+            port: defaults::prometheus_port(),
+            scrape_interval: defaults::scrape_interval(),
+            retention: defaults::prometheus_retention(),
+            rules: defaults::prometheus_rules(),
+        }
+    }
 }
 
 /// Where the programs are.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Binaries {
     /// Directory of `broker`, `schema-registry`, `frontend-agent`, `mirror`, `hdfs-loader` and
@@ -81,6 +111,8 @@ pub struct Binaries {
     pub weed: String,
     #[serde(default = "defaults::haproxy")]
     pub haproxy: String,
+    #[serde(default = "defaults::prometheus")]
+    pub prometheus: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -226,6 +258,21 @@ mod defaults {
     pub fn haproxy() -> String {
         "haproxy".into()
     }
+    pub fn prometheus() -> String {
+        "prometheus".into()
+    }
+    pub fn prometheus_port() -> u16 {
+        9090
+    }
+    pub fn scrape_interval() -> Duration {
+        Duration::from_secs(5)
+    }
+    pub fn prometheus_retention() -> String {
+        "15d".into()
+    }
+    pub fn prometheus_rules() -> std::path::PathBuf {
+        "prometheus/alerts.yml".into()
+    }
     pub fn zookeeper_port() -> u16 {
         2181
     }
@@ -270,6 +317,19 @@ mod defaults {
     }
     pub fn broker_metrics_port_offset() -> u16 {
         1000
+    }
+}
+
+impl Default for Binaries {
+    fn default() -> Self {
+        Binaries {
+            dir: None,
+            java: defaults::java(),
+            zookeeper_classpath: defaults::zookeeper_classpath(),
+            weed: defaults::weed(),
+            haproxy: defaults::haproxy(),
+            prometheus: defaults::prometheus(),
+        }
     }
 }
 
@@ -364,6 +424,7 @@ impl Topology {
             }
         };
         resolve(&mut self.run_dir);
+        resolve(&mut self.prometheus.rules);
         if let Some(dir) = &mut self.binaries.dir {
             resolve(dir);
         }
