@@ -553,10 +553,9 @@ fn job_of<'a>(topology: &'a Topology, name: &'a str) -> (&'a str, Option<&'a str
     for cluster in clusters {
         if let Some(id) =
             name.strip_prefix("broker-").and_then(|r| r.strip_prefix(cluster.as_str()))
+            && id.starts_with('-')
         {
-            if id.starts_with('-') {
-                return ("broker", Some(cluster));
-            }
+            return ("broker", Some(cluster));
         }
         if name.strip_prefix("agent-") == Some(cluster.as_str()) {
             return ("agent", Some(cluster));
