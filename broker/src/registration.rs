@@ -18,7 +18,9 @@ impl Registration {
     /// Connects and registers the broker. A node of the same id left by this broker's previous
     /// process (killed, its session not yet expired) is waited out for up to two session
     /// timeouts, so a supervisor may restart a killed broker at once; a broker with the same id
-    /// that is still alive after that makes this fail.
+    /// that is still alive after that makes this fail. Then, while other brokers are live, it
+    /// waits (as long again at most) for the controller to move the leaderships its previous
+    /// process held.
     pub(crate) async fn register(
         connect: &str,
         session_timeout_ms: u64,
@@ -30,29 +32,10 @@ impl Registration {
         let session = ZooKeeper::connect(config).await?;
         tracing::info!(zookeeper = %connect, "connected to ZooKeeper");
         let registry = Registry::new(session.clone());
-        let deadline = Instant::now() + 2 * Duration::from_millis(session_timeout_ms);
-        let mut backoff = service::Backoff::from_ms(100, 1_000);
-        let mut waiting = false;
-        loop {
-            match registry.register_broker(broker_id, &info).await {
-                Err(RegistryError::BrokerIdTaken { holder, .. }) if Instant::now() < deadline => {
-                    if !std::mem::replace(&mut waiting, true) {
-                        tracing::info!(
-                        broker_id,
-                        %holder,
-                        "broker id still registered (a previous process whose session has not \
-                         expired yet?); waiting"
-                        );
-                    }
-                    tokio::time::sleep(backoff.next_delay().unwrap_or(Duration::from_secs(1)))
-                        .await;
-                }
-                result => {
-                    result?;
-                    break;
-                }
-            }
-        }
+        let timeout = 2 * Duration::from_millis(session_timeout_ms);
+        wait_until_gone(&registry, broker_id, timeout).await?;
+        wait_for_leadership_moved(&registry, broker_id, timeout).await?;
+        registry.register_broker(broker_id, &info).await?;
         tracing::info!(broker_id, addr = %info.addr(), "registered broker");
         Ok(Registration { broker_id, registry, _session: session })
     }
@@ -79,5 +62,68 @@ impl Registration {
             Ok(()) => tracing::info!(broker_id = self.broker_id, "unregistered broker"),
             Err(e) => tracing::warn!(error = %e, "cannot unregister broker"),
         }
+    }
+}
+
+/// Waits (at most `timeout`) for the node of this broker id left by its previous process
+/// (killed, its session not yet expired) to go.
+async fn wait_until_gone(
+    registry: &Registry,
+    broker_id: i32,
+    timeout: Duration,
+) -> Result<(), RegistryError> {
+    let deadline = Instant::now() + timeout;
+    let mut logged = false;
+    while registry.brokers().await?.contains_key(&broker_id) && Instant::now() < deadline {
+        if !std::mem::replace(&mut logged, true) {
+            tracing::info!(
+                broker_id,
+                "broker id still registered (a previous process whose session has not expired \
+                 yet?); waiting"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Waits (at most `timeout`) until no partition names this broker as its leader, while other
+/// brokers are live to move the leadership: a restarted broker must not take up a leadership
+/// it held before, since its log may have lost what it had (a wiped or replaced disk). The
+/// controller moves each such partition to another in-sync replica, or marks it offline; the
+/// partition comes back to this broker only by a new election. Alone in the cluster, it waits
+/// for nothing: nobody else could lead.
+async fn wait_for_leadership_moved(
+    registry: &Registry,
+    broker_id: i32,
+    timeout: Duration,
+) -> Result<(), RegistryError> {
+    let deadline = Instant::now() + timeout;
+    let mut logged = false;
+    loop {
+        let mut led = Vec::new();
+        for topic in registry.topics().await? {
+            for (partition, (state, _)) in registry.partition_states(&topic).await? {
+                if state.leader == broker_id {
+                    led.push(format!("{topic}-{partition}"));
+                }
+            }
+        }
+        let others = registry.brokers().await?.keys().any(|&id| id != broker_id);
+        if led.is_empty() || !others {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!(broker_id, partitions = ?led, "still named leader; registering anyway");
+            return Ok(());
+        }
+        if !std::mem::replace(&mut logged, true) {
+            tracing::info!(
+                broker_id,
+                partitions = led.len(),
+                "waiting for the controller to move this broker's leaderships before rejoining"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
