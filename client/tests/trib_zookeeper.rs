@@ -156,6 +156,61 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
         }
         assert!(described["members"].as_array().unwrap().is_empty());
 
+        // `groups reset`: a plan first, committed only with --execute.
+        let reset = ["groups", "reset", "--zookeeper", &zk, "--group", "g", "--topic", "events"];
+        let plan = trib_json(&[&reset[..], &["--to", "earliest"]].concat());
+        assert_eq!(plan["executed"], false);
+        assert!(plan["partitions"].as_array().unwrap().iter().all(|p| p["new"] == 0), "{plan}");
+        let described = trib_json(&["groups", "describe", "--zookeeper", &zk, "--group", "g"]);
+        assert!(described["partitions"].as_array().unwrap().iter().all(|p| p["lag"] == 0));
+        let out = Command::new(TRIB).args(reset).args(["--to", "3", "--execute"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("offset 3"), "no message begins at byte 3: {err}");
+        assert!(
+            Command::new(TRIB).args(reset).args(["--to", "soon"]).output().unwrap().status.code()
+                == Some(2),
+            "a bad --to is a usage error"
+        );
+        let done = trib_json(&[&reset[..], &["--to", "earliest", "--execute"]].concat());
+        assert_eq!(done["executed"], true);
+        let described = trib_json(&["groups", "describe", "--zookeeper", &zk, "--group", "g"]);
+        for p in described["partitions"].as_array().unwrap() {
+            assert_eq!(p["committed"], 0, "{described}");
+            assert_eq!(p["lag"], p["log_end"], "{described}");
+        }
+        // Refused while the group has a live member (this one reads everything again, then
+        // leaves after 2 s without a new message).
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("again.out");
+        let mut member = Command::new(TRIB)
+            .args(["consume", "--zookeeper", &zk, "--group", "g", "--topic", "events"])
+            .args(["--idle-ms", "2000"])
+            .stdout(std::fs::File::create(&again).unwrap())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lines(&again).len() < payloads.len() {
+            assert!(Instant::now() < deadline, "the member never read the log again");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = Command::new(TRIB).args(reset).args(["--to", "latest", "--execute"]).output();
+        let out = out.unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("has live members"), "{err}");
+        assert!(member.wait().unwrap().success());
+
+        // `groups delete`: the group and its offsets go; others stay.
+        let delete = ["groups", "delete", "--zookeeper", &zk, "--group", "g"];
+        assert_eq!(trib_json(&delete)["executed"], false);
+        assert!(trib_json(&["groups", "list", "--zookeeper", &zk]).to_string().contains("\"g\""));
+        assert_eq!(trib_json(&[&delete[..], &["--execute"]].concat())["executed"], true);
+        assert_eq!(trib_json(&["groups", "list", "--zookeeper", &zk]), serde_json::json!([]));
+        let out = Command::new(TRIB).args(delete).output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no consumer group g"));
+
         // --auto-offset-reset largest: a new group starts at the log end, so it reads none of
         // what is there, and stops after --idle-ms without a new message.
         let args = ["consume", "--zookeeper", &zk, "--group", "late", "--topic", "events"];

@@ -38,6 +38,9 @@ pub enum RegistryError {
     TopicExists { topic: String },
     #[error("invalid replica assignment: {reason}")]
     InvalidAssignment { reason: String },
+    /// An operation that needs a group with no live member, on one that has members.
+    #[error("consumer group {group} has live members ({}): stop them first", members.join(", "))]
+    GroupActive { group: String, members: Vec<String> },
 }
 
 /// Where a broker listens.
@@ -341,6 +344,37 @@ impl Registry {
         let dir =
             format!("/consumers/{}/offsets/{}", segment("group", group)?, segment("topic", topic)?);
         self.read_partition_values(&dir, parse_offset).await
+    }
+
+    /// Deletes `group` from the registry: its committed offsets and everything else under
+    /// `/consumers/{group}`. Refused with [`RegistryError::GroupActive`] while it has live
+    /// members (a member that joins meanwhile makes the delete fail on its node).
+    pub async fn delete_group(&self, group: &str) -> Result<(), RegistryError> {
+        let members: Vec<String> = self.consumers(group).await?.into_keys().collect();
+        if !members.is_empty() {
+            return Err(RegistryError::GroupActive { group: group.to_owned(), members });
+        }
+        self.delete_tree(format!("/consumers/{}", segment("group", group)?)).await
+    }
+
+    /// Deletes `path` and everything below it, children first.
+    async fn delete_tree(&self, path: String) -> Result<(), RegistryError> {
+        let mut stack = vec![(path, false)];
+        while let Some((path, expanded)) = stack.pop() {
+            if expanded {
+                ignore_missing(self.coordinator.delete(&path, None).await)?;
+                continue;
+            }
+            match self.coordinator.children(&path).await {
+                Ok(children) => {
+                    stack.push((path.clone(), true));
+                    stack.extend(children.into_iter().map(|c| (format!("{path}/{c}"), false)));
+                }
+                Err(CoordError::NoNode { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Topics `group` has committed offsets or claimed partitions for.

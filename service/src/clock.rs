@@ -41,6 +41,14 @@ impl Utc {
     }
 }
 
+/// Milliseconds since the epoch of an RFC 3339 time such as `2026-12-01T10:00:00Z` (or with
+/// an offset, `+02:00`).
+pub fn parse_rfc3339_ms(text: &str) -> Result<i64, String> {
+    DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z): {e}"))
+}
+
 /// Milliseconds since the Unix epoch (0 for a clock set before it).
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
@@ -48,6 +56,13 @@ pub fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rfc3339_times_parse_to_ms_and_others_are_refused() {
+        assert_eq!(super::parse_rfc3339_ms("1970-01-01T00:00:01Z"), Ok(1_000));
+        assert_eq!(super::parse_rfc3339_ms("1970-01-01T01:00:00+01:00"), Ok(0));
+        assert!(super::parse_rfc3339_ms("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
     use super::*;
 
     #[test]

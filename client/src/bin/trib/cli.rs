@@ -50,6 +50,57 @@ pub enum GroupsCommand {
         #[arg(long)]
         group: String,
     },
+    /// Moves the group's committed offsets of a topic: prints the plan, and commits it with
+    /// --execute (refused while the group has live members).
+    Reset {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// `earliest`, `latest`, an RFC 3339 time (the start of the newest segment last
+        /// modified at or before it), or an offset (a message boundary within the log).
+        #[arg(long, value_name = "earliest|latest|TIME|OFFSET", value_parser = parse_reset_to)]
+        to: ResetTo,
+        /// Commit the plan; without it nothing changes.
+        #[arg(long)]
+        execute: bool,
+    },
+    /// Deletes a group that has no live members: its committed offsets and every other node.
+    /// Prints what it would delete; deletes with --execute.
+    Delete {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        execute: bool,
+    },
+}
+
+/// Where `trib groups reset` moves a group's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    Earliest,
+    Latest,
+    /// Ms since the epoch.
+    Time(i64),
+    Offset(i64),
+}
+
+fn parse_reset_to(s: &str) -> Result<ResetTo, String> {
+    match s {
+        "earliest" => Ok(ResetTo::Earliest),
+        "latest" => Ok(ResetTo::Latest),
+        _ => match s.parse::<i64>() {
+            Ok(offset) if offset >= 0 => Ok(ResetTo::Offset(offset)),
+            Ok(_) => Err("an offset must not be negative".into()),
+            Err(_) => service::clock::parse_rfc3339_ms(s).map(ResetTo::Time).map_err(|_| {
+                format!("{s:?}: expected earliest, latest, an RFC 3339 time or an offset")
+            }),
+        },
+    }
 }
 
 /// Where the brokers are. One of these flags is required.

@@ -1,5 +1,7 @@
-//! `trib groups list|describe`: consumer groups as the registry records them — who owns
-//! which partition, how far the group has committed, and how far behind the log end it is.
+//! `trib groups list|describe|reset|delete`: consumer groups as the registry records them —
+//! who owns which partition, how far the group has committed, and how far behind the log end
+//! it is — and the two changes an operator makes to a stopped group: moving its offsets and
+//! deleting it.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +9,10 @@ use anyhow::Context;
 use client::group::lag::{PartitionLag, group_lag};
 use serde_json::json;
 
-use crate::cli::GroupsCommand;
+use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
+
+use crate::brokers::Brokers;
+use crate::cli::{GroupsCommand, ResetTo};
 
 pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
     match command {
@@ -28,7 +33,142 @@ pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
             let brokers = brokers.brokers().await?;
             describe(brokers.registry()?, &group, json).await
         }
+        GroupsCommand::Reset { brokers, group, topic, to, execute } => {
+            let brokers = brokers.brokers().await?;
+            reset(&brokers, &group, &topic, to, execute, json).await
+        }
+        GroupsCommand::Delete { brokers, group, execute } => {
+            let brokers = brokers.brokers().await?;
+            delete(brokers.registry()?, &group, execute, json).await
+        }
     }
+}
+
+/// One partition of a reset plan.
+struct Move {
+    partition: i32,
+    committed: Option<i64>,
+    target: i64,
+    log_start: i64,
+    log_end: i64,
+}
+
+async fn reset(
+    brokers: &Brokers,
+    group: &str,
+    topic: &str,
+    to: ResetTo,
+    execute: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let registry = brokers.registry()?;
+    let partitions = registry.partitions(topic).await.context("cannot read the topic")?;
+    if partitions.is_empty() {
+        anyhow::bail!("no topic {topic}");
+    }
+    let mut plan = Vec::new();
+    for partition in partitions {
+        let conn = brokers.connect_for(topic, partition).await?;
+        let consumer = SimpleConsumer::with_connection(conn, SimpleConsumerConfig::default())?;
+        let log_start = consumer.earliest_offset(topic, partition).await?;
+        let log_end = consumer.latest_offset(topic, partition).await?;
+        let target = match to {
+            ResetTo::Earliest => log_start,
+            ResetTo::Latest => log_end,
+            ResetTo::Time(ms) => {
+                let starts = consumer.offsets(topic, partition, OffsetTime::Before(ms), 1).await?;
+                starts.first().copied().unwrap_or(log_start).max(log_start)
+            }
+            ResetTo::Offset(offset) => {
+                if !(log_start..=log_end).contains(&offset) {
+                    anyhow::bail!(
+                        "offset {offset} is outside {topic}-{partition}'s log ({log_start}..{log_end})"
+                    );
+                }
+                // Byte offsets: only a message's first byte is a place to resume from.
+                if offset < log_end {
+                    let fetched = consumer.fetch(topic, partition, offset).await?;
+                    if fetched.iter().next().is_none_or(|m| m.is_err()) {
+                        anyhow::bail!(
+                            "offset {offset} of {topic}-{partition} is not where a message begins"
+                        );
+                    }
+                }
+                offset
+            }
+        };
+        let committed = registry.offset(group, topic, partition).await?;
+        plan.push(Move { partition, committed, target, log_start, log_end });
+    }
+    if json {
+        let rows: Vec<_> = plan
+            .iter()
+            .map(|m| {
+                json!({"topic": topic, "partition": m.partition, "committed": m.committed,
+                       "new": m.target, "log_start": m.log_start, "log_end": m.log_end})
+            })
+            .collect();
+        println!("{}", json!({"group": group, "executed": execute, "partitions": rows}));
+    } else {
+        println!(
+            "{:<20} {:>9} {:>14} {:>14} {:>14} {:>14}",
+            "topic", "partition", "committed", "new", "log start", "log end"
+        );
+        for m in &plan {
+            let committed = m.committed.map_or("-".to_owned(), |o| o.to_string());
+            println!(
+                "{:<20} {:>9} {:>14} {:>14} {:>14} {:>14}",
+                topic, m.partition, committed, m.target, m.log_start, m.log_end
+            );
+        }
+    }
+    if !execute {
+        eprintln!("trib: a plan only; --execute commits it");
+        return Ok(());
+    }
+    let members: Vec<String> = registry.consumers(group).await?.into_keys().collect();
+    if !members.is_empty() {
+        Err(cluster::RegistryError::GroupActive { group: group.to_owned(), members })?;
+    }
+    for m in &plan {
+        registry.commit_offset(group, topic, m.partition, m.target).await?;
+    }
+    eprintln!("trib: committed {} offsets of group {group}", plan.len());
+    Ok(())
+}
+
+async fn delete(
+    registry: &cluster::Registry,
+    group: &str,
+    execute: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
+    if topics.is_empty() && !registry.groups().await?.iter().any(|g| g == group) {
+        anyhow::bail!("no consumer group {group}");
+    }
+    let mut offsets = 0;
+    for topic in &topics {
+        offsets += registry.offsets(group, topic).await?.len();
+    }
+    if json {
+        println!(
+            "{}",
+            json!({"group": group, "topics": topics, "offsets": offsets, "executed": execute})
+        );
+    } else {
+        println!(
+            "group {group}: committed offsets of {offsets} partitions of {}",
+            topics.join(", ")
+        );
+    }
+    if !execute {
+        eprintln!("trib: a plan only; --execute deletes the group");
+        return Ok(());
+    }
+    registry.delete_group(group).await?;
+    eprintln!("trib: deleted group {group}");
+    Ok(())
 }
 
 async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyhow::Result<()> {
