@@ -230,20 +230,22 @@ impl Leader {
     }
 
     /// Takes in the controller's ISR changes: a member the registry's ISR no longer lists
-    /// and whose broker is gone (`is_live` says no) leaves the in-memory ISR too, and the high
-    /// watermark may move. A member the registry lacks only because this leader's own write of
-    /// an expansion is still under way stays.
+    /// leaves the in-memory ISR too (and the high watermark may move) if the registry had it
+    /// before — the controller dropped it, perhaps a broker that died and came back with less
+    /// than it had — or if its broker is gone (`is_live` says no). A member the registry never
+    /// had, because this leader's own write of its expansion is still under way, stays.
     pub(crate) fn adopt_isr(&self, recorded: &[i32], is_live: impl Fn(i32) -> bool) {
         let mut state = self.state();
         if self.ended.is_cancelled() {
             return;
         }
-        state.recorded = recorded.iter().copied().collect();
+        let before = std::mem::replace(&mut state.recorded, recorded.iter().copied().collect());
         let gone: Vec<i32> = state
             .isr
             .iter()
             .copied()
-            .filter(|&r| r != self.broker_id && !recorded.contains(&r) && !is_live(r))
+            .filter(|&r| r != self.broker_id && !recorded.contains(&r))
+            .filter(|&r| before.contains(&r) || !is_live(r))
             .collect();
         if gone.is_empty() {
             if state.recorded != state.isr {

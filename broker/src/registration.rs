@@ -87,12 +87,13 @@ async fn wait_until_gone(
     Ok(())
 }
 
-/// Waits (at most `timeout`) until no partition names this broker as its leader, while other
-/// brokers are live to move the leadership: a restarted broker must not take up a leadership
-/// it held before, since its log may have lost what it had (a wiped or replaced disk). The
-/// controller moves each such partition to another in-sync replica, or marks it offline; the
-/// partition comes back to this broker only by a new election. Alone in the cluster, it waits
-/// for nothing: nobody else could lead.
+/// Waits (at most `timeout`) until no partition names this broker as its leader or, under a
+/// live leader, as an in-sync replica, while other brokers are live to change that: a
+/// restarted broker must not take up a leadership or an ISR place it held before, since its
+/// log may have lost what it had (a wiped or replaced disk). The controller moves each such
+/// leadership to another in-sync replica (or marks the partition offline) and drops the broker
+/// from the ISRs; it comes back by a new election, or by catching up. Alone in the cluster, it
+/// waits for nothing: nobody else could lead.
 async fn wait_for_leadership_moved(
     registry: &Registry,
     broker_id: i32,
@@ -101,10 +102,13 @@ async fn wait_for_leadership_moved(
     let deadline = Instant::now() + timeout;
     let mut logged = false;
     loop {
+        // Partitions it leads, or is in the ISR of under a leader: the controller takes it out
+        // of those ISRs too, so that it rejoins one only once it has caught up again.
         let mut led = Vec::new();
         for topic in registry.topics().await? {
             for (partition, (state, _)) in registry.partition_states(&topic).await? {
-                if state.leader == broker_id {
+                let in_isr = state.leader >= 0 && state.isr.contains(&broker_id);
+                if state.leader == broker_id || in_isr {
                     led.push(format!("{topic}-{partition}"));
                 }
             }

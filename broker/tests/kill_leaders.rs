@@ -1,7 +1,7 @@
 //! The real `broker` binary, three processes in a real ZooKeeper, one topic with replication
 //! factor 3 and `min_insync_replicas` 2: the leader of a partition is killed with `kill -9`
-//! fifty times, one leader after another, each restarted (once with its data directory wiped
-//! first), while a producer with acks all keeps producing and a consumer group keeps reading.
+//! fifty times, one leader after another, each restarted (one of them at once, on a wiped data
+//! directory), while a producer with acks all keeps producing and a consumer group keeps reading.
 //! Every acknowledged message is there at the end, in order; nothing a consumer read was taken
 //! back; and every replica of a partition has the same segment files, byte for byte.
 //!

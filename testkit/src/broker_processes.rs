@@ -148,7 +148,8 @@ pub struct KillPlan {
     /// Leaders killed, one after another; kill `k` takes the leader of partition
     /// `k % partitions`, and the cluster heals (every ISR full) before the next.
     pub kills: usize,
-    /// The kill after which the killed broker's data directory is wiped before its restart.
+    /// The kill after which the killed broker's data directory is wiped and the broker started
+    /// again at once (before its session has expired).
     pub wipe_at: Option<usize>,
     /// Messages per second the background producer offers, spread over the partitions.
     pub rate: u64,
@@ -227,6 +228,13 @@ pub async fn kill_leaders(
         brokers.kill(before.leader);
         let killed_at = Instant::now();
         tracing::info!(kill, partition, leader = before.leader, "killed the leader");
+        let wiped = plan.wipe_at == Some(kill);
+        if wiped {
+            // A lost disk, and a supervisor that restarts the broker at once on a new one,
+            // before its old session has expired.
+            brokers.wipe(before.leader);
+            brokers.restart(before.leader);
+        }
         // The first acks-all produce to the partition that succeeds ends its failover.
         loop {
             if let (message, Some(pending)) = sequencer.enqueue(&producer, plan, partition).await
@@ -239,10 +247,9 @@ pub async fn kill_leaders(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         report.failovers.push(killed_at.elapsed());
-        if plan.wipe_at == Some(kill) {
-            brokers.wipe(before.leader);
+        if !wiped {
+            brokers.restart(before.leader);
         }
-        brokers.restart(before.leader);
         tracing::info!(kill, partition, killed = before.leader, failover = ?killed_at.elapsed(), "failed over");
     }
     for partition in 0..plan.partitions {
