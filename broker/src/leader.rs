@@ -249,7 +249,7 @@ impl Leader {
             .collect();
         if gone.is_empty() {
             if state.recorded != state.isr {
-                // A member that came back after the controller dropped it: write it again.
+                // An expansion of this leader's that the registry does not have yet: write it.
                 self.expanded.notify_one();
             }
             return;
