@@ -156,6 +156,24 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
         }
         assert!(described["members"].as_array().unwrap().is_empty());
 
+        // `brokers list`: both brokers, the 8 partitions' leaderships and replicas between
+        // them (replication factor 1), and the topic's bytes of log.
+        let listed = trib_json(&["brokers", "list", "--zookeeper", &zk]);
+        let rows = listed["brokers"].as_array().unwrap();
+        assert_eq!(rows.len(), 2, "{listed}");
+        let sum = |key: &str| rows.iter().map(|r| r[key].as_i64().unwrap()).sum::<i64>();
+        assert_eq!((sum("leaders"), sum("replicas"), sum("under_replicated")), (8, 8, 0));
+        let topic = trib_json(&["topics", "describe", "--zookeeper", &zk, "--topic", "events"]);
+        let bytes: i64 = topic["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["latest"].as_i64().unwrap() - p["earliest"].as_i64().unwrap())
+            .sum();
+        assert!(bytes > 0);
+        assert_eq!(sum("log_bytes"), bytes, "{listed}");
+        assert_eq!(listed["offline_partitions"], 0);
+
         // `groups reset`: a plan first, committed only with --execute.
         let reset = ["groups", "reset", "--zookeeper", &zk, "--group", "g", "--topic", "events"];
         let plan = trib_json(&[&reset[..], &["--to", "earliest"]].concat());

@@ -34,6 +34,21 @@ pub enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
+    /// The cluster's live brokers and what each carries.
+    Brokers {
+        #[command(subcommand)]
+        command: BrokersCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BrokersCommand {
+    /// Each broker's leader and replica counts, the partitions it leads short of in-sync
+    /// replicas, and the bytes of log it holds.
+    List {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,10 +1,12 @@
 //! `trib`: Tributary at a terminal. Produces stdin lines to a topic, prints a partition's
 //! messages or consumes as a member of a group, lists and creates topics, reads offsets and
-//! describes consumer groups, against brokers given by address or found in ZooKeeper.
+//! describes, resets and deletes consumer groups, lists brokers, against brokers given by
+//! address or found in ZooKeeper.
 //!
 //! Exit codes: 0 success, 1 a failure while running (unreachable broker, broker error),
 //! 2 bad arguments — each reported on one line of stderr.
 
+mod broker_list;
 mod brokers;
 mod cli;
 mod consume;
@@ -43,5 +45,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topics { command } => topics::run(command, json).await,
         Command::Offsets(args) => offsets::run(args, json).await,
         Command::Groups { command } => groups::run(command, json).await,
+        Command::Brokers { command: cli::BrokersCommand::List { brokers } } => {
+            broker_list::list(&brokers.brokers().await?, json).await
+        }
     }
 }
