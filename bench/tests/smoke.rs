@@ -43,3 +43,38 @@ fn quick_run_moves_exactly_n_messages_through_every_system() {
     let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("rabbitmq"));
 }
+
+/// `tributary-bench replication`, small: every flag shows in what it measured and reports.
+#[test]
+fn a_small_replication_run_reports_what_its_flags_asked_for() {
+    let bench = env!("CARGO_BIN_EXE_tributary-bench");
+    let broker = std::path::Path::new(bench).with_file_name("broker");
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(bench)
+        .args(["replication", "--messages", "20000", "--message-bytes", "100", "--batch", "10"])
+        .args(["--rounds", "2", "--kills", "2", "--rate", "200", "--session-timeout-ms", "1000"])
+        .arg("--broker-bin")
+        .arg(&broker)
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["messages"], 20000);
+    assert_eq!(results["message_bytes"], 100);
+    assert_eq!(results["batch"], 10);
+    assert_eq!(results["rf1_acks1"].as_array().unwrap().len(), 2);
+    assert_eq!(results["rf3_acks_all"].as_array().unwrap().len(), 2);
+    assert_eq!(results["session_timeout_ms"], 1000);
+    let failovers = results["failovers_ms"].as_array().unwrap();
+    assert_eq!(failovers.len(), 2);
+    // A leader's partitions move once its 1 s session has expired, not before.
+    assert!(failovers.iter().all(|f| f.as_f64().unwrap() >= 1000.0), "{failovers:?}");
+    assert!(results["acknowledged"].as_u64().unwrap() > 0);
+    assert_eq!(results["lost"], 0);
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("session timeout 1000 ms") && report.contains("Ratio"), "{report}");
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use client::{Producer, ProducerConfig, RegistryBrokers};
 use protocol::Acks;
+use testkit::broker_processes::segment_files;
 use testkit::cluster::TestCluster;
 use testkit::eventually;
 use testkit::metrics::value;
@@ -130,22 +131,8 @@ async fn acknowledged_messages_survive_the_leaders_loss() {
     let dirs: Vec<std::path::PathBuf> =
         cluster.brokers.iter().map(|b| b.data_dir().join(format!("{TOPIC}-0"))).collect();
     eventually(WAIT, "identical segment files", || async {
-        let contents: Vec<BTreeMap<String, Vec<u8>>> = dirs
-            .iter()
-            .map(|dir| {
-                std::fs::read_dir(dir)
-                    .unwrap()
-                    .map(|e| e.unwrap().path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "log"))
-                    .map(|p| {
-                        (
-                            p.file_name().unwrap().to_string_lossy().into_owned(),
-                            std::fs::read(&p).unwrap(),
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
+        let contents: Vec<BTreeMap<String, Vec<u8>>> =
+            dirs.iter().map(|dir| segment_files(dir)).collect();
         contents.windows(2).all(|w| w[0] == w[1]).then_some(())
     })
     .await;
@@ -239,19 +226,7 @@ async fn a_leader_cut_off_from_zookeeper_acknowledges_nothing_once_fenced() {
         broker.data_dir().join(format!("{TOPIC}-{partition}"))
     };
     eventually(WAIT, "the old leader's log is the new leader's", || async {
-        let segments = |id| -> BTreeMap<String, Vec<u8>> {
-            std::fs::read_dir(dir(id))
-                .unwrap()
-                .map(|e| e.unwrap().path())
-                .filter(|p| p.extension().is_some_and(|x| x == "log"))
-                .map(|p| {
-                    (
-                        p.file_name().unwrap().to_string_lossy().into_owned(),
-                        std::fs::read(&p).unwrap(),
-                    )
-                })
-                .collect()
-        };
+        let segments = |id| segment_files(&dir(id));
         (segments(ISOLATED) == segments(after.leader)).then_some(())
     })
     .await;

@@ -9,13 +9,12 @@
 //! broker's log at the end (a broker's log tail is printed anyway if the cluster fails to heal).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use client::{GroupConsumer, GroupConsumerConfig};
 use testkit::broker_processes::{
-    BrokerProcesses, KillPlan, kill_leaders, read_partition, registry, sequence,
+    BrokerProcesses, KillPlan, kill_leaders, read_partition, registry, segment_files, sequence,
 };
 use testkit::eventually;
 use testkit::zookeeper::ZooKeeperServer;
@@ -24,18 +23,6 @@ const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 const TOPIC: &str = "replicated";
 const PARTITIONS: i32 = 3;
 const WAIT: Duration = Duration::from_secs(120);
-
-/// Each `.log` file of `dir` by name, with its bytes.
-fn segments(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .map(|p| {
-            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
-        })
-        .collect()
-}
 
 type Consumed = Arc<Mutex<Vec<(i32, i64, Vec<u8>)>>>;
 
@@ -155,7 +142,7 @@ async fn fifty_leader_kills_lose_no_acknowledged_message() {
         // Every replica the same bytes.
         eventually(WAIT, "identical segment files on every replica", || async {
             let replicas: Vec<_> = (0..3)
-                .map(|id| segments(&brokers.data_dir(id).join(format!("{TOPIC}-{partition}"))))
+                .map(|id| segment_files(&brokers.data_dir(id).join(format!("{TOPIC}-{partition}"))))
                 .collect();
             replicas.windows(2).all(|w| w[0] == w[1]).then_some(())
         })

@@ -311,6 +311,20 @@ pub async fn read_partition(addr: &str, topic: &str, partition: i32) -> Vec<(i64
     messages
 }
 
+/// Each `.log` segment file of the partition directory `dir`, by name, with its bytes: what
+/// must be the same on every replica.
+pub fn segment_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("partition directory")
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| {
+            let name = p.file_name().expect("file name").to_string_lossy().into_owned();
+            (name, std::fs::read(&p).expect("segment file"))
+        })
+        .collect()
+}
+
 /// The sequence number in a [`payload`].
 pub fn sequence(payload: &[u8]) -> u64 {
     let text = std::str::from_utf8(payload).unwrap_or_default();
