@@ -342,6 +342,9 @@ impl Broker {
     }
 
     async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
+        if self.replicas.get().is_some_and(|r| r.view().deleting.contains(name)) {
+            return Err(ErrorCode::UnknownTopic);
+        }
         if let Some(topic) = self.logs.topic(name) {
             return Ok(topic);
         }
@@ -682,8 +685,22 @@ impl Broker {
         leader_addr: impl Into<String>,
         leader_epoch: i32,
     ) -> Result<Following, ErrorCode> {
+        self.follow_throttled(topic, partition, leader_addr, leader_epoch, Arc::default())
+    }
+
+    /// [`Broker::follow`] at most at `throttle` bytes per second (0: no limit), a value the
+    /// caller may change while the follower runs.
+    pub(crate) fn follow_throttled(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader_addr: impl Into<String>,
+        leader_epoch: i32,
+        throttle: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Following, ErrorCode> {
         let partition = self.local_partition(topic, partition)?;
         let config = FollowerConfig {
+            throttle_bytes_per_s: throttle,
             replica_id: self.config.broker_id,
             leader_addr: leader_addr.into(),
             leader_epoch,
@@ -786,6 +803,10 @@ impl Broker {
             tracing::debug!(topic = %name, %reason, "rejected topic config");
             ErrorCode::InvalidConfig
         };
+        if replicas.view().deleting.contains(name) {
+            tracing::debug!(topic = %name, "refused: the topic is being deleted");
+            return Err(ErrorCode::InvalidRequest);
+        }
         let (cluster_keys, log_keys) = split_cluster_keys(configs);
         let overrides = TopicOverrides::parse(partitions, &log_keys, self.config.num_partitions)
             .map_err(|e| invalid(e.to_string()))?;
@@ -806,7 +827,15 @@ impl Broker {
             REPLICATION_FACTOR,
             existing_factor.unwrap_or(self.config.default_replication_factor),
         )?;
-        let min_insync = number(MIN_INSYNC_REPLICAS, self.config.min_insync_replicas)?;
+        // A change of an existing topic's other settings keeps its own min_insync_replicas.
+        let existing_min_insync = existing
+            .as_ref()
+            .and_then(|(a, _)| a.config.get(MIN_INSYNC_REPLICAS))
+            .and_then(|v| v.trim().parse().ok());
+        let min_insync = number(
+            MIN_INSYNC_REPLICAS,
+            existing_min_insync.unwrap_or(self.config.min_insync_replicas),
+        )?;
         if min_insync > factor {
             return Err(invalid(format!(
                 "min_insync_replicas {min_insync} exceeds replication_factor {factor}"
@@ -919,6 +948,44 @@ impl Broker {
         }
     }
 
+    /// Lets the leadership of `topic`'s `partition` take in a new replica list.
+    pub(crate) fn set_replicas(&self, topic: &str, partition: i32, replicas: &[i32]) {
+        let Ok(partition) = self.local_partition(topic, partition) else { return };
+        if let Some(leader) = self.leader_of(&partition) {
+            leader.set_replicas(replicas);
+        }
+    }
+
+    /// Removes this broker's replicas `indexes` of `topic` (every one, and the topic's
+    /// settings, when `whole_topic`): leaderships end, files go. Followers must be stopped.
+    pub(crate) async fn remove_replicas(
+        &self,
+        topic: &str,
+        indexes: BTreeSet<u32>,
+        whole_topic: bool,
+    ) -> Result<(), ErrorCode> {
+        let held: Vec<u32> = match self.logs.topic(topic) {
+            Some(t) => t.partitions.keys().copied().collect(),
+            None if whole_topic => Vec::new(),
+            None => return Ok(()),
+        };
+        for &p in held.iter().filter(|p| whole_topic || indexes.contains(p)) {
+            self.resign(topic, p as i32);
+        }
+        let (logs, name) = (Arc::clone(&self.logs), topic.to_owned());
+        match tokio::task::spawn_blocking(move || logs.remove(&name, &indexes, whole_topic)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::error!(%topic, error = %e, "cannot remove replicas");
+                Err(ErrorCode::Unknown)
+            }
+            Err(e) => {
+                tracing::error!(%topic, error = %e, "removing replicas panicked");
+                Err(ErrorCode::Unknown)
+            }
+        }
+    }
+
     /// The epoch this broker leads `topic`'s `partition` in, if it leads it.
     pub(crate) fn leading_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
         let partition = self.local_partition(topic, partition).ok()?;
@@ -1012,6 +1079,7 @@ async fn flusher(partition: Arc<Partition>, metrics: Arc<Metrics>, stop: Cancell
         };
         tokio::select! {
             _ = stop.cancelled() => return,
+            _ = partition.removed().cancelled() => return,
             _ = partition.flush_wanted() => {}
             _ = sleep => {}
         }

@@ -45,6 +45,9 @@ pub struct FollowerConfig {
     pub fetch_max_wait_ms: i32,
     /// Largest message the leader accepts: what a fetch must fit.
     pub max_message_bytes: u32,
+    /// Bytes per second this follower copies at, at most; 0 for no limit. A reassignment's
+    /// throttle, changed while the follower runs.
+    pub throttle_bytes_per_s: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Why a follower stopped.
@@ -294,6 +297,12 @@ async fn copy_once(
             .map_err(FollowerError::InvalidData)?;
         let segment_base = u64::try_from(segment_base).unwrap_or(0);
         partition.append_replica(set, summary.messages as u64, data_epoch, segment_base)?;
+        let rate = config.throttle_bytes_per_s.load(std::sync::atomic::Ordering::Relaxed);
+        if rate > 0 {
+            // Paced after the copy: over many fetches the rate averages out to the throttle.
+            tokio::time::sleep(std::time::Duration::from_secs_f64(whole as f64 / rate as f64))
+                .await;
+        }
     }
     // What the leader's ISR has: where this replica's high watermark is, should it lead.
     if let Ok(hw) = u64::try_from(high_watermark) {

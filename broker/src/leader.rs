@@ -41,7 +41,6 @@ pub(crate) struct Leader {
     partition: Arc<Partition>,
     broker_id: i32,
     epoch: i32,
-    replicas: Vec<i32>,
     min_insync: usize,
     replica_lag: Duration,
     state: Mutex<State>,
@@ -57,6 +56,8 @@ pub(crate) struct Leader {
 }
 
 struct State {
+    /// Every replica, this broker included: a reassignment changes them.
+    replicas: Vec<i32>,
     isr: BTreeSet<i32>,
     /// The ISR the registry holds, as last written or seen; the lag task writes `isr` when
     /// the two differ.
@@ -109,10 +110,9 @@ impl Leader {
             partition,
             broker_id,
             epoch: leadership.epoch,
-            replicas: leadership.replicas,
             min_insync: leadership.min_insync_replicas,
             replica_lag,
-            state: Mutex::new(State { isr, recorded, followers }),
+            state: Mutex::new(State { replicas: leadership.replicas, isr, recorded, followers }),
             high_watermark: watch::Sender::new(hw),
             ended: CancellationToken::new(),
             metrics,
@@ -131,7 +131,7 @@ impl Leader {
 
     /// Replicas assigned to the partition, this leader included.
     pub(crate) fn replica_count(&self) -> usize {
-        self.replicas.len()
+        self.state().replicas.len()
     }
 
     pub(crate) fn high_watermark(&self) -> u64 {
@@ -145,14 +145,14 @@ impl Leader {
     /// A follower fetched from `offset`, its log end: it may rejoin the ISR, and the HW may
     /// move. Fetches from brokers that are not replicas are not counted.
     pub(crate) fn record_fetch(&self, replica_id: i32, offset: u64) {
-        if replica_id == self.broker_id
-            || !self.replicas.contains(&replica_id)
-            || self.ended.is_cancelled()
-        {
+        if replica_id == self.broker_id || self.ended.is_cancelled() {
             return;
         }
         let leader_end = self.partition.end();
         let mut state = self.state();
+        if !state.replicas.contains(&replica_id) {
+            return;
+        }
         let hw = self.high_watermark();
         let Some(progress) = state.followers.get_mut(&replica_id) else { return };
         progress.end = offset;
@@ -270,7 +270,42 @@ impl Leader {
     }
 
     fn under_replicated(&self, state: &State) -> bool {
-        state.isr.len() < self.replicas.len()
+        state.isr.len() < state.replicas.len()
+    }
+
+    /// Takes in a new replica list (a reassignment's): a new replica is followed from the
+    /// start of its catching up, and one that left the list leaves the ISR (the controller
+    /// has taken it out of the registry's ISR before).
+    pub(crate) fn set_replicas(&self, replicas: &[i32]) {
+        let mut state = self.state();
+        if self.ended.is_cancelled() || state.replicas == replicas {
+            return;
+        }
+        let was_under = self.under_replicated(&state);
+        state.replicas = replicas.to_vec();
+        let now = Instant::now();
+        for &r in replicas.iter().filter(|&&r| r != self.broker_id) {
+            state.followers.entry(r).or_insert(Progress { end: 0, caught_up_at: now });
+        }
+        state.followers.retain(|r, _| replicas.contains(r));
+        let gone: Vec<i32> = state.isr.iter().copied().filter(|r| !replicas.contains(r)).collect();
+        for r in &gone {
+            state.isr.remove(r);
+            self.metrics.isr_shrinks.inc();
+        }
+        match (was_under, self.under_replicated(&state)) {
+            (false, true) => drop(self.metrics.under_replicated.inc()),
+            (true, false) => drop(self.metrics.under_replicated.dec()),
+            _ => {}
+        }
+        tracing::info!(
+            partition = ?self.partition, epoch = self.epoch, replicas = ?replicas, isr = ?state.isr,
+            "replicas changed"
+        );
+        if !gone.is_empty() {
+            self.expanded.notify_one();
+        }
+        self.advance_high_watermark(&state);
     }
 
     /// Ends the leadership: producers waiting for followers are told this broker leads no

@@ -3,14 +3,19 @@
 //! their partitions' states, and for every partition it has a replica of, it keeps a log,
 //! leads it when the state names it, and follows the leader otherwise. It also stands for
 //! controller, and writes the ISR changes of the partitions it leads to their states.
+//!
+//! A replica the registry no longer gives this broker (its partition moved away by a
+//! reassignment) is removed, files and all; so is every replica of a topic being deleted,
+//! after which the broker acknowledges the deletion for the controller to finish it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use cluster::{
-    BrokerInfo, Controller, ControllerError, PartitionState, Registry, RegistryError,
-    TopicAssignment, Version, Watch,
+    BrokerInfo, Controller, ControllerError, PartitionState, ReassignmentPlan, Registry,
+    RegistryError, TopicAssignment, Version, Watch,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -29,7 +34,11 @@ pub(crate) const CLUSTER_KEYS: [&str; 3] =
 #[derive(Debug, Default)]
 pub(crate) struct View {
     pub brokers: BTreeMap<i32, BrokerInfo>,
+    /// Every topic but those being deleted.
     pub topics: BTreeMap<String, TopicView>,
+    /// Topics being deleted: refused to producers and to `CREATE_TOPIC`.
+    pub deleting: BTreeSet<String>,
+    pub reassignment: Option<ReassignmentPlan>,
 }
 
 #[derive(Debug)]
@@ -53,6 +62,8 @@ struct Followed {
     leader: i32,
     epoch: i32,
     following: Following,
+    /// The reassignment throttle the follower copies at (0: none).
+    throttle: Arc<AtomicU64>,
 }
 
 pub(crate) struct ReplicaManager {
@@ -149,6 +160,7 @@ impl ReplicaManager {
 
     /// Makes this broker's logs and roles match `view`.
     async fn apply(&self, broker: &Arc<Broker>, view: &View) {
+        self.remove_unassigned(broker, view).await;
         for (topic, tv) in &view.topics {
             let hosted: BTreeSet<u32> = tv
                 .assignment
@@ -171,6 +183,47 @@ impl ReplicaManager {
         }
     }
 
+    /// Removes the replicas here that the registry does not give this broker (every one of
+    /// a topic being deleted), and acknowledges each deletion once nothing of it is left. A
+    /// topic the registry does not know at all is left alone: nothing says it was deleted.
+    async fn remove_unassigned(&self, broker: &Arc<Broker>, view: &View) {
+        for local in broker.logs().topics() {
+            let name = local.name.as_str();
+            let whole = view.deleting.contains(name);
+            let gone: BTreeSet<u32> = match view.topics.get(name) {
+                _ if whole => local.partitions.keys().copied().collect(),
+                Some(tv) => local
+                    .partitions
+                    .keys()
+                    .copied()
+                    .filter(|&p| {
+                        !tv.assignment
+                            .replicas(p as i32)
+                            .is_some_and(|replicas| replicas.contains(&self.broker_id))
+                    })
+                    .collect(),
+                None => continue,
+            };
+            if gone.is_empty() && !whole {
+                continue;
+            }
+            for &p in &gone {
+                self.stop_following(&(name.to_owned(), p as i32)).await;
+            }
+            let _ = broker.remove_replicas(name, gone, whole).await;
+        }
+        // Said again on every pass while the deletion lasts (an acknowledgement is idempotent):
+        // a topic deleted, created again and deleted again is acknowledged each time.
+        for topic in &view.deleting {
+            if broker.logs().topic(topic).is_some() {
+                continue;
+            }
+            if let Err(e) = self.registry.acknowledge_deletion(topic, self.broker_id).await {
+                tracing::warn!(%topic, error = %e, "cannot acknowledge the deletion");
+            }
+        }
+    }
+
     async fn apply_partition(
         &self,
         broker: &Arc<Broker>,
@@ -185,6 +238,7 @@ impl ReplicaManager {
             self.stop_following(&key).await;
             if broker.leading_epoch(topic, p) == Some(state.leader_epoch) {
                 broker.adopt_isr(topic, p, &state.isr, |r| view.brokers.contains_key(&r));
+                broker.set_replicas(topic, p, tv.assignment.replicas(p).unwrap_or_default());
                 return;
             }
             let leadership = Leadership {
@@ -205,6 +259,15 @@ impl ReplicaManager {
             self.stop_following(&key).await;
             return;
         };
+        // A replica catching up in a reassignment copies at its throttle.
+        let throttle = match &view.reassignment {
+            Some(plan)
+                if plan.target(topic, p).is_some() && !state.isr.contains(&self.broker_id) =>
+            {
+                plan.throttle_bytes_per_s.unwrap_or(0)
+            }
+            _ => 0,
+        };
         {
             let followers = self.followers.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(f) = followers.get(&key)
@@ -212,14 +275,26 @@ impl ReplicaManager {
                 && f.epoch == state.leader_epoch
                 && !f.following.is_finished()
             {
+                f.throttle.store(throttle, Ordering::Relaxed);
                 return;
             }
         }
         self.stop_following(&key).await;
-        match broker.follow(topic, p, leader.addr(), state.leader_epoch) {
+        let throttle = Arc::new(AtomicU64::new(throttle));
+        match broker.follow_throttled(
+            topic,
+            p,
+            leader.addr(),
+            state.leader_epoch,
+            Arc::clone(&throttle),
+        ) {
             Ok(following) => {
-                let followed =
-                    Followed { leader: state.leader, epoch: state.leader_epoch, following };
+                let followed = Followed {
+                    leader: state.leader,
+                    epoch: state.leader_epoch,
+                    following,
+                    throttle,
+                };
                 self.followers.lock().unwrap_or_else(|p| p.into_inner()).insert(key, followed);
             }
             Err(code) => tracing::error!(%topic, partition = p, error = %code, "cannot follow"),
@@ -243,8 +318,16 @@ async fn read_view(registry: &Registry) -> Result<(View, Vec<Watch>), RegistryEr
     watches.push(watch);
     let (topics, watch) = registry.topics_and_watch().await?;
     watches.push(watch);
-    let mut view = View { brokers, topics: BTreeMap::new() };
+    let (deleting, watch) = registry.topics_being_deleted_and_watch().await?;
+    watches.push(watch);
+    let (reassignment, watch) = registry.reassignment_and_watch().await?;
+    watches.push(watch);
+    let reassignment = reassignment.map(|(plan, _)| plan);
+    let mut view = View { brokers, topics: BTreeMap::new(), deleting, reassignment };
     for topic in topics {
+        if view.deleting.contains(&topic) {
+            continue;
+        }
         let (assignment, watch) = registry.topic_assignment_and_watch(&topic).await?;
         watches.push(watch);
         let Some((assignment, _)) = assignment else { continue };

@@ -125,7 +125,7 @@ async fn topics_are_created_listed_and_described() {
         b"",
     )
     .await;
-    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(bad.status.code(), Some(2), "a refusal, like a bad argument");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid topic config"));
     // --replication-factor reaches the broker: one alone keeps one replica, and says so.
     let replicated = trib(
@@ -144,7 +144,7 @@ async fn topics_are_created_listed_and_described() {
         b"",
     )
     .await;
-    assert_eq!(replicated.status.code(), Some(1));
+    assert_eq!(replicated.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&replicated.stderr).contains("invalid topic config"));
     let single = trib(
         &[

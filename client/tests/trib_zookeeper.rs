@@ -183,7 +183,7 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
         assert!(described["partitions"].as_array().unwrap().iter().all(|p| p["lag"] == 0));
         let out = Command::new(TRIB).args(reset).args(["--to", "3", "--execute"]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("offset 3"), "no message begins at byte 3: {err}");
         assert!(
             Command::new(TRIB).args(reset).args(["--to", "soon"]).output().unwrap().status.code()
@@ -216,7 +216,7 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
         let out = Command::new(TRIB).args(reset).args(["--to", "latest", "--execute"]).output();
         let out = out.unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(out.status.code(), Some(2), "a refusal, like a bad argument: {err}");
         assert!(err.contains("has live members"), "{err}");
         assert!(member.wait().unwrap().success());
 
@@ -228,6 +228,7 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
         assert_eq!(trib_json(&["groups", "list", "--zookeeper", &zk]), serde_json::json!([]));
         let out = Command::new(TRIB).args(delete).output().unwrap();
         assert!(String::from_utf8_lossy(&out.stderr).contains("no consumer group g"));
+        assert_eq!(out.status.code(), Some(2));
 
         // --auto-offset-reset largest: a new group starts at the log end, so it reads none of
         // what is there, and stops after --idle-ms without a new message.

@@ -5,6 +5,11 @@
 //! epoch; it drops dead brokers from ISRs; and it brings an offline partition back when a
 //! replica that may lead returns.
 //!
+//! It also carries out what an operator's tool asked for under `/admin` ([`crate::admin`]):
+//! it ends a topic's deletion once every replica has removed its logs, moves partitions to
+//! new replica lists (new replicas join first and catch up; the old ones leave only once
+//! every new one is in the ISR), and moves leadership back to preferred replicas.
+//!
 //! Every state write names the version it read, and before each pass the controller checks
 //! that `/controller_epoch` is still its own: a controller that lost its session, or whose
 //! successor has written a state, is fenced and stops ([`ControllerError::Fenced`]).
@@ -17,8 +22,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::{PreferredElection, ReassignmentPlan};
 use crate::coordinator::{SessionEvent, Watch, WatchEvent};
-use crate::partitions::{Election, NO_LEADER, PartitionState, elect_leader};
+use crate::partitions::{Election, NO_LEADER, PartitionState, TopicAssignment, elect_leader};
 use crate::{Registry, RegistryError};
 
 /// The topic setting that allows an unclean leader election.
@@ -78,6 +84,81 @@ pub fn decide(
     Some((after, unclean))
 }
 
+/// The next step of moving a partition from replicas `current` to `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReassignStep {
+    /// The partition has its target replicas: nothing more to do.
+    Done,
+    /// Add the new replicas: write this replica list (the targets first, then the old ones).
+    Expand(Vec<i32>),
+    /// A new replica is not in the ISR yet (or no target replica could lead): wait.
+    Wait,
+    /// Every target replica is in sync: write `state` if there is one (a leader among the
+    /// targets, an ISR of targets only), then the replica list `target`.
+    Complete(Option<PartitionState>),
+}
+
+/// What the controller does next to move a partition in `state` from `current` to `target`.
+pub fn reassign_step(
+    current: &[i32],
+    target: &[i32],
+    state: &PartitionState,
+    live: &BTreeSet<i32>,
+    controller_epoch: i32,
+) -> ReassignStep {
+    if current == target {
+        return ReassignStep::Done;
+    }
+    if !target.iter().all(|r| current.contains(r)) {
+        let mut union = target.to_vec();
+        union.extend(current.iter().filter(|r| !target.contains(r)));
+        return ReassignStep::Expand(union);
+    }
+    if !target.iter().all(|r| state.isr.contains(r)) {
+        return ReassignStep::Wait;
+    }
+    let isr: Vec<i32> = state.isr.iter().copied().filter(|r| target.contains(r)).collect();
+    if target.contains(&state.leader) && live.contains(&state.leader) {
+        if isr == state.isr {
+            return ReassignStep::Complete(None);
+        }
+        return ReassignStep::Complete(Some(PartitionState {
+            isr,
+            controller_epoch,
+            ..state.clone()
+        }));
+    }
+    let Some(&leader) = target.iter().find(|r| isr.contains(r) && live.contains(r)) else {
+        return ReassignStep::Wait;
+    };
+    ReassignStep::Complete(Some(PartitionState {
+        leader,
+        leader_epoch: state.leader_epoch.saturating_add(1),
+        isr,
+        controller_epoch,
+    }))
+}
+
+/// The state that makes a partition's preferred replica (its first) its leader again, if it
+/// is live, in sync and not leading already.
+pub fn prefer_leader(
+    replicas: &[i32],
+    state: &PartitionState,
+    live: &BTreeSet<i32>,
+    controller_epoch: i32,
+) -> Option<PartitionState> {
+    let &preferred = replicas.first()?;
+    if state.leader == preferred || !live.contains(&preferred) || !state.isr.contains(&preferred) {
+        return None;
+    }
+    Some(PartitionState {
+        leader: preferred,
+        leader_epoch: state.leader_epoch.saturating_add(1),
+        controller_epoch,
+        ..state.clone()
+    })
+}
+
 /// The elected controller of a cluster.
 pub struct Controller {
     registry: Registry,
@@ -131,9 +212,13 @@ impl Controller {
     pub async fn reconcile(&self) -> Result<Vec<Change>, ControllerError> {
         self.check_not_fenced().await?;
         let live: BTreeSet<i32> = self.registry.brokers().await?.into_keys().collect();
+        let deleting = self.registry.topics_being_deleted().await?;
         let mut changes = Vec::new();
         let mut offline = 0;
         for topic in self.registry.topics().await? {
+            if deleting.contains(&topic) {
+                continue;
+            }
             let Some((assignment, _)) = self.registry.topic_assignment(&topic).await? else {
                 continue;
             };
@@ -173,7 +258,191 @@ impl Controller {
             }
         }
         self.offline.store(offline, Ordering::Relaxed);
+        self.finish_deletions(&deleting).await?;
+        self.reassign(&live, &deleting, &mut changes).await?;
+        self.elect_preferred(&live, &mut changes).await?;
         Ok(changes)
+    }
+
+    /// Ends the deletion of every marked topic whose replicas have all removed their logs.
+    async fn finish_deletions(&self, deleting: &BTreeSet<String>) -> Result<(), ControllerError> {
+        for topic in deleting {
+            let replicas: BTreeSet<i32> = match self.registry.topic_assignment(topic).await? {
+                Some((assignment, _)) => {
+                    assignment.partitions.values().flatten().copied().collect()
+                }
+                None => BTreeSet::new(),
+            };
+            let (acks, _) = self.registry.deletion_acks_and_watch(topic).await?;
+            let waiting: Vec<i32> = replicas.difference(&acks).copied().collect();
+            if !waiting.is_empty() {
+                tracing::debug!(%topic, ?waiting, "deletion waits for replicas to remove their logs");
+                continue;
+            }
+            self.registry.finish_topic_deletion(topic).await?;
+            tracing::info!(%topic, controller_epoch = self.epoch, "topic deleted");
+        }
+        Ok(())
+    }
+
+    /// One step of every move of the reassignment under way; the moves not done stay.
+    async fn reassign(
+        &self,
+        live: &BTreeSet<i32>,
+        deleting: &BTreeSet<String>,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ControllerError> {
+        let Some((plan, version)) = self.registry.reassignment().await? else { return Ok(()) };
+        let mut remaining = Vec::new();
+        for m in &plan.partitions {
+            if deleting.contains(&m.topic) {
+                continue;
+            }
+            let Some((assignment, assignment_version)) =
+                self.registry.topic_assignment(&m.topic).await?
+            else {
+                tracing::warn!(topic = %m.topic, "reassignment of a topic that does not exist: dropped");
+                continue;
+            };
+            let Some(current) = assignment.replicas(m.partition) else {
+                tracing::warn!(topic = %m.topic, partition = m.partition, "reassignment of a partition that does not exist: dropped");
+                continue;
+            };
+            let Some((state, state_version)) =
+                self.registry.partition_state(&m.topic, m.partition).await?
+            else {
+                remaining.push(m.clone());
+                continue;
+            };
+            let step = reassign_step(current, &m.replicas, &state, live, self.epoch);
+            let with = |replicas: Vec<i32>| {
+                let mut changed = assignment.clone();
+                changed.partitions.insert(m.partition, replicas);
+                changed
+            };
+            let finished = match step {
+                ReassignStep::Done => true,
+                ReassignStep::Wait => false,
+                ReassignStep::Expand(union) => {
+                    tracing::info!(topic = %m.topic, partition = m.partition, replicas = ?union, "reassignment: new replicas join");
+                    self.write_assignment(&m.topic, &with(union), assignment_version).await?;
+                    false
+                }
+                ReassignStep::Complete(after) => {
+                    let state_written = match &after {
+                        Some(after) => {
+                            self.write_state(
+                                &m.topic,
+                                m.partition,
+                                &state,
+                                after,
+                                state_version,
+                                changes,
+                            )
+                            .await?
+                        }
+                        None => true,
+                    };
+                    state_written
+                        && self
+                            .write_assignment(
+                                &m.topic,
+                                &with(m.replicas.clone()),
+                                assignment_version,
+                            )
+                            .await?
+                }
+            };
+            if finished {
+                tracing::info!(topic = %m.topic, partition = m.partition, replicas = ?m.replicas, "reassignment of the partition done");
+                continue;
+            }
+            remaining.push(m.clone());
+        }
+        if remaining != plan.partitions {
+            let left = ReassignmentPlan { partitions: remaining, ..plan };
+            match self.registry.update_reassignment(&left, version).await {
+                Ok(()) | Err(RegistryError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves leadership to the preferred replica of every partition asked for where it may
+    /// lead; the request is removed once each is answered.
+    async fn elect_preferred(
+        &self,
+        live: &BTreeSet<i32>,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), ControllerError> {
+        let Some((election, version)) = self.registry.preferred_election().await? else {
+            return Ok(());
+        };
+        let mut retry = Vec::new();
+        for tp in &election.partitions {
+            let Some((assignment, _)) = self.registry.topic_assignment(&tp.topic).await? else {
+                continue;
+            };
+            let Some(replicas) = assignment.replicas(tp.partition) else { continue };
+            let Some((state, state_version)) =
+                self.registry.partition_state(&tp.topic, tp.partition).await?
+            else {
+                continue;
+            };
+            let Some(after) = prefer_leader(replicas, &state, live, self.epoch) else { continue };
+            if !self
+                .write_state(&tp.topic, tp.partition, &state, &after, state_version, changes)
+                .await?
+            {
+                retry.push(tp.clone());
+            }
+        }
+        let left = PreferredElection { partitions: retry };
+        match self.registry.update_preferred_election(&left, version).await {
+            Ok(()) | Err(RegistryError::Conflict { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes a partition's state; `false` when another writer changed it first.
+    async fn write_state(
+        &self,
+        topic: &str,
+        partition: i32,
+        before: &PartitionState,
+        after: &PartitionState,
+        expected: crate::Version,
+        changes: &mut Vec<Change>,
+    ) -> Result<bool, ControllerError> {
+        match self.registry.set_partition_state(topic, partition, after, expected).await {
+            Ok(_) => {}
+            Err(RegistryError::Conflict { .. }) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        log_change(topic, partition, before, after, false, self.epoch);
+        changes.push(Change {
+            topic: topic.to_owned(),
+            partition,
+            before: before.clone(),
+            after: after.clone(),
+            unclean: false,
+        });
+        Ok(true)
+    }
+
+    /// Writes a topic's assignment; `false` when another writer changed it first.
+    async fn write_assignment(
+        &self,
+        topic: &str,
+        assignment: &TopicAssignment,
+        expected: crate::Version,
+    ) -> Result<bool, ControllerError> {
+        match self.registry.set_topic_assignment(topic, assignment, expected).await {
+            Ok(_) => Ok(true),
+            Err(RegistryError::Conflict { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Reconciles after every change of the brokers, topics or partition states, until
@@ -230,6 +499,13 @@ impl Controller {
         watches.push(topics_watch);
         let (_, controller) = self.registry.controller_and_watch().await?;
         watches.push(controller);
+        let (deleting, watch) = self.registry.topics_being_deleted_and_watch().await?;
+        watches.push(watch);
+        for topic in &deleting {
+            watches.push(self.registry.deletion_acks_and_watch(topic).await?.1);
+        }
+        watches.push(self.registry.reassignment_and_watch().await?.1);
+        watches.push(self.registry.preferred_election_and_watch().await?.1);
         for topic in &topics {
             let (assignment, watch) = self.registry.topic_assignment_and_watch(topic).await?;
             watches.push(watch);
@@ -326,5 +602,59 @@ mod tests {
         let (after, unclean) = decide(&[1, 2], &state(1, 4, &[1]), &set(&[2]), true, 2).unwrap();
         assert_eq!(after, PartitionState { controller_epoch: 2, ..state(2, 5, &[2]) });
         assert!(unclean);
+    }
+
+    #[test]
+    fn a_reassignment_adds_first_and_removes_only_once_the_targets_are_in_sync() {
+        let live = set(&[1, 2, 3, 4]);
+        let at = state(1, 4, &[1, 2, 3]);
+        assert_eq!(
+            reassign_step(&[1, 2, 3], &[4, 2, 3], &at, &live, 2),
+            ReassignStep::Expand(vec![4, 2, 3, 1])
+        );
+        assert_eq!(reassign_step(&[4, 2, 3, 1], &[4, 2, 3], &at, &live, 2), ReassignStep::Wait);
+        // 4 caught up: 1 leaves, and since it led, 4 (the first target in sync) leads.
+        let synced = state(1, 4, &[1, 2, 3, 4]);
+        assert_eq!(
+            reassign_step(&[4, 2, 3, 1], &[4, 2, 3], &synced, &live, 2),
+            ReassignStep::Complete(Some(PartitionState {
+                controller_epoch: 2,
+                ..state(4, 5, &[2, 3, 4])
+            }))
+        );
+        assert_eq!(reassign_step(&[4, 2, 3], &[4, 2, 3], &synced, &live, 2), ReassignStep::Done);
+    }
+
+    #[test]
+    fn a_leader_among_the_targets_keeps_its_epoch_and_a_reorder_is_one_write() {
+        let live = set(&[1, 2, 3]);
+        let at = state(2, 7, &[1, 2, 3]);
+        assert_eq!(
+            reassign_step(&[1, 2, 3], &[2, 3], &at, &live, 3),
+            ReassignStep::Complete(Some(PartitionState {
+                controller_epoch: 3,
+                ..state(2, 7, &[2, 3])
+            }))
+        );
+        assert_eq!(
+            reassign_step(&[1, 2, 3], &[3, 2, 1], &at, &live, 3),
+            ReassignStep::Complete(None)
+        );
+    }
+
+    #[test]
+    fn the_preferred_replica_leads_again_only_when_live_and_in_sync() {
+        let at = state(2, 3, &[1, 2]);
+        assert_eq!(
+            prefer_leader(&[1, 2], &at, &set(&[1, 2]), 4),
+            Some(PartitionState { controller_epoch: 4, ..state(1, 4, &[1, 2]) })
+        );
+        assert_eq!(prefer_leader(&[1, 2], &at, &set(&[2]), 4), None, "1 is not live");
+        assert_eq!(
+            prefer_leader(&[1, 2], &state(2, 3, &[2]), &set(&[1, 2]), 4),
+            None,
+            "not in sync"
+        );
+        assert_eq!(prefer_leader(&[2, 1], &at, &set(&[1, 2]), 4), None, "it leads already");
     }
 }

@@ -10,6 +10,7 @@
 //! [`Registry`] is the typed layout of `DESIGN.md` ("ZooKeeper layout") over either backend,
 //! so that no other crate spells a path by hand.
 
+mod admin;
 mod controller;
 mod coordinator;
 mod embedded;
@@ -20,7 +21,11 @@ mod registry;
 mod replicated;
 mod zookeeper;
 
-pub use controller::{Change, Controller, ControllerError, UNCLEAN_LEADER_ELECTION, decide};
+pub use admin::{PartitionMove, PreferredElection, ReassignmentPlan, TopicPartition};
+pub use controller::{
+    Change, Controller, ControllerError, ReassignStep, UNCLEAN_LEADER_ELECTION, decide,
+    prefer_leader, reassign_step,
+};
 pub use coordinator::{
     Coordinator, NodeMode, SessionEvent, Version, Watch, WatchEvent, watch_children,
 };

@@ -41,6 +41,9 @@ pub enum RegistryError {
     /// An operation that needs a group with no live member, on one that has members.
     #[error("consumer group {group} has live members ({}): stop them first", members.join(", "))]
     GroupActive { group: String, members: Vec<String> },
+    /// An operator's request (a reassignment, an election) while an earlier one is under way.
+    #[error("{path} exists: an earlier request is still being carried out")]
+    AdminInProgress { path: &'static str },
 }
 
 /// Where a broker listens.
@@ -358,7 +361,7 @@ impl Registry {
     }
 
     /// Deletes `path` and everything below it, children first.
-    async fn delete_tree(&self, path: String) -> Result<(), RegistryError> {
+    pub(crate) async fn delete_tree(&self, path: String) -> Result<(), RegistryError> {
         let mut stack = vec![(path, false)];
         while let Some((path, expanded)) = stack.pop() {
             if expanded {
@@ -419,7 +422,7 @@ fn parse_offset(path: &str, data: &[u8]) -> Result<i64, RegistryError> {
     String::from_utf8_lossy(data).trim().parse().map_err(|e| corrupt(path, e))
 }
 
-fn ignore_missing(result: Result<(), CoordError>) -> Result<(), RegistryError> {
+pub(crate) fn ignore_missing(result: Result<(), CoordError>) -> Result<(), RegistryError> {
     match result {
         Ok(()) | Err(CoordError::NoNode { .. }) => Ok(()),
         Err(e) => Err(e.into()),

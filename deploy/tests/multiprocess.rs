@@ -545,6 +545,16 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     eventually(Duration::from_secs(5), "status to show the broker dead", |_| {
         (deployment.status()["broker-live-a-0"].1 == "dead").then_some(())
     });
+    // Prometheus notices: BrokerDown is pending (its `for` is a minute) within a few scrapes.
+    eventually(Duration::from_secs(30), "the BrokerDown alert", |seen| {
+        let alerts = get(&runtime, &http, &format!("{prometheus}/api/v1/alerts"))?;
+        let alerts: serde_json::Value = serde_json::from_str(&alerts).ok()?;
+        let found = alerts["data"]["alerts"].as_array()?.iter().find(|a| {
+            a["labels"]["alertname"] == "BrokerDown" && a["labels"]["process"] == "broker-live-a-0"
+        })?;
+        *seen = found.to_string();
+        ["pending", "firing"].contains(&found["state"].as_str()?).then_some(())
+    });
     let data = deployment.run_dir().join("data/broker-live-a-0");
     assert!(data.is_dir(), "{data:?}");
     std::fs::remove_dir_all(&data).expect("wipe the broker's data directory");

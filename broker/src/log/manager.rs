@@ -17,6 +17,9 @@ use crate::config::{BrokerConfig, ConfigError, LogConfig, TopicOverrides};
 /// can collide with it.
 const TOPICS_DIR: &str = ".topics";
 const LOCK_FILE: &str = ".lock";
+/// Suffix of a partition folder being removed: renamed first, so that a crash in the middle
+/// of the removal never leaves a partial partition behind (no partition folder ends so).
+const REMOVED_SUFFIX: &str = ".removed";
 
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -98,6 +101,11 @@ impl LogManager {
         for entry in fs::read_dir(&data_dir).map_err(io_error("listing", &data_dir))? {
             let entry = entry.map_err(io_error("listing", &data_dir))?;
             let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.ends_with(REMOVED_SUFFIX)) {
+                // A removal that a crash interrupted: finish it.
+                fs::remove_dir_all(entry.path()).map_err(io_error("removing", &entry.path()))?;
+                continue;
+            }
             let Some((topic, index)) = name.to_str().and_then(parse_partition_dir) else {
                 continue;
             };
@@ -262,6 +270,58 @@ impl LogManager {
             partitions.insert(index, Arc::new(Partition::open(dir, name, index, config)?));
         }
         Ok(Topic { name: name.to_owned(), overrides, partitions })
+    }
+
+    /// Removes the `indexes` partitions of `name` from this broker, files and all, and the
+    /// whole topic (its settings too) when `whole_topic`. Returns the partitions removed, whose
+    /// tasks have been told to stop. Blocking.
+    pub fn remove(
+        &self,
+        name: &str,
+        indexes: &BTreeSet<u32>,
+        whole_topic: bool,
+    ) -> Result<Vec<Arc<Partition>>, CreateError> {
+        let _creating = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(topic) = self.topic(name) else { return Ok(Vec::new()) };
+        let (removed, kept): (BTreeMap<u32, Arc<Partition>>, BTreeMap<u32, Arc<Partition>>) = topic
+            .partitions
+            .iter()
+            .map(|(&i, p)| (i, Arc::clone(p)))
+            .partition(|(i, _)| whole_topic || indexes.contains(i));
+        if whole_topic {
+            self.topics_mut().remove(name);
+        } else {
+            let changed = Topic {
+                name: name.to_owned(),
+                overrides: topic.overrides.clone(),
+                partitions: kept,
+            };
+            self.topics_mut().insert(name.to_owned(), Arc::new(changed));
+        }
+        for partition in removed.values() {
+            partition.removed().cancel();
+            let dir = partition.dir();
+            let mut doomed = dir.as_os_str().to_owned();
+            doomed.push(REMOVED_SUFFIX);
+            let doomed = PathBuf::from(doomed);
+            fs::rename(dir, &doomed).map_err(io_error("renaming", dir))?;
+            sync_dir(&self.data_dir)?;
+            fs::remove_dir_all(&doomed).map_err(io_error("removing", &doomed))?;
+        }
+        if whole_topic {
+            let settings = self.data_dir.join(TOPICS_DIR).join(format!("{name}.toml"));
+            match fs::remove_file(&settings) {
+                Ok(()) => sync_dir(&self.data_dir.join(TOPICS_DIR))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_error("removing", &settings)(e)),
+            }
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.data_dir)?;
+        }
+        let indexes: Vec<u32> = removed.keys().copied().collect();
+        tracing::info!(topic = %name, partitions = ?indexes, whole_topic, "removed from this broker");
+        Ok(removed.into_values().collect())
     }
 
     /// Flushes every partition. Blocking; used at shutdown.

@@ -103,6 +103,9 @@ pub struct Partition {
     /// Held by a flush from its snapshot until it has published the ends, and by a truncation
     /// throughout, so that a flush never publishes an end that a truncation has since cut.
     flushing: Mutex<()>,
+    /// Cancelled when the partition is removed from this broker (its topic deleted, or its
+    /// replica moved away): its tasks stop.
+    removed: tokio_util::sync::CancellationToken,
 }
 
 impl std::fmt::Debug for Partition {
@@ -243,6 +246,7 @@ impl Partition {
             flush_wanted: Notify::new(),
             epochs: Mutex::new(epochs),
             flushing: Mutex::new(()),
+            removed: tokio_util::sync::CancellationToken::new(),
         };
         if dir_unsynced {
             partition.flush()?;
@@ -264,6 +268,11 @@ impl Partition {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Cancelled once the partition is removed from this broker.
+    pub fn removed(&self) -> &tokio_util::sync::CancellationToken {
+        &self.removed
     }
 
     pub fn set_config(&self, config: LogConfig) {

@@ -31,7 +31,9 @@ impl Brokers {
         match self {
             Brokers::Registry(registry) => Ok(registry),
             Brokers::Static(_) => {
-                bail!("this needs --zookeeper: consumer groups live in ZooKeeper")
+                bail!(crate::Refused(
+                    "this needs --zookeeper: it reads the cluster's registry".into()
+                ))
             }
         }
     }

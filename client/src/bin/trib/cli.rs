@@ -39,6 +39,49 @@ pub enum Command {
         #[command(subcommand)]
         command: BrokersCommand,
     },
+    /// Move partitions between brokers, or their leadership back to preferred replicas.
+    Partitions {
+        #[command(subcommand)]
+        command: PartitionsCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PartitionsCommand {
+    /// Moves partitions to new replica lists: new replicas catch up and join the in-sync
+    /// replicas before the old ones leave. Prints the plan; --execute starts it, --verify
+    /// says how far it is.
+    Reassign {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        /// Kafka's reassignment JSON: {"version":1,"partitions":[{"topic":…,"partition":…,
+        /// "replicas":[…]}]}.
+        #[arg(long, value_name = "FILE", required_unless_present = "decommission")]
+        plan: Option<std::path::PathBuf>,
+        /// Move every replica off this broker (to the live brokers with the fewest).
+        #[arg(long, value_name = "BROKER", conflicts_with = "plan")]
+        decommission: Option<i32>,
+        #[arg(long, conflicts_with = "verify")]
+        execute: bool,
+        /// Report each partition of the plan: done, or still moving.
+        #[arg(long)]
+        verify: bool,
+        /// With --execute: the most bytes per second each new replica copies.
+        #[arg(long, value_name = "N", requires = "execute", value_parser = clap::value_parser!(u64).range(1..))]
+        throttle_bytes_per_s: Option<u64>,
+    },
+    /// Makes the preferred replica (the first of its list) lead every partition where it is
+    /// live and in sync but does not lead.
+    ElectPreferred {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        /// Only this topic's partitions.
+        #[arg(long)]
+        topic: Option<String>,
+        /// How long to wait for the controller to carry it out.
+        #[arg(long, default_value_t = 30_000)]
+        timeout_ms: u64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,6 +315,33 @@ pub enum TopicsCommand {
         brokers: BrokerArgs,
         #[arg(long)]
         topic: String,
+    },
+    /// Deletes a topic from every broker, with its consumer groups' offsets of it. Prints
+    /// what it would delete; deletes with --execute (and waits until every replica is gone).
+    Delete {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        execute: bool,
+        /// How long --execute waits for every replica to be removed.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
+    /// Shows a topic's settings, or changes them (validated by a broker; brokers apply a
+    /// change at once, retention included).
+    Config {
+        #[command(flatten)]
+        brokers: BrokerArgs,
+        #[arg(long)]
+        topic: String,
+        /// A setting to set, such as retention_ms=3600000; repeat for more.
+        #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+        set: Vec<(String, String)>,
+        /// A setting to remove (back to the brokers' default); repeat for more.
+        #[arg(long = "unset", value_name = "KEY")]
+        unset: Vec<String>,
     },
 }
 

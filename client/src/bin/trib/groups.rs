@@ -64,7 +64,7 @@ async fn reset(
     let registry = brokers.registry()?;
     let partitions = registry.partitions(topic).await.context("cannot read the topic")?;
     if partitions.is_empty() {
-        anyhow::bail!("no topic {topic}");
+        anyhow::bail!(crate::Refused(format!("no topic {topic}")));
     }
     let mut plan = Vec::new();
     for partition in partitions {
@@ -81,17 +81,26 @@ async fn reset(
             }
             ResetTo::Offset(offset) => {
                 if !(log_start..=log_end).contains(&offset) {
-                    anyhow::bail!(
+                    anyhow::bail!(crate::Refused(format!(
                         "offset {offset} is outside {topic}-{partition}'s log ({log_start}..{log_end})"
-                    );
+                    )));
                 }
                 // Byte offsets: only a message's first byte is a place to resume from.
                 if offset < log_end {
-                    let fetched = consumer.fetch(topic, partition, offset).await?;
-                    if fetched.iter().next().is_none_or(|m| m.is_err()) {
-                        anyhow::bail!(
+                    // What is read from a byte that does not begin a message is garbage: a
+                    // bad frame, or a length no message has.
+                    let begins = match consumer.fetch(topic, partition, offset).await {
+                        Ok(fetched) => fetched.iter().next().is_some_and(|m| m.is_ok()),
+                        Err(
+                            e @ (client::ConsumerError::Connection { .. }
+                            | client::ConsumerError::Request { .. }),
+                        ) => return Err(e.into()),
+                        Err(_) => false,
+                    };
+                    if !begins {
+                        anyhow::bail!(crate::Refused(format!(
                             "offset {offset} of {topic}-{partition} is not where a message begins"
-                        );
+                        )));
                     }
                 }
                 offset
@@ -145,7 +154,7 @@ async fn delete(
 ) -> anyhow::Result<()> {
     let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
     if topics.is_empty() && !registry.groups().await?.iter().any(|g| g == group) {
-        anyhow::bail!("no consumer group {group}");
+        anyhow::bail!(crate::Refused(format!("no consumer group {group}")));
     }
     let mut offsets = 0;
     for topic in &topics {
@@ -174,7 +183,7 @@ async fn delete(
 async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyhow::Result<()> {
     let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
     if topics.is_empty() {
-        anyhow::bail!("no consumer group {group}");
+        anyhow::bail!(crate::Refused(format!("no consumer group {group}")));
     }
     let members = registry.consumers(group).await?;
     let mut owners = BTreeMap::new();

@@ -1,10 +1,12 @@
 //! `trib`: Tributary at a terminal. Produces stdin lines to a topic, prints a partition's
 //! messages or consumes as a member of a group, lists and creates topics, reads offsets and
-//! describes, resets and deletes consumer groups, lists brokers, against brokers given by
-//! address or found in ZooKeeper.
+//! describes, resets and deletes consumer groups, lists brokers, deletes topics and changes
+//! their settings, moves partitions and their leadership, against brokers given by address or
+//! found in ZooKeeper.
 //!
 //! Exit codes: 0 success, 1 a failure while running (unreachable broker, broker error),
-//! 2 bad arguments — each reported on one line of stderr.
+//! 2 bad arguments or a request refused as it stands (an unknown topic, a live group, an
+//! unregistered broker) — each reported on one line of stderr.
 
 mod broker_list;
 mod brokers;
@@ -12,6 +14,7 @@ mod cli;
 mod consume;
 mod groups;
 mod offsets;
+mod partitions;
 mod produce;
 mod progress;
 mod topics;
@@ -33,8 +36,29 @@ fn start(cli: Cli) -> Result<(), Failure> {
     // retries and unreachable brokers as they happen).
     service::logging::init("error").map_err(Failure::usage)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(run(cli))?;
-    Ok(())
+    runtime.block_on(run(cli)).map_err(|e| if refused(&e) { Failure::usage(e) } else { e.into() })
+}
+
+/// A request `trib` or the registry refuses as it stands (an unknown topic, a group with live
+/// members, a broker that is not registered): exit code 2, like a bad argument.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+fn refused(error: &anyhow::Error) -> bool {
+    use cluster::RegistryError;
+    error.chain().any(|cause| {
+        cause.is::<Refused>()
+            || matches!(
+                cause.downcast_ref::<RegistryError>(),
+                Some(
+                    RegistryError::GroupActive { .. }
+                        | RegistryError::AdminInProgress { .. }
+                        | RegistryError::InvalidAssignment { .. }
+                        | RegistryError::InvalidName { .. }
+                )
+            )
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -48,5 +72,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Brokers { command: cli::BrokersCommand::List { brokers } } => {
             broker_list::list(&brokers.brokers().await?, json).await
         }
+        Command::Partitions { command } => partitions::run(command, json).await,
     }
 }

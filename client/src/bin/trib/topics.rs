@@ -1,11 +1,17 @@
-//! `trib topics list|create|describe`: the cluster's topics, creating them, and each
-//! partition's leader, replicas and in-sync replicas.
+//! `trib topics list|create|describe|delete|config`: the cluster's topics, creating and
+//! deleting them, each partition's leader, replicas and in-sync replicas, and a topic's
+//! settings.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
 use protocol::{MetadataResponse, TopicMetadata};
 use serde_json::json;
 
+use crate::Refused;
+use crate::brokers::Brokers;
 use crate::cli::TopicsCommand;
 
 pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
@@ -21,9 +27,15 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
                 configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
             let conn = client::Connection::connect(&addr).await?;
-            conn.create_topic(&topic, partitions, &configs)
-                .await
-                .with_context(|| format!("cannot create {topic} through {addr}"))?;
+            match conn.create_topic(&topic, partitions, &configs).await {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
+                    anyhow::bail!(Refused(format!("cannot create {topic} through {addr}: {e}")));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot create {topic} through {addr}"));
+                }
+            }
             let metadata = brokers.metadata(&[&topic]).await?;
             let factor = metadata.topic(&topic).map_or(0, replication_factor_of);
             if json {
@@ -41,6 +53,188 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
         TopicsCommand::Describe { brokers, topic } => {
             describe(&brokers.brokers().await?, &topic, json).await
         }
+        TopicsCommand::Delete { brokers, topic, execute, timeout_ms } => {
+            let brokers = brokers.brokers().await?;
+            delete(brokers.registry()?, &topic, execute, Duration::from_millis(timeout_ms), json)
+                .await
+        }
+        TopicsCommand::Config { brokers, topic, set, unset } => {
+            config(&brokers.brokers().await?, &topic, set, unset, json).await
+        }
+    }
+}
+
+/// A topic's assignment, or the refusal for a topic the cluster does not have.
+async fn assignment(
+    registry: &cluster::Registry,
+    topic: &str,
+) -> anyhow::Result<(cluster::TopicAssignment, cluster::Version)> {
+    let found = registry.topic_assignment(topic).await.context("cannot read the topic")?;
+    let deleting = registry.topics_being_deleted().await?.contains(topic);
+    match found {
+        Some(found) if !deleting => Ok(found),
+        Some(_) => Err(Refused(format!("topic {topic} is being deleted")).into()),
+        None => Err(Refused(format!("no topic {topic}")).into()),
+    }
+}
+
+async fn delete(
+    registry: &cluster::Registry,
+    topic: &str,
+    execute: bool,
+    timeout: Duration,
+    json: bool,
+) -> anyhow::Result<()> {
+    let already = registry.topics_being_deleted().await?.contains(topic);
+    let found = registry.topic_assignment(topic).await.context("cannot read the topic")?;
+    if found.is_none() && !already {
+        anyhow::bail!(Refused(format!("no topic {topic}")));
+    }
+    let partitions = found.as_ref().map_or(0, |(a, _)| a.partitions.len());
+    let replicas: std::collections::BTreeSet<i32> = found
+        .as_ref()
+        .map(|(a, _)| a.partitions.values().flatten().copied().collect())
+        .unwrap_or_default();
+    let mut groups = Vec::new();
+    for group in registry.groups().await? {
+        if registry.group_topics(&group).await?.iter().any(|t| t == topic) {
+            groups.push(group);
+        }
+    }
+    let show = |ids: &std::collections::BTreeSet<i32>| {
+        ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+    };
+    if !execute {
+        if json {
+            println!(
+                "{}",
+                json!({"topic": topic, "partitions": partitions, "brokers": replicas,
+                       "groups": groups, "executed": false})
+            );
+        } else {
+            println!(
+                "topic {topic}: {partitions} partition(s) on brokers {}; offsets of groups: {}",
+                show(&replicas),
+                if groups.is_empty() { "none".to_owned() } else { groups.join(", ") }
+            );
+        }
+        eprintln!("trib: a plan only; --execute deletes the topic");
+        return Ok(());
+    }
+    registry.mark_topic_deleted(topic).await?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let marked = registry.topics_being_deleted().await?.contains(topic);
+        let exists = registry.topic_assignment(topic).await?.is_some();
+        if !marked && !exists {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let (acks, _) = registry.deletion_acks_and_watch(topic).await?;
+            let waiting: std::collections::BTreeSet<i32> =
+                replicas.difference(&acks).copied().collect();
+            anyhow::bail!(
+                "{topic} is marked for deletion, still waiting for brokers {} to remove their                  replicas (a broker that is down finishes when it returns)",
+                show(&waiting)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if json {
+        println!(
+            "{}",
+            json!({"topic": topic, "partitions": partitions, "brokers": replicas,
+                   "groups": groups, "executed": true})
+        );
+    } else {
+        println!("deleted {topic}: {partitions} partition(s) from brokers {}", show(&replicas));
+    }
+    Ok(())
+}
+
+/// Settings no `--unset` may remove: the replication of a topic is changed by reassignment.
+const FIXED_KEYS: [&str; 1] = ["replication_factor"];
+
+async fn config(
+    brokers: &Brokers,
+    topic: &str,
+    set: Vec<(String, String)>,
+    unset: Vec<String>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let registry = brokers.registry()?;
+    let (before, _) = assignment(registry, topic).await?;
+    if let Some(key) = unset.iter().find(|k| FIXED_KEYS.contains(&k.as_str())) {
+        anyhow::bail!(Refused(format!(
+            "{key} cannot be unset (trib partitions reassign changes it)"
+        )));
+    }
+    if let Some((key, _)) = set.iter().find(|(k, _)| unset.contains(k)) {
+        anyhow::bail!(Refused(format!("{key} is both set and unset")));
+    }
+    if let Some((key, _)) = set.iter().find(|(k, _)| k == "partitions") {
+        anyhow::bail!(Refused(format!(
+            "{key} is not a setting: trib topics create adds partitions"
+        )));
+    }
+    if !set.is_empty() {
+        // The broker validates every setting as CREATE_TOPIC does, and merges them in.
+        let configs: Vec<(&str, &str)> =
+            set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let count = before.partitions.len() as i32;
+        let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
+        let conn = client::Connection::connect(&addr).await?;
+        match conn.create_topic(topic, count, &configs).await {
+            Ok(()) => {}
+            Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
+                let shown: Vec<String> = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                anyhow::bail!(Refused(format!(
+                    "the broker refused {}: an unknown key or a value out of range",
+                    shown.join(" ")
+                )));
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot change {topic} through {addr}"));
+            }
+        }
+    }
+    if !unset.is_empty() {
+        loop {
+            let (mut changed, version) = assignment(registry, topic).await?;
+            for key in &unset {
+                changed.config.remove(key);
+            }
+            match registry.set_topic_assignment(topic, &changed, version).await {
+                Ok(_) => break,
+                Err(cluster::RegistryError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let (after, _) = assignment(registry, topic).await?;
+    let changed = !set.is_empty() || !unset.is_empty();
+    if json {
+        println!("{}", json!({"topic": topic, "config": after.config, "changed": changed}));
+        return Ok(());
+    }
+    print_config(&after.config, changed.then_some(&before.config));
+    Ok(())
+}
+
+fn print_config(config: &BTreeMap<String, String>, before: Option<&BTreeMap<String, String>>) {
+    if config.is_empty() {
+        eprintln!("trib: no settings of its own: the brokers' defaults apply");
+    }
+    for (key, value) in config {
+        let was = before.and_then(|b| b.get(key));
+        match (before, was) {
+            (Some(_), Some(was)) if was != value => println!("{key}={value}\t(was {was})"),
+            (Some(_), None) => println!("{key}={value}\t(new)"),
+            _ => println!("{key}={value}"),
+        }
+    }
+    for key in before.into_iter().flat_map(|b| b.keys()).filter(|k| !config.contains_key(*k)) {
+        println!("{key}\t(unset)");
     }
 }
 
@@ -79,6 +273,17 @@ async fn list(brokers: &crate::brokers::Brokers, json: bool) -> anyhow::Result<(
     Ok(())
 }
 
+async fn leader_offsets(
+    addr: &str,
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<(Option<i64>, Option<i64>)> {
+    let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
+    let first = consumer.offsets(topic, partition, OffsetTime::Earliest, 1).await?;
+    let last = consumer.offsets(topic, partition, OffsetTime::Latest, 1).await?;
+    Ok((first.first().copied(), last.first().copied()))
+}
+
 /// One partition as `describe` shows it.
 struct Row {
     partition: i32,
@@ -102,12 +307,15 @@ async fn describe(
     let mut rows = Vec::new();
     for p in &found.partitions {
         let (mut earliest, mut latest) = (None, None);
+        // A leader that cannot answer (it just died; the controller has not moved its
+        // partitions yet) leaves its offsets unknown: describe is for incidents too.
         if let Some(leader) = metadata.broker(p.leader) {
-            let consumer =
-                SimpleConsumer::connect(&leader.addr(), SimpleConsumerConfig::default()).await?;
-            let first = consumer.offsets(topic, p.partition, OffsetTime::Earliest, 1).await?;
-            let last = consumer.offsets(topic, p.partition, OffsetTime::Latest, 1).await?;
-            (earliest, latest) = (first.first().copied(), last.first().copied());
+            match leader_offsets(&leader.addr(), topic, p.partition).await {
+                Ok(found) => (earliest, latest) = found,
+                Err(e) => {
+                    tracing::warn!(partition = p.partition, error = %e, "no offsets from the leader")
+                }
+            }
         }
         rows.push(Row {
             partition: p.partition,
