@@ -127,14 +127,23 @@ fn launchers(cli: &Cli) -> BenchResult<Vec<Box<dyn Launcher>>> {
     };
     use tributary::{Tributary, VisibleAfter};
     let mut all: Vec<Box<dyn Launcher>> = vec![
-        Box::new(Tributary { broker_bin: broker_bin.clone(), visible_after: VisibleAfter::Flush }),
-        Box::new(Tributary { broker_bin, visible_after: VisibleAfter::Write }),
+        Box::new(Tributary {
+            broker_bin: broker_bin.clone(),
+            visible_after: VisibleAfter::Flush,
+            tls: false,
+        }),
+        Box::new(Tributary {
+            broker_bin: broker_bin.clone(),
+            visible_after: VisibleAfter::Write,
+            tls: false,
+        }),
+        Box::new(Tributary { broker_bin, visible_after: VisibleAfter::Flush, tls: true }),
     ];
     all.extend(peers::all());
     for name in &cli.systems {
         anyhow::ensure!(
             all.iter().any(|l| l.name() == name),
-            "unknown system {name:?} (known: tributary, tributary-write, redis, nats, rabbitmq, activemq)"
+            "unknown system {name:?} (known: tributary, tributary-write, tributary-tls, redis, nats, rabbitmq, activemq)"
         );
     }
     all.retain(|l| cli.systems.iter().any(|s| s == l.name()));

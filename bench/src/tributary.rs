@@ -1,8 +1,10 @@
 //! Tributary under the benchmark: the release `broker` binary (found beside this binary, or
 //! given with `--broker-bin`), a pipelined connection with `acks` 1 for the producer, and
 //! 4 MiB long-poll fetches (`MULTIFETCH_WAIT`) with CRC checks for the consumer. It runs twice:
-//! as `tributary` with the paper's visibility (`visible_after = "flush"`), and as
-//! `tributary-write` with data visible once appended.
+//! as `tributary` with the paper's visibility (`visible_after = "flush"`), as
+//! `tributary-write` with data visible once appended, and as `tributary-tls`: the first over
+//! mutual TLS 1.3 (a CA and certificates generated for the run), whose fetches cannot use
+//! `sendfile` (no kernel TLS here) — its ratio to `tributary` is TLS's cost.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -37,6 +39,8 @@ pub enum VisibleAfter {
 pub struct Tributary {
     pub broker_bin: PathBuf,
     pub visible_after: VisibleAfter,
+    /// Mutual TLS between the clients and the broker.
+    pub tls: bool,
 }
 
 impl Tributary {
@@ -50,9 +54,10 @@ impl Tributary {
 #[async_trait]
 impl Launcher for Tributary {
     fn name(&self) -> &'static str {
-        match self.visible_after {
-            VisibleAfter::Flush => "tributary",
-            VisibleAfter::Write => "tributary-write",
+        match (self.visible_after, self.tls) {
+            (VisibleAfter::Flush, false) => "tributary",
+            (VisibleAfter::Flush, true) => "tributary-tls",
+            (VisibleAfter::Write, _) => "tributary-write",
         }
     }
 
@@ -65,10 +70,15 @@ impl Launcher for Tributary {
                 "visible_after = write: data is visible to consumers once appended (page cache)"
             }
         };
+        let tls = if self.tls {
+            "; mutual TLS 1.3 (rustls, ECDSA P-256 certificates), fetches read and encrypted (no sendfile)"
+        } else {
+            ""
+        };
         format!(
             "`{}`: one partition, producer acks 1 (answered once appended), {IN_FLIGHT_MAX} requests in flight; \
              fsync every 10,000 messages or {FLUSH_MS} ms; {visible}; consumer long polls (MULTIFETCH_WAIT, \
-             at most {LONG_POLL_MS} ms) of {} MiB, every CRC checked",
+             at most {LONG_POLL_MS} ms) of {} MiB, every CRC checked{tls}",
             self.broker_bin.display(),
             FETCH_BYTES >> 20
         )
@@ -96,29 +106,56 @@ impl Launcher for Tributary {
                 },
             ])
             .env("RUST_LOG", "warn");
+        let tls = if self.tls { Some(certificates(dir, &mut command)?) } else { None };
         let log = dir.join("broker.log");
         let service =
             start_service("tributary", command, &log, port, Duration::from_secs(30)).await?;
-        Ok(Box::new(RunningTributary { service, addr: format!("127.0.0.1:{port}"), data }))
+        let addr = format!("127.0.0.1:{port}");
+        Ok(Box::new(RunningTributary { service, addr, data, tls }))
     }
+}
+
+/// A CA, the broker's certificate and the client's, under `dir`; the broker's flags for
+/// them; the client's TLS.
+fn certificates(
+    dir: &Path,
+    command: &mut Command,
+) -> BenchResult<std::sync::Arc<rustls::ClientConfig>> {
+    use service::pki::{CertificateAuthority, Validity};
+    let ca = CertificateAuthority::new("tributary-bench CA")?;
+    let ca_path = dir.join("ca.crt");
+    std::fs::write(&ca_path, ca.cert_pem())?;
+    let hosts = ["127.0.0.1", "localhost"];
+    let (cert, key) = ca.issue("broker", &hosts, Validity::Days(1))?.write(dir, "broker")?;
+    command.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+    command.arg("--tls-client-ca").arg(&ca_path);
+    let (cert, key) = ca.issue("bench", &hosts, Validity::Days(1))?.write(dir, "client")?;
+    let files = service::tls::ClientTlsFiles { ca: ca_path, cert: Some(cert), key: Some(key) };
+    Ok(service::tls::client_config(&files)?)
 }
 
 struct RunningTributary {
     service: Service,
     addr: String,
     data: PathBuf,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
-async fn connect(addr: &str) -> BenchResult<Connection> {
-    let config =
-        ConnectionConfig { in_flight_max: IN_FLIGHT_MAX * 2, ..ConnectionConfig::default() };
-    Connection::connect_with(addr, config).await.context("connecting to the broker")
+impl RunningTributary {
+    async fn connect(&self) -> BenchResult<Connection> {
+        let config = ConnectionConfig {
+            in_flight_max: IN_FLIGHT_MAX * 2,
+            tls: self.tls.clone(),
+            ..ConnectionConfig::default()
+        };
+        Connection::connect_with(&self.addr, config).await.context("connecting to the broker")
+    }
 }
 
 #[async_trait]
 impl Running for RunningTributary {
     async fn producer(&self, stream: &str) -> BenchResult<Box<dyn Producer>> {
-        let conn = connect(&self.addr).await?;
+        let conn = self.connect().await?;
         conn.create_topic(stream, 1, &[]).await?;
         Ok(Box::new(TributaryProducer {
             conn,
@@ -129,7 +166,7 @@ impl Running for RunningTributary {
     }
 
     async fn consumer(&self, stream: &str) -> BenchResult<Box<dyn Consumer>> {
-        let conn = connect(&self.addr).await?;
+        let conn = self.connect().await?;
         Ok(Box::new(TributaryConsumer { conn, topic: stream.to_owned(), offset: 0 }))
     }
 

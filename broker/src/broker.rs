@@ -41,6 +41,10 @@ pub enum BrokerError {
     Listen(std::io::Error),
     #[error("ZooKeeper registration: {0}")]
     Registration(#[from] cluster::RegistryError),
+    #[error("TLS: {0}")]
+    Tls(#[from] service::tls::TlsError),
+    #[error("ACL file: {0}")]
+    Acl(#[from] crate::acl::AclError),
 }
 
 /// Bytes a follower asks its leader for per fetch.
@@ -104,6 +108,11 @@ pub struct Broker {
     coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
     /// Partitions this broker leads with followers, by topic and partition.
     leaders: Leaders,
+    /// The listener's TLS, if it speaks TLS.
+    tls: Option<Arc<service::tls::ServerTls>>,
+    /// What followers connect to their leaders with, under TLS.
+    replica_tls: Option<Arc<rustls::ClientConfig>>,
+    authorizer: crate::acl::Authorizer,
 }
 
 /// The leaderships of a broker, by topic and partition (shared with its metrics).
@@ -115,6 +124,18 @@ impl Broker {
     /// retention tasks.
     pub async fn open(config: BrokerConfig) -> Result<Arc<Broker>, BrokerError> {
         config.validate()?;
+        let tls = match config.server_tls()? {
+            Some(files) => Some(service::tls::ServerTls::load(files)?),
+            None => None,
+        };
+        let replica_tls = match config.replica_tls() {
+            Some(files) => Some(service::tls::client_config(&files)?),
+            None => None,
+        };
+        let acl = match &config.acl_file {
+            Some(path) => Some(crate::acl::Acl::load(path)?),
+            None => None,
+        };
         let for_open = config.clone();
         let logs = tokio::task::spawn_blocking(move || {
             let logs = LogManager::open(&for_open)?;
@@ -136,6 +157,9 @@ impl Broker {
             port: OnceLock::new(),
             coordinator: OnceLock::new(),
             leaders,
+            tls,
+            replica_tls,
+            authorizer: crate::acl::Authorizer::new(acl),
         });
         for partition in broker.logs.partitions() {
             broker.start_flusher(partition);
@@ -156,6 +180,15 @@ impl Broker {
 
     pub fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    /// The listener's TLS, if it speaks TLS.
+    pub fn tls(&self) -> Option<&Arc<service::tls::ServerTls>> {
+        self.tls.as_ref()
+    }
+
+    pub(crate) fn authorizer(&self) -> &crate::acl::Authorizer {
+        &self.authorizer
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -701,6 +734,7 @@ impl Broker {
         let partition = self.local_partition(topic, partition)?;
         let config = FollowerConfig {
             throttle_bytes_per_s: throttle,
+            tls: self.replica_tls.clone(),
             replica_id: self.config.broker_id,
             leader_addr: leader_addr.into(),
             leader_epoch,

@@ -110,6 +110,17 @@ pub struct BrokerConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
+    /// PEM certificate (chain) and key: the listener speaks TLS 1.3 only, and followers fetch
+    /// from their leaders over TLS with this certificate as theirs.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Clients must present a certificate signed by this CA (mutual TLS); the principal is
+    /// the certificate's subject CN.
+    pub tls_client_ca: Option<PathBuf>,
+    /// The CA a follower checks its leaders' certificates with [default: `tls_client_ca`].
+    pub tls_ca: Option<PathBuf>,
+    /// Allow only what this ACL file allows; the rest gets error 14. Unset: all allowed.
+    pub acl_file: Option<PathBuf>,
 }
 
 /// The settings of one partition's log.
@@ -155,6 +166,11 @@ impl Default for BrokerConfig {
             flush_messages: 10_000,
             flush_ms: 1000,
             visible_after: VisibleAfter::Flush,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tls_ca: None,
+            acl_file: None,
         }
     }
 }
@@ -227,7 +243,48 @@ impl BrokerConfig {
         if self.retention_check_ms == 0 {
             return invalid("retention_check_ms", "must be at least 1");
         }
+        let tls = self
+            .server_tls()
+            .map_err(|e| ConfigError::Invalid { key: "tls_cert", reason: e.to_string() })?;
+        if tls.is_none() && self.tls_ca.is_some() {
+            return invalid("tls_ca", "needs tls_cert and tls_key (a follower's own certificate)");
+        }
+        if tls.is_some() && self.zookeeper.is_some() && self.replica_tls().is_none() {
+            return invalid(
+                "tls_ca",
+                "a broker of a cluster with TLS needs tls_ca or tls_client_ca to check its leaders",
+            );
+        }
+        for (key, path) in [
+            ("tls_cert", &self.tls_cert),
+            ("tls_key", &self.tls_key),
+            ("tls_client_ca", &self.tls_client_ca),
+            ("tls_ca", &self.tls_ca),
+            ("acl_file", &self.acl_file),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return invalid(key, "must not be empty");
+            }
+        }
         self.log().validate()
+    }
+
+    /// The listener's certificate files, if it speaks TLS.
+    pub fn server_tls(
+        &self,
+    ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
+        service::tls::ServerTlsFiles::from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+    }
+
+    /// What a follower connects to its leader with: the CA it trusts and its own certificate.
+    pub fn replica_tls(&self) -> Option<service::tls::ClientTlsFiles> {
+        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
+        let ca = self.tls_ca.clone().or_else(|| self.tls_client_ca.clone())?;
+        Some(service::tls::ClientTlsFiles { ca, cert: Some(cert), key: Some(key) })
     }
 
     /// The log settings every topic starts from.

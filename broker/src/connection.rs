@@ -30,14 +30,14 @@ use protocol::{
     Request, Response, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::acl::Operation;
 use crate::broker::{Broker, ReplicaPlan};
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
 use crate::metrics::{Latency, RequestKind};
-use crate::sendfile::send_slice;
+use crate::stream::Stream;
 
 /// Read buffer growth per read; a frame's declared size is never reserved up front.
 const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -97,7 +97,9 @@ enum Next {
 }
 
 pub(crate) struct Connection {
-    stream: TcpStream,
+    stream: Stream,
+    /// Who the client is: its certificate's CN, or `anonymous`.
+    principal: String,
     input: BytesMut,
     output: BytesMut,
     broker: Arc<Broker>,
@@ -109,13 +111,14 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn new(
-        stream: TcpStream,
+        stream: Stream,
+        principal: String,
         broker: Arc<Broker>,
         stop: CancellationToken,
     ) -> Connection {
-        let _ = stream.set_nodelay(true);
         Connection {
             stream,
+            principal,
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
             output: BytesMut::with_capacity(READ_CHUNK_BYTES),
             broker,
@@ -169,6 +172,15 @@ impl Connection {
                     }
                 },
             };
+            if !self.authorized(&request) {
+                // In its turn, like any answer.
+                self.answer_awaiting().await;
+                self.broker.metrics().authorization_denied.inc();
+                if request.expects_response() {
+                    self.respond(Err(ErrorCode::AuthorizationFailed));
+                }
+                continue;
+            }
             let next = match request {
                 Request::Produce(first) if first.partition >= 0 => {
                     let mut run_bytes = first.messages.len();
@@ -243,6 +255,57 @@ impl Connection {
                 Err(BadFrame)
             }
         }
+    }
+
+    /// Whether the connection's principal may make `request`: every topic it touches allows
+    /// the operation. METADATA is always allowed; it leaves out what may not be described.
+    fn authorized(&self, request: &Request) -> bool {
+        let authorizer = self.broker.authorizer();
+        if !authorizer.enforcing() {
+            return true;
+        }
+        let may = |topic: &str, operation| authorizer.check(&self.principal, topic, operation);
+        match request {
+            Request::Produce(p) => may(&p.topic, Operation::Produce),
+            Request::MultiProduce(m) => m.entries.iter().all(|e| may(&e.topic, Operation::Produce)),
+            Request::Fetch(f) => may(&f.topic, Operation::Consume),
+            Request::MultiFetch(m) => m.fetches.iter().all(|f| may(&f.topic, Operation::Consume)),
+            Request::MultiFetchWait(m) => {
+                m.fetches.iter().all(|f| may(&f.topic, Operation::Consume))
+            }
+            Request::Offsets(o) => may(&o.topic, Operation::Consume),
+            Request::Metadata(_) => true,
+            Request::OffsetForLeaderEpoch(o) => may(&o.topic, Operation::Replicate),
+            Request::ReplicaFetch(r) => {
+                r.fetches.iter().all(|f| may(&f.topic, Operation::Replicate))
+            }
+            Request::CreateTopic(c) => may(&c.topic, Operation::Create),
+        }
+    }
+
+    /// METADATA as this principal may see it: a topic asked for that it may not describe is
+    /// answered with error 14, and one it did not ask for is left out.
+    fn visible_metadata(
+        &self,
+        mut metadata: protocol::MetadataResponse,
+        asked: &[String],
+    ) -> protocol::MetadataResponse {
+        let authorizer = self.broker.authorizer();
+        if !authorizer.enforcing() {
+            return metadata;
+        }
+        let may = |topic: &str| authorizer.check(&self.principal, topic, Operation::Describe);
+        if asked.is_empty() {
+            metadata.topics.retain(|t| may(&t.name));
+        } else {
+            for topic in &mut metadata.topics {
+                if !may(&topic.name) {
+                    topic.error = ErrorCode::AuthorizationFailed;
+                    topic.partitions.clear();
+                }
+            }
+        }
+        metadata
     }
 
     /// Appends a run of produces to one partition and answers each (unless `acks` is 0): at
@@ -388,7 +451,8 @@ impl Connection {
             }
             Request::Metadata(m) => {
                 broker.metrics().request(RequestKind::metadata, 1);
-                self.respond(Ok(Response::Metadata(broker.metadata(&m.topics))));
+                let metadata = self.visible_metadata(broker.metadata(&m.topics), &m.topics);
+                self.respond(Ok(Response::Metadata(metadata)));
             }
             Request::OffsetForLeaderEpoch(o) => {
                 broker.metrics().request(RequestKind::offset_for_leader_epoch, 1);
@@ -586,7 +650,8 @@ impl Connection {
     async fn send(&mut self, slice: Option<&FileSlice>) -> io::Result<()> {
         let Some(slice) = slice.filter(|s| s.len > 0) else { return Ok(()) };
         self.flush_output().await?;
-        send_slice(&self.stream, slice, self.broker.metrics()).await
+        let metrics = Arc::clone(self.broker.metrics());
+        self.stream.send_slice(slice, &metrics).await
     }
 
     async fn flush_output(&mut self) -> io::Result<()> {
@@ -594,7 +659,8 @@ impl Connection {
             self.stream.write_all(&self.output).await?;
             self.output.clear();
         }
-        Ok(())
+        // TLS keeps records until flushed; a plain socket has nothing to flush.
+        self.stream.flush().await
     }
 }
 

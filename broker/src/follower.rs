@@ -20,9 +20,9 @@ use protocol::{
     ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, ReplicaFetchPart,
     ReplicaFetchPartition, ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
 };
+use service::tls::ClientStream;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::log::{LogError, Partition};
@@ -48,6 +48,9 @@ pub struct FollowerConfig {
     /// Bytes per second this follower copies at, at most; 0 for no limit. A reassignment's
     /// throttle, changed while the follower runs.
     pub throttle_bytes_per_s: Arc<std::sync::atomic::AtomicU64>,
+    /// TLS to the leader, with this broker's certificate as the follower's (its principal
+    /// needs `replicate` where the leader has an ACL file).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Why a follower stopped.
@@ -81,14 +84,17 @@ enum LinkError {
 
 /// One request at a time to the leader.
 struct LeaderLink {
-    stream: TcpStream,
+    stream: ClientStream,
     response_bytes_max: usize,
 }
 
 impl LeaderLink {
-    async fn connect(addr: &str, response_bytes_max: usize) -> Result<LeaderLink, LinkError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+    async fn connect(
+        addr: &str,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        response_bytes_max: usize,
+    ) -> Result<LeaderLink, LinkError> {
+        let stream = ClientStream::connect(addr, tls).await?;
         Ok(LeaderLink { stream, response_bytes_max })
     }
 
@@ -97,6 +103,7 @@ impl LeaderLink {
         let mut frame = BytesMut::new();
         request.encode(&mut frame)?;
         self.stream.write_all(&frame).await?;
+        self.stream.flush().await?;
         let size = self.stream.read_u32().await? as usize;
         if size > self.response_bytes_max || size < 2 {
             return Err(LinkError::TooLarge { size, max: self.response_bytes_max });
@@ -171,7 +178,8 @@ async fn connect_and_copy(
     backoff: &mut service::Backoff,
 ) -> Result<Infallible, Failure> {
     let response_bytes_max = fetch_max_bytes as usize + 4096;
-    let mut link = LeaderLink::connect(&config.leader_addr, response_bytes_max).await?;
+    let mut link =
+        LeaderLink::connect(&config.leader_addr, config.tls.as_ref(), response_bytes_max).await?;
     truncate(&mut link, partition, config).await?;
     backoff.reset();
     loop {

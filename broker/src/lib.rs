@@ -6,6 +6,7 @@
 //!
 //! [`run`] serves a bound listener (tests bind port 0); `main` only parses the command line.
 
+pub mod acl;
 mod broker;
 mod config;
 mod connection;
@@ -17,6 +18,7 @@ mod registration;
 mod replicas;
 mod sendfile;
 mod server;
+mod stream;
 
 pub use broker::{Broker, BrokerError, Following, ReplicaPlan};
 pub use config::{

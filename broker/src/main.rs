@@ -94,6 +94,20 @@ struct Cli {
     /// ZooKeeper session timeout.
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// PEM certificate: with --tls-key, the listener speaks TLS 1.3 only (SIGHUP reloads it).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (mutual TLS; principal = subject CN).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// The CA followers check their leaders' certificates with [default: --tls-client-ca].
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Allow only what this TOML file allows (error 14 for the rest).
+    #[arg(long, value_name = "FILE")]
+    acl_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {

@@ -135,6 +135,12 @@ pub struct Metrics {
     /// Frames that could not be trusted (bad size, undecodable): answered with an error, then
     /// the connection closed.
     pub rejected_frames: Counter,
+    /// Fetch bytes read from segment files and written through TLS (no `sendfile`).
+    pub tls_fetch_bytes: Counter,
+    /// Requests denied by the ACL file.
+    pub authorization_denied: Counter,
+    /// TLS handshakes that failed: a plaintext client, a certificate refused, a timeout.
+    pub tls_handshake_failures: Counter,
     /// Followers that left the ISR of a partition this broker leads, and that rejoined it.
     pub isr_shrinks: Counter,
     pub isr_expands: Counter,
@@ -180,6 +186,9 @@ impl Metrics {
             sendfile_bytes: Counter::default(),
             sendfile_calls: Counter::default(),
             rejected_frames: Counter::default(),
+            authorization_denied: Counter::default(),
+            tls_fetch_bytes: Counter::default(),
+            tls_handshake_failures: Counter::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             under_replicated: Gauge::default(),
@@ -198,6 +207,21 @@ impl Metrics {
             m.connections_refused.clone(),
         );
         registry.register("connections_open", "Connections open now", m.connections_open.clone());
+        registry.register(
+            "authorization_denied",
+            "Requests answered with error 14: the ACL file does not allow them",
+            m.authorization_denied.clone(),
+        );
+        registry.register(
+            "tls_fetch_bytes",
+            "Fetch bytes read from segment files and sent through TLS (sendfile_bytes: plaintext)",
+            m.tls_fetch_bytes.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "TLS handshakes that failed (a plaintext client, a refused certificate, a timeout)",
+            m.tls_handshake_failures.clone(),
+        );
         registry.register("requests", "Requests by type", m.requests.clone());
         registry.register(
             "request_errors",
@@ -375,6 +399,7 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::NotEnoughReplicas => "not_enough_replicas",
         ErrorCode::FencedLeaderEpoch => "fenced_leader_epoch",
         ErrorCode::RequestTimedOut => "request_timed_out",
+        ErrorCode::AuthorizationFailed => "authorization_failed",
     }
 }
 

@@ -11,9 +11,13 @@ use tokio_util::task::TaskTracker;
 use crate::broker::{Broker, BrokerError};
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
+use crate::metrics::Metrics;
+use crate::stream::Stream;
 
 /// How long connections get to finish the request in hand after shutdown begins.
 const DRAIN_MS: u64 = 5_000;
+/// How long a client has to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens the logs in `config.data_dir` and serves `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -42,7 +46,17 @@ pub async fn serve(
             return Err(BrokerError::Listen(e));
         }
     };
-    tracing::info!(%addr, broker_id = broker.config().broker_id, "broker listening");
+    let tls = broker.tls().cloned();
+    match &tls {
+        Some(tls) => {
+            service::tls::reload_on_sighup(Arc::clone(tls), shutdown.clone());
+            tracing::info!(
+                %addr, broker_id = broker.config().broker_id,
+                client_certificates = tls.requires_client_certificate(), "broker listening (TLS)"
+            );
+        }
+        None => tracing::info!(%addr, broker_id = broker.config().broker_id, "broker listening"),
+    }
     if let Err(e) = broker.register(addr.port()).await {
         broker.close().await?;
         return Err(e);
@@ -69,11 +83,19 @@ pub async fn serve(
         };
         broker.metrics().connections_accepted.inc();
         broker.metrics().connections_open.inc();
-        let connection = Connection::new(stream, Arc::clone(&broker), stop.clone());
-        let metrics = Arc::clone(broker.metrics());
+        let _ = stream.set_nodelay(true);
+        let (broker, stop, tls) = (Arc::clone(&broker), stop.clone(), tls.clone());
         connections.spawn(async move {
-            if let Err(e) = connection.run().await {
-                tracing::debug!(%peer, error = %e, "connection ended");
+            let metrics = Arc::clone(broker.metrics());
+            let opened = match tls {
+                None => Some((Stream::Plain(stream), service::tls::ANONYMOUS.to_owned())),
+                Some(tls) => handshake(stream, &tls, &metrics, peer).await,
+            };
+            if let Some((stream, principal)) = opened {
+                let connection = Connection::new(stream, principal, broker, stop);
+                if let Err(e) = connection.run().await {
+                    tracing::debug!(%peer, error = %e, "connection ended");
+                }
             }
             metrics.connections_open.dec();
             drop(permit);
@@ -88,4 +110,48 @@ pub async fn serve(
     }
     broker.unregister().await;
     broker.close().await
+}
+
+/// The TLS handshake of a new connection, and the principal its certificate names. A client
+/// that fails it — plaintext on a TLS port, a certificate the CA did not sign, none where one
+/// is required, silence — is logged and closed, never left hanging.
+async fn handshake(
+    stream: tokio::net::TcpStream,
+    tls: &service::tls::ServerTls,
+    metrics: &Metrics,
+    peer: std::net::SocketAddr,
+) -> Option<(Stream, String)> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    let refused = |reason: String| {
+        metrics.tls_handshake_failures.inc();
+        tracing::warn!(%peer, %reason, "TLS handshake failed; closing");
+    };
+    let accepted = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(accepted)) => accepted,
+        Ok(Err(e)) => {
+            let plaintext = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                .is_some_and(|e| matches!(e, rustls::Error::InvalidMessage(_)));
+            refused(if plaintext {
+                format!("not a TLS client (plaintext on a TLS port?): {e}")
+            } else {
+                e.to_string()
+            });
+            return None;
+        }
+        Err(_) => {
+            refused(format!("no handshake within {HANDSHAKE_TIMEOUT:?}"));
+            return None;
+        }
+    };
+    let principal = match service::tls::peer_principal(accepted.get_ref().1.peer_certificates()) {
+        Ok(principal) => principal,
+        Err(e) => {
+            refused(format!("the client certificate names no principal: {e}"));
+            return None;
+        }
+    };
+    tracing::debug!(%peer, %principal, "TLS connection");
+    Some((Stream::Tls(Box::new(accepted)), principal))
 }

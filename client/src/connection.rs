@@ -15,9 +15,8 @@ use protocol::{
     MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest, ProduceResponse,
     Request, Response,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use service::tls::ClientStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::ClientError;
@@ -29,11 +28,21 @@ pub struct ConnectionConfig {
     pub in_flight_max: usize,
     /// Largest response accepted; a larger size field means a broken stream.
     pub response_bytes_max: u32,
+    /// TLS to the broker (its certificate checked against the host of its address), with
+    /// this client's certificate for mutual TLS if the config has one; `None`: plaintext.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ConnectionConfig {
     fn default() -> ConnectionConfig {
-        ConnectionConfig { in_flight_max: 1024, response_bytes_max: 256 << 20 }
+        ConnectionConfig { in_flight_max: 1024, response_bytes_max: 256 << 20, tls: None }
+    }
+}
+
+impl ConnectionConfig {
+    /// The default limits, over `tls` if given.
+    pub fn with_tls(tls: Option<Arc<rustls::ClientConfig>>) -> ConnectionConfig {
+        ConnectionConfig { tls, ..ConnectionConfig::default() }
     }
 }
 
@@ -84,21 +93,26 @@ impl Connection {
         addr: &str,
         config: ConnectionConfig,
     ) -> Result<Connection, ClientError> {
-        let stream = TcpStream::connect(addr)
+        let stream = ClientStream::connect(addr, config.tls.as_ref())
             .await
             .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
-        let _ = stream.set_nodelay(true);
-        let (read, write) = stream.into_split();
         let (queue, outgoing) = mpsc::channel(config.in_flight_max);
         let (pending_tx, pending_rx) = mpsc::channel(config.in_flight_max);
         let closed = Arc::new(Mutex::new(None));
-        tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
-        tokio::spawn(read_responses(
-            read,
-            pending_rx,
-            config.response_bytes_max,
-            Arc::clone(&closed),
-        ));
+        let max = config.response_bytes_max;
+        match stream {
+            // Plaintext: the socket's own halves, no lock between reader and writer.
+            ClientStream::Plain(stream) => {
+                let (read, write) = stream.into_split();
+                tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
+                tokio::spawn(read_responses(read, pending_rx, max, Arc::clone(&closed)));
+            }
+            tls @ ClientStream::Tls(_) => {
+                let (read, write) = tokio::io::split(tls);
+                tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
+                tokio::spawn(read_responses(read, pending_rx, max, Arc::clone(&closed)));
+            }
+        }
         Ok(Connection { addr: addr.to_owned(), queue, closed })
     }
 
@@ -272,7 +286,7 @@ fn record_close(closed: &Mutex<Option<String>>, reason: String) {
 }
 
 async fn write_requests(
-    write: OwnedWriteHalf,
+    write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::Receiver<Outgoing>,
     pending: mpsc::Sender<(ApiKey, Reply)>,
     closed: Arc<Mutex<Option<String>>>,
@@ -302,8 +316,15 @@ async fn write_requests(
     let _ = write.shutdown().await;
 }
 
+/// Whether a response's first four bytes are a TLS record's header instead (an alert or a
+/// handshake record, version 3.x): what a TLS listener sends a plaintext client.
+fn is_tls_record(size: u32) -> bool {
+    let [kind, major, minor, _] = size.to_be_bytes();
+    matches!(kind, 0x15 | 0x16) && major == 3 && minor <= 4
+}
+
 async fn read_responses(
-    read: OwnedReadHalf,
+    read: impl AsyncRead + Unpin,
     mut pending: mpsc::Receiver<(ApiKey, Reply)>,
     response_bytes_max: u32,
     closed: Arc<Mutex<Option<String>>>,
@@ -318,6 +339,10 @@ async fn read_responses(
             }
             Err(e) => break format!("read failed: {e}"),
         };
+        if is_tls_record(size) {
+            break "the broker answered with TLS: it takes TLS clients only (give its CA)"
+                .to_owned();
+        }
         if !(2..=response_bytes_max).contains(&size) {
             break format!("response size {size} outside 2..={response_bytes_max}");
         }

@@ -96,12 +96,19 @@ pub trait BrokerSource: Send + Sync + 'static {
 pub struct StaticBrokers {
     addrs: Vec<String>,
     connect_timeout_ms: u64,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl StaticBrokers {
     pub fn new(addrs: impl IntoIterator<Item = impl Into<String>>) -> StaticBrokers {
         let addrs = addrs.into_iter().map(Into::into).collect();
-        StaticBrokers { addrs, connect_timeout_ms: 5_000 }
+        StaticBrokers { addrs, connect_timeout_ms: 5_000, tls: None }
+    }
+
+    /// Asks the addresses over TLS.
+    pub fn with_tls(mut self, tls: Option<std::sync::Arc<rustls::ClientConfig>>) -> StaticBrokers {
+        self.tls = tls;
+        self
     }
 
     /// Gives up on an address that does not accept or answer within this long.
@@ -119,7 +126,8 @@ impl StaticBrokers {
         addr: &str,
         topic: &str,
     ) -> Result<protocol::MetadataResponse, ClientError> {
-        let conn = Connection::connect(addr).await?;
+        let config = crate::ConnectionConfig::with_tls(self.tls.clone());
+        let conn = Connection::connect_with(addr, config).await?;
         conn.metadata(&[topic]).await
     }
 }

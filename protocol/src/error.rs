@@ -21,6 +21,8 @@ pub enum ErrorCode {
     NotEnoughReplicas = 11,
     FencedLeaderEpoch = 12,
     RequestTimedOut = 13,
+    /// The connection's principal may not do this (`DESIGN.md`, "Security").
+    AuthorizationFailed = 14,
 }
 
 impl ErrorCode {
@@ -41,6 +43,7 @@ impl ErrorCode {
             11 => ErrorCode::NotEnoughReplicas,
             12 => ErrorCode::FencedLeaderEpoch,
             13 => ErrorCode::RequestTimedOut,
+            14 => ErrorCode::AuthorizationFailed,
             _ => ErrorCode::Unknown,
         }
     }
@@ -70,6 +73,7 @@ impl ErrorCode {
             ErrorCode::NotEnoughReplicas => "fewer in-sync replicas than min_insync_replicas",
             ErrorCode::FencedLeaderEpoch => "the leader epoch is not the current one",
             ErrorCode::RequestTimedOut => "not replicated within ack_timeout_ms",
+            ErrorCode::AuthorizationFailed => "authorization failed",
         }
     }
 }

@@ -14,6 +14,8 @@
 //! - [`duration`]: human durations that require a unit (`500ms`, `30s`, `5m`), for flags and
 //!   keys whose names carry none; keys named `_ms` stay whole milliseconds.
 //! - [`metrics`]: the Prometheus/OpenMetrics registry behind every `/metrics`, and its server.
+//! - [`tls`]: TLS for every listener and client (rustls), reloadable server certificates,
+//!   and the principal a client certificate names; [`pki`]: a CA of one's own (rcgen).
 //! - [`clock::now_ms`] and [`host::name`].
 //!
 //! Libraries chosen over hand-written code, and why: `humantime` parses and prints
@@ -33,6 +35,7 @@ pub mod duration;
 pub mod host;
 pub mod logging;
 pub mod metrics;
+pub mod pki;
 pub mod shutdown;
 pub mod tls;
 

@@ -10,6 +10,7 @@ pub mod process;
 pub mod proxy;
 pub mod registry;
 pub mod s3;
+pub mod tls;
 pub mod zookeeper;
 
 use std::future::Future;

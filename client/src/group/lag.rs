@@ -46,11 +46,17 @@ pub enum LagError {
 #[derive(Default)]
 pub struct LogEnds {
     connections: HashMap<String, SimpleConsumer>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl LogEnds {
     pub fn new() -> LogEnds {
         LogEnds::default()
+    }
+
+    /// Reads the ends over TLS.
+    pub fn with_tls(tls: Option<std::sync::Arc<rustls::ClientConfig>>) -> LogEnds {
+        LogEnds { connections: HashMap::new(), tls }
     }
 
     /// `(log_start, log_end)` of `topic`'s `partition` on the broker at `addr`.
@@ -61,7 +67,8 @@ impl LogEnds {
         partition: i32,
     ) -> Result<(i64, i64), ConsumerError> {
         if !self.connections.contains_key(addr) {
-            let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
+            let config = SimpleConsumerConfig { tls: self.tls.clone(), ..Default::default() };
+            let consumer = SimpleConsumer::connect(addr, config).await?;
             self.connections.insert(addr.to_owned(), consumer);
         }
         let consumer = &self.connections[addr];
@@ -110,7 +117,16 @@ pub async fn group_lag(
     group: &str,
     topics: &[String],
 ) -> Result<Vec<PartitionLag>, LagError> {
-    let mut ends = LogEnds::new();
+    group_lag_with(&mut LogEnds::new(), registry, group, topics).await
+}
+
+/// [`group_lag`], reading the log ends through `ends` (its connections, its TLS).
+pub async fn group_lag_with(
+    ends: &mut LogEnds,
+    registry: &Registry,
+    group: &str,
+    topics: &[String],
+) -> Result<Vec<PartitionLag>, LagError> {
     let mut lags = Vec::new();
     for topic in topics {
         let offsets = registry.offsets(group, topic).await?;

@@ -47,6 +47,8 @@ pub struct ProducerConfig {
     pub request_timeout_ms: u64,
     /// A topic's broker list is asked for again after this long.
     pub metadata_refresh_ms: u64,
+    /// TLS to the brokers ([`crate::ConnectionConfig::tls`]); `None`: plaintext.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ProducerConfig {
@@ -68,6 +70,7 @@ impl Default for ProducerConfig {
             connect_timeout_ms: 5_000,
             request_timeout_ms: 30_000,
             metadata_refresh_ms: 60_000,
+            tls: None,
         }
     }
 }

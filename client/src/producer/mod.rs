@@ -78,7 +78,7 @@ impl Producer {
         config.validate()?;
         let inner = Inner {
             routes: Arc::new(Routes::new(source, config.metadata_refresh_ms)),
-            pool: Arc::new(ConnectionPool::new(config.connect_timeout_ms)),
+            pool: Arc::new(ConnectionPool::new(config.connect_timeout_ms, config.tls.clone())),
             buffer: Arc::new(Semaphore::new(config.buffer_bytes)),
             senders: Mutex::new(Senders::default()),
             config: Arc::new(config),

@@ -5,16 +5,20 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::{ClientError, Connection};
+use crate::{ClientError, Connection, ConnectionConfig};
 
 pub(crate) struct ConnectionPool {
     connections: Mutex<HashMap<String, Connection>>,
     connect_timeout_ms: u64,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl ConnectionPool {
-    pub fn new(connect_timeout_ms: u64) -> ConnectionPool {
-        ConnectionPool { connections: Mutex::new(HashMap::new()), connect_timeout_ms }
+    pub fn new(
+        connect_timeout_ms: u64,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> ConnectionPool {
+        ConnectionPool { connections: Mutex::new(HashMap::new()), connect_timeout_ms, tls }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Connection>> {
@@ -27,7 +31,9 @@ impl ConnectionPool {
             return Ok(conn.clone());
         }
         let timeout = Duration::from_millis(self.connect_timeout_ms);
-        let conn = match tokio::time::timeout(timeout, Connection::connect(addr)).await {
+        let connecting =
+            Connection::connect_with(addr, ConnectionConfig::with_tls(self.tls.clone()));
+        let conn = match tokio::time::timeout(timeout, connecting).await {
             Ok(result) => result?,
             Err(_) => {
                 let source = std::io::Error::new(

@@ -20,7 +20,7 @@ use protocol::{ApiKey, ErrorCode, FetchPart, FetchRequest, MessageSetIter};
 pub use error::ConsumerError;
 pub use messages::{ConsumedMessage, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages};
 
-use crate::{ClientError, Connection};
+use crate::{ClientError, Connection, ConnectionConfig};
 
 /// Bytes of a message's length field.
 const LENGTH_BYTES: u64 = 4;
@@ -33,6 +33,8 @@ pub struct SimpleConsumerConfig {
     pub fetch_bytes_max: u32,
     /// The most one compressed wrapper may inflate to.
     pub decompressed_bytes_max: usize,
+    /// TLS to the broker ([`crate::ConnectionConfig::tls`]); `None`: plaintext.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for SimpleConsumerConfig {
@@ -41,6 +43,7 @@ impl Default for SimpleConsumerConfig {
             fetch_bytes: 1 << 20,
             fetch_bytes_max: 16 << 20,
             decompressed_bytes_max: DECOMPRESSED_BYTES_MAX_DEFAULT,
+            tls: None,
         }
     }
 }
@@ -116,7 +119,7 @@ impl SimpleConsumer {
         config: SimpleConsumerConfig,
     ) -> Result<SimpleConsumer, ConsumerError> {
         config.validate()?;
-        let conn = Connection::connect(addr)
+        let conn = Connection::connect_with(addr, ConnectionConfig::with_tls(config.tls.clone()))
             .await
             .map_err(|source| ConsumerError::Connection { source })?;
         Ok(SimpleConsumer { conn, config })

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
+use client::{OffsetTime, SimpleConsumer};
 use serde::Serialize;
 
 use crate::brokers::Brokers;
@@ -34,7 +34,7 @@ pub async fn list(brokers: &Brokers, json: bool) -> anyhow::Result<()> {
             let size = match metadata.broker(p.leader) {
                 Some(leader) => {
                     let consumer =
-                        SimpleConsumer::connect(&leader.addr(), SimpleConsumerConfig::default())
+                        SimpleConsumer::connect(&leader.addr(), crate::tls::consumer_config())
                             .await?;
                     let start = consumer.offsets(&topic.name, p.partition, OffsetTime::Earliest, 1);
                     let start = start.await?.first().copied().unwrap_or(0);

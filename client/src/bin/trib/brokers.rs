@@ -41,7 +41,9 @@ impl Brokers {
     /// The discovery source a producer uses.
     pub fn source(&self) -> Arc<dyn BrokerSource> {
         match self {
-            Brokers::Static(addrs) => Arc::new(StaticBrokers::new(addrs.clone())),
+            Brokers::Static(addrs) => {
+                Arc::new(StaticBrokers::new(addrs.clone()).with_tls(crate::tls::config()))
+            }
             Brokers::Registry(registry) => Arc::new(RegistryBrokers::new(registry.clone())),
         }
     }
@@ -66,7 +68,7 @@ impl Brokers {
     pub async fn metadata(&self, topics: &[&str]) -> anyhow::Result<MetadataResponse> {
         let mut failures = Vec::new();
         for addr in self.addrs().await? {
-            match Connection::connect(&addr).await {
+            match crate::tls::connect(&addr).await {
                 Ok(conn) => match conn.metadata(topics).await {
                     Ok(metadata) => return Ok(metadata),
                     Err(e) => failures.push(e.to_string()),
@@ -89,7 +91,7 @@ impl Brokers {
             Some(leader) => leader.addr(),
             None => self.addrs().await?.into_iter().next().context("no broker address")?,
         };
-        Connection::connect(&addr)
+        crate::tls::connect(&addr)
             .await
             .with_context(|| format!("cannot reach the leader of {topic}-{partition} at {addr}"))
     }

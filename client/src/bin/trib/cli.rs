@@ -12,8 +12,23 @@ pub struct Cli {
     /// Print JSON instead of text (one object per line for streams).
     #[arg(long, global = true)]
     pub json: bool,
+    #[command(flatten)]
+    pub tls: TlsArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// TLS to the brokers: every connection checks the brokers' certificates with `--tls-ca`;
+/// `--tls-cert` and `--tls-key` are this client's, for mutual TLS (its principal is the
+/// certificate's CN).
+#[derive(Debug, Clone, Args)]
+pub struct TlsArgs {
+    #[arg(long, global = true, value_name = "PEM")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -44,6 +59,24 @@ pub enum Command {
         #[command(subcommand)]
         command: PartitionsCommand,
     },
+}
+
+impl Command {
+    /// What the command does to which topic, in the ACL's words (for an error 14's message).
+    pub fn intent(&self) -> Option<(&'static str, String)> {
+        match self {
+            Command::Produce(args) => Some(("produce to", args.topic.clone())),
+            Command::Consume(args) => Some(("consume", args.topic.clone())),
+            Command::Offsets(args) => Some(("consume", args.topic.clone())),
+            Command::Topics { command: TopicsCommand::Create { topic, .. } } => {
+                Some(("create", topic.clone()))
+            }
+            Command::Topics {
+                command: TopicsCommand::Describe { topic, .. } | TopicsCommand::Config { topic, .. },
+            } => Some(("describe", topic.clone())),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

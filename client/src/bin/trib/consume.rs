@@ -21,7 +21,7 @@ pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
     }
     let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
     let config =
-        SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..SimpleConsumerConfig::default() };
+        SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..crate::tls::consumer_config() };
     let consumer = SimpleConsumer::with_connection(conn, config)?;
     let (topic, partition) = (args.topic.as_str(), args.partition);
     let mut offset = match args.offset {
@@ -123,6 +123,7 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
         OffsetReset::Smallest
     };
     config.fetch.fetch_bytes = args.fetch_bytes;
+    config.fetch.tls = crate::tls::config();
     let consumer = GroupConsumer::connect(registry, config)?;
     let mut streams =
         consumer.create_message_streams(&BTreeMap::from([(args.topic.clone(), 1)])).await?;

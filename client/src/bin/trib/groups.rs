@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use client::group::lag::{PartitionLag, group_lag};
+use client::group::lag::{LogEnds, PartitionLag, group_lag_with};
 use serde_json::json;
 
-use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
+use client::{OffsetTime, SimpleConsumer};
 
 use crate::brokers::Brokers;
 use crate::cli::{GroupsCommand, ResetTo};
@@ -69,7 +69,7 @@ async fn reset(
     let mut plan = Vec::new();
     for partition in partitions {
         let conn = brokers.connect_for(topic, partition).await?;
-        let consumer = SimpleConsumer::with_connection(conn, SimpleConsumerConfig::default())?;
+        let consumer = SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
         let log_start = consumer.earliest_offset(topic, partition).await?;
         let log_end = consumer.latest_offset(topic, partition).await?;
         let target = match to {
@@ -190,7 +190,8 @@ async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyh
     for topic in &topics {
         owners.insert(topic.clone(), registry.owners(group, topic).await?);
     }
-    let rows = group_lag(registry, group, &topics).await?;
+    let mut ends = LogEnds::with_tls(crate::tls::config());
+    let rows = group_lag_with(&mut ends, registry, group, &topics).await?;
     let owner = |r: &PartitionLag| owners.get(&r.topic).and_then(|o| o.get(&r.partition)).cloned();
     if json {
         let partitions: Vec<_> = rows

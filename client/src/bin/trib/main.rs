@@ -17,6 +17,7 @@ mod offsets;
 mod partitions;
 mod produce;
 mod progress;
+mod tls;
 mod topics;
 
 use std::process::ExitCode;
@@ -35,8 +36,37 @@ fn start(cli: Cli) -> Result<(), Failure> {
     // By default only errors, since a failure is reported anyway (`RUST_LOG=warn` shows
     // retries and unreachable brokers as they happen).
     service::logging::init("error").map_err(Failure::usage)?;
+    tls::init(&cli.tls)?;
+    let intent = cli.command.intent();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(run(cli)).map_err(|e| if refused(&e) { Failure::usage(e) } else { e.into() })
+    runtime.block_on(run(cli)).map_err(|e| {
+        if authorization_failed(&e) {
+            // The broker says only "14"; who asked for what is known here.
+            let (operation, topic) = intent.unwrap_or(("use", String::from("the cluster")));
+            let principal = tls::principal();
+            Failure::Runtime(anyhow::anyhow!(
+                "authorization failed: principal {principal} may not {operation} topic {topic}"
+            ))
+        } else if refused(&e) {
+            Failure::usage(e)
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// Whether a broker answered error 14 somewhere in `error`'s causes.
+fn authorization_failed(error: &anyhow::Error) -> bool {
+    use client::{ClientError, ConsumerError, ProducerError};
+    let denied = |e: &ClientError| e.code() == Some(protocol::ErrorCode::AuthorizationFailed);
+    error.chain().any(|cause| {
+        cause.downcast_ref::<ClientError>().is_some_and(denied)
+            || matches!(cause.downcast_ref::<ProducerError>(), Some(ProducerError::Send { source, .. }) if denied(source))
+            || matches!(
+                cause.downcast_ref::<ConsumerError>(),
+                Some(ConsumerError::Request { source, .. } | ConsumerError::Connection { source }) if denied(source)
+            )
+    })
 }
 
 /// A request `trib` or the registry refuses as it stands (an unknown topic, a group with live

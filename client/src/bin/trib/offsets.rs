@@ -1,13 +1,13 @@
 //! `trib offsets`: the earliest or latest offset of a partition, or the segment starts last
 //! modified before a time — where a consumer may start.
 
-use client::{SimpleConsumer, SimpleConsumerConfig};
+use client::SimpleConsumer;
 
 use crate::cli::OffsetsArgs;
 
 pub async fn run(args: OffsetsArgs, json: bool) -> anyhow::Result<()> {
     let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
-    let consumer = SimpleConsumer::with_connection(conn, SimpleConsumerConfig::default())?;
+    let consumer = SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
     let offsets = consumer.offsets(&args.topic, args.partition, args.time, args.max).await?;
     if json {
         let value = serde_json::json!({

@@ -29,6 +29,7 @@ pub async fn run(args: ProduceArgs, json: bool) -> anyhow::Result<()> {
         batch_messages: args.batch_messages as usize,
         linger_ms: args.linger_ms,
         partitioner,
+        tls: crate::tls::config(),
         ..ProducerConfig::default()
     };
     let producer = Producer::new(config, args.brokers.brokers().await?.source())?;

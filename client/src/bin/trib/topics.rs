@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use client::{OffsetTime, SimpleConsumer, SimpleConsumerConfig};
+use client::{OffsetTime, SimpleConsumer};
 use protocol::{MetadataResponse, TopicMetadata};
 use serde_json::json;
 
@@ -26,7 +26,7 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
             let configs: Vec<(&str, &str)> =
                 configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
-            let conn = client::Connection::connect(&addr).await?;
+            let conn = crate::tls::connect(&addr).await?;
             match conn.create_topic(&topic, partitions, &configs).await {
                 Ok(()) => {}
                 Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
@@ -183,7 +183,7 @@ async fn config(
             set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let count = before.partitions.len() as i32;
         let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
-        let conn = client::Connection::connect(&addr).await?;
+        let conn = crate::tls::connect(&addr).await?;
         match conn.create_topic(topic, count, &configs).await {
             Ok(()) => {}
             Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
@@ -278,7 +278,7 @@ async fn leader_offsets(
     topic: &str,
     partition: i32,
 ) -> anyhow::Result<(Option<i64>, Option<i64>)> {
-    let consumer = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await?;
+    let consumer = SimpleConsumer::connect(addr, crate::tls::consumer_config()).await?;
     let first = consumer.offsets(topic, partition, OffsetTime::Earliest, 1).await?;
     let last = consumer.offsets(topic, partition, OffsetTime::Latest, 1).await?;
     Ok((first.first().copied(), last.first().copied()))
