@@ -2,6 +2,8 @@
 //! for `-`. The connection settings (`zookeeper`, `live`, `registry`, `http`) are for the
 //! binary, which connects and binds; the library is handed those already built.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +23,8 @@ pub enum ConfigError {
     DuplicateLive(String),
     #[error("live cluster name {0:?} must be 1-64 characters of A-Z a-z 0-9 . _ -")]
     BadLiveName(String),
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// One live cluster: the name its counts carry as `host`, and its ZooKeeper connect string.
@@ -87,6 +91,14 @@ pub struct Config {
     pub retry_backoff_max_ms: u64,
     /// Give verdicts after this long even if a source could not be read to its end by then.
     pub catch_up_max_ms: u64,
+    /// PEM certificate and key: the dashboard, API and metrics speak HTTPS (TLS 1.3) only.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// A client certificate signed by this CA lets a client in (principal: its CN).
+    pub tls_client_ca: Option<PathBuf>,
+    /// A file holding a bearer token: a request without a client certificate must carry
+    /// `Authorization: Bearer {token}` (a browser's way in). Unset: none needed.
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -108,6 +120,10 @@ impl Default for Config {
             discovery_ms: 5_000,
             retry_backoff_max_ms: 5_000,
             catch_up_max_ms: 120_000,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            token_file: None,
         }
     }
 }
@@ -163,7 +179,24 @@ impl Config {
             });
         }
         self.live_clusters()?;
+        self.server_tls().map_err(|e| ConfigError::Tls(e.to_string()))?;
         Ok(())
+    }
+
+    /// The listener's certificate files, if it speaks HTTPS: with a token file, a client
+    /// certificate is one way in and the token the other.
+    pub fn server_tls(
+        &self,
+    ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
+        let files = service::tls::ServerTlsFiles::from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )?;
+        Ok(files.map(|files| service::tls::ServerTlsFiles {
+            client_certificate_optional: self.token_file.is_some(),
+            ..files
+        }))
     }
 }
 

@@ -47,6 +47,10 @@ pub enum AuditError {
     DuplicateLive(String),
     #[error("the HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] service::tls::TlsError),
+    #[error("cannot read the token file {path}: {source}")]
+    TokenFile { path: std::path::PathBuf, source: std::io::Error },
 }
 
 /// Runs the audit service until `shutdown` is cancelled, then stops its readers and finishes
@@ -68,6 +72,23 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), AuditError> {
     config.validate()?;
+    let tls = match config.server_tls()? {
+        Some(files) => Some(service::tls::ServerTls::load(files)?),
+        None => None,
+    };
+    let token = match &config.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|source| AuditError::TokenFile { path: path.clone(), source })?;
+            let token = text.trim().to_owned();
+            if token.is_empty() {
+                let source = std::io::Error::other("it is empty");
+                return Err(AuditError::TokenFile { path: path.clone(), source });
+            }
+            Some(token)
+        }
+        None => None,
+    };
     for (i, (name, _)) in live.iter().enumerate() {
         if live[..i].iter().any(|(other, _)| other == name) {
             return Err(AuditError::DuplicateLive(name.clone()));
@@ -99,7 +120,7 @@ pub async fn run(
     tasks.spawn(forget_old_windows(Arc::clone(&shared), stop.clone()));
     tasks.spawn(report_catch_up(Arc::clone(&shared), stop.clone()));
 
-    let served = server::serve(listener, Arc::clone(&shared), stop.clone()).await;
+    let served = server::serve(listener, Arc::clone(&shared), tls, token, stop.clone()).await;
     // The server ends on shutdown, or on its own failure: either way stop the readers.
     stop.cancel();
     tasks.close();

@@ -47,6 +47,18 @@ struct Cli {
     /// ZooKeeper session timeout of every cluster connection [default: 6000].
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// PEM certificate: with --tls-key, the dashboard, API and metrics speak HTTPS only.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// A client certificate signed by this CA lets a client in.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// A file with a bearer token: requests without a client certificate must send
+    /// `Authorization: Bearer TOKEN`.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {

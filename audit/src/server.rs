@@ -27,11 +27,57 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .merge(service::metrics::router(registry))
 }
 
-/// Serves until `stop`, then finishes the requests in flight.
+/// Serves until `stop`, then finishes the requests in flight: over HTTPS when `tls` is
+/// given; with `token`, only to a client with a certificate or with that bearer token.
 pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
+    tls: Option<Arc<service::tls::ServerTls>>,
+    token: Option<String>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(shared)).with_graceful_shutdown(stop.cancelled_owned()).await
+    let mut app = router(shared);
+    if let Some(token) = token {
+        let token = Arc::new(token);
+        app = app.layer(axum::middleware::from_fn(move |request, next| {
+            authenticate(Arc::clone(&token), request, next)
+        }));
+    }
+    if let Some(tls) = &tls {
+        service::tls::reload_on_sighup(Arc::clone(tls), stop.clone());
+    }
+    service::http::serve(listener, tls, app, stop).await
+}
+
+/// Lets a request through if its client presented a certificate (the TLS layer checked it)
+/// or it carries `Authorization: Bearer {token}`; otherwise 401. `/healthz` is open.
+async fn authenticate(
+    token: Arc<String>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::extract::ConnectInfo;
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let certified = request
+        .extensions()
+        .get::<ConnectInfo<service::http::Peer>>()
+        .is_some_and(|peer| peer.0.principal.is_some());
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| same(given.trim().as_bytes(), token.as_bytes()));
+    if certified || bearer || request.uri().path() == "/healthz" {
+        return next.run(request).await;
+    }
+    let challenge = [(header::WWW_AUTHENTICATE, "Bearer realm=\"tributary audit\"")];
+    (StatusCode::UNAUTHORIZED, challenge, "a client certificate or the bearer token is needed\n")
+        .into_response()
+}
+
+/// Equality that takes as long whatever the first differing byte (the token is a secret).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }

@@ -232,3 +232,66 @@ fn bad_flags_and_config_get_one_line_and_exit_code_2() {
     std::fs::write(&config, "audit_window_ms = 1000\nwindow_size = 5\n").unwrap();
     assert!(refused(&["--config", config.to_str().unwrap()]).contains("window_size"));
 }
+
+/// `curl` against the HTTPS dashboard: `(status, body)`.
+fn curl(ca: &std::path::Path, url: &str, extra: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert", ca.to_str().unwrap(), "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "{url}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (body, status) = text.rsplit_once('\n').unwrap();
+    (status.parse().unwrap(), body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_https_dashboard_takes_a_client_certificate_or_the_token() {
+    let registry_server = TestRegistry::start().await;
+    let analytics = Cluster::start().await;
+    let pki = testkit::tls::Pki::new("audit test CA");
+    let (server, operator) = (pki.identity("audit"), pki.identity("operator"));
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret-token\n").unwrap();
+    let port = testkit::process::free_port();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let _audit = Running::start(&[
+        "--zookeeper".into(),
+        analytics.connect.clone(),
+        "--registry".into(),
+        registry_server.url().into(),
+        "--http".into(),
+        format!("127.0.0.1:{port}"),
+        "--tls-cert".into(),
+        path(&server.cert),
+        "--tls-key".into(),
+        path(&server.key),
+        "--tls-client-ca".into(),
+        path(pki.ca()),
+        "--token-file".into(),
+        path(&token),
+    ]);
+    let url = format!("https://127.0.0.1:{port}/api/summary");
+    let (status, body) = curl(pki.ca(), &url, &[]);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(curl(pki.ca(), &url, &["-H", "Authorization: Bearer wrong"]).0, 401);
+    let (status, body) = curl(pki.ca(), &url, &["-H", "Authorization: Bearer s3cret-token"]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("loader_grace_ms"), "{body}");
+    let certified = ["--cert", &path(&operator.cert), "--key", &path(&operator.key)];
+    assert_eq!(curl(pki.ca(), &url, &certified).0, 200, "a client certificate is enough");
+    let dashboard = format!("https://127.0.0.1:{port}/");
+    assert_eq!(curl(pki.ca(), &dashboard, &["-H", "Authorization: Bearer s3cret-token"]).0, 200);
+    assert_eq!(curl(pki.ca(), &format!("https://127.0.0.1:{port}/healthz"), &[]).0, 200);
+    // Another CA's certificate is refused at the handshake.
+    let other = testkit::tls::Pki::new("other CA").identity("operator");
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert", pki.ca().to_str().unwrap(), "--cert", &path(&other.cert)])
+        .args(["--key", &path(&other.key), &url])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -37,7 +37,7 @@ use crate::acl::Operation;
 use crate::broker::{Broker, ReplicaPlan};
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
 use crate::metrics::{Latency, RequestKind};
-use crate::stream::Stream;
+use service::tls::ServerStream;
 
 /// Read buffer growth per read; a frame's declared size is never reserved up front.
 const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -97,7 +97,7 @@ enum Next {
 }
 
 pub(crate) struct Connection {
-    stream: Stream,
+    stream: ServerStream,
     /// Who the client is: its certificate's CN, or `anonymous`.
     principal: String,
     input: BytesMut,
@@ -111,7 +111,7 @@ pub(crate) struct Connection {
 
 impl Connection {
     pub(crate) fn new(
-        stream: Stream,
+        stream: ServerStream,
         principal: String,
         broker: Arc<Broker>,
         stop: CancellationToken,
@@ -651,7 +651,7 @@ impl Connection {
         let Some(slice) = slice.filter(|s| s.len > 0) else { return Ok(()) };
         self.flush_output().await?;
         let metrics = Arc::clone(self.broker.metrics());
-        self.stream.send_slice(slice, &metrics).await
+        crate::stream::send_slice(&mut self.stream, slice, &metrics).await
     }
 
     async fn flush_output(&mut self) -> io::Result<()> {

@@ -140,7 +140,9 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     if let Some(listener) = metrics {
         tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
         let registry = broker.metrics().registry();
-        tokio::spawn(service::metrics::serve(listener, registry, shutdown.clone()));
+        // The broker's own TLS (and client CA) guards its /metrics too.
+        let tls = broker.tls().cloned();
+        tokio::spawn(service::metrics::serve(listener, registry, tls, shutdown.clone()));
     }
     broker::serve(listener, broker, shutdown).await?;
     Ok(())

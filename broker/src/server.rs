@@ -12,12 +12,10 @@ use crate::broker::{Broker, BrokerError};
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
 use crate::metrics::Metrics;
-use crate::stream::Stream;
+use service::tls::{MaybeTls, ServerStream};
 
 /// How long connections get to finish the request in hand after shutdown begins.
 const DRAIN_MS: u64 = 5_000;
-/// How long a client has to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens the logs in `config.data_dir` and serves `listener` until `shutdown` is cancelled.
 pub async fn run(
@@ -88,7 +86,7 @@ pub async fn serve(
         connections.spawn(async move {
             let metrics = Arc::clone(broker.metrics());
             let opened = match tls {
-                None => Some((Stream::Plain(stream), service::tls::ANONYMOUS.to_owned())),
+                None => Some((MaybeTls::Plain(stream), service::tls::ANONYMOUS.to_owned())),
                 Some(tls) => handshake(stream, &tls, &metrics, peer).await,
             };
             if let Some((stream, principal)) = opened {
@@ -120,38 +118,26 @@ async fn handshake(
     tls: &service::tls::ServerTls,
     metrics: &Metrics,
     peer: std::net::SocketAddr,
-) -> Option<(Stream, String)> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+) -> Option<(ServerStream, String)> {
     let refused = |reason: String| {
         metrics.tls_handshake_failures.inc();
         tracing::warn!(%peer, %reason, "TLS handshake failed; closing");
     };
-    let accepted = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(accepted)) => accepted,
-        Ok(Err(e)) => {
-            let plaintext = e
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                .is_some_and(|e| matches!(e, rustls::Error::InvalidMessage(_)));
-            refused(if plaintext {
-                format!("not a TLS client (plaintext on a TLS port?): {e}")
-            } else {
-                e.to_string()
-            });
-            return None;
-        }
-        Err(_) => {
-            refused(format!("no handshake within {HANDSHAKE_TIMEOUT:?}"));
+    let accepted = match service::tls::accept(stream, tls).await {
+        Ok(accepted) => accepted,
+        Err(e) => {
+            refused(e.to_string());
             return None;
         }
     };
-    let principal = match service::tls::peer_principal(accepted.get_ref().1.peer_certificates()) {
-        Ok(principal) => principal,
+    match accepted.principal() {
+        Ok(principal) => {
+            tracing::debug!(%peer, %principal, "TLS connection");
+            Some((accepted, principal))
+        }
         Err(e) => {
             refused(format!("the client certificate names no principal: {e}"));
-            return None;
+            None
         }
-    };
-    tracing::debug!(%peer, %principal, "TLS connection");
-    Some((Stream::Tls(Box::new(accepted)), principal))
+    }
 }

@@ -15,7 +15,7 @@ use protocol::{
     MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest, ProduceResponse,
     Request, Response,
 };
-use service::tls::ClientStream;
+use service::tls::{ClientStream, MaybeTls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::sync::{mpsc, oneshot};
 
@@ -102,12 +102,12 @@ impl Connection {
         let max = config.response_bytes_max;
         match stream {
             // Plaintext: the socket's own halves, no lock between reader and writer.
-            ClientStream::Plain(stream) => {
+            MaybeTls::Plain(stream) => {
                 let (read, write) = stream.into_split();
                 tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
                 tokio::spawn(read_responses(read, pending_rx, max, Arc::clone(&closed)));
             }
-            tls @ ClientStream::Tls(_) => {
+            tls @ MaybeTls::Tls(_) => {
                 let (read, write) = tokio::io::split(tls);
                 tokio::spawn(write_requests(write, outgoing, pending_tx, Arc::clone(&closed)));
                 tokio::spawn(read_responses(read, pending_rx, max, Arc::clone(&closed)));

@@ -217,7 +217,20 @@ fn a_tls_broker_refuses_whom_it_must_and_serves_the_rest_by_principal() {
     assert_eq!(topics.as_array().unwrap().len(), 1, "{topics}");
     assert_eq!(topics[0]["topic"], "page-view");
 
-    let page = testkit::metrics::scrape(&format!("127.0.0.1:{}", broker.metrics));
+    // /metrics speaks TLS too, with the broker's certificate and client CA.
+    let url = format!("https://127.0.0.1:{}/metrics", broker.metrics);
+    let curl = |who: Option<&Identity>| {
+        let mut command = Command::new("curl");
+        command.args(["-sS", "--cacert", pki.ca().to_str().unwrap(), &url]);
+        if let Some(who) = who {
+            command.arg("--cert").arg(&who.cert).arg("--key").arg(&who.key);
+        }
+        command.output().expect("curl runs")
+    };
+    assert!(!curl(None).status.success(), "a scrape without a client certificate is refused");
+    let scraped = curl(Some(&writer));
+    assert!(scraped.status.success(), "{}", String::from_utf8_lossy(&scraped.stderr));
+    let page = String::from_utf8(scraped.stdout).unwrap();
     let count = |name: &str| {
         testkit::metrics::parse(&page).iter().find(|s| s.name == name).map_or(0.0, |s| s.value)
     };

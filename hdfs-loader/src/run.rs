@@ -300,7 +300,12 @@ pub async fn serve(
 ) -> Result<(), LoadError> {
     let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
     let metrics = metrics.map(|listener| {
-        tokio::spawn(service::metrics::serve(listener, loader.metrics_registry(), shutdown.clone()))
+        tokio::spawn(service::metrics::serve(
+            listener,
+            loader.metrics_registry(),
+            None,
+            shutdown.clone(),
+        ))
     });
     loader.serve(config.interval, &shutdown).await;
     if let Some(task) = metrics {

@@ -122,7 +122,7 @@ impl Mirror {
         }
         let registry = metrics_state.registry();
         let metrics_task = metrics.map(|listener| {
-            tokio::spawn(service::metrics::serve(listener, registry, stop.clone()))
+            tokio::spawn(service::metrics::serve(listener, registry, None, stop.clone()))
         });
         let audit_stop = CancellationToken::new();
         let audit_task = tokio::spawn({

@@ -28,6 +28,14 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// Directory of `.avsc` files to register at start, each as subject `{file stem}-value`.
     pub register_schemas: Option<PathBuf>,
+    /// PEM certificate and key: serve HTTPS (TLS 1.3) only.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// Clients must present a certificate signed by this CA (principal: its subject CN).
+    pub tls_client_ca: Option<PathBuf>,
+    /// Principals (globs, `*` any run of characters) that may write: register, delete, and
+    /// change compatibility. Empty: every client may. Needs `tls_client_ca`.
+    pub write_principals: Vec<String>,
 }
 
 impl Default for Config {
@@ -40,6 +48,10 @@ impl Default for Config {
             max_request_bytes: 1024 * 1024,
             max_concurrent_requests: 256,
             register_schemas: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            write_principals: Vec::new(),
         }
     }
 }
@@ -95,7 +107,31 @@ impl Config {
                 self.max_concurrent_requests
             )));
         }
+        self.server_tls().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if !self.write_principals.is_empty() && self.tls_client_ca.is_none() {
+            return Err(ConfigError::Invalid(
+                "write_principals needs tls_client_ca: without client certificates nobody has a \
+                 principal"
+                    .to_owned(),
+            ));
+        }
+        if let Some(bad) = self.write_principals.iter().find(|p| p.is_empty()) {
+            return Err(ConfigError::Invalid(format!(
+                "write_principals has an empty pattern {bad:?}"
+            )));
+        }
         Ok(())
+    }
+
+    /// The listener's certificate files, if it serves HTTPS.
+    pub fn server_tls(
+        &self,
+    ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
+        service::tls::ServerTlsFiles::from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
     }
 }
 

@@ -56,6 +56,8 @@ pub enum RunError {
     },
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] service::tls::TlsError),
 }
 
 /// Serves the registry on `listener` until `shutdown` is cancelled. Opens (and replays) the log
@@ -67,6 +69,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     config.validate()?;
+    let tls = match config.server_tls()? {
+        Some(files) => Some(service::tls::ServerTls::load(files)?),
+        None => None,
+    };
     let registry =
         Registry::open(&config.data_dir, config.compatibility).await.map_err(RunError::Open)?;
     if let Some(dir) = config.register_schemas.clone() {
@@ -76,10 +82,10 @@ pub async fn run(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, data_dir = %config.data_dir.display(), "schema registry serving");
     }
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .map_err(RunError::Serve)
+    if let Some(tls) = &tls {
+        service::tls::reload_on_sighup(Arc::clone(tls), shutdown.clone());
+    }
+    service::http::serve(listener, tls, app, shutdown).await.map_err(RunError::Serve)
 }
 
 /// Registers every `.avsc` file in `dir` (see [`schema_files`]) in `registry`. Files already

@@ -127,15 +127,14 @@ async fn track(State(metrics): State<HttpMetrics>, request: Request, next: Next)
     response
 }
 
-/// Serves `GET /metrics` on `listener` until `stop`.
+/// Serves `GET /metrics` on `listener` until `stop`, over TLS when `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
+    tls: Option<Arc<crate::tls::ServerTls>>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router::<()>(registry))
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    crate::http::serve(listener, tls, router::<()>(registry), stop).await
 }
 
 #[cfg(test)]
@@ -188,7 +187,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, Arc::new(registry), stop.clone()));
+        let server = tokio::spawn(serve(listener, Arc::new(registry), None, stop.clone()));
         let text = get_text(addr).await;
         assert!(text.contains("test_messages_total{topic=\"page-view\"} 3"), "{text}");
         assert!(text.contains("test_latency_seconds_count 1"), "{text}");

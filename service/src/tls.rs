@@ -51,8 +51,10 @@ pub enum TlsError {
 pub struct ServerTlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// Clients must present a certificate signed by this CA.
+    /// Clients must present a certificate signed by this CA...
     pub client_ca: Option<PathBuf>,
+    /// ...or, when this is set, may present one (a browser with a bearer token has none).
+    pub client_certificate_optional: bool,
 }
 
 impl ServerTlsFiles {
@@ -68,6 +70,7 @@ impl ServerTlsFiles {
                 cert: cert.to_owned(),
                 key: key.to_owned(),
                 client_ca: client_ca.map(Path::to_owned),
+                client_certificate_optional: false,
             })),
             (None, None) if client_ca.is_none() => Ok(None),
             (None, None) => {
@@ -150,10 +153,12 @@ fn server_config(files: &ServerTlsFiles) -> Result<Arc<rustls::ServerConfig>, Tl
     let builder = rustls::ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS13]);
     let builder = match &files.client_ca {
         Some(ca) => {
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder(Arc::new(roots("client CA", ca)?))
-                    .build()
-                    .map_err(|e| TlsError::Config(e.to_string()))?;
+            let mut verifier =
+                rustls::server::WebPkiClientVerifier::builder(Arc::new(roots("client CA", ca)?));
+            if files.client_certificate_optional {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier.build().map_err(|e| TlsError::Config(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
@@ -184,7 +189,7 @@ impl ServerTls {
 
     /// Whether clients must present a certificate.
     pub fn requires_client_certificate(&self) -> bool {
-        self.files.client_ca.is_some()
+        self.files.client_ca.is_some() && !self.files.client_certificate_optional
     }
 
     pub fn files(&self) -> &ServerTlsFiles {
@@ -295,11 +300,16 @@ pub fn peer_principal(
     }
 }
 
-/// A client's connection: plaintext, or TLS to a server whose certificate `config` trusts.
-pub enum ClientStream {
+/// A connection that is plaintext or TLS: `T` is tokio-rustls's client or server stream.
+pub enum MaybeTls<T> {
     Plain(tokio::net::TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+    Tls(Box<T>),
 }
+
+/// A client's connection to a server.
+pub type ClientStream = MaybeTls<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+/// A server's connection from a client.
+pub type ServerStream = MaybeTls<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>;
 
 impl ClientStream {
     /// Connects to `addr`, with TLS when `tls` is given (checking the server's certificate
@@ -310,39 +320,86 @@ impl ClientStream {
     ) -> std::io::Result<ClientStream> {
         let stream = tokio::net::TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
-        let Some(config) = tls else { return Ok(ClientStream::Plain(stream)) };
+        let Some(config) = tls else { return Ok(MaybeTls::Plain(stream)) };
         let name = server_name(addr).map_err(std::io::Error::other)?;
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
         let tls = connector
             .connect(name, stream)
             .await
             .map_err(|e| std::io::Error::new(e.kind(), format!("TLS handshake failed: {e}")))?;
-        Ok(ClientStream::Tls(Box::new(tls)))
+        Ok(MaybeTls::Tls(Box::new(tls)))
     }
 }
 
-impl tokio::io::AsyncRead for ClientStream {
+impl ServerStream {
+    /// The principal of the connection: its client certificate's, or [`ANONYMOUS`] without
+    /// one (and over plaintext).
+    pub fn principal(&self) -> Result<String, PrincipalError> {
+        match self {
+            MaybeTls::Plain(_) => Ok(ANONYMOUS.to_owned()),
+            MaybeTls::Tls(tls) => peer_principal(tls.get_ref().1.peer_certificates()),
+        }
+    }
+}
+
+/// How long a client has to complete the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Why a server's TLS handshake failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    #[error("not a TLS client (plaintext on a TLS port?): {0}")]
+    Plaintext(std::io::Error),
+    #[error("{0}")]
+    Refused(std::io::Error),
+    #[error("no handshake within {HANDSHAKE_TIMEOUT:?}")]
+    TimedOut,
+}
+
+/// The server's side of a TLS handshake on `stream`, within [`HANDSHAKE_TIMEOUT`].
+pub async fn accept(
+    stream: tokio::net::TcpStream,
+    tls: &ServerTls,
+) -> Result<ServerStream, HandshakeError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(accepted)) => Ok(MaybeTls::Tls(Box::new(accepted))),
+        Ok(Err(e)) => {
+            let plaintext = e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                .is_some_and(|e| matches!(e, rustls::Error::InvalidMessage(_)));
+            Err(if plaintext { HandshakeError::Plaintext(e) } else { HandshakeError::Refused(e) })
+        }
+        Err(_) => Err(HandshakeError::TimedOut),
+    }
+}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> tokio::io::AsyncRead for MaybeTls<T> {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            ClientStream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-impl tokio::io::AsyncWrite for ClientStream {
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite
+    for MaybeTls<T>
+{
     fn poll_write(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            ClientStream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -351,8 +408,8 @@ impl tokio::io::AsyncWrite for ClientStream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
-            ClientStream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
@@ -361,8 +418,8 @@ impl tokio::io::AsyncWrite for ClientStream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
-            ClientStream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            ClientStream::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+            MaybeTls::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            MaybeTls::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -19,6 +19,41 @@ use self::http::{ApiError, Reply};
 use crate::config::Config;
 use crate::registry::Registry;
 
+/// Whether a request changes the registry: registering, deleting, and setting compatibility.
+/// `POST /subjects/{subject}` (is this schema registered?) and the compatibility checks only
+/// read.
+fn is_write(method: &axum::http::Method, path: &str) -> bool {
+    use axum::http::Method;
+    match *method {
+        Method::PUT | Method::DELETE => true,
+        Method::POST => path.starts_with("/subjects/") && path.ends_with("/versions"),
+        _ => false,
+    }
+}
+
+/// Refuses a write with 403 (Confluent's 40301) unless the caller's principal (from its
+/// client certificate, [`service::http::Peer`]) is one of `writers`.
+async fn authorize_write(
+    writers: Arc<Vec<String>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::extract::ConnectInfo;
+    use axum::response::IntoResponse;
+    if !is_write(request.method(), request.uri().path()) {
+        return next.run(request).await;
+    }
+    let peer = request.extensions().get::<ConnectInfo<service::http::Peer>>();
+    let principal = peer.and_then(|peer| peer.0.principal.as_deref());
+    if principal.is_some_and(|p| writers.iter().any(|w| service::glob::matches(w, p))) {
+        return next.run(request).await;
+    }
+    let who = principal.unwrap_or(service::tls::ANONYMOUS).to_owned();
+    tracing::warn!(principal = %who, method = %request.method(), path = %request.uri().path(), "write refused");
+    let message = format!("principal {who} may not write to the registry (write_principals)");
+    ApiError { status: StatusCode::FORBIDDEN, error_code: 40301, message }.into_response()
+}
+
 /// The API's routes, bounded by `config`'s request size and concurrency limits, and
 /// `GET /metrics`.
 pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
@@ -50,6 +85,14 @@ pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
             get(config::get_subject).put(config::put_subject).delete(config::delete_subject),
         )
         .merge(service::metrics::router(metrics));
+    let writers = Arc::new(config.write_principals.clone());
+    let api = if writers.is_empty() {
+        api
+    } else {
+        api.layer(axum::middleware::from_fn(move |request, next| {
+            authorize_write(Arc::clone(&writers), request, next)
+        }))
+    };
     http.layer(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
