@@ -112,7 +112,11 @@ impl Agent {
         let spool = Arc::new(spool);
         let (source, partitioner): (Arc<dyn BrokerSource>, _) = match brokers {
             Brokers::Addrs(addrs) => (
-                Arc::new(StaticBrokers::new(addrs).with_connect_timeout_ms(3_000)),
+                Arc::new(
+                    StaticBrokers::new(addrs)
+                        .with_connect_timeout_ms(3_000)
+                        .with_tls(config.client_tls()?),
+                ),
                 Partitioner::Any,
             ),
             Brokers::Cluster(coordinator) => {
@@ -371,6 +375,7 @@ fn producer_config(
         connect_timeout_ms: 3_000,
         request_timeout_ms: 10_000,
         metadata_refresh_ms: 10_000,
+        tls: config.client_tls()?,
         ..ProducerConfig::default()
     })
 }

@@ -85,6 +85,15 @@ pub struct Config {
     /// How long shutdown waits for the spool to be acknowledged before leaving it for the next
     /// start.
     pub drain_timeout_ms: u64,
+    /// The CA the agent checks the brokers' and the registry's certificates with: TLS to
+    /// both. Unset: plaintext.
+    pub tls_ca: Option<PathBuf>,
+    /// The agent's certificate and key (PEM): its identity to brokers and registry (mutual
+    /// TLS), and, for its HTTP input, the server certificate (HTTPS only).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// The HTTP input requires client certificates signed by this CA.
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -117,6 +126,10 @@ impl Default for Config {
             schema_refresh_ms: 60_000,
             retry_backoff_max_ms: 5_000,
             drain_timeout_ms: 10_000,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -191,7 +204,37 @@ impl Config {
         }
         self.codec()?;
         self.tails()?;
+        let tls = |e: service::tls::TlsError| ConfigError::Invalid(e.to_string());
+        let (ca, cert, key) =
+            (self.tls_ca.as_deref(), self.tls_cert.as_deref(), self.tls_key.as_deref());
+        if ca.is_some() {
+            service::tls::ClientTlsFiles::from_settings(ca, cert, key).map_err(tls)?;
+        }
+        service::tls::ServerTlsFiles::from_settings(cert, key, self.tls_client_ca.as_deref())
+            .map_err(tls)?;
         Ok(())
+    }
+
+    /// TLS to the brokers and the registry (files read), with `tls_ca`.
+    pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
+        service::tls::client_from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))
+    }
+
+    /// HTTPS for the input (files read), with `tls_cert` and `tls_key`.
+    pub fn server_tls(
+        &self,
+    ) -> Result<Option<std::sync::Arc<service::tls::ServerTls>>, ConfigError> {
+        service::tls::server_from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))
     }
 
     /// For a process that finds brokers from its config (the binary): exactly one of `brokers`

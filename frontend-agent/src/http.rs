@@ -53,7 +53,11 @@ pub async fn serve_http(
         .layer(routes)
         .with_state(Input { agent: agent.clone(), slots })
         .merge(service::metrics::router(metrics.registry()));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let tls = agent.config().server_tls().map_err(std::io::Error::other)?;
+    if let Some(tls) = &tls {
+        service::tls::reload_on_sighup(Arc::clone(tls), shutdown.clone());
+    }
+    service::http::serve(listener, tls, app, shutdown).await
 }
 
 async fn post_events(

@@ -49,6 +49,18 @@ struct ServeArgs {
     /// Where the HTTP input listens.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
+    /// TLS to the brokers and the registry, trusting this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The agent's certificate (PEM): its identity to brokers and registry, and with
+    /// --tls-key the HTTPS certificate of its input.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// The input requires client certificates signed by this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
     /// header.service of events that name none.
@@ -112,6 +124,9 @@ impl ServeArgs {
         config.validate().map_err(Failure::usage)?;
         config.validate_brokers().map_err(Failure::usage)?;
         RegistryClient::new(&config.registry).map_err(Failure::usage)?;
+        // Unreadable certificate files are bad input too.
+        config.client_tls().map_err(Failure::usage)?;
+        config.server_tls().map_err(Failure::usage)?;
         Ok(config)
     }
 }
@@ -147,7 +162,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 /// The registry client and the live brokers a config names.
 async fn connect(config: &Config) -> anyhow::Result<(Arc<RegistryClient>, Brokers)> {
-    let registry = Arc::new(RegistryClient::new(&config.registry)?);
+    let registry = Arc::new(RegistryClient::with_tls(&config.registry, config.client_tls()?)?);
     let brokers = match &config.zookeeper {
         Some(connect) => {
             let zk_config = ZooKeeperConfig {

@@ -419,3 +419,76 @@ async fn simulate_sends_over_http_to_an_agent_or_into_one_started_in_process() {
     let apache_avro::types::Value::Record(fields) = search else { panic!("a record") };
     assert!(fields.iter().any(|(name, _)| name == "query"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() {
+    let pki = testkit::tls::Pki::new("agent test CA");
+    let (served, agent_id) = (pki.identity("broker-0"), pki.identity("agent-1"));
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        "[[allow]]\nprincipals = [\"agent-*\"]\ntopics = [\"page-view\", \"_audit\"]\n\
+         operations = [\"produce\", \"describe\"]\n\n[[allow]]\nprincipals = [\"auditor\"]\n\
+         topics = [\"*\"]\noperations = [\"consume\", \"describe\"]\n",
+    )
+    .unwrap();
+    let (cert, key, ca) = (served.cert.clone(), served.key.clone(), pki.ca().to_owned());
+    let acl_file = acl.clone();
+    let broker = TestBroker::start_with(move |c| {
+        c.tls_cert = Some(cert);
+        c.tls_key = Some(key);
+        c.tls_client_ca = Some(ca);
+        c.acl_file = Some(acl_file);
+    })
+    .await;
+    let registry = TestRegistry::start().await;
+    let port = free_port();
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let _agent = spawn(
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--brokers",
+            &broker.addr,
+            "--spool-dir",
+            dir.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+            "--tls-ca",
+            &path(pki.ca()),
+            "--tls-cert",
+            &path(&agent_id.cert),
+            "--tls-key",
+            &path(&agent_id.key),
+        ]),
+        port,
+        dir.path().join("agent.log"),
+    )
+    .await;
+    // The input speaks HTTPS with the agent's certificate.
+    let body = serde_json::to_string(&(0..10).map(page_view).collect::<Vec<_>>()).unwrap();
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert", &path(pki.ca()), "-H", "Content-Type: application/json"])
+        .args(["--data", &body, &format!("https://127.0.0.1:{port}/v1/events/page-view")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let plain = Command::new("curl")
+        .args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/health")])
+        .output()
+        .unwrap();
+    assert!(!plain.status.success(), "plaintext HTTP is refused");
+    // The events reach the TLS broker, produced as agent-1 (the ACL allows nothing else).
+    let reader = pki.identity("auditor");
+    let tls =
+        service::tls::client_from_settings(Some(pki.ca()), Some(&reader.cert), Some(&reader.key))
+            .unwrap();
+    let config = client::SimpleConsumerConfig { tls, ..Default::default() };
+    testkit::eventually(DEADLINE, "the events in the TLS broker", || async {
+        let payloads = read_all_with(&broker.addr, "page-view", config.clone()).await;
+        (payloads.len() == 10).then_some(())
+    })
+    .await;
+}

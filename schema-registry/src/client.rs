@@ -81,15 +81,27 @@ pub struct RegistryClient {
 impl RegistryClient {
     /// A client of the registry at `base_url`, e.g. `http://127.0.0.1:8081`.
     pub fn new(base_url: &str) -> Result<RegistryClient, ClientError> {
+        RegistryClient::with_tls(base_url, None)
+    }
+
+    /// A client of the registry at `base_url` (`https://…`) over `tls`: the CA it trusts and,
+    /// for a registry that requires client certificates, this client's certificate.
+    pub fn with_tls(
+        base_url: &str,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<RegistryClient, ClientError> {
         let base = Url::parse(base_url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && !u.cannot_be_a_base())
             .ok_or_else(|| ClientError::InvalidUrl(base_url.to_owned()))?;
         service::tls::install_crypto_provider();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(REQUEST_TIMEOUT_MS))
-            .build()
-            .map_err(|source| ClientError::Http { url: base.clone(), source })?;
+        let mut builder =
+            reqwest::Client::builder().timeout(Duration::from_millis(REQUEST_TIMEOUT_MS));
+        if let Some(tls) = tls {
+            builder = builder.tls_backend_preconfigured((*tls).clone());
+        }
+        let http =
+            builder.build().map_err(|source| ClientError::Http { url: base.clone(), source })?;
         Ok(RegistryClient {
             http,
             base,

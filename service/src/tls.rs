@@ -230,6 +230,26 @@ pub fn reload_on_sighup(tls: Arc<ServerTls>, stop: CancellationToken) {
     });
 }
 
+/// The client TLS of a process's `tls_ca`, `tls_cert` and `tls_key` settings, files read:
+/// `None` without `tls_ca`.
+pub fn client_from_settings(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<Arc<rustls::ClientConfig>>, TlsError> {
+    ClientTlsFiles::from_settings(ca, cert, key)?.map(|files| client_config(&files)).transpose()
+}
+
+/// The server TLS of a process's `tls_cert`, `tls_key` and `tls_client_ca` settings, files
+/// read: `None` without a certificate.
+pub fn server_from_settings(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+) -> Result<Option<Arc<ServerTls>>, TlsError> {
+    ServerTlsFiles::from_settings(cert, key, client_ca)?.map(ServerTls::load).transpose()
+}
+
 /// A client's TLS configuration.
 pub fn client_config(files: &ClientTlsFiles) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     install_crypto_provider();

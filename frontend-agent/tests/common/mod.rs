@@ -64,7 +64,12 @@ pub fn id(n: u64) -> [u8; 16] {
 /// Every payload in partition 0 of `topic` on the broker at `addr` (empty if the topic is not
 /// there yet).
 pub async fn read_all(addr: &str, topic: &str) -> Vec<Vec<u8>> {
-    let Ok(consumer) = SimpleConsumer::connect(addr, SimpleConsumerConfig::default()).await else {
+    read_all_with(addr, topic, SimpleConsumerConfig::default()).await
+}
+
+/// [`read_all`] with `config` (TLS, say).
+pub async fn read_all_with(addr: &str, topic: &str, config: SimpleConsumerConfig) -> Vec<Vec<u8>> {
+    let Ok(consumer) = SimpleConsumer::connect(addr, config).await else {
         return Vec::new();
     };
     let mut payloads = Vec::new();
