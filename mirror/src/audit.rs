@@ -22,6 +22,7 @@ pub(crate) struct Audit {
     counts: SharedCounts,
     registry: Arc<RegistryClient>,
     publisher: AuditPublisher,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Audit {
@@ -29,9 +30,11 @@ impl Audit {
         counts: AuditCounts,
         registry: Arc<RegistryClient>,
         producer: Producer,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Audit {
         let publisher = AuditPublisher::new(Arc::clone(&registry), producer);
-        Audit { counts: SharedCounts::new(counts, Some(WINDOWS_KEPT_MS)), registry, publisher }
+        let counts = SharedCounts::new(counts, Some(WINDOWS_KEPT_MS));
+        Audit { counts, registry, publisher, tls }
     }
 
     /// Takes back this host's counts from the target's `_audit` (what it published before a
@@ -46,9 +49,9 @@ impl Audit {
             else {
                 return Err(format!("{AUDIT_TOPIC} partition {partition} has no live leader"));
             };
-            let consumer = SimpleConsumer::connect(&broker.addr(), SimpleConsumerConfig::default())
-                .await
-                .map_err(|e| text(&e))?;
+            let config = SimpleConsumerConfig { tls: self.tls.clone(), ..Default::default() };
+            let consumer =
+                SimpleConsumer::connect(&broker.addr(), config).await.map_err(|e| text(&e))?;
             let p = partition;
             let mut offset =
                 consumer.earliest_offset(AUDIT_TOPIC, p).await.map_err(|e| text(&e))?;

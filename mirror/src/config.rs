@@ -3,6 +3,8 @@
 
 use events::audit::WINDOW_MS_DEFAULT;
 use regex::Regex;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -25,6 +27,8 @@ pub enum ConfigError {
     NoSource,
     #[error("{0} is required")]
     Missing(&'static str),
+    #[error("{0}")]
+    Tls(String),
 }
 
 /// Everything a mirror is configured with; the keys are the binary's flag names. The
@@ -68,6 +72,15 @@ pub struct Config {
     pub metrics_refresh_ms: u64,
     /// On shutdown, wait this long for the target to acknowledge what is in flight.
     pub drain_timeout_ms: u64,
+    /// TLS to every broker (source and target) and to an `https://` registry, trusting this
+    /// CA. Unset: plaintext.
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// The mirror's certificate and key (PEM): its principal to the brokers (mutual TLS), and
+    /// the HTTPS certificate of `/metrics`.
+    pub tls_cert: Option<std::path::PathBuf>,
+    pub tls_key: Option<std::path::PathBuf>,
+    /// `/metrics` requires client certificates signed by this CA.
+    pub tls_client_ca: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -90,11 +103,35 @@ impl Default for Config {
             audit_publish_ms: 5_000,
             metrics_refresh_ms: 5_000,
             drain_timeout_ms: 10_000,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }
 
 impl Config {
+    /// TLS to the brokers and the registry (files read), with `tls_ca`.
+    pub fn client_tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, ConfigError> {
+        service::tls::client_from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(|e| ConfigError::Tls(e.to_string()))
+    }
+
+    /// HTTPS for `/metrics` (files read), with `tls_cert` and `tls_key`.
+    pub fn server_tls(&self) -> Result<Option<Arc<service::tls::ServerTls>>, ConfigError> {
+        service::tls::server_from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+        .map_err(|e| ConfigError::Tls(e.to_string()))
+    }
+
     /// Checks every field and compiles the topic filter.
     pub fn validate(&self) -> Result<TopicFilter, ConfigError> {
         if self.group.is_empty() || self.group.contains('/') {

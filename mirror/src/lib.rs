@@ -90,10 +90,17 @@ impl Mirror {
                 min: 1,
                 max: i64::MAX,
             })?;
+        let tls = config.client_tls()?;
+        let metrics_tls = config.server_tls()?;
         let target_session = Arc::clone(&target);
-        let target = target::Target::new(target, config.partitions, config.buffer_bytes)?;
-        let audit =
-            Arc::new(audit::Audit::new(counts, Arc::new(registry), target.producer.clone()));
+        let target =
+            target::Target::new(target, config.partitions, config.buffer_bytes, tls.clone())?;
+        let audit = Arc::new(audit::Audit::new(
+            counts,
+            Arc::new(registry),
+            target.producer.clone(),
+            tls.clone(),
+        ));
         // Cumulative counts go on from what this host published before it stopped.
         match audit.restore(&cluster::Registry::new(Arc::clone(&target_session))).await {
             Ok(records) => tracing::info!(records, "took back this host's audit counts"),
@@ -117,12 +124,13 @@ impl Mirror {
                 config: config.clone(),
                 filter: filter.clone(),
                 shared: Arc::clone(&shared),
+                tls: tls.clone(),
             };
             tasks.spawn(source.run(stop.clone()));
         }
         let registry = metrics_state.registry();
         let metrics_task = metrics.map(|listener| {
-            tokio::spawn(service::metrics::serve(listener, registry, None, stop.clone()))
+            tokio::spawn(service::metrics::serve(listener, registry, metrics_tls, stop.clone()))
         });
         let audit_stop = CancellationToken::new();
         let audit_task = tokio::spawn({

@@ -75,6 +75,18 @@ struct Cli {
     /// ZooKeeper session timeout of every cluster connection [default: 6000].
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// TLS to every broker and to an https registry, trusting this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The mirror's certificate (PEM): its principal to the brokers, and with --tls-key the
+    /// HTTPS certificate of /metrics.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// /metrics requires client certificates signed by this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -87,6 +99,8 @@ fn start(cli: Cli) -> Result<(), Failure> {
         service::config::load(cli.config.as_deref(), &cli).map_err(Failure::usage)?;
     config.validate().map_err(Failure::usage)?;
     config.connections().map_err(Failure::usage)?;
+    config.client_tls().map_err(Failure::usage)?;
+    config.server_tls().map_err(Failure::usage)?;
     service::cli::run(serve(config))
 }
 
@@ -107,8 +121,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         sessions.push((name, connect(source).await?));
     }
     let target = connect(target).await?;
-    let registry =
-        RegistryClient::new(&registry).with_context(|| format!("bad registry URL {registry}"))?;
+    let registry = RegistryClient::with_tls(&registry, config.client_tls()?)
+        .with_context(|| format!("bad registry URL {registry}"))?;
     let metrics = match &config.metrics {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)

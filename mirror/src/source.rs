@@ -32,6 +32,8 @@ pub(crate) struct Source {
     pub(crate) config: Config,
     pub(crate) filter: TopicFilter,
     pub(crate) shared: Arc<Shared>,
+    /// TLS to the source's brokers.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Source {
@@ -104,6 +106,7 @@ impl Source {
         config.framed = true;
         config.auto_commit_ms = self.config.commit_ms;
         config.auto_offset_reset = OffsetReset::Smallest;
+        config.fetch.tls = self.tls.clone();
         let consumer =
             GroupConsumer::connect(registry.clone(), config).map_err(|e| e.to_string())?;
         let subscription: BTreeMap<String, u32> = topics.iter().map(|t| (t.clone(), 1)).collect();
@@ -128,6 +131,7 @@ impl Source {
             Arc::downgrade(&consumer),
             Arc::clone(&self.shared),
             self.config.metrics_refresh_ms,
+            LogEnds::with_tls(self.tls.clone()),
         ));
         Ok(Generation { consumer, copies, stop_reading, lag })
     }
@@ -183,8 +187,8 @@ async fn report_lag(
     consumer: std::sync::Weak<GroupConsumer>,
     shared: Arc<Shared>,
     refresh_ms: u64,
+    mut ends: LogEnds,
 ) {
-    let mut ends = LogEnds::new();
     loop {
         tokio::time::sleep(Duration::from_millis(refresh_ms)).await;
         let Some(owned) = (match consumer.upgrade() {

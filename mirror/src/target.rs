@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use client::{Connection, Partitioner, Producer, ProducerConfig, RegistryBrokers};
+use client::{
+    Connection, ConnectionConfig, Partitioner, Producer, ProducerConfig, RegistryBrokers,
+};
 use cluster::{Coordinator, Registry};
 use protocol::{Acks, Codec};
 
@@ -23,6 +25,7 @@ pub(crate) struct Target {
     partitions: u32,
     /// Topics the target cluster has, as far as this mirror knows.
     topics: Arc<Mutex<BTreeSet<String>>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Target {
@@ -30,6 +33,7 @@ impl Target {
         coordinator: Arc<dyn Coordinator>,
         partitions: u32,
         buffer_bytes: usize,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<Target, MirrorError> {
         let registry = Registry::new(coordinator);
         let config = ProducerConfig {
@@ -45,11 +49,12 @@ impl Target {
             partitioner: Partitioner::ByKey,
             buffer_bytes,
             metadata_refresh_ms: METADATA_REFRESH_MS,
+            tls: tls.clone(),
             ..ProducerConfig::default()
         };
         let source = Arc::new(RegistryBrokers::new(registry.clone()));
         let producer = Producer::new(config, source).map_err(MirrorError::Producer)?;
-        Ok(Target { registry, producer, partitions, topics: Arc::default() })
+        Ok(Target { registry, producer, partitions, topics: Arc::default(), tls })
     }
 
     /// Creates `topic` in the target cluster, with `partitions` partitions, unless it has it.
@@ -64,7 +69,9 @@ impl Target {
             let Some((id, info)) = brokers.iter().next() else {
                 return Err("no target broker is registered".into());
             };
-            let conn = Connection::connect(&info.addr()).await.map_err(|e| e.to_string())?;
+            let config = ConnectionConfig::with_tls(self.tls.clone());
+            let conn =
+                Connection::connect_with(&info.addr(), config).await.map_err(|e| e.to_string())?;
             let partitions = i32::try_from(self.partitions).unwrap_or(i32::MAX);
             match conn.create_topic(topic, partitions, &[]).await {
                 Ok(()) => tracing::info!(%topic, broker = id, partitions, "created on the target"),

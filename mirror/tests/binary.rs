@@ -247,3 +247,54 @@ fn bad_flags_and_config_exit_2_with_one_line() {
         assert!(stderr.starts_with("mirror: "), "{argv:?}: {stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_copy_between_tls_clusters_as_the_mirrors_principal() {
+    let pki = testkit::tls::Pki::new("mirror test CA");
+    let dir = tempfile::tempdir().unwrap();
+    let acl = dir.path().join("acl.toml");
+    std::fs::write(
+        &acl,
+        "[[allow]]\nprincipals = [\"mirror-*\", \"test\"]\ntopics = [\"*\"]\n\
+         operations = [\"produce\", \"consume\", \"create\", \"describe\"]\n",
+    )
+    .unwrap();
+    let (live, analytics) = tokio::join!(
+        Cluster::start_tls(1, &pki, Some(acl.clone())),
+        Cluster::start_tls(1, &pki, Some(acl.clone()))
+    );
+    live.create_topic("page-view", 1).await;
+    let views = events("live", "page-view", 0, 50, service::now_ms());
+    live.produce("page-view", 1, &views).await;
+    let registry = TestRegistry::start().await;
+    let me = pki.identity("mirror-1");
+    let port = free_port();
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let argv = args(&[
+        "--source",
+        &format!("live={}", live.connect),
+        "--target",
+        &analytics.connect,
+        "--registry",
+        registry.url(),
+        "--partitions",
+        "1",
+        "--metrics",
+        &format!("127.0.0.1:{port}"),
+        "--tls-ca",
+        &path(pki.ca()),
+        "--tls-cert",
+        &path(&me.cert),
+        "--tls-key",
+        &path(&me.key),
+    ]);
+    let _mirror = Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join("log"));
+    wait_for_all(&analytics, "page-view", &views, "the mirrored topic over TLS").await;
+    // /metrics speaks HTTPS with the mirror's certificate.
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--cacert", &path(pki.ca()), &format!("https://127.0.0.1:{port}/metrics")])
+        .output()
+        .unwrap();
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(page.contains("tributary_mirror"), "{page}{}", String::from_utf8_lossy(&out.stderr));
+}

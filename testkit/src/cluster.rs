@@ -28,6 +28,8 @@ pub struct TestCluster {
     /// A session of this process in the cluster's chroot.
     pub coordinator: Arc<dyn Coordinator>,
     configure: Arc<dyn Fn(&mut BrokerConfig) + Send + Sync>,
+    /// What the helpers connect with to brokers that speak TLS.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl TestCluster {
@@ -48,11 +50,49 @@ impl TestCluster {
             brokers: Vec::new(),
             coordinator,
             configure: Arc::new(configure),
+            tls: None,
         };
         for id in 0..brokers {
             cluster.add_broker(id).await;
         }
         cluster
+    }
+
+    /// Brokers that speak mutual TLS only, each with a certificate `broker-{id}` of `pki`, and
+    /// `acl` as their ACL file if given; the helpers connect as principal `test`.
+    pub async fn start_tls(
+        brokers: i32,
+        pki: &crate::tls::Pki,
+        acl: Option<std::path::PathBuf>,
+    ) -> TestCluster {
+        let identities: Vec<crate::tls::Identity> =
+            (0..brokers).map(|id| pki.identity(&format!("broker-{id}"))).collect();
+        let ca = pki.ca().to_owned();
+        let mut cluster = TestCluster::start_with(0, move |c| {
+            let identity = &identities[c.broker_id as usize];
+            c.tls_cert = Some(identity.cert.clone());
+            c.tls_key = Some(identity.key.clone());
+            c.tls_client_ca = Some(ca.clone());
+            c.acl_file = acl.clone();
+        })
+        .await;
+        let test = pki.identity("test");
+        cluster.tls =
+            service::tls::client_from_settings(Some(pki.ca()), Some(&test.cert), Some(&test.key))
+                .expect("the test's client TLS");
+        for id in 0..brokers {
+            cluster.add_broker(id).await;
+        }
+        cluster
+    }
+
+    fn consumer_config(&self) -> client::SimpleConsumerConfig {
+        client::SimpleConsumerConfig { tls: self.tls.clone(), ..Default::default() }
+    }
+
+    async fn connection(&self, addr: &str) -> client::Connection {
+        let config = client::ConnectionConfig::with_tls(self.tls.clone());
+        client::Connection::connect_with(addr, config).await.expect("connect to a broker")
     }
 
     /// Starts broker `id` in this cluster; returns it.
@@ -107,7 +147,8 @@ impl TestCluster {
     /// cluster) and waits until every partition's leader serves it.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
         let total = partitions * self.brokers.len() as i32;
-        self.brokers[0].connect().await.create_topic(topic, total, &[]).await.expect("create");
+        let conn = self.connection(&self.brokers[0].addr).await;
+        conn.create_topic(topic, total, &[]).await.expect("create");
         for partition in 0..total {
             self.leader_of(topic, partition).await;
         }
@@ -119,7 +160,7 @@ impl TestCluster {
         crate::eventually(WAIT, &format!("a leader serving {topic}-{partition}"), || async {
             let (_, leader) = registry.leader(topic, partition).await.ok()??;
             let consumer =
-                SimpleConsumer::connect(&leader.addr(), Default::default()).await.ok()?;
+                SimpleConsumer::connect(&leader.addr(), self.consumer_config()).await.ok()?;
             consumer.latest_offset(topic, partition).await.ok()?;
             Some(leader.addr())
         })
@@ -133,9 +174,8 @@ impl TestCluster {
         for (i, chunk) in payloads.chunks(50).enumerate() {
             let partition = i as i32 % total;
             let leader = self.leader_of(topic, partition).await;
-            client::Connection::connect(&leader)
+            self.connection(&leader)
                 .await
-                .expect("connect to the leader")
                 .produce(topic, partition, Acks::Written, message_set(chunk))
                 .await
                 .expect("produce");
@@ -148,7 +188,8 @@ impl TestCluster {
         let mut payloads = Vec::new();
         for partition in registry.partitions(topic).await.expect("partitions") {
             let Ok(Some((_, leader))) = registry.leader(topic, partition).await else { continue };
-            let Ok(consumer) = SimpleConsumer::connect(&leader.addr(), Default::default()).await
+            let Ok(consumer) =
+                SimpleConsumer::connect(&leader.addr(), self.consumer_config()).await
             else {
                 continue;
             };
