@@ -91,7 +91,11 @@ pub struct Config {
     pub retry_backoff_max_ms: u64,
     /// Give verdicts after this long even if a source could not be read to its end by then.
     pub catch_up_max_ms: u64,
-    /// PEM certificate and key: the dashboard, API and metrics speak HTTPS (TLS 1.3) only.
+    /// TLS to the brokers read and to an `https://` registry, trusting this CA; the client
+    /// certificate is `tls_cert`. Unset: plaintext.
+    pub tls_ca: Option<PathBuf>,
+    /// PEM certificate and key: the dashboard, API and metrics speak HTTPS (TLS 1.3) only, and
+    /// the audit's principal to the brokers.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     /// A client certificate signed by this CA lets a client in (principal: its CN).
@@ -120,6 +124,7 @@ impl Default for Config {
             discovery_ms: 5_000,
             retry_backoff_max_ms: 5_000,
             catch_up_max_ms: 120_000,
+            tls_ca: None,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -181,6 +186,16 @@ impl Config {
         self.live_clusters()?;
         self.server_tls().map_err(|e| ConfigError::Tls(e.to_string()))?;
         Ok(())
+    }
+
+    /// TLS to the brokers and the registry (files read), with `tls_ca`.
+    pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
+        service::tls::client_from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(|e| ConfigError::Tls(e.to_string()))
     }
 
     /// The listener's certificate files, if it speaks HTTPS: with a token file, a client

@@ -94,7 +94,8 @@ pub async fn run(
             return Err(AuditError::DuplicateLive(name.clone()));
         }
     }
-    let shared = Arc::new(Shared::new(config, 1 + live.len()));
+    let client_tls = config.client_tls()?;
+    let shared = Arc::new(Shared::new(config, 1 + live.len(), client_tls));
     let stop = shutdown.child_token();
     let tasks = TaskTracker::new();
 

@@ -47,6 +47,10 @@ struct Cli {
     /// ZooKeeper session timeout of every cluster connection [default: 6000].
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// TLS to the brokers and to an https registry, trusting this CA (client certificate:
+    /// --tls-cert).
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
     /// PEM certificate: with --tls-key, the dashboard, API and metrics speak HTTPS only.
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,
@@ -76,6 +80,7 @@ fn start(cli: Cli) -> Result<(), Failure> {
     let zookeeper = required(&config.zookeeper, "--zookeeper (the analytics cluster)")?;
     let registry = required(&config.registry, "--registry")?;
     RegistryClient::new(&registry).map_err(Failure::usage)?;
+    config.client_tls().map_err(Failure::usage)?;
     service::cli::run(serve(config, zookeeper, registry))
 }
 
@@ -89,7 +94,7 @@ async fn connect(connect: &str, session_timeout_ms: u64) -> anyhow::Result<Arc<d
 
 async fn serve(config: Config, zookeeper: String, registry: String) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
-    let registry = RegistryClient::new(&registry)?;
+    let registry = RegistryClient::with_tls(&registry, config.client_tls()?)?;
     let session_timeout_ms = config.zookeeper_session_timeout_ms;
     let analytics = connect(&zookeeper, session_timeout_ms).await?;
     let mut live = Vec::new();

@@ -197,6 +197,7 @@ impl PartitionReader {
         let config = SimpleConsumerConfig {
             fetch_bytes: self.shared.config.fetch_bytes,
             fetch_bytes_max: self.shared.config.fetch_bytes.max(16 << 20),
+            tls: self.shared.tls.clone(),
             ..SimpleConsumerConfig::default()
         };
         let consumer = SimpleConsumer::connect(&info.addr(), config).await?;

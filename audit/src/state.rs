@@ -17,13 +17,19 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub(crate) struct Shared {
     pub config: Config,
+    /// TLS to the brokers read.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub ledger: Mutex<Ledger>,
     pub catch_up: CatchUp,
     pub stats: Stats,
 }
 
 impl Shared {
-    pub fn new(config: Config, sources: usize) -> Shared {
+    pub fn new(
+        config: Config,
+        sources: usize,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Shared {
         let catch_up = CatchUp {
             started: Instant::now(),
             max: Duration::from_millis(config.catch_up_max_ms),
@@ -33,6 +39,7 @@ impl Shared {
         Shared {
             ledger: Mutex::new(Ledger::new(config.audit_window_ms)),
             config,
+            tls,
             catch_up,
             stats: Stats::default(),
         }

@@ -295,3 +295,39 @@ async fn the_https_dashboard_takes_a_client_certificate_or_the_token() {
         .unwrap();
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_read_a_tls_cluster_as_the_audits_principal() {
+    let registry_server = TestRegistry::start().await;
+    let registry = RegistryClient::new(registry_server.url()).unwrap();
+    let pki = testkit::tls::Pki::new("audit reader CA");
+    let analytics = Cluster::start_tls(&pki).await;
+    let window = recent_window();
+    produce_audit(&registry, &analytics, &[record(Agent, "web-1", "page-view", window, 7)]).await;
+    let me = pki.identity("audit");
+    let port = testkit::process::free_port();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+    let _audit = Running::start(&[
+        "--zookeeper".into(),
+        analytics.connect.clone(),
+        "--registry".into(),
+        registry_server.url().into(),
+        "--http".into(),
+        format!("127.0.0.1:{port}"),
+        "--audit-window-ms".into(),
+        WINDOW_MS.to_string(),
+        "--tls-ca".into(),
+        path(pki.ca()),
+        "--tls-cert".into(),
+        path(&me.cert),
+        "--tls-key".into(),
+        path(&me.key),
+    ]);
+    // Its dashboard speaks HTTPS with the same certificate; the agent's count was read over TLS.
+    let url = format!("https://127.0.0.1:{port}/api/windows?topic=page-view");
+    testkit::eventually(WAIT, "the agent's count read over TLS", || async {
+        let (status, body) = curl(pki.ca(), &url, &[]);
+        (status == 200 && body.contains("\"agent\":7")).then_some(())
+    })
+    .await;
+}

@@ -30,6 +30,7 @@ impl LoaderAudit {
         window_ms: i64,
         cluster: cluster::Registry,
         registry: Arc<RegistryClient>,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<LoaderAudit, LoadError> {
         let counts = AuditCounts::new(Tier::Loader, host, window_ms)
             .map_err(|e| LoadError::Audit(e.to_string()))?;
@@ -39,6 +40,7 @@ impl LoaderAudit {
             partitioner: client::Partitioner::ByKey,
             request_timeout_ms: 10_000,
             retries_max: 2,
+            tls,
             ..ProducerConfig::default()
         };
         let producer = Producer::new(config, Arc::new(RegistryBrokers::new(cluster)))

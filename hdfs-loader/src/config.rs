@@ -50,6 +50,14 @@ pub struct Config {
     pub audit: bool,
     /// Staged files not named by a commit are deleted once older than this.
     pub staging_grace_ms: u64,
+    /// TLS to the brokers and to an `https://` registry, trusting this CA. Unset: plaintext.
+    pub tls_ca: Option<PathBuf>,
+    /// The loader's certificate and key (PEM): its principal to the brokers (mutual TLS), and
+    /// the HTTPS certificate of `/metrics`.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// `/metrics` requires client certificates signed by this CA.
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -74,6 +82,10 @@ impl Default for Config {
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit: true,
             staging_grace_ms: 3_600_000,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
         }
     }
 }
@@ -85,9 +97,33 @@ pub enum ConfigError {
     BadTopics(#[from] regex::Error),
     #[error("{field}: {reason}")]
     Invalid { field: &'static str, reason: &'static str },
+    #[error("{0}")]
+    Tls(String),
 }
 
 impl Config {
+    /// TLS to the brokers and the registry (files read), with `tls_ca`.
+    pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
+        service::tls::client_from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(|e| ConfigError::Tls(e.to_string()))
+    }
+
+    /// HTTPS for `/metrics` (files read), with `tls_cert` and `tls_key`.
+    pub fn server_tls(
+        &self,
+    ) -> Result<Option<std::sync::Arc<service::tls::ServerTls>>, ConfigError> {
+        service::tls::server_from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+        .map_err(|e| ConfigError::Tls(e.to_string()))
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason| Err(ConfigError::Invalid { field, reason });
         self.topic_filter()?;

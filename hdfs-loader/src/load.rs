@@ -91,6 +91,8 @@ pub struct PartitionLoader<'a> {
     pub topic: &'a TopicContext,
     pub partition: i32,
     pub broker_addr: String,
+    /// TLS to the broker.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub shutdown: CancellationToken,
     /// The start of a commit record of this partition seen by an earlier run of this process.
     pub known_start: Option<i64>,
@@ -147,8 +149,11 @@ impl PartitionLoader<'_> {
         if removed > 0 {
             tracing::info!(%topic, partition = %self.partition, removed, "rolled back staged files of runs that died before committing");
         }
-        let consumer_config =
-            SimpleConsumerConfig { fetch_bytes: self.config.fetch_bytes, ..Default::default() };
+        let consumer_config = SimpleConsumerConfig {
+            fetch_bytes: self.config.fetch_bytes,
+            tls: self.tls.clone(),
+            ..Default::default()
+        };
         let consumer = SimpleConsumer::connect(&self.broker_addr, consumer_config)
             .await
             .map_err(|e| self.consumer_error(e))?;

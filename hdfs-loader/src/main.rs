@@ -86,6 +86,18 @@ struct LoadArgs {
     audit: Option<bool>,
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
+    /// TLS to the brokers and to an https registry, trusting this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The loader's certificate (PEM): its principal to the brokers, and with --tls-key the
+    /// HTTPS certificate of /metrics.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// /metrics requires client certificates signed by this CA.
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
     /// Print the run's summary as JSON.
     #[arg(long)]
     #[serde(skip)]
@@ -138,6 +150,8 @@ fn config(common: &Common, flags: &impl Serialize, loads: bool) -> Result<Config
             .context("--registry URL is required")
             .map_err(Failure::Usage)?;
         RegistryClient::new(registry).map_err(Failure::usage)?;
+        config.client_tls().map_err(Failure::usage)?;
+        config.server_tls().map_err(Failure::usage)?;
     }
     Ok(config)
 }
@@ -186,7 +200,7 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
     }
     let coordinator = coordinator.expect("checked before the runtime started");
     let registry_url = config.registry.as_deref().expect("checked before the runtime started");
-    let registry = Arc::new(RegistryClient::new(registry_url)?);
+    let registry = Arc::new(RegistryClient::with_tls(registry_url, config.client_tls()?)?);
     if let Command::Serve(_) = command {
         let metrics = match &config.metrics {
             Some(addr) => {

@@ -43,6 +43,8 @@ pub struct Loader {
     store: Arc<dyn ObjectStore>,
     registry: Arc<RegistryClient>,
     audit: Option<LoaderAudit>,
+    /// TLS to the brokers.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// Topics whose committed counts the audit has loaded.
     audited_topics: Vec<String>,
     /// Per partition, the start of the last commit record a round saw: where the next round's
@@ -61,12 +63,14 @@ impl Loader {
         config.validate()?;
         let host = config.host();
         let cluster = Registry::new(coordinator);
+        let tls = config.client_tls()?;
         let audit = if config.audit {
             Some(LoaderAudit::new(
                 &host,
                 config.audit_window_ms,
                 cluster.clone(),
                 Arc::clone(&registry),
+                tls.clone(),
             )?)
         } else {
             None
@@ -78,6 +82,7 @@ impl Loader {
             store,
             registry,
             audit,
+            tls,
             audited_topics: Vec::new(),
             known_starts: std::sync::Mutex::new(HashMap::new()),
             metrics: Metrics::default(),
@@ -211,6 +216,7 @@ impl Loader {
             topic: context,
             partition,
             broker_addr,
+            tls: self.tls.clone(),
             shutdown: shutdown.clone(),
             known_start,
         };
@@ -299,11 +305,12 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), LoadError> {
     let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
+    let metrics_tls = config.server_tls()?;
     let metrics = metrics.map(|listener| {
         tokio::spawn(service::metrics::serve(
             listener,
             loader.metrics_registry(),
-            None,
+            metrics_tls,
             shutdown.clone(),
         ))
     });

@@ -365,3 +365,35 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flags_load_from_a_tls_broker() {
+    let pki = testkit::tls::Pki::new("loader test CA");
+    let cluster = Cluster::start_tls(1, &pki).await;
+    cluster.produce_page_views(40, 30_000).await;
+    let root = tempfile::tempdir().unwrap();
+    let me = pki.identity("loader");
+    let store = format!("file://{}/warehouse", root.path().display());
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let (ca, cert, key) = (path(pki.ca()), path(&me.cert), path(&me.key));
+    let output = tokio::task::spawn_blocking(move || {
+        let args = ["run", "--zookeeper", &zk, "--registry", &registry, "--store", &store];
+        let tls = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+        loader(&[&args[..], &tls[..], &["--topics", TOPIC, "--audit", "false", "--json"]].concat())
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["rows"], 40, "{summary}");
+    // Without the flags the broker refuses the loader at the handshake: nothing loads.
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let store = format!("file://{}/other", root.path().display());
+    let plain = tokio::task::spawn_blocking(move || {
+        loader(&["run", "--zookeeper", &zk, "--registry", &registry, "--store", &store])
+    })
+    .await
+    .unwrap();
+    assert!(!plain.status.success(), "{}", text(&plain));
+}

@@ -72,6 +72,8 @@ pub struct Cluster {
     /// Where to produce to: the first broker.
     pub addr: String,
     pub brokers: Brokers,
+    /// What the helpers connect with, to a cluster that speaks TLS.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Cluster {
@@ -83,6 +85,22 @@ impl Cluster {
             coordinator: brokers.session().await,
             addr: brokers.addr().to_owned(),
             brokers: Brokers::ZooKeeper(brokers),
+            tls: None,
+        }
+    }
+
+    /// Like [`Cluster::start`], its broker speaking mutual TLS only (certificates of `pki`).
+    pub async fn start_tls(pki: &testkit::tls::Pki) -> Cluster {
+        let brokers = TestCluster::start_tls(1, pki, None).await;
+        let me = pki.identity("producer");
+        let tls = service::tls::client_from_settings(Some(pki.ca()), Some(&me.cert), Some(&me.key))
+            .expect("client TLS");
+        Cluster {
+            connect: brokers.connect.clone(),
+            coordinator: brokers.session().await,
+            addr: brokers.addr().to_owned(),
+            brokers: Brokers::ZooKeeper(brokers),
+            tls,
         }
     }
 
@@ -113,11 +131,13 @@ impl Cluster {
             coordinator: embedded.session(chroot).expect("embedded session"),
             addr,
             brokers: Brokers::Embedded { task, _dir: dir },
+            tls: None,
         }
     }
 
     pub async fn connection(&self) -> Connection {
-        Connection::connect(&self.addr).await.expect("connect to the cluster's broker")
+        let config = client::ConnectionConfig::with_tls(self.tls.clone());
+        Connection::connect_with(&self.addr, config).await.expect("connect to the cluster's broker")
     }
 }
 

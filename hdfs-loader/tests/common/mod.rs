@@ -61,6 +61,24 @@ impl Cluster {
         Cluster { zookeeper, coordinator, brokers, registry_server, registry, producer }
     }
 
+    /// Like [`Cluster::start`], its broker speaking mutual TLS only (certificates of `pki`).
+    pub async fn start_tls(partitions: u32, pki: &testkit::tls::Pki) -> Cluster {
+        let brokers = TestCluster::start_tls(1, pki, None).await;
+        brokers.create_topic(TOPIC, partitions as i32).await;
+        let (zookeeper, coordinator) = (brokers.connect.clone(), brokers.session().await);
+        let registry_server = TestRegistry::start().await;
+        let registry = Arc::new(RegistryClient::new(registry_server.url()).expect("registry"));
+        let me = pki.identity("producer");
+        let tls = service::tls::client_from_settings(Some(pki.ca()), Some(&me.cert), Some(&me.key))
+            .expect("client TLS");
+        let producer = Producer::new(
+            ProducerConfig { linger_ms: 1, tls: tls.clone(), ..ProducerConfig::default() },
+            Arc::new(StaticBrokers::new([brokers.addr().to_owned()]).with_tls(tls)),
+        )
+        .expect("producer");
+        Cluster { zookeeper, coordinator, brokers, registry_server, registry, producer }
+    }
+
     /// The cluster's one broker.
     pub fn broker(&self) -> &TestBroker {
         &self.brokers.brokers[0]
