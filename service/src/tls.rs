@@ -230,13 +230,17 @@ pub fn reload_on_sighup(tls: Arc<ServerTls>, stop: CancellationToken) {
     });
 }
 
-/// The client TLS of a process's `tls_ca`, `tls_cert` and `tls_key` settings, files read:
-/// `None` without `tls_ca`.
+/// The client TLS of a service's `tls_ca`, `tls_cert` and `tls_key` settings, files read:
+/// `None` without `tls_ca` — a service's certificate may serve only its own listener, its
+/// clients staying plaintext.
 pub fn client_from_settings(
     ca: Option<&Path>,
     cert: Option<&Path>,
     key: Option<&Path>,
 ) -> Result<Option<Arc<rustls::ClientConfig>>, TlsError> {
+    if ca.is_none() {
+        return Ok(None);
+    }
     ClientTlsFiles::from_settings(ca, cert, key)?.map(|files| client_config(&files)).transpose()
 }
 
@@ -517,5 +521,7 @@ mod tests {
         assert!(ClientTlsFiles::from_settings(None, Some(p), Some(p)).is_err());
         assert!(ClientTlsFiles::from_settings(Some(p), Some(p), None).is_err());
         assert!(ClientTlsFiles::from_settings(Some(p), None, None).unwrap().is_some());
+        // A service's certificate without a CA is its listener's only: its clients stay plain.
+        assert!(client_from_settings(None, Some(p), Some(p)).unwrap().is_none());
     }
 }
