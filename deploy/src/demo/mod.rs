@@ -214,6 +214,12 @@ impl Pipeline {
     /// Says where everything is.
     fn announce(&self, options: &DemoOptions) {
         println!("Tributary demo: the paper's two-datacenter pipeline in one process");
+        // Security is each binary's (TLS, principals, ACLs): the demo is for one machine.
+        println!(
+            "  plaintext, no authentication: brokers, registry, agents and mirror listen on \
+             127.0.0.1 only; the dashboard on {}",
+            self.dashboard_url
+        );
         for cluster in self.live.iter().chain([&self.analytics]) {
             println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
         }
