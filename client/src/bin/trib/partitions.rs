@@ -271,11 +271,15 @@ async fn elect_preferred(
     }
     let after = read_cluster(registry).await?;
     let mut rows = Vec::new();
+    let placement = |c: &Cluster, tp: &TopicPartition| -> Option<Placement> {
+        c.topics.get(&tp.topic)?.get(&tp.partition).cloned()
+    };
     for tp in &asked {
-        let (replicas, state) = &after.topics[&tp.topic][&tp.partition];
+        let before = placement(&cluster, tp).and_then(|(_, s)| s).map_or(-1, |s| s.leader);
+        // Deleted or moved meanwhile: nothing to report of it.
+        let Some((replicas, state)) = placement(&after, tp) else { continue };
+        let Some(&preferred) = replicas.first() else { continue };
         let leader = state.as_ref().map_or(cluster::NO_LEADER, |s| s.leader);
-        let before = cluster.topics[&tp.topic][&tp.partition].1.as_ref().map_or(-1, |s| s.leader);
-        let preferred = replicas[0];
         let outcome = if leader == preferred {
             "elected"
         } else if !after.live.contains(&preferred) {
