@@ -28,6 +28,9 @@ command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The TLS tests drive curl and openssl s_client against the listeners.
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   sudo_cmd=()

@@ -87,6 +87,8 @@ fn start_broker(
             "2".into(),
         ]);
         args.extend(["--min-insync-replicas".into(), "2".into()]);
+        // What followers check their leaders' certificates with.
+        args.extend(["--tls-ca".into(), pki.ca().to_str().unwrap().into()]);
     }
     let process = Process::spawn(&broker_binary(), &args, port, &log);
     Broker { process, metrics, log, _data: data }

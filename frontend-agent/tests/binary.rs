@@ -462,18 +462,28 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
             &path(&agent_id.cert),
             "--tls-key",
             &path(&agent_id.key),
+            "--tls-client-ca",
+            &path(pki.ca()),
         ]),
         port,
         dir.path().join("agent.log"),
     )
     .await;
-    // The input speaks HTTPS with the agent's certificate.
+    // The input speaks HTTPS with the agent's certificate, and wants a client's
+    // (--tls-client-ca): a frontend without one is refused at the handshake.
     let body = serde_json::to_string(&(0..10).map(page_view).collect::<Vec<_>>()).unwrap();
-    let out = Command::new("curl")
-        .args(["-sS", "--cacert", &path(pki.ca()), "-H", "Content-Type: application/json"])
-        .args(["--data", &body, &format!("https://127.0.0.1:{port}/v1/events/page-view")])
-        .output()
-        .unwrap();
+    let url = format!("https://127.0.0.1:{port}/v1/events/page-view");
+    let post = |cert: Option<&testkit::tls::Identity>| {
+        let mut command = Command::new("curl");
+        command.args(["-sS", "--fail", "--cacert", &path(pki.ca())]);
+        if let Some(cert) = cert {
+            command.args(["--cert", &path(&cert.cert), "--key", &path(&cert.key)]);
+        }
+        command.args(["-H", "Content-Type: application/json", "--data", &body, &url]);
+        command.output().unwrap()
+    };
+    assert!(!post(None).status.success(), "no client certificate");
+    let out = post(Some(&pki.identity("frontend-1")));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let plain = Command::new("curl")
         .args(["-sS", "--max-time", "5", &format!("http://127.0.0.1:{port}/health")])

@@ -287,12 +287,22 @@ async fn tls_flags_copy_between_tls_clusters_as_the_mirrors_principal() {
         &path(&me.cert),
         "--tls-key",
         &path(&me.key),
+        "--tls-client-ca",
+        &path(pki.ca()),
     ]);
     let _mirror = Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join("log"));
     wait_for_all(&analytics, "page-view", &views, "the mirrored topic over TLS").await;
-    // /metrics speaks HTTPS with the mirror's certificate.
+    // /metrics speaks HTTPS with the mirror's certificate, and wants a client's (--tls-client-ca).
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let bare = std::process::Command::new("curl")
+        .args(["-sS", "--cacert", &path(pki.ca()), &url])
+        .output()
+        .unwrap();
+    assert!(!bare.status.success(), "a scrape without a client certificate is refused");
+    let scraper = pki.identity("prometheus");
     let out = std::process::Command::new("curl")
-        .args(["-sS", "--cacert", &path(pki.ca()), &format!("https://127.0.0.1:{port}/metrics")])
+        .args(["-sS", "--cacert", &path(pki.ca()), "--cert", &path(&scraper.cert)])
+        .args(["--key", &path(&scraper.key), &url])
         .output()
         .unwrap();
     let page = String::from_utf8_lossy(&out.stdout);
