@@ -396,4 +396,43 @@ async fn tls_flags_load_from_a_tls_broker() {
     .await
     .unwrap();
     assert!(!plain.status.success(), "{}", text(&plain));
+
+    // `serve` serves /metrics over HTTPS with the loader's certificate, to clients with one.
+    let port = testkit::process::free_port();
+    let store = format!("file://{}/served", root.path().display());
+    let (ca, cert, key) = (path(pki.ca()), path(&me.cert), path(&me.key));
+    let argv: Vec<String> = [
+        "serve",
+        "--zookeeper",
+        &cluster.zookeeper,
+        "--registry",
+        cluster.registry_server.url(),
+        "--store",
+        &store,
+        "--interval",
+        "200ms",
+        "--metrics",
+        &format!("127.0.0.1:{port}"),
+        "--tls-ca",
+        &ca,
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--tls-client-ca",
+        &ca,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let log = root.path().join("serve.log");
+    let _serving = testkit::process::Process::spawn(Path::new(BIN), &argv, port, &log);
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let curl = |extra: &[&str]| {
+        Command::new("curl").args(["-sS", "--fail", "--cacert", &ca]).args(extra).arg(&url).output()
+    };
+    assert!(!curl(&[]).unwrap().status.success(), "no client certificate: refused");
+    let scraped = curl(&["--cert", &cert, "--key", &key]).unwrap();
+    let page = String::from_utf8_lossy(&scraped.stdout);
+    assert!(page.contains("tributary_loader_round_duration_seconds"), "{page}");
 }
