@@ -11,8 +11,11 @@ use crate::workload;
 
 /// Bytes a message takes in Tributary's log besides its payload.
 const MESSAGE_OVERHEAD_BYTES: u64 = 9;
-/// Disk left free whatever the sizes asked for.
-const DISK_MARGIN_BYTES: u64 = 4 << 30;
+/// Disk left free beside a log of the given size: four times the log, at least 256 MiB and at
+/// most 4 GiB (a quick run's small logs must not be skipped on a machine with a few GiB free).
+fn disk_margin(size: u64) -> u64 {
+    (size.saturating_mul(4)).clamp(256 << 20, 4 << 30)
+}
 
 pub async fn measure(
     launcher: &dyn Launcher,
@@ -29,7 +32,7 @@ pub async fn measure(
     let mut produced = 0u64;
     let mut points = Vec::new();
     for &size in sizes {
-        if size + DISK_MARGIN_BYTES > free {
+        if size + disk_margin(size) > free {
             eprintln!(
                 "bench: skipping the {size}-byte log: {free} bytes free on {}",
                 dir.display()

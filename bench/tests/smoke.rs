@@ -37,7 +37,7 @@ fn quick_run_moves_exactly_n_messages_through_every_system() {
         }
         assert!(system["latency"]["messages"].as_u64().unwrap() > 0, "{name}");
     }
-    assert_eq!(results["log_growth"].as_array().unwrap().len(), 2);
+    assert_eq!(results["log_growth"].as_array().unwrap().len(), 2, "{stderr}");
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(report.contains("| tributary |") && report.contains("| tributary-write |"));
     let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
