@@ -101,7 +101,8 @@ pub struct Config {
     /// A client certificate signed by this CA lets a client in (principal: its CN).
     pub tls_client_ca: Option<PathBuf>,
     /// A file holding a bearer token: a request without a client certificate must carry
-    /// `Authorization: Bearer {token}` (a browser's way in). Unset: none needed.
+    /// `Authorization: Bearer {token}` or the cookie a browser gets from `/?token={token}`.
+    /// Unset: none needed.
     pub token_file: Option<PathBuf>,
 }
 

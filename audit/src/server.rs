@@ -49,8 +49,13 @@ pub(crate) async fn serve(
     service::http::serve(listener, tls, app, stop).await
 }
 
-/// Lets a request through if its client presented a certificate (the TLS layer checked it)
-/// or it carries `Authorization: Bearer {token}`; otherwise 401. `/healthz` is open.
+/// The cookie a browser gets for the bearer token (see [`authenticate`]).
+const TOKEN_COOKIE: &str = "tributary_audit_token";
+
+/// Lets a request through if its client presented a certificate (the TLS layer checked it),
+/// carries `Authorization: Bearer {token}`, or carries the token's cookie; otherwise 401.
+/// `/healthz` is open. A browser opens `/?token={token}` once: it is answered with the cookie
+/// and sent on to the page without the token in its address bar.
 async fn authenticate(
     token: Arc<String>,
     request: axum::extract::Request,
@@ -59,18 +64,39 @@ async fn authenticate(
     use axum::extract::ConnectInfo;
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
+    let matches = |given: &str| same(given.trim().as_bytes(), token.as_bytes());
     let certified = request
         .extensions()
         .get::<ConnectInfo<service::http::Peer>>()
         .is_some_and(|peer| peer.0.principal.is_some());
-    let bearer = request
-        .headers()
+    let headers = request.headers();
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| same(given.trim().as_bytes(), token.as_bytes()));
-    if certified || bearer || request.uri().path() == "/healthz" {
+        .is_some_and(matches);
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .any(|(name, value)| name == TOKEN_COOKIE && matches(value));
+    if certified || bearer || cookie || request.uri().path() == "/healthz" {
         return next.run(request).await;
+    }
+    let in_query = request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|pair| pair.split_once('='))
+        .any(|(name, value)| name == "token" && matches(value));
+    if in_query {
+        let cookie = format!("{TOKEN_COOKIE}={token}; HttpOnly; Secure; SameSite=Strict; Path=/");
+        let to = request.uri().path().to_owned();
+        return (StatusCode::SEE_OTHER, [(header::SET_COOKIE, cookie), (header::LOCATION, to)])
+            .into_response();
     }
     let challenge = [(header::WWW_AUTHENTICATE, "Bearer realm=\"tributary audit\"")];
     (StatusCode::UNAUTHORIZED, challenge, "a client certificate or the bearer token is needed\n")

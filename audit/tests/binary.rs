@@ -286,6 +286,21 @@ async fn the_https_dashboard_takes_a_client_certificate_or_the_token() {
     let dashboard = format!("https://127.0.0.1:{port}/");
     assert_eq!(curl(pki.ca(), &dashboard, &["-H", "Authorization: Bearer s3cret-token"]).0, 200);
     assert_eq!(curl(pki.ca(), &format!("https://127.0.0.1:{port}/healthz"), &[]).0, 200);
+    // A browser opens the address with the token once and keeps a cookie.
+    let jar = dir.path().join("cookies");
+    let jar = path(&jar);
+    let login = format!("https://127.0.0.1:{port}/?token=s3cret-token");
+    let (status, _) = curl(pki.ca(), &login, &["-c", &jar]);
+    assert_eq!(status, 303, "the token's address sends the browser on to the page");
+    let cookies = std::fs::read_to_string(&jar).unwrap();
+    assert!(cookies.contains("tributary_audit_token\ts3cret-token"), "{cookies}");
+    assert_eq!(curl(pki.ca(), &url, &["-b", &jar]).0, 200, "the cookie is enough");
+    let (status, body) = curl(pki.ca(), &login, &["-b", &jar, "-L"]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<html") || body.contains("<!DOCTYPE"), "{body}");
+    let wrong = format!("https://127.0.0.1:{port}/?token=guess");
+    assert_eq!(curl(pki.ca(), &wrong, &[]).0, 401);
+    assert_eq!(curl(pki.ca(), &url, &["-H", "Cookie: tributary_audit_token=guess"]).0, 401);
     // Another CA's certificate is refused at the handshake.
     let other = testkit::tls::Pki::new("other CA").identity("operator");
     let out = Command::new("curl")

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use thiserror::Error;
 
@@ -18,6 +18,8 @@ pub enum PkiError {
     Generate(#[from] rcgen::Error),
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
+    #[error("not a CA of this kind: {0}")]
+    Load(String),
 }
 
 /// A certificate and its private key, PEM.
@@ -56,7 +58,8 @@ pub enum Validity {
 
 /// A CA that signs server and client certificates.
 pub struct CertificateAuthority {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
 }
 
 impl std::fmt::Debug for CertificateAuthority {
@@ -72,23 +75,59 @@ fn name(common_name: &str) -> DistinguishedName {
     name
 }
 
+/// What a CA named `common_name` signs with: its name and its key usages.
+fn ca_params(common_name: &str) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = name(common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
 impl CertificateAuthority {
     /// A new self-signed CA named `common_name`, valid for ten years.
     pub fn new(common_name: &str) -> Result<CertificateAuthority, PkiError> {
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name = name(common_name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let mut params = ca_params(common_name)?;
         let now = time_now();
         params.not_before = now - time::Duration::days(1);
         params.not_after = now + time::Duration::days(3650);
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
-        Ok(CertificateAuthority { issuer })
+        let key = KeyPair::generate()?;
+        let cert_pem = params.self_signed(&key)?.pem();
+        Ok(CertificateAuthority { issuer: Issuer::new(params, key), cert_pem })
+    }
+
+    /// The CA that [`CertificateAuthority::new`] made earlier, from its certificate and key
+    /// (as [`CertificateAuthority::cert_pem`] and [`CertificateAuthority::key_pem`] gave them):
+    /// what it signs from now on is trusted wherever its certificate already is.
+    pub fn load(cert_pem: &str, key_pem: &str) -> Result<CertificateAuthority, PkiError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        use x509_parser::prelude::FromDer;
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| PkiError::Load(format!("its certificate: {e}")))?;
+        let common_name =
+            crate::tls::principal(&der).map_err(|e| PkiError::Load(format!("its name: {e}")))?;
+        let key = KeyPair::from_pem(key_pem).map_err(|e| PkiError::Load(format!("its key: {e}")))?;
+        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
+            .map_err(|e| PkiError::Load(format!("its certificate: {e}")))?;
+        if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+            return Err(PkiError::Load("the key is not the certificate's".into()));
+        }
+        if !cert.is_ca() {
+            return Err(PkiError::Load(format!("{common_name:?} is not a CA certificate")));
+        }
+        let issuer = Issuer::new(ca_params(&common_name)?, key);
+        Ok(CertificateAuthority { issuer, cert_pem: cert_pem.to_owned() })
     }
 
     /// The CA's certificate, PEM: what clients and servers trust.
     pub fn cert_pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
+    }
+
+    /// The CA's private key, PEM: keep it where only its owner reads it.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
     }
 
     /// A certificate for principal `common_name`, serving `hosts` (DNS names or IP
@@ -139,5 +178,26 @@ mod tests {
         use rustls::pki_types::pem::PemObject;
         assert_eq!(crate::tls::principal(&der.unwrap()).unwrap(), "agent-1");
         assert!(ca.cert_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+    }
+
+    #[test]
+    fn a_loaded_ca_signs_what_its_certificate_verifies() {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+        let ca = CertificateAuthority::new("local CA").unwrap();
+        let loaded = CertificateAuthority::load(&ca.cert_pem(), &ca.key_pem()).unwrap();
+        let issued = loaded.issue("mirror", &["127.0.0.1"], Validity::Days(1)).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder(std::sync::Arc::new(roots))
+            .build()
+            .unwrap();
+        let der = CertificateDer::from_pem_slice(issued.cert_pem.as_bytes()).unwrap();
+        let now = rustls::pki_types::UnixTime::now();
+        verifier.verify_client_cert(&der, &[], now).unwrap();
+        // Another CA's key, or a leaf certificate, is not this CA.
+        let other = CertificateAuthority::new("other CA").unwrap();
+        assert!(CertificateAuthority::load(&ca.cert_pem(), &other.key_pem()).is_err());
+        assert!(CertificateAuthority::load(&issued.cert_pem, &issued.key_pem).is_err());
     }
 }
