@@ -111,6 +111,8 @@ struct SimulateArgs {
     )]
     topics: Vec<String>,
     /// A running agent's URL; without it, an agent is started in-process from the serve flags.
+    /// With it, of those flags only --tls-ca (the CA of an `https://` agent) and
+    /// --tls-cert/--tls-key (this client's certificate, for an agent that requires one) apply.
     #[arg(long, value_name = "URL")]
     agent: Option<String>,
     #[command(flatten)]
@@ -131,6 +133,37 @@ impl ServeArgs {
     }
 }
 
+impl ServeArgs {
+    /// `simulate --agent`'s TLS to that agent: the only serve flags that apply to it. Any
+    /// other one given is refused rather than ignored.
+    fn agent_tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, Failure> {
+        let given = toml::Table::try_from(self).map_err(|e| Failure::usage(anyhow::anyhow!(e)))?;
+        let ignored: Vec<String> = given
+            .keys()
+            .filter(|k| !["tls_ca", "tls_cert", "tls_key"].contains(&k.as_str()))
+            .map(|k| format!("--{}", k.replace('_', "-")))
+            .collect();
+        if !ignored.is_empty() || self.config.is_some() {
+            let mut ignored = ignored;
+            if self.config.is_some() {
+                ignored.insert(0, "--config".into());
+            }
+            return Err(Failure::usage(anyhow::anyhow!(
+                "{} configure the in-process agent and do not apply with --agent \
+                 (only --tls-ca, --tls-cert and --tls-key do)",
+                ignored.join(", ")
+            )));
+        }
+        let files = service::tls::ClientTlsFiles::from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+        .map_err(Failure::usage)?;
+        files.map(|f| service::tls::client_config(&f)).transpose().map_err(Failure::usage)
+    }
+}
+
 fn main() -> ExitCode {
     let cli: Cli = service::cli::parse("frontend-agent");
     service::cli::finish("frontend-agent", start(cli))
@@ -143,12 +176,16 @@ fn start(cli: Cli) -> Result<(), Failure> {
             runtime()?.block_on(serve(config))?;
         }
         Command::Simulate(args) => {
-            let config = match &args.agent {
+            let target = match &args.agent {
+                Some(url) => Some(Target::Http { url: url.clone(), tls: args.serve.agent_tls()? }),
+                None => None,
+            };
+            let config = match target {
                 Some(_) => None,
                 None => Some(args.serve.into_config()?),
             };
             let (rate, duration) = (args.rate, args.duration);
-            runtime()?.block_on(simulate(args.agent, config, rate, duration, args.topics))?;
+            runtime()?.block_on(simulate(target, config, rate, duration, args.topics))?;
         }
     }
     Ok(())
@@ -196,15 +233,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 async fn simulate(
-    agent_url: Option<String>,
+    target: Option<Target>,
     config: Option<Config>,
     rate: u64,
     duration: Duration,
     topics: Vec<String>,
 ) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
-    let (target, agent) = match (agent_url, config) {
-        (Some(url), _) => (Target::Http(url), None),
+    let (target, agent) = match (target, config) {
+        (Some(target), _) => (target, None),
         (None, Some(config)) => {
             let (registry, brokers) = connect(&config).await?;
             let agent = Agent::start(config, brokers, registry).await?;

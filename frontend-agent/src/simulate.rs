@@ -53,8 +53,12 @@ const BATCH_EVENTS_MAX: usize = 5_000;
 #[derive(Clone)]
 pub enum Target {
     Agent(Agent),
-    /// An agent's base URL, e.g. `http://127.0.0.1:8090`.
-    Http(String),
+    /// An agent's base URL, e.g. `http://127.0.0.1:8090`, and for `https://` the CA it trusts
+    /// and the certificate it presents (an agent whose input requires client certificates).
+    Http {
+        url: String,
+        tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    },
 }
 
 /// What a run did.
@@ -98,10 +102,11 @@ pub async fn simulate(
         return Err(SimError::UnknownTopic(unknown.clone()));
     }
     service::tls::install_crypto_provider();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .map_err(|e| SimError::Client(e.to_string()))?;
+    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Target::Http { tls: Some(tls), .. } = &target {
+        http = http.tls_backend_preconfigured((**tls).clone());
+    }
+    let http = http.build().map_err(|e| SimError::Client(e.to_string()))?;
     let mut generator = Generator::default();
     let mut report = SimReport::default();
     let start = Instant::now();
@@ -149,7 +154,7 @@ async fn send(
                 None
             }
         },
-        Target::Http(url) => {
+        Target::Http { url, .. } => {
             let mut body = Vec::with_capacity(events.len() * 200);
             for event in events {
                 serde_json::to_writer(&mut body, event).expect("JSON serializes");

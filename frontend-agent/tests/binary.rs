@@ -326,6 +326,20 @@ fn bad_flags_and_config_exit_2_with_one_line() {
             "expected a number with a unit",
         ),
         (args(&["simulate", "--rate", "5", "--duration", "1s"]), "registry is required"),
+        (
+            args(&["simulate", "--rate", "5", "--duration", "1s", "--agent", "http://a"])
+                .into_iter()
+                .chain(args(&["--spool-dir", "/tmp/s", "--acks", "1"]))
+                .collect(),
+            "--acks, --spool-dir configure the in-process agent and do not apply with --agent",
+        ),
+        (
+            args(&["simulate", "--rate", "5", "--duration", "1s", "--agent", "https://a"])
+                .into_iter()
+                .chain(args(&["--tls-cert", "/nonexistent.crt", "--tls-key", "/k"]))
+                .collect(),
+            "tls_cert needs tls_ca",
+        ),
     ];
     for (args, expected) in cases {
         let output = Command::new(BINARY).args(&args).output().unwrap();
@@ -490,6 +504,28 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
         .output()
         .unwrap();
     assert!(!plain.status.success(), "plaintext HTTP is refused");
+    // `simulate --agent https://…` with the serve flags' CA and a frontend's certificate.
+    let frontend = pki.identity("frontend-2");
+    let out = simulate(args(&[
+        "simulate",
+        "--agent",
+        &format!("https://127.0.0.1:{port}"),
+        "--rate",
+        "200",
+        "--duration",
+        "1s",
+        "--topics",
+        "page-view",
+        "--tls-ca",
+        &path(pki.ca()),
+        "--tls-cert",
+        &path(&frontend.cert),
+        "--tls-key",
+        &path(&frontend.key),
+    ]))
+    .await;
+    let simulated = number_after(&out, "accepted");
+    assert!(simulated > 0 && out.contains("refused 0"), "{out}");
     // The events reach the TLS broker, produced as agent-1 (the ACL allows nothing else).
     let reader = pki.identity("auditor");
     let tls =
@@ -498,7 +534,7 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
     let config = client::SimpleConsumerConfig { tls, ..Default::default() };
     testkit::eventually(DEADLINE, "the events in the TLS broker", || async {
         let payloads = read_all_with(&broker.addr, "page-view", config.clone()).await;
-        (payloads.len() == 10).then_some(())
+        (payloads.len() as u64 == 10 + simulated).then_some(())
     })
     .await;
 }

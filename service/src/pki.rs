@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use thiserror::Error;
 
@@ -107,7 +107,8 @@ impl CertificateAuthority {
             .map_err(|e| PkiError::Load(format!("its certificate: {e}")))?;
         let common_name =
             crate::tls::principal(&der).map_err(|e| PkiError::Load(format!("its name: {e}")))?;
-        let key = KeyPair::from_pem(key_pem).map_err(|e| PkiError::Load(format!("its key: {e}")))?;
+        let key =
+            KeyPair::from_pem(key_pem).map_err(|e| PkiError::Load(format!("its key: {e}")))?;
         let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
             .map_err(|e| PkiError::Load(format!("its certificate: {e}")))?;
         if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {

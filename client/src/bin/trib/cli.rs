@@ -23,10 +23,14 @@ pub struct Cli {
 /// certificate's CN).
 #[derive(Debug, Clone, Args)]
 pub struct TlsArgs {
+    /// Speak TLS to the brokers, trusting this CA (`tributary up`: {run_dir}/pki/ca.crt).
     #[arg(long, global = true, value_name = "PEM")]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// This client's certificate, for brokers that require one (its subject CN is the
+    /// principal the brokers' ACLs name; `tributary up`: {run_dir}/pki/operator.crt).
     #[arg(long, global = true, value_name = "PEM", requires = "tls_key")]
     pub tls_cert: Option<std::path::PathBuf>,
+    /// The key of --tls-cert.
     #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
 }
