@@ -125,6 +125,10 @@ async fn handshake(
     };
     let accepted = match service::tls::accept(stream, tls).await {
         Ok(accepted) => accepted,
+        Err(e) if !e.is_failure() => {
+            tracing::debug!(%peer, reason = %e, "TLS handshake ended");
+            return None;
+        }
         Err(e) => {
             refused(e.to_string());
             return None;

@@ -68,6 +68,9 @@ async fn accept_tls(
                 Ok(stream) => {
                     let _ = tx.send((stream, peer)).await;
                 }
+                Err(e) if !e.is_failure() => {
+                    tracing::debug!(%peer, reason = %e, "TLS handshake ended")
+                }
                 Err(e) => tracing::warn!(%peer, reason = %e, "TLS handshake failed; closing"),
             }
         });

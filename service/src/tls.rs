@@ -379,6 +379,17 @@ pub enum HandshakeError {
     Refused(std::io::Error),
     #[error("no handshake within {HANDSHAKE_TIMEOUT:?}")]
     TimedOut,
+    /// The peer went away during the handshake (a TCP or TLS health check, a client that gave
+    /// up): nothing to act on, so servers log it at debug level and do not count it.
+    #[error("the peer closed the connection during the handshake: {0}")]
+    Closed(std::io::Error),
+}
+
+impl HandshakeError {
+    /// Whether it is worth an operator's attention (see [`HandshakeError::Closed`]).
+    pub fn is_failure(&self) -> bool {
+        !matches!(self, HandshakeError::Closed(_))
+    }
 }
 
 /// The server's side of a TLS handshake on `stream`, within [`HANDSHAKE_TIMEOUT`].
@@ -394,7 +405,18 @@ pub async fn accept(
                 .get_ref()
                 .and_then(|inner| inner.downcast_ref::<rustls::Error>())
                 .is_some_and(|e| matches!(e, rustls::Error::InvalidMessage(_)));
-            Err(if plaintext { HandshakeError::Plaintext(e) } else { HandshakeError::Refused(e) })
+            use std::io::ErrorKind;
+            let closed = matches!(
+                e.kind(),
+                ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+            );
+            Err(if plaintext {
+                HandshakeError::Plaintext(e)
+            } else if closed {
+                HandshakeError::Closed(e)
+            } else {
+                HandshakeError::Refused(e)
+            })
         }
         Err(_) => Err(HandshakeError::TimedOut),
     }

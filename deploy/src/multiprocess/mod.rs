@@ -9,6 +9,7 @@
 //! `config/NAME.{toml,cfg}`, `data/NAME/`. `status` and `down` find the processes again from
 //! the same topology file and their pid files.
 
+pub mod pki;
 pub mod plan;
 pub mod process;
 pub mod ready;
@@ -45,6 +46,8 @@ pub enum DeployError {
     UnknownProcess { name: String },
     #[error("cannot write to the terminal: {0}")]
     Output(std::io::Error),
+    #[error(transparent)]
+    Pki(#[from] pki::PkiError),
 }
 
 /// A loaded topology and the processes it names.
@@ -85,6 +88,11 @@ impl Deployment {
         &self.components
     }
 
+    /// The deployment's certificates (`[security] tls`).
+    pub fn pki(&self) -> pki::PkiPaths {
+        pki::PkiPaths::new(&self.topology.run_dir)
+    }
+
     fn paths(&self, component: &Component) -> Paths {
         Paths::new(&self.topology.run_dir, &component.name)
     }
@@ -94,6 +102,10 @@ impl Deployment {
     pub fn up(&self, out: &mut dyn Write) -> Result<(), DeployError> {
         for component in &self.components {
             check_program(component)?;
+        }
+        if self.topology.security.tls {
+            let identities = self.components.iter().filter_map(|c| c.identity.as_deref());
+            self.pki().ensure(identities.chain([pki::OPERATOR]))?;
         }
         let timeout = Duration::from_millis(self.topology.ready_timeout_ms);
         let mut started: Vec<&Component> = Vec::new();
@@ -143,7 +155,7 @@ impl Deployment {
         paths: &Paths,
         timeout: Duration,
     ) -> Result<u32, DeployError> {
-        if let Some(config) = &component.config {
+        for config in component.config.iter().chain(&component.files) {
             let text = config.content.render(&self.topology_path)?;
             if let Some(dir) = config.path.parent() {
                 std::fs::create_dir_all(dir)
@@ -213,7 +225,33 @@ impl Deployment {
 
     fn print_summary(&self, out: &mut dyn Write) -> Result<(), DeployError> {
         let t = &self.topology;
-        say(out, format_args!("\ndashboard       {}", plan::dashboard_url(t)))?;
+        match self.pki().read_token().filter(|_| t.security.tls) {
+            Some(token) => {
+                say(
+                    out,
+                    format_args!("\ndashboard       {}?token={token}", plan::dashboard_url(t)),
+                )?;
+                let pki = self.pki();
+                say(
+                    out,
+                    format_args!(
+                        "security        mutual TLS; every certificate is signed by {} (trust it, \
+                         or accept the browser's warning)",
+                        pki.ca().display()
+                    ),
+                )?;
+                say(
+                    out,
+                    format_args!(
+                        "  as operator   trib --tls-ca {} --tls-cert {} --tls-key {} …",
+                        pki.ca().display(),
+                        pki.cert(pki::OPERATOR).display(),
+                        pki.key(pki::OPERATOR).display()
+                    ),
+                )?;
+            }
+            None => say(out, format_args!("\ndashboard       {}", plan::dashboard_url(t)))?,
+        }
         say(
             out,
             format_args!(
@@ -230,7 +268,10 @@ impl Deployment {
         say(out, format_args!("schema registry {}", plan::registry_url(t)))?;
         for (name, live) in &t.live {
             say(out, format_args!("load balancer   {name}: {}:{}", topology::HOST, live.lb_port))?;
-            say(out, format_args!("frontend agent  {name}: {}", plan::agent_url(live.agent_port)))?;
+            say(
+                out,
+                format_args!("frontend agent  {name}: {}", plan::agent_url(t, live.agent_port)),
+            )?;
         }
         say(
             out,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::pki::{OPERATOR, PkiPaths};
 use super::ready::Ready;
 use super::topology::{HOST, SEAWEEDFS_EXTRA_PORTS, Service, Topology, TopologyError};
 
@@ -35,6 +36,10 @@ pub struct Component {
     pub ours: bool,
     /// Its `/metrics` URL, where it has one.
     pub metrics: Option<String>,
+    /// The principal whose certificate it presents (`[security] tls`): its own name.
+    pub identity: Option<String>,
+    /// Other files `up` writes before starting it (a cluster's ACL file, a web config).
+    pub files: Vec<ConfigFile>,
 }
 
 /// A generated config file.
@@ -51,8 +56,15 @@ pub enum ConfigContent {
     /// A service's TOML: its `config` file, then its `settings`, read into the service's own
     /// typed config (so a key it does not know is the topology's error, named), then the
     /// fields the topology decides (ports, addresses, directories) set on it, and the whole
-    /// config serialized. `settings` may not set those fields.
-    Service { key: String, base: Option<PathBuf>, settings: toml::Table, typed: TypedConfig },
+    /// config serialized. `settings` may not set those fields, nor the `forced` keys (the
+    /// certificate files of `[security] tls`), which are set over everything.
+    Service {
+        key: String,
+        base: Option<PathBuf>,
+        settings: toml::Table,
+        forced: toml::Table,
+        typed: TypedConfig,
+    },
 }
 
 /// How one kind of service's config is built: the fields the topology sets, and the service's
@@ -95,7 +107,7 @@ impl ConfigContent {
     pub fn render(&self, topology_path: &Path) -> Result<String, TopologyError> {
         match self {
             ConfigContent::Text(text) => Ok(text.clone()),
-            ConfigContent::Service { key, base, settings, typed } => {
+            ConfigContent::Service { key, base, settings, forced, typed } => {
                 let error = |at: String, message: String| TopologyError::Key {
                     path: topology_path.to_owned(),
                     key: at,
@@ -119,7 +131,7 @@ impl ConfigContent {
                     None => toml::Table::new(),
                 };
                 for (name, value) in settings {
-                    if typed.derived.contains(&name.as_str()) {
+                    if typed.derived.contains(&name.as_str()) || forced.contains_key(name) {
                         return Err(error(
                             format!("{key}.settings.{name}"),
                             "is set by the topology itself; remove it".into(),
@@ -127,6 +139,7 @@ impl ConfigContent {
                     }
                     table.insert(name.clone(), value.clone());
                 }
+                table.extend(forced.clone());
                 let body = (typed.build)(table)
                     .map_err(|message| error(format!("{key}.settings"), message))?;
                 Ok(format!(
@@ -214,6 +227,8 @@ fn zookeeper(topology: &Topology) -> Component {
         marker: display(&config),
         ours: false,
         metrics: None,
+        identity: None,
+        files: Vec::new(),
     }
 }
 
@@ -273,6 +288,8 @@ fn seaweedfs(topology: &Topology) -> Component {
         marker: format!("-dir={}", data.display()),
         ours: false,
         metrics: None,
+        identity: None,
+        files: Vec::new(),
     }
 }
 
@@ -298,6 +315,7 @@ fn service(
                 key: key.to_owned(),
                 base: service.config.clone(),
                 settings: service.settings.clone(),
+                forced: toml::Table::new(),
                 typed,
             },
         }),
@@ -307,7 +325,43 @@ fn service(
         marker: display(&config),
         ours: true,
         metrics: None,
+        identity: None,
+        files: Vec::new(),
     }
+}
+
+/// `http`, or `https` with `[security] tls`.
+pub fn scheme(topology: &Topology) -> &'static str {
+    if topology.security.tls { "https" } else { "http" }
+}
+
+fn path_value(path: &Path) -> toml::Value {
+    toml::Value::String(display(path))
+}
+
+/// With `[security] tls`, a service of ours presents its own certificate on its listener
+/// and to the servers it calls, requires client certificates from the CA, and trusts only
+/// that CA (`client`: it calls other services); `extra` are further keys of its config.
+fn secure(topology: &Topology, component: &mut Component, client: bool, extra: toml::Table) {
+    if !topology.security.tls {
+        return;
+    }
+    let pki = PkiPaths::new(&topology.run_dir);
+    let name = component.name.clone();
+    let mut keys = toml::Table::new();
+    keys.insert("tls_cert".into(), path_value(&pki.cert(&name)));
+    keys.insert("tls_key".into(), path_value(&pki.key(&name)));
+    keys.insert("tls_client_ca".into(), path_value(&pki.ca()));
+    if client {
+        keys.insert("tls_ca".into(), path_value(&pki.ca()));
+    }
+    keys.extend(extra);
+    if let Some(ConfigFile { content: ConfigContent::Service { forced, .. }, .. }) =
+        &mut component.config
+    {
+        *forced = keys;
+    }
+    component.identity = Some(name);
 }
 
 fn schema_registry(topology: &Topology, binaries: &Path) -> Component {
@@ -335,12 +389,21 @@ fn schema_registry(topology: &Topology, binaries: &Path) -> Component {
     );
     component.address = registry_url(topology);
     component.metrics = Some(format!("{}/metrics", registry_url(topology)));
+    // Every process reads schemas; only the operator registers or deletes them (the
+    // pipeline's own schemas are registered by the registry itself at start).
+    let writers = toml::Value::Array(vec![toml::Value::String(OPERATOR.into())]);
+    secure(
+        topology,
+        &mut component,
+        false,
+        toml::Table::from_iter([("write_principals".into(), writers)]),
+    );
     component
 }
 
 /// The schema registry's URL.
 pub fn registry_url(topology: &Topology) -> String {
-    format!("http://{HOST}:{}", topology.schema_registry_port())
+    format!("{}://{HOST}:{}", scheme(topology), topology.schema_registry_port())
 }
 
 fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: u16) -> Component {
@@ -348,7 +411,7 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     let data_dir = data_dir(topology, &name);
     let zookeeper = topology.zookeeper_connect(cluster);
     let metrics = format!("{HOST}:{}", topology.broker_metrics_port(port));
-    let metrics_url = format!("http://{metrics}/metrics");
+    let metrics_url = format!("{}://{metrics}/metrics", scheme(topology));
     let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
     let typed = TypedConfig::new(
         &["broker_id", "host", "port", "data_dir", "zookeeper", "metrics"],
@@ -375,7 +438,63 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     // expires (`zookeeper_session_timeout_ms`); the new broker waits that out itself.
     component.address = format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster));
     component.metrics = Some(metrics_url);
+    if topology.security.tls {
+        // One ACL file per cluster, written by each of its brokers' start (the same text).
+        let acl = config_path(topology, &format!("acl-{cluster}"), "toml");
+        let pki = PkiPaths::new(&topology.run_dir);
+        let extra = toml::Table::from_iter([
+            ("tls_ca".into(), path_value(&pki.ca())),
+            ("acl_file".into(), path_value(&acl)),
+        ]);
+        component.files.push(ConfigFile {
+            path: acl,
+            content: ConfigContent::Text(acl_file(topology, cluster)),
+        });
+        secure(topology, &mut component, true, extra);
+    }
     component
+}
+
+/// What each process may do on `cluster`'s brokers: exactly its job. On a live cluster its
+/// agent produces (event topics and `_audit`, created on first use), the mirror and the audit
+/// read; on the analytics cluster the mirror produces (and reads its own `_audit` counts
+/// back at start), the loader reads and produces its counts, the audit reads `_audit`.
+/// Every broker of the cluster replicates; the operator may do everything.
+fn acl_file(topology: &Topology, cluster: &str) -> String {
+    let rules: Vec<(String, &[&str], &[&str])> = if topology.live.contains_key(cluster) {
+        vec![
+            (format!("agent-{cluster}"), &["*"], &["produce", "create", "describe"]),
+            ("mirror".into(), &["*"], &["consume", "describe"]),
+            ("audit".into(), &["*"], &["consume", "describe"]),
+        ]
+    } else {
+        vec![
+            ("mirror".into(), &["*"], &["produce", "create", "describe"]),
+            ("mirror".into(), &["_audit"], &["consume"]),
+            ("loader".into(), &["*"], &["consume", "describe"]),
+            ("loader".into(), &["_audit"], &["produce", "create"]),
+            ("audit".into(), &["_audit"], &["consume", "describe"]),
+        ]
+    };
+    let all: &[&str] = &["produce", "consume", "create", "describe", "replicate"];
+    let rules = [(format!("broker-{cluster}-*"), &["*"][..], &["replicate", "describe"][..])]
+        .into_iter()
+        .chain(rules)
+        .chain([(OPERATOR.to_owned(), &["*"][..], all)]);
+    let mut text = format!(
+        "# Generated by `tributary up`; edit the topology file instead.\n\
+         # Who may do what on the brokers of {cluster} (principal: the certificate's CN).\n"
+    );
+    let list =
+        |items: &[&str]| items.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", ");
+    for (principal, topics, operations) in rules {
+        text.push_str(&format!(
+            "\n[[allow]]\nprincipals = [{principal:?}]\ntopics = [{}]\noperations = [{}]\n",
+            list(topics),
+            list(operations)
+        ));
+    }
+    text
 }
 
 fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16]) -> Component {
@@ -393,13 +512,26 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
          frontend {cluster}\n    bind {HOST}:{port}\n    default_backend {cluster}-brokers\n\n\
          backend {cluster}-brokers\n    balance roundrobin\n"
     );
+    // With TLS the brokers' TLS passes through untouched; the health check is a TLS
+    // handshake of HAProxy's own (with its certificate, as the brokers require one), so a
+    // check is not a failed handshake in the brokers' logs every second.
+    let pki = PkiPaths::new(&topology.run_dir);
+    let check_tls = if topology.security.tls {
+        format!(
+            " check-ssl verify required ca-file {} crt {}",
+            pki.ca().display(),
+            pki.bundle(&name).display()
+        )
+    } else {
+        String::new()
+    };
     for (id, broker) in brokers.iter().enumerate() {
         text.push_str(&format!(
-            "    server broker-{id} {HOST}:{broker} check inter 1s fall 2 rise 2\n"
+            "    server broker-{id} {HOST}:{broker} check{check_tls} inter 1s fall 2 rise 2\n"
         ));
     }
     Component {
-        name,
+        name: name.clone(),
         program: PathBuf::from(&topology.binaries.haproxy),
         // -db: stay in the foreground, so the pid is HAProxy's own.
         args: vec!["-db".into(), "-f".into(), display(&config)],
@@ -412,6 +544,8 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
         marker: display(&config),
         ours: false,
         metrics: None,
+        identity: topology.security.tls.then_some(name),
+        files: Vec::new(),
     }
 }
 
@@ -442,14 +576,15 @@ fn agent(
     let mut component =
         service(topology, &name, binaries.join("frontend-agent"), "agent", &topology.agent, typed);
     component.args.insert(0, "serve".into());
-    component.address = agent_url(port);
-    component.metrics = Some(format!("{}/metrics", agent_url(port)));
+    component.address = agent_url(topology, port);
+    component.metrics = Some(format!("{}/metrics", agent_url(topology, port)));
+    secure(topology, &mut component, true, toml::Table::new());
     component
 }
 
 /// A frontend agent's base URL.
-pub fn agent_url(port: u16) -> String {
-    format!("http://{HOST}:{port}")
+pub fn agent_url(topology: &Topology, port: u16) -> String {
+    format!("{}://{HOST}:{port}", scheme(topology))
 }
 
 fn window_ms(topology: &Topology) -> i64 {
@@ -479,12 +614,20 @@ fn audit(topology: &Topology, binaries: &Path) -> Component {
         service(topology, "audit", binaries.join("audit"), "audit", &topology.audit, typed);
     component.address = dashboard_url(topology);
     component.metrics = Some(format!("{}metrics", dashboard_url(topology)));
+    // A browser has no client certificate: it brings the token (see `up`'s summary).
+    let token = PkiPaths::new(&topology.run_dir).token();
+    secure(
+        topology,
+        &mut component,
+        true,
+        toml::Table::from_iter([("token_file".into(), path_value(&token))]),
+    );
     component
 }
 
 /// Prometheus' URL.
 pub fn prometheus_url(topology: &Topology) -> String {
-    format!("http://{HOST}:{}/", topology.prometheus.port)
+    format!("{}://{HOST}:{}/", scheme(topology), topology.prometheus.port)
 }
 
 /// Debian's Prometheus, scraping the `/metrics` of every component before it (one job per
@@ -497,7 +640,9 @@ fn prometheus(topology: &Topology, components: &[Component]) -> Component {
     let mut jobs: Vec<(&str, Vec<String>)> = Vec::new();
     for component in components {
         let Some(url) = &component.metrics else { continue };
-        let Some(target) = url.strip_prefix("http://").and_then(|u| u.strip_suffix("/metrics"))
+        let Some(target) = url
+            .strip_prefix(&format!("{}://", scheme(topology)))
+            .and_then(|u| u.strip_suffix("/metrics"))
         else {
             continue;
         };
@@ -519,22 +664,49 @@ fn prometheus(topology: &Topology, components: &[Component]) -> Component {
          scrape_configs:\n",
         display(&topology.prometheus.rules)
     );
+    let pki = PkiPaths::new(&topology.run_dir);
+    let name = "prometheus";
+    // With TLS, Prometheus scrapes with a certificate of its own and serves its UI and API
+    // over HTTPS (without asking for client certificates: it is read from a browser).
+    let scrape_tls = if topology.security.tls {
+        format!(
+            "    scheme: https\n    tls_config:\n      ca_file: {:?}\n      cert_file: {:?}\n      key_file: {:?}\n",
+            display(&pki.ca()),
+            display(&pki.cert(name)),
+            display(&pki.key(name))
+        )
+    } else {
+        String::new()
+    };
     for (job, entries) in jobs {
-        text.push_str(&format!("  - job_name: {job:?}\n    static_configs:\n"));
+        text.push_str(&format!("  - job_name: {job:?}\n{scrape_tls}    static_configs:\n"));
         for entry in entries {
             text.push_str(&entry);
         }
     }
     let listen = format!("{HOST}:{}", topology.prometheus.port);
+    let mut args = vec![
+        format!("--config.file={}", display(&config)),
+        format!("--storage.tsdb.path={}", display(&data)),
+        format!("--web.listen-address={listen}"),
+        format!("--storage.tsdb.retention.time={}", topology.prometheus.retention),
+    ];
+    let mut files = Vec::new();
+    if topology.security.tls {
+        let web = config_path(topology, "prometheus-web", "yml");
+        let text = format!(
+            "# Generated by `tributary up`; edit the topology file instead.\n\
+             tls_server_config:\n  cert_file: {:?}\n  key_file: {:?}\n",
+            display(&pki.cert(name)),
+            display(&pki.key(name))
+        );
+        args.push(format!("--web.config.file={}", display(&web)));
+        files.push(ConfigFile { path: web, content: ConfigContent::Text(text) });
+    }
     Component {
-        name: "prometheus".into(),
+        name: name.into(),
         program: PathBuf::from(&topology.binaries.prometheus),
-        args: vec![
-            format!("--config.file={}", display(&config)),
-            format!("--storage.tsdb.path={}", display(&data)),
-            format!("--web.listen-address={listen}"),
-            format!("--storage.tsdb.retention.time={}", topology.prometheus.retention),
-        ],
+        args,
         env: Vec::new(),
         env_remove: Vec::new(),
         config: Some(ConfigFile { path: config.clone(), content: ConfigContent::Text(text) }),
@@ -544,6 +716,8 @@ fn prometheus(topology: &Topology, components: &[Component]) -> Component {
         marker: display(&config),
         ours: false,
         metrics: None,
+        identity: topology.security.tls.then(|| name.to_owned()),
+        files,
     }
 }
 
@@ -566,7 +740,7 @@ fn job_of<'a>(topology: &'a Topology, name: &'a str) -> (&'a str, Option<&'a str
 
 /// The audit dashboard's URL.
 pub fn dashboard_url(topology: &Topology) -> String {
-    format!("http://{HOST}:{}/", topology.audit_port())
+    format!("{}://{HOST}:{}/", scheme(topology), topology.audit_port())
 }
 
 fn mirror(topology: &Topology, binaries: &Path) -> Component {
@@ -591,35 +765,47 @@ fn mirror(topology: &Topology, binaries: &Path) -> Component {
     );
     let mut component =
         service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, typed);
-    component.address = format!("http://{HOST}:{}/metrics", topology.mirror_port());
+    component.address = format!("{}://{HOST}:{}/metrics", scheme(topology), topology.mirror_port());
     component.metrics = Some(component.address.clone());
+    secure(topology, &mut component, true, toml::Table::new());
     component
 }
 
 fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u16) -> Component {
     let sim = &topology.simulator;
-    let agent = format!("--agent={}", agent_url(agent_port));
+    let name = format!("simulator-{cluster}");
+    let agent = format!("--agent={}", agent_url(topology, agent_port));
+    let mut args = vec![
+        "simulate".into(),
+        agent.clone(),
+        format!("--rate={}", sim.rate),
+        format!("--duration={}", service::duration::format(sim.duration)),
+        format!("--topics={}", sim.topics.join(",")),
+    ];
+    if topology.security.tls {
+        // A frontend of the agent's: it presents a certificate of its own.
+        let pki = PkiPaths::new(&topology.run_dir);
+        args.push(format!("--tls-ca={}", display(&pki.ca())));
+        args.push(format!("--tls-cert={}", display(&pki.cert(&name))));
+        args.push(format!("--tls-key={}", display(&pki.key(&name))));
+    }
     Component {
-        name: format!("simulator-{cluster}"),
+        name: name.clone(),
         program: binaries.join("frontend-agent"),
-        args: vec![
-            "simulate".into(),
-            agent.clone(),
-            format!("--rate={}", sim.rate),
-            format!("--duration={}", service::duration::format(sim.duration)),
-            format!("--topics={}", sim.topics.join(",")),
-        ],
+        args,
         env: vec![("NO_COLOR".into(), "1".into())],
         env_remove: Vec::new(),
         config: None,
         dirs: Vec::new(),
         // It has no port; an agent that refuses it, or a bad flag, ends it at once.
         ready: Ready::Running { ms: 1000 },
-        address: format!("into {}", agent_url(agent_port)),
+        address: format!("into {}", agent_url(topology, agent_port)),
         // Its command line names no file of the run directory, but its agent's address.
         marker: agent,
         ours: true,
         metrics: None,
+        identity: topology.security.tls.then_some(name),
+        files: Vec::new(),
     }
 }
 
@@ -634,7 +820,7 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
     let (registry, interval, window_ms) =
         (registry_url(topology), topology.loader.interval, window_ms(topology));
     let metrics = format!("{HOST}:{}", topology.loader_port());
-    let metrics_url = format!("http://{metrics}/metrics");
+    let metrics_url = format!("{}://{metrics}/metrics", scheme(topology));
     let typed = TypedConfig::new(
         &["store", "zookeeper", "registry", "interval", "metrics", "host_name", "audit_window_ms"],
         move |c: &mut hdfs_loader::Config| {
@@ -672,5 +858,7 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
     component.ready = Ready::LogLine { text: "metrics listening on".into() };
     component.address = format!("{} at {endpoint}", store_url(topology));
     component.metrics = Some(metrics_url);
+    // Its S3 store (SeaweedFS, on loopback, without authentication) stays plain HTTP.
+    secure(topology, &mut component, true, toml::Table::new());
     component
 }

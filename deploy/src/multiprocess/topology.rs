@@ -66,6 +66,26 @@ pub struct Topology {
     pub audit: Service,
     #[serde(default)]
     pub prometheus: Prometheus,
+    #[serde(default)]
+    pub security: Security,
+}
+
+/// How the processes talk to each other.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Security {
+    /// Mutual TLS between every process of ours (and Prometheus), with a CA and one
+    /// certificate per process generated under `{run_dir}/pki`, an ACL file per cluster, the
+    /// registry's writes for the operator only, and a bearer token for the dashboard.
+    /// `false`: plaintext and unauthenticated, as a single-user sandbox.
+    #[serde(default = "defaults::tls")]
+    pub tls: bool,
+}
+
+impl Default for Security {
+    fn default() -> Self {
+        Security { tls: defaults::tls() }
+    }
 }
 
 /// The Prometheus that scrapes every process's `/metrics` and evaluates the alert rules.
@@ -237,6 +257,9 @@ pub struct Loader {
 mod defaults {
     use std::time::Duration;
 
+    pub fn tls() -> bool {
+        true
+    }
     pub fn ready_timeout_ms() -> u64 {
         30_000
     }
