@@ -1,7 +1,9 @@
 //! `tributary up/status/down` through the real binary: the whole two-datacenter pipeline as
-//! separate processes (real ZooKeeper, SeaweedFS, HAProxy), a live broker and the mirror
-//! killed with `kill -9` mid-run, and the books checked at the end; plus the failure modes of
-//! the command itself (a bad topology file, a component that never becomes ready).
+//! separate processes (real ZooKeeper, SeaweedFS, HAProxy), secured as `up` secures it by
+//! default (mutual TLS, ACLs, the dashboard's token) and read here as the operator, a process
+//! holding another service's certificate refused, a live broker and the mirror killed with
+//! `kill -9` mid-run, and the books checked at the end; plus the failure modes of the command
+//! itself (a bad topology file, a component that never becomes ready).
 //!
 //! The component binaries must be built beside `tributary` (`cargo test --workspace` builds
 //! them all; alone: `cargo build -p broker -p schema-registry -p frontend-agent -p mirror
@@ -392,7 +394,7 @@ fn agent_counts(
     http: &reqwest::Client,
     port: u16,
 ) -> Option<(u64, u64, u64)> {
-    let page = get(runtime, http, &format!("http://127.0.0.1:{port}/metrics"))?;
+    let page = get(runtime, http, &format!("https://127.0.0.1:{port}/metrics"))?;
     Some((
         metric(&page, "tributary_agent_accepted_total")?,
         metric(&page, "tributary_agent_acknowledged_total")?,
@@ -407,7 +409,7 @@ fn windows(
     port: u16,
     topic: &str,
 ) -> Option<Vec<serde_json::Value>> {
-    let body = get(runtime, http, &format!("http://127.0.0.1:{port}/api/windows?topic={topic}"))?;
+    let body = get(runtime, http, &format!("https://127.0.0.1:{port}/api/windows?topic={topic}"))?;
     let value: serde_json::Value = serde_json::from_str(&body).ok()?;
     match value {
         serde_json::Value::Array(windows) => Some(windows),
@@ -475,11 +477,33 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     let begun = Instant::now();
     let deployment = Deployment::new("\n[simulator]\nrate = 100\nduration = \"10m\"\n");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let http = testkit::http_client();
     let p = |name: &str| deployment.ports[name];
 
     let up = deployment.ok("up", &[]);
-    assert!(up.contains(&format!("dashboard       http://127.0.0.1:{}/", p("audit"))), "{up}");
+    let pki = deployment.run_dir().join("pki");
+    let token = std::fs::read_to_string(pki.join("dashboard.token")).expect("the token");
+    let dashboard = format!("https://127.0.0.1:{}/", p("audit"));
+    assert!(up.contains(&format!("dashboard       {dashboard}?token={}", token.trim())), "{up}");
+    assert!(up.contains(&format!("--tls-cert {}", pki.join("operator.crt").display())), "{up}");
+    // Everything below is read as the operator, over mutual TLS.
+    let as_who = |who: Option<&str>| {
+        service::tls::install_crypto_provider();
+        let (cert, key) =
+            who.map(|w| (pki.join(format!("{w}.crt")), pki.join(format!("{w}.key")))).unzip();
+        let tls = service::tls::client_from_settings(
+            Some(&pki.join("ca.crt")),
+            cert.as_deref(),
+            key.as_deref(),
+        )
+        .expect("the deployment's certificates")
+        .expect("TLS");
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .tls_backend_preconfigured((*tls).clone())
+            .build()
+            .expect("an HTTPS client")
+    };
+    let http = as_who(Some("operator"));
     assert!(
         up.contains(&format!("s3://tributary/warehouse at http://127.0.0.1:{}", p("s3"))),
         "{up}"
@@ -511,13 +535,66 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         "brokers, registry, agents, mirror, loader, audit: {up}"
     );
     for url in pages {
-        let addr = url.trim_start_matches("http://").trim_end_matches("/metrics");
-        let samples = testkit::metrics::parse(&testkit::metrics::scrape(addr));
+        assert!(url.starts_with("https://"), "{url}");
+        let page = get(&runtime, &http, url).unwrap_or_else(|| panic!("{url} as the operator"));
+        let samples = testkit::metrics::parse(&page);
         assert!(!samples.is_empty(), "{url} has samples");
     }
 
+    // What each process may do is its job only. A client without a certificate is refused
+    // at the handshake; the agent's certificate may not register a schema; the loader's may
+    // not produce into a live cluster; the dashboard wants a certificate or the token.
+    let registry = format!("https://127.0.0.1:{}", p("registry"));
+    let anonymous = as_who(None);
+    let refused =
+        runtime.block_on(async { anonymous.get(format!("{registry}/subjects")).send().await });
+    assert!(refused.is_err(), "a client without a certificate: {refused:?}");
+    let schema = serde_json::json!({ "schema": "\"string\"" });
+    let agent = as_who(Some("agent-live-a"));
+    let register = runtime.block_on(async {
+        agent.post(format!("{registry}/subjects/intruder/versions")).json(&schema).send().await
+    });
+    assert_eq!(register.expect("the registry answers").status(), 403);
+    let trib = Path::new(TRIBUTARY).with_file_name("trib");
+    let mut produce = Command::new(&trib)
+        .arg("--tls-ca")
+        .arg(pki.join("ca.crt"))
+        .arg("--tls-cert")
+        .arg(pki.join("loader.crt"))
+        .arg("--tls-key")
+        .arg(pki.join("loader.key"))
+        .args(["produce", "--topic", "page-view", "--zookeeper"])
+        .arg(format!("127.0.0.1:{}/tributary/live-a", p("zookeeper")))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run trib");
+    {
+        use std::io::Write;
+        produce.stdin.take().expect("stdin").write_all(b"forged\n").expect("write");
+    }
+    let produced = produce.wait_with_output().expect("trib ends");
+    assert_eq!(produced.status.code(), Some(1));
+    assert_eq!(
+        text(&produced.stderr).trim(),
+        "trib: authorization failed: principal loader may not produce to topic page-view"
+    );
+    let summary = format!("{dashboard}api/summary");
+    let status = |client: &reqwest::Client, bearer: Option<&str>| {
+        let mut request = client.get(&summary);
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        let answer = runtime.block_on(async { request.send().await });
+        answer.expect("the dashboard answers").status().as_u16()
+    };
+    assert_eq!(status(&anonymous, None), 401);
+    assert_eq!(status(&anonymous, Some(token.trim())), 200);
+    assert_eq!(status(&http, None), 200);
+
     // Prometheus scrapes every one of those pages, and has the alert rules.
-    let prometheus = format!("http://127.0.0.1:{}", p("prometheus"));
+    let prometheus = format!("https://127.0.0.1:{}", p("prometheus"));
     assert!(up.contains(&format!("prometheus      {prometheus}/")), "{up}");
     eventually(Duration::from_secs(60), "Prometheus scraping every target", |seen| {
         let targets = get(&runtime, &http, &format!("{prometheus}/api/v1/targets"))?;
@@ -700,7 +777,7 @@ fn config_defaults_to_deploy_local_toml_from_the_repository_root() {
     );
     assert_eq!(names, expected, "{stdout}");
     assert!(stdout.contains("127.0.0.1:9101 in 127.0.0.1:2181/tributary/live-a"), "{stdout}");
-    assert!(stdout.contains("http://127.0.0.1:8080/"), "{stdout}");
+    assert!(stdout.contains("https://127.0.0.1:8080/"), "secured by default: {stdout}");
 }
 
 #[test]

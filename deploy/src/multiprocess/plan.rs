@@ -862,3 +862,79 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
     secure(topology, &mut component, true, toml::Table::new());
     component
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use broker::acl::Acl;
+    use broker::acl::Operation::{Consume, Create, Describe, Produce, Replicate};
+
+    fn topology(extra: &str) -> (tempfile::TempDir, Topology) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("topology.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "run_dir = \"run\"\n[live.live-a]\nbroker_ports = [1]\nlb_port = 2\n\
+                 agent_port = 3\n[analytics]\nbroker_ports = [4]\n{extra}"
+            ),
+        )
+        .unwrap();
+        let topology = Topology::load(&path).unwrap();
+        (dir, topology)
+    }
+
+    #[test]
+    fn each_process_may_do_its_job_on_each_cluster_and_nothing_else() {
+        let (_dir, topology) = topology("");
+        let live = Acl::parse(&acl_file(&topology, "live-a")).unwrap();
+        assert!(live.allows("agent-live-a", "page-view", Produce));
+        assert!(live.allows("agent-live-a", "_audit", Create));
+        assert!(!live.allows("agent-live-a", "page-view", Consume));
+        assert!(!live.allows("agent-live-b", "page-view", Produce));
+        assert!(
+            live.allows("mirror", "click", Consume) && !live.allows("mirror", "click", Produce)
+        );
+        assert!(live.allows("audit", "search", Consume));
+        assert!(!live.allows("loader", "search", Consume) && !live.allows("loader", "x", Produce));
+        assert!(live.allows("broker-live-a-0", "click", Replicate));
+        assert!(!live.allows("broker-analytics-0", "click", Replicate));
+        assert!(live.allows(OPERATOR, "anything", Produce));
+        let analytics = Acl::parse(&acl_file(&topology, "analytics")).unwrap();
+        assert!(analytics.allows("mirror", "page-view", Produce));
+        assert!(analytics.allows("mirror", "_audit", Consume));
+        assert!(!analytics.allows("mirror", "page-view", Consume));
+        assert!(analytics.allows("loader", "page-view", Consume));
+        assert!(analytics.allows("loader", "_audit", Produce));
+        assert!(!analytics.allows("loader", "page-view", Produce));
+        assert!(analytics.allows("audit", "_audit", Consume));
+        assert!(!analytics.allows("audit", "page-view", Describe));
+        assert!(!analytics.allows("agent-live-a", "page-view", Produce));
+    }
+
+    #[test]
+    fn security_off_is_plaintext_with_no_certificates() {
+        let (_dir, secured) = topology("");
+        let (_other, open) = topology("[security]\ntls = false\n");
+        let binaries = Path::new("/bin");
+        for (topology, scheme) in [(&secured, "https"), (&open, "http")] {
+            assert!(registry_url(topology).starts_with(&format!("{scheme}://")));
+            for component in plan(topology, binaries) {
+                let config = match &component.config {
+                    Some(ConfigFile { content: c @ ConfigContent::Service { .. }, .. }) => {
+                        c.render(Path::new("topology.toml")).unwrap()
+                    }
+                    _ => continue,
+                };
+                let has_tls = config.contains("tls_cert = ");
+                assert_eq!(has_tls, topology.security.tls, "{}: {config}", component.name);
+                assert_eq!(component.identity.is_some(), topology.security.tls);
+            }
+        }
+        // With TLS the settings may not set the certificate files themselves.
+        let (_dir, bad) = topology("[mirror]\nsettings = { tls_ca = \"/x\" }\n");
+        let mirror = plan(&bad, binaries).into_iter().find(|c| c.name == "mirror").unwrap();
+        let error = mirror.config.unwrap().content.render(Path::new("t.toml")).unwrap_err();
+        assert!(error.to_string().contains("mirror.settings.tls_ca"), "{error}");
+    }
+}
