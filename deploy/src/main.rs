@@ -71,6 +71,10 @@ struct DemoArgs {
     /// How often the loader runs.
     #[arg(long, value_name = "D", default_value = "60s", value_parser = service::duration::parse_positive)]
     loader_interval: Duration,
+    /// Mutual TLS between every service, with a CA and certificates made under
+    /// DATA_DIR/pki; the dashboard then wants the token it prints. Plaintext without it.
+    #[arg(long)]
+    tls: bool,
 }
 
 fn demo(args: DemoArgs) -> Result<(), Failure> {
@@ -82,6 +86,7 @@ fn demo(args: DemoArgs) -> Result<(), Failure> {
         rate: args.rate,
         dashboard: args.dashboard,
         loader_interval: args.loader_interval,
+        tls: args.tls,
         ..deploy::demo::DemoOptions::default()
     };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the runtime")?;

@@ -85,3 +85,62 @@ fn a_data_dir_the_demo_did_not_make_is_refused_and_kept() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{bad:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_tls_demo_speaks_only_tls_and_balances_its_books() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let summary_path = dir.path().join("summary.json");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["demo", "--tls", "--duration", "20s", "--dashboard", "127.0.0.1:0"])
+        .args(["--rate", "200", "--loader-interval", "10s", "--data-dir"])
+        .arg(dir.path().join("demo"))
+        .arg("--summary-json")
+        .arg(&summary_path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut head = String::new();
+    let broker = loop {
+        let line = lines.next().expect("the demo says where its brokers are").unwrap();
+        head.push_str(&line);
+        head.push('\n');
+        if let Some(list) = line.trim_start().strip_prefix("live-a    brokers ") {
+            break list.split(',').next().unwrap().trim().to_owned();
+        }
+    };
+    assert!(head.contains("mutual TLS between every service"), "{head}");
+    assert!(head.contains("?token="), "{head}");
+    // A plaintext client is refused by the brokers; the demo's CA and a certificate it made
+    // are let in.
+    let trib = std::path::Path::new(env!("CARGO_BIN_EXE_tributary")).with_file_name("trib");
+    let plain =
+        Command::new(&trib).args(["topics", "list", "--brokers", &broker]).output().unwrap();
+    assert!(!plain.status.success());
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("answered with TLS"), "{plain:?}");
+    let pki = dir.path().join("demo/pki");
+    let certified = Command::new(&trib)
+        .arg("--tls-ca")
+        .arg(pki.join("ca.crt"))
+        .arg("--tls-cert")
+        .arg(pki.join("operator.crt"))
+        .arg("--tls-key")
+        .arg(pki.join("operator.key"))
+        .args(["topics", "list", "--brokers", &broker])
+        .output()
+        .unwrap();
+    assert!(certified.status.success(), "{certified:?}");
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(demo.wait().unwrap().success(), "{}", rest.join("\n"));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let number = |key: &str| summary[key].as_u64().unwrap_or_else(|| panic!("{key} in {summary}"));
+    assert!(number("acknowledged") > 1000, "{summary}");
+    assert_eq!(number("acknowledged"), number("accepted"), "{summary}");
+    assert_eq!(number("distinct_ids_loaded"), number("acknowledged"), "{summary}");
+    assert_eq!(summary["windows"]["loss"], 0, "{summary}");
+    assert_eq!(summary["windows"]["open"], 0, "{summary}");
+    assert!(summary["dashboard_url"].as_str().unwrap().starts_with("https://"), "{summary}");
+}

@@ -190,7 +190,7 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
     };
     if let Command::Status(_) = command {
         let cluster = coordinator.map(cluster::Registry::new);
-        let status = hdfs_loader::status(store, cluster.as_ref()).await?;
+        let status = hdfs_loader::status(store, cluster.as_ref(), config.client_tls()?).await?;
         if json {
             println!("{}", serde_json::to_string_pretty(&status)?);
         } else {

@@ -57,10 +57,11 @@ pub struct HourStatus {
 }
 
 /// The status of every topic with commits in `store` and, given the cluster, every topic of
-/// the cluster not starting with `_`.
+/// the cluster not starting with `_` (log ends read from its brokers over `tls` if given).
 pub async fn status(
     store: Arc<dyn ObjectStore>,
     cluster: Option<&Registry>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<Status, LoadError> {
     let commits_root = Path::from(layout::COMMITS);
     let listing = store
@@ -98,7 +99,7 @@ pub async fn status(
                 partitions.insert(partition, leader.map(|(_, info)| info.addr()));
             }
         }
-        result.push(topic_status(&store, &topic, partitions).await?);
+        result.push(topic_status(&store, &topic, partitions, tls.clone()).await?);
     }
     Ok(Status { topics: result })
 }
@@ -107,9 +108,10 @@ async fn topic_status(
     store: &Arc<dyn ObjectStore>,
     topic: &str,
     partitions: BTreeMap<i32, Option<String>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<TopicStatus, LoadError> {
     let mut statuses = Vec::new();
-    let mut ends = LogEnds::new();
+    let mut ends = LogEnds::with_tls(tls);
     for (partition, addr) in partitions {
         let last = PartitionCommits::new(Arc::clone(store), topic, partition).last().await?;
         let committed = last.as_ref().map(|r| r.end);

@@ -50,7 +50,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
 
     // Status: everything committed, no lag, the first hours complete.
     let registry = cluster::Registry::new(Arc::clone(&cluster.coordinator));
-    let status = hdfs_loader::status(Arc::clone(&store), Some(&registry)).await.unwrap();
+    let status = hdfs_loader::status(Arc::clone(&store), Some(&registry), None).await.unwrap();
     let topic = status.topics.iter().find(|t| t.topic == TOPIC).expect("topic in status");
     assert_eq!(topic.rows, 400);
     assert!(topic.partitions.iter().all(|p| p.lag == Some(0) && p.log_end == p.committed_offset));

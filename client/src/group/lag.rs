@@ -152,8 +152,17 @@ pub async fn group_lag_with(
 /// Bytes `group` has yet to consume over every topic of the cluster of `registry`; `None`
 /// while a partition's broker is not registered (its lag unknown).
 pub async fn total_lag(registry: &Registry, group: &str) -> Result<Option<i64>, LagError> {
+    total_lag_with(&mut LogEnds::new(), registry, group).await
+}
+
+/// [`total_lag`], reading the log ends through `ends` (its connections, its TLS).
+pub async fn total_lag_with(
+    ends: &mut LogEnds,
+    registry: &Registry,
+    group: &str,
+) -> Result<Option<i64>, LagError> {
     let topics = registry.topics().await?;
-    let lags = group_lag(registry, group, &topics).await?;
+    let lags = group_lag_with(ends, registry, group, &topics).await?;
     Ok(lags.iter().map(|p| p.lag.map(|lag| lag.bytes())).sum())
 }
 

@@ -52,12 +52,28 @@ impl ClusterSpec {
     }
 }
 
+/// The principal of a demo broker.
+pub fn broker_name(cluster: &str, id: u32) -> String {
+    format!("broker-{cluster}-{id}")
+}
+
 impl Cluster {
     /// Opens and serves `spec.brokers` brokers with data under `{data_dir}/{name}/broker-{id}`.
     pub async fn start(
         embedded: &Embedded,
         spec: &ClusterSpec,
         data_dir: &Path,
+    ) -> Result<Cluster, DemoError> {
+        Cluster::start_with(embedded, spec, data_dir, None).await
+    }
+
+    /// [`Cluster::start`], each broker `broker-{cluster}-{id}` of `tls` serving (and
+    /// replicating over) mutual TLS if given.
+    pub async fn start_with(
+        embedded: &Embedded,
+        spec: &ClusterSpec,
+        data_dir: &Path,
+        tls: Option<&super::tls::DemoTls>,
     ) -> Result<Cluster, DemoError> {
         let chroot = format!("/tributary/{}", spec.name);
         let stop = CancellationToken::new();
@@ -71,7 +87,7 @@ impl Cluster {
         };
         for id in 0..spec.brokers {
             let dir = data_dir.join(&spec.name).join(format!("broker-{id}"));
-            let config = BrokerConfig {
+            let mut config = BrokerConfig {
                 broker_id: id as i32,
                 host: "127.0.0.1".into(),
                 port: 0,
@@ -83,6 +99,9 @@ impl Cluster {
                 visible_after: spec.visible_after,
                 ..BrokerConfig::default()
             };
+            if let Some(tls) = tls {
+                super::tls::apply!(config, tls.service(&broker_name(&spec.name, id)));
+            }
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
                 DemoError::Bind { what: format!("broker {}/{id}", spec.name), source: e }
             })?;

@@ -15,6 +15,7 @@ pub mod cluster;
 mod data_dir;
 pub mod registry;
 mod summary;
+pub mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub const TOPICS: [&str; 3] = ["page-view", "click", "search"];
 /// Names of the live clusters (datacenters).
 const LIVE: [&str; 2] = ["live-a", "live-b"];
 const ANALYTICS: &str = "analytics";
+const BROKERS_PER_CLUSTER: u32 = 2;
 /// Longest any one drain step may take before the demo gives up on it and says so.
 const DRAIN_STEP_MAX: Duration = Duration::from_secs(120);
 
@@ -64,6 +66,8 @@ pub enum DemoError {
     Audit(String),
     #[error("cannot write the summary to {path}: {source}")]
     SummaryFile { path: PathBuf, source: std::io::Error },
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 /// What `tributary demo` is asked to do.
@@ -83,6 +87,8 @@ pub struct DemoOptions {
     /// Where the dashboard listens; port 0 picks a free one.
     pub dashboard: String,
     pub status_interval: Duration,
+    /// Mutual TLS between the services (`--tls`); plaintext otherwise.
+    pub tls: bool,
 }
 
 impl Default for DemoOptions {
@@ -97,6 +103,7 @@ impl Default for DemoOptions {
             loader_interval: Duration::from_secs(60),
             dashboard: "127.0.0.1:8080".into(),
             status_interval: Duration::from_secs(5),
+            tls: false,
         }
     }
 }
@@ -143,6 +150,19 @@ struct Pipeline {
     dashboard_url: String,
     stop_audit: CancellationToken,
     audit_task: JoinHandle<Result<(), audit::AuditError>>,
+    tls: Option<tls::DemoTls>,
+}
+
+/// Every service of the demo that has a certificate with `--tls`.
+fn service_names() -> Vec<String> {
+    let mut names: Vec<String> = LIVE
+        .iter()
+        .chain([&ANALYTICS])
+        .flat_map(|c| (0..BROKERS_PER_CLUSTER).map(|id| cluster::broker_name(c, id)))
+        .collect();
+    names.extend(LIVE.iter().map(|c| format!("agent-{c}")));
+    names.extend(["schema-registry", "mirror", "loader", "audit"].map(String::from));
+    names
 }
 
 impl Pipeline {
@@ -150,45 +170,62 @@ impl Pipeline {
     /// loader and the audit service.
     async fn start(options: &DemoOptions) -> Result<Pipeline, DemoError> {
         let data_dir = data_dir::prepare(&options.data_dir)?;
+        let tls = match options.tls {
+            true => Some(tls::DemoTls::prepare(&data_dir, &service_names())?),
+            false => None,
+        };
         let embedded = ::cluster::Embedded::new();
-        let registry = registry::Registry::start(&data_dir.join("registry")).await?;
+        let registry =
+            registry::Registry::start_with(&data_dir.join("registry"), tls.as_ref()).await?;
         let registry_client = Arc::new(registry.client()?);
+        let spec = |name: &str| ClusterSpec::new(name, BROKERS_PER_CLUSTER, 2);
         let mut live = Vec::new();
         for name in LIVE {
-            live.push(Cluster::start(&embedded, &ClusterSpec::new(name, 2, 2), &data_dir).await?);
+            live.push(Cluster::start_with(&embedded, &spec(name), &data_dir, tls.as_ref()).await?);
         }
         let analytics =
-            Cluster::start(&embedded, &ClusterSpec::new(ANALYTICS, 2, 2), &data_dir).await?;
+            Cluster::start_with(&embedded, &spec(ANALYTICS), &data_dir, tls.as_ref()).await?;
         let stop_http = CancellationToken::new();
         let (agents, agent_urls, http_tasks) = start_agents(
             options,
             &embedded,
             &live,
-            &registry,
-            &registry_client,
+            (&registry, &registry_client),
             &data_dir,
             &stop_http,
+            tls.as_ref(),
         )
         .await?;
         let (mirror, mirror_metrics_url) =
-            start_mirror(options, &embedded, &live, &analytics, &registry).await?;
+            start_mirror(options, &embedded, &live, &analytics, &registry, tls.as_ref()).await?;
         let warehouse = data_dir.join("warehouse");
         std::fs::create_dir_all(&warehouse)
             .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
         let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
+        let mut loader_config = hdfs_loader::Config {
+            host_name: Some("loader-1".into()),
+            audit_window_ms: options.window_ms,
+            ..hdfs_loader::Config::default()
+        };
+        if let Some(tls) = &tls {
+            tls::apply!(loader_config, tls.service("loader"));
+        }
         let loader = hdfs_loader::Loader::new(
-            hdfs_loader::Config {
-                host_name: Some("loader-1".into()),
-                audit_window_ms: options.window_ms,
-                ..hdfs_loader::Config::default()
-            },
+            loader_config,
             session(&embedded, &analytics.chroot)?,
             Arc::clone(&store),
             Arc::clone(&registry_client),
         )?;
         let stop_audit = CancellationToken::new();
-        let (dashboard_url, audit_task) =
-            start_audit(options, &embedded, &live, &analytics, &registry, &stop_audit).await?;
+        let (dashboard_url, audit_task) = start_audit(
+            options,
+            &embedded,
+            (&live, &analytics),
+            &registry,
+            &stop_audit,
+            tls.as_ref(),
+        )
+        .await?;
         Ok(Pipeline {
             embedded,
             data_dir,
@@ -208,18 +245,33 @@ impl Pipeline {
             dashboard_url,
             stop_audit,
             audit_task,
+            tls,
         })
     }
 
     /// Says where everything is.
     fn announce(&self, options: &DemoOptions) {
         println!("Tributary demo: the paper's two-datacenter pipeline in one process");
-        // Security is each binary's (TLS, principals, ACLs): the demo is for one machine.
-        println!(
-            "  plaintext, no authentication: brokers, registry, agents and mirror listen on \
-             127.0.0.1 only; the dashboard on {}",
-            self.dashboard_url
-        );
+        match &self.tls {
+            Some(tls) => {
+                println!(
+                    "  mutual TLS between every service (no ACLs), all on 127.0.0.1; \
+                     certificates signed by {}",
+                    tls.ca().display()
+                );
+                println!(
+                    "  the dashboard wants a client certificate or its token: open {}?token={}",
+                    self.dashboard_url,
+                    tls.token().unwrap_or_default()
+                );
+            }
+            // Security is each binary's (TLS, principals, ACLs): the demo is for one machine.
+            None => println!(
+                "  plaintext, no authentication (--tls for mutual TLS): brokers, registry, \
+                 agents and mirror listen on 127.0.0.1 only; the dashboard on {}",
+                self.dashboard_url
+            ),
+        }
         for cluster in self.live.iter().chain([&self.analytics]) {
             println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
         }
@@ -248,7 +300,14 @@ impl Pipeline {
             store: Arc::clone(&self.store),
             analytics: ::cluster::Registry::new(session(&self.embedded, &self.analytics.chroot)?),
             dashboard_url: self.dashboard_url.clone(),
-            http: reqwest::Client::new(),
+            http: match &self.tls {
+                Some(tls) => reqwest::Client::builder()
+                    .tls_backend_preconfigured((*tls.operator()).clone())
+                    .build()
+                    .map_err(|e| DemoError::Tls(e.to_string()))?,
+                None => reqwest::Client::new(),
+            },
+            tls: self.tls.as_ref().map(|t| t.operator()),
             started,
         })
     }
@@ -313,9 +372,11 @@ impl Pipeline {
             .map(|c| Ok(::cluster::Registry::new(session(&self.embedded, &c.chroot)?)))
             .collect::<Result<_, DemoError>>()?;
         let group = mirror::Config::default().group;
+        let tls = self.tls.as_ref().map(|t| t.operator());
         wait_until("the mirror to catch up", || async {
             for registry in &live_registries {
-                match client::group::lag::total_lag(registry, &group).await {
+                let mut ends = client::group::lag::LogEnds::with_tls(tls.clone());
+                match client::group::lag::total_lag_with(&mut ends, registry, &group).await {
                     Ok(Some(0)) => {}
                     // Behind, or a broker is down (its lag unknown).
                     Ok(_) => return false,
@@ -404,14 +465,14 @@ async fn start_agents(
     options: &DemoOptions,
     embedded: &::cluster::Embedded,
     live: &[Cluster],
-    registry: &registry::Registry,
-    registry_client: &Arc<schema_registry::RegistryClient>,
+    (registry, registry_client): (&registry::Registry, &Arc<schema_registry::RegistryClient>),
     data_dir: &std::path::Path,
     stop_http: &CancellationToken,
+    tls: Option<&tls::DemoTls>,
 ) -> Result<AgentHandles, DemoError> {
     let (mut agents, mut urls, mut tasks) = (Vec::new(), Vec::new(), Vec::new());
     for cluster in live {
-        let config = frontend_agent::Config {
+        let mut config = frontend_agent::Config {
             registry: registry.url.clone(),
             // The agent validates that its config names the brokers; the session passed below
             // is what it actually uses to find them.
@@ -423,11 +484,14 @@ async fn start_agents(
             audit_publish_ms: 1_000,
             ..frontend_agent::Config::default()
         };
+        if let Some(tls) = tls {
+            tls::apply!(config, tls.service(&format!("agent-{}", cluster.name)));
+        }
         let brokers = frontend_agent::Brokers::Cluster(session(embedded, &cluster.chroot)?);
         let agent =
             frontend_agent::Agent::start(config, brokers, Arc::clone(registry_client)).await?;
         let listener = bind("127.0.0.1:0", "agent HTTP input").await?;
-        urls.push(format!("http://{}", local_addr(&listener, "agent HTTP input")?));
+        urls.push(format!("{}://{}", scheme(tls), local_addr(&listener, "agent HTTP input")?));
         let http = frontend_agent::serve_http(listener, agent.clone(), stop_http.clone());
         tasks.push(tokio::spawn(http));
         agents.push(agent);
@@ -442,19 +506,23 @@ async fn start_mirror(
     live: &[Cluster],
     analytics: &Cluster,
     registry: &registry::Registry,
+    tls: Option<&tls::DemoTls>,
 ) -> Result<(mirror::Mirror, String), DemoError> {
-    let config = mirror::Config {
+    let mut config = mirror::Config {
         host_name: Some("mirror-1".into()),
         audit_window_ms: options.window_ms,
         audit_publish_ms: 1_000,
         ..mirror::Config::default()
     };
+    if let Some(tls) = tls {
+        tls::apply!(config, tls.service("mirror"));
+    }
     let sources = live
         .iter()
         .map(|c| Ok((c.name.clone(), session(embedded, &c.chroot)?)))
         .collect::<Result<Vec<_>, DemoError>>()?;
     let metrics = bind("127.0.0.1:0", "mirror metrics").await?;
-    let url = format!("http://{}/metrics", local_addr(&metrics, "mirror metrics")?);
+    let url = format!("{}://{}/metrics", scheme(tls), local_addr(&metrics, "mirror metrics")?);
     let target = session(embedded, &analytics.chroot)?;
     let mirror =
         mirror::Mirror::start(config, sources, target, registry.client()?, Some(metrics)).await?;
@@ -465,12 +533,12 @@ async fn start_mirror(
 async fn start_audit(
     options: &DemoOptions,
     embedded: &::cluster::Embedded,
-    live: &[Cluster],
-    analytics: &Cluster,
+    (live, analytics): (&[Cluster], &Cluster),
     registry: &registry::Registry,
     stop: &CancellationToken,
+    tls: Option<&tls::DemoTls>,
 ) -> Result<(String, JoinHandle<Result<(), audit::AuditError>>), DemoError> {
-    let config = audit::Config {
+    let mut config = audit::Config {
         audit_window_ms: options.window_ms,
         grace_ms: options.grace_ms,
         // The loader runs every `loader_interval`: until then its shortfall is not loss.
@@ -480,12 +548,16 @@ async fn start_audit(
         refresh_s: 5,
         ..audit::Config::default()
     };
+    if let Some(tls) = tls {
+        tls::apply!(config, tls.service("audit"));
+        config.token_file = Some(tls.token_file());
+    }
     let dashboard = match bind(&options.dashboard, "dashboard").await {
         Ok(listener) => listener,
         // The usual port is taken (another demo?): any free one will do.
         Err(_) => bind("127.0.0.1:0", "dashboard").await?,
     };
-    let url = format!("http://{}/", local_addr(&dashboard, "dashboard")?);
+    let url = format!("{}://{}/", scheme(tls), local_addr(&dashboard, "dashboard")?);
     let live = live
         .iter()
         .map(|c| Ok((c.name.clone(), session(embedded, &c.chroot)?)))
@@ -542,6 +614,10 @@ impl Simulators {
     }
 }
 
+fn scheme(tls: Option<&tls::DemoTls>) -> &'static str {
+    if tls.is_some() { "https" } else { "http" }
+}
+
 async fn bind(addr: &str, what: &str) -> Result<tokio::net::TcpListener, DemoError> {
     tokio::net::TcpListener::bind(addr)
         .await
@@ -579,6 +655,8 @@ struct Watch {
     analytics: ::cluster::Registry,
     dashboard_url: String,
     http: reqwest::Client,
+    /// The operator's TLS, with `--tls`: the loader status's log ends.
+    tls: Option<Arc<rustls::ClientConfig>>,
     started: Instant,
 }
 
@@ -620,7 +698,9 @@ impl Watch {
 
     /// What the loader has committed, from its commit records, and how far behind it is.
     async fn loader(&self) -> Option<(u64, i64)> {
-        let status = hdfs_loader::status(Arc::clone(&self.store), Some(&self.analytics)).await;
+        let status =
+            hdfs_loader::status(Arc::clone(&self.store), Some(&self.analytics), self.tls.clone())
+                .await;
         let status = status.map_err(|e| tracing::warn!(error = %e, "loader status")).ok()?;
         let rows = status.topics.iter().map(|t| t.rows).sum();
         let lag = status.topics.iter().flat_map(|t| &t.partitions).filter_map(|p| p.lag).sum();

@@ -12,6 +12,8 @@ use super::DemoError;
 
 pub struct Registry {
     pub url: String,
+    /// The clients' TLS (the operator's certificate), with `--tls`.
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     stop: CancellationToken,
     task: JoinHandle<Result<(), schema_registry::RunError>>,
 }
@@ -20,24 +22,37 @@ impl Registry {
     /// Serves a registry with its log in `data_dir` and registers the shipped schemas (a no-op
     /// for schemas a previous run registered).
     pub async fn start(data_dir: &Path) -> Result<Registry, DemoError> {
+        Registry::start_with(data_dir, None).await
+    }
+
+    /// [`Registry::start`], over HTTPS with client certificates if `tls` is given.
+    pub async fn start_with(
+        data_dir: &Path,
+        tls: Option<&super::tls::DemoTls>,
+    ) -> Result<Registry, DemoError> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|source| DemoError::Bind { what: "schema registry".into(), source })?;
         let addr = listener
             .local_addr()
             .map_err(|source| DemoError::Bind { what: "schema registry".into(), source })?;
-        let config =
+        let mut config =
             schema_registry::Config { data_dir: data_dir.to_owned(), ..Default::default() };
+        if let Some(tls) = tls {
+            let (_, cert, key, client_ca) = tls.service("schema-registry");
+            (config.tls_cert, config.tls_key, config.tls_client_ca) = (cert, key, client_ca);
+        }
         let stop = CancellationToken::new();
         let task = tokio::spawn(schema_registry::run(listener, config, stop.clone()));
-        let url = format!("http://{addr}");
-        let client = RegistryClient::new(&url).map_err(DemoError::Registry)?;
-        events::schemas::register(&client).await.map_err(DemoError::Registry)?;
-        Ok(Registry { url, stop, task })
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
+        let registry = Registry { url, tls: tls.map(|t| t.operator()), stop, task };
+        events::schemas::register(&registry.client()?).await.map_err(DemoError::Registry)?;
+        Ok(registry)
     }
 
     pub fn client(&self) -> Result<RegistryClient, DemoError> {
-        RegistryClient::new(&self.url).map_err(DemoError::Registry)
+        RegistryClient::with_tls(&self.url, self.tls.clone()).map_err(DemoError::Registry)
     }
 
     pub async fn stop(self) {
