@@ -70,6 +70,10 @@ pub struct Config {
     pub audit_window_ms: i64,
     /// ZooKeeper session timeout of every cluster connection (binary only).
     pub zookeeper_session_timeout_ms: u64,
+    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
+    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
+    /// and owners among them) may be changed only with the same credentials; anyone reads them.
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
     /// How long after a window closes its counts may still grow before a shortfall is loss.
     pub grace_ms: i64,
     /// The same for the `loader` tier, a batch job that counts a window only once a run has
@@ -115,6 +119,7 @@ impl Default for Config {
             http: "127.0.0.1:8080".into(),
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             zookeeper_session_timeout_ms: 6_000,
+            zookeeper_auth_file: None,
             grace_ms: 900_000,
             loader_grace_ms: None,
             history_ms: 7 * 24 * 3_600_000,

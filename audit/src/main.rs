@@ -47,6 +47,9 @@ struct Cli {
     /// ZooKeeper session timeout of every cluster connection [default: 6000].
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    zookeeper_auth_file: Option<std::path::PathBuf>,
     /// TLS to the brokers and to an https registry, trusting this CA (client certificate:
     /// --tls-cert).
     #[arg(long, value_name = "FILE")]
@@ -84,8 +87,13 @@ fn start(cli: Cli) -> Result<(), Failure> {
     service::cli::run(serve(config, zookeeper, registry))
 }
 
-async fn connect(connect: &str, session_timeout_ms: u64) -> anyhow::Result<Arc<dyn Coordinator>> {
-    let config = ZooKeeperConfig { session_timeout_ms, ..ZooKeeperConfig::new(connect) };
+async fn connect(
+    connect: &str,
+    session_timeout_ms: u64,
+    auth_file: Option<&std::path::Path>,
+) -> anyhow::Result<Arc<dyn Coordinator>> {
+    let config = ZooKeeperConfig { session_timeout_ms, ..ZooKeeperConfig::new(connect) }
+        .with_digest_file(auth_file)?;
     let zookeeper = ZooKeeper::connect(config)
         .await
         .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
@@ -96,10 +104,12 @@ async fn serve(config: Config, zookeeper: String, registry: String) -> anyhow::R
     let shutdown = service::shutdown::on_signal()?;
     let registry = RegistryClient::with_tls(&registry, config.client_tls()?)?;
     let session_timeout_ms = config.zookeeper_session_timeout_ms;
-    let analytics = connect(&zookeeper, session_timeout_ms).await?;
+    let auth = config.zookeeper_auth_file.clone();
+    let analytics = connect(&zookeeper, session_timeout_ms, auth.as_deref()).await?;
     let mut live = Vec::new();
     for cluster in config.live_clusters()? {
-        live.push((cluster.name, connect(&cluster.connect, session_timeout_ms).await?));
+        let session = connect(&cluster.connect, session_timeout_ms, auth.as_deref()).await?;
+        live.push((cluster.name, session));
     }
     let listener = tokio::net::TcpListener::bind(&config.http)
         .await

@@ -220,6 +220,7 @@ impl Broker {
                 Registration::register(
                     connect,
                     self.config.zookeeper_session_timeout_ms,
+                    self.config.zookeeper_auth_file.as_deref(),
                     self.config.broker_id,
                     info,
                 )

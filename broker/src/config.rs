@@ -101,6 +101,10 @@ pub struct BrokerConfig {
     /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
     pub zookeeper: Option<String>,
     pub zookeeper_session_timeout_ms: u64,
+    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
+    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
+    /// and owners among them) may be changed only with the same credentials; anyone reads them.
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
     // Defaults of every topic's log; `CREATE_TOPIC` may override them per topic.
     pub segment_bytes: u64,
     pub segment_ms: u64,
@@ -158,6 +162,7 @@ impl Default for BrokerConfig {
             metrics: None,
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
+            zookeeper_auth_file: None,
             segment_bytes: 1 << 30,
             segment_ms: 7 * DAY_MS,
             retention_ms: 7 * DAY_MS,

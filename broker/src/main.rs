@@ -94,6 +94,9 @@ struct Cli {
     /// ZooKeeper session timeout.
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    zookeeper_auth_file: Option<std::path::PathBuf>,
     /// PEM certificate: with --tls-key, the listener speaks TLS 1.3 only (SIGHUP reloads it).
     #[arg(long, value_name = "FILE")]
     tls_cert: Option<PathBuf>,

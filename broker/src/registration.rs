@@ -24,10 +24,11 @@ impl Registration {
     pub(crate) async fn register(
         connect: &str,
         session_timeout_ms: u64,
+        auth_file: Option<&std::path::Path>,
         broker_id: i32,
         info: BrokerInfo,
     ) -> Result<Registration, RegistryError> {
-        let mut config = ZooKeeperConfig::new(connect);
+        let mut config = ZooKeeperConfig::new(connect).with_digest_file(auth_file)?;
         config.session_timeout_ms = session_timeout_ms;
         let session = ZooKeeper::connect(config).await?;
         tracing::info!(zookeeper = %connect, "connected to ZooKeeper");

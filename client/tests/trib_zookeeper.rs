@@ -245,3 +245,45 @@ async fn a_group_consumer_killed_with_sigkill_loses_nothing() {
     .unwrap();
     drop(brokers);
 }
+
+/// `--zookeeper-auth-file`: an authenticated cluster's group is read by anyone, and deleted
+/// only by `trib` given the cluster's digest credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_of_an_authenticated_cluster_change_only_with_its_credentials() {
+    let zk = format!("{}/live", ZooKeeperServer::shared().connect_string());
+    let dir = tempfile::tempdir().unwrap();
+    let digest = dir.path().join("zookeeper.digest");
+    std::fs::write(&digest, "tributary:s3cret\n").unwrap();
+    let config = cluster::ZooKeeperConfig::new(&zk).with_digest_file(Some(&digest)).unwrap();
+    let session = cluster::ZooKeeper::connect(config).await.unwrap();
+    cluster::Registry::new(session).commit_offset("g", "events", 0, 7).await.unwrap();
+    let zk_for_trib = zk.clone();
+    tokio::task::spawn_blocking(move || {
+        let zk = zk_for_trib;
+        let listed = trib_json(&["groups", "list", "--zookeeper", &zk]);
+        assert!(listed.to_string().contains("\"g\""), "{listed}");
+        let delete = ["groups", "delete", "--zookeeper", &zk, "--group", "g", "--execute"];
+        let out = Command::new(TRIB).args(delete).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("want its digest credentials (zookeeper_auth_file)"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        let out = Command::new(TRIB)
+            .args(delete)
+            .arg("--zookeeper-auth-file")
+            .arg(&digest)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(trib_json(&["groups", "list", "--zookeeper", &zk]), serde_json::json!([]));
+        std::fs::write(&digest, "no-password\n").unwrap();
+        let out = Command::new(TRIB)
+            .args(["groups", "list", "--zookeeper", &zk, "--zookeeper-auth-file"])
+            .arg(&digest)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "a bad credentials file is a usage error");
+    })
+    .await
+    .unwrap();
+}

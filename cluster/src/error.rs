@@ -22,4 +22,12 @@ pub enum CoordError {
     Unavailable(String),
     #[error("coordination error: {0}")]
     Backend(String),
+    /// The node belongs to an authenticated cluster connection and this session lacks its
+    /// credentials.
+    #[error(
+        "not allowed to change {path}: its cluster's ZooKeeper nodes want its digest credentials (zookeeper_auth_file)"
+    )]
+    NotAuthorized { path: String },
+    #[error("{0}")]
+    Credentials(String),
 }

@@ -37,4 +37,4 @@ pub use partitions::{
 };
 pub use path::{join, validate_path};
 pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription};
-pub use zookeeper::{ZooKeeper, ZooKeeperConfig};
+pub use zookeeper::{Digest, ZooKeeper, ZooKeeperConfig};

@@ -23,6 +23,12 @@ pub struct ZooKeeperConfig {
     pub session_timeout_ms: u64,
     /// How long to try before giving up on the first connection.
     pub connect_timeout_ms: u64,
+    /// Digest credentials of the cluster's connection. With them the session authenticates,
+    /// and every node it creates (the chroot, registrations, partition state, consumer-group
+    /// offsets and owners, admin requests) may be changed only by sessions with the same
+    /// credentials and read by anyone. ZooKeeper 3.8 needs nothing for it: its digest
+    /// provider is always on.
+    pub digest: Option<Digest>,
 }
 
 impl ZooKeeperConfig {
@@ -31,7 +37,65 @@ impl ZooKeeperConfig {
             connect: connect.into(),
             session_timeout_ms: 6_000,
             connect_timeout_ms: 15_000,
+            digest: None,
         }
+    }
+
+    /// With the credentials of `file` (see [`Digest::read`]), if given.
+    pub fn with_digest_file(
+        mut self,
+        file: Option<&std::path::Path>,
+    ) -> Result<ZooKeeperConfig, CoordError> {
+        self.digest = file.map(Digest::read).transpose()?;
+        Ok(self)
+    }
+}
+
+/// ZooKeeper digest credentials, `user:password`. Its `Debug` leaves out the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Digest(String);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let user = self.0.split_once(':').map_or("", |(user, _)| user);
+        write!(f, "Digest({user}:…)")
+    }
+}
+
+impl Digest {
+    /// `user:password` (both non-empty, the user without `:`).
+    pub fn new(credentials: &str) -> Result<Digest, CoordError> {
+        match credentials.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                Ok(Digest(credentials.to_owned()))
+            }
+            _ => Err(CoordError::Credentials(
+                "ZooKeeper digest credentials are user:password, both non-empty".into(),
+            )),
+        }
+    }
+
+    /// The first line of `file`, `user:password` (a file, so the password is in no command
+    /// line or config shown to others).
+    pub fn read(file: &std::path::Path) -> Result<Digest, CoordError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CoordError::Credentials(format!("cannot read {}: {e}", file.display())))?;
+        Digest::new(text.lines().next().unwrap_or_default().trim())
+            .map_err(|e| CoordError::Credentials(format!("{}: {e}", file.display())))
+    }
+}
+
+/// What an authenticated session's nodes carry: everything for sessions with the same
+/// credentials, reading for anyone (brokers, groups and offsets are found by every client).
+static AUTHENTICATED_ACLS: [zk::Acl; 2] = [
+    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+];
+
+fn acls_of(config: &ZooKeeperConfig) -> zk::Acls<'static> {
+    match config.digest {
+        Some(_) => zk::Acls::new(&AUTHENTICATED_ACLS),
+        None => zk::Acls::anyone_all(),
     }
 }
 
@@ -66,6 +130,10 @@ fn map_error(path: &str, e: zk::Error) -> CoordError {
             CoordError::EphemeralParent { path: parent(&path).to_owned() }
         }
         zk::Error::SessionExpired => CoordError::SessionExpired,
+        zk::Error::NoAuth => CoordError::NotAuthorized { path },
+        zk::Error::AuthFailed => {
+            CoordError::Credentials("ZooKeeper refused the credentials".into())
+        }
         e @ (zk::Error::ConnectionLoss
         | zk::Error::Timeout
         | zk::Error::NoHosts
@@ -74,12 +142,12 @@ fn map_error(path: &str, e: zk::Error) -> CoordError {
     }
 }
 
-fn options(mode: NodeMode) -> zk::CreateOptions<'static> {
+fn options(mode: NodeMode, acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
     let mode = match mode {
         NodeMode::Persistent => zk::CreateMode::Persistent,
         NodeMode::Ephemeral => zk::CreateMode::Ephemeral,
     };
-    mode.with_acls(zk::Acls::anyone_all())
+    mode.with_acls(acls)
 }
 
 fn watch_event(event: zk::WatchedEvent) -> WatchEvent {
@@ -119,6 +187,10 @@ impl ZooKeeper {
         Ok(Arc::new(ZooKeeper { inner, supervisor }))
     }
 
+    fn acls(&self) -> zk::Acls<'static> {
+        acls_of(&self.inner.config)
+    }
+
     fn client(&self) -> zk::Client {
         self.inner.client.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -141,9 +213,12 @@ async fn open(
     chroot: &str,
     config: &ZooKeeperConfig,
 ) -> Result<zk::Client, CoordError> {
-    let connecting = zk::Client::connector()
-        .with_session_timeout(Duration::from_millis(config.session_timeout_ms))
-        .connect(hosts);
+    let mut connector = zk::Client::connector();
+    connector = connector.with_session_timeout(Duration::from_millis(config.session_timeout_ms));
+    if let Some(Digest(credentials)) = &config.digest {
+        connector = connector.with_auth("digest", credentials.as_bytes());
+    }
+    let connecting = connector.connect(hosts);
     let client = tokio::time::timeout(Duration::from_millis(config.connect_timeout_ms), connecting)
         .await
         .map_err(|_| {
@@ -156,7 +231,8 @@ async fn open(
     if chroot.is_empty() {
         return Ok(client);
     }
-    client.mkdir(chroot, &options(NodeMode::Persistent)).await.map_err(|e| map_error(chroot, e))?;
+    let persistent = options(NodeMode::Persistent, acls_of(config));
+    mkdir(&client, chroot, &persistent).await.map_err(|e| map_error(chroot, e))?;
     client
         .chroot(chroot.to_owned())
         .map_err(|_| CoordError::InvalidPath { path: chroot.to_owned(), reason: "not a chroot" })
@@ -192,7 +268,8 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher) {
                 let ephemerals = inner.ephemerals.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let stale_bound = Duration::from_millis(2 * inner.config.session_timeout_ms);
                 for (path, data) in &ephemerals {
-                    match create_again(&client, path, data, stale_bound).await {
+                    let acls = acls_of(&inner.config);
+                    match create_again(&client, path, data, stale_bound, acls).await {
                         Ok(()) => tracing::info!(%path, "ephemeral node created again"),
                         Err(e) => {
                             tracing::warn!(%path, error = %e, "cannot create ephemeral node again")
@@ -216,10 +293,11 @@ async fn create_again(
     path: &str,
     data: &[u8],
     stale_bound: Duration,
+    acls: zk::Acls<'static>,
 ) -> Result<(), CoordError> {
     let deadline = tokio::time::Instant::now() + stale_bound;
     loop {
-        match create_with_parents(client, path, data, NodeMode::Ephemeral).await {
+        match create_with_parents(client, path, data, NodeMode::Ephemeral, acls).await {
             Err(CoordError::NodeExists { .. }) => {}
             done => return done,
         }
@@ -237,21 +315,36 @@ async fn create_again(
     }
 }
 
+/// `path` and its missing parents. ZooKeeper checks the right to create under a parent before
+/// whether the node exists, so a session without an authenticated cluster's credentials is
+/// refused even for nodes that are all there: then it is enough that `path` exists.
+async fn mkdir(
+    client: &zk::Client,
+    path: &str,
+    options: &zk::CreateOptions<'_>,
+) -> Result<(), zk::Error> {
+    match client.mkdir(path, options).await {
+        Err(zk::Error::NoAuth) if client.check_stat(path).await?.is_some() => Ok(()),
+        result => result,
+    }
+}
+
 async fn create_with_parents(
     client: &zk::Client,
     path: &str,
     data: &[u8],
     mode: NodeMode,
+    acls: zk::Acls<'static>,
 ) -> Result<(), CoordError> {
-    match client.create(path, data, &options(mode)).await {
+    match client.create(path, data, &options(mode, acls)).await {
         Err(zk::Error::NoNode) => {
             let parent_path = parent(path);
             client
-                .mkdir(parent_path, &options(NodeMode::Persistent))
+                .mkdir(parent_path, &options(NodeMode::Persistent, acls))
                 .await
                 .map_err(|e| map_error(parent_path, e))?;
             client
-                .create(path, data, &options(mode))
+                .create(path, data, &options(mode, acls))
                 .await
                 .map(drop)
                 .map_err(|e| map_error(path, e))
@@ -264,7 +357,7 @@ async fn create_with_parents(
 impl Coordinator for ZooKeeper {
     async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<(), CoordError> {
         validate_path(path)?;
-        create_with_parents(&self.client(), path, data, mode).await?;
+        create_with_parents(&self.client(), path, data, mode, self.acls()).await?;
         if mode == NodeMode::Ephemeral {
             self.ephemerals().insert(path.to_owned(), data.to_vec());
         }
@@ -276,8 +369,7 @@ impl Coordinator for ZooKeeper {
         if path == "/" {
             return Ok(());
         }
-        self.client()
-            .mkdir(path, &options(NodeMode::Persistent))
+        mkdir(&self.client(), path, &options(NodeMode::Persistent, self.acls()))
             .await
             .map_err(|e| map_error(path, e))
     }

@@ -580,6 +580,35 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         text(&produced.stderr).trim(),
         "trib: authorization failed: principal loader may not produce to topic page-view"
     );
+    // The mirror's group in a live cluster's ZooKeeper is read by anyone and changed only with
+    // the deployment's digest credentials.
+    let live_a = format!("127.0.0.1:{}/tributary/live-a", p("zookeeper"));
+    runtime.block_on(async {
+        let anonymous = cluster::ZooKeeper::connect(cluster::ZooKeeperConfig::new(&live_a))
+            .await
+            .expect("a ZooKeeper session");
+        let registry = cluster::Registry::new(anonymous);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (group, partition) = loop {
+            let groups = registry.groups().await.expect("groups are readable");
+            if let Some(group) = groups.first() {
+                let offsets = registry.offsets(group, "page-view").await.expect("readable");
+                if let Some(&partition) = offsets.keys().next() {
+                    break (group.clone(), partition);
+                }
+            }
+            assert!(Instant::now() < deadline, "the mirror commits no offsets");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let forged = registry.commit_offset(&group, "page-view", partition, 0).await;
+        assert!(
+            matches!(
+                forged,
+                Err(cluster::RegistryError::Coord(cluster::CoordError::NotAuthorized { .. }))
+            ),
+            "{forged:?}"
+        );
+    });
     let summary = format!("{dashboard}api/summary");
     let status = |client: &reqwest::Client, bearer: Option<&str>| {
         let mut request = client.get(&summary);

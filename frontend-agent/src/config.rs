@@ -42,6 +42,10 @@ pub struct Config {
     /// ZooKeeper `host:port[,…][/chroot]` of the live cluster, to find brokers in its registry.
     pub zookeeper: Option<String>,
     pub zookeeper_session_timeout_ms: u64,
+    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
+    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
+    /// and owners among them) may be changed only with the same credentials; anyone reads them.
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
     /// Where the HTTP input and `/metrics` listen.
     pub http: String,
     /// The spool's directory: segments, acknowledged position, tail positions.
@@ -103,6 +107,7 @@ impl Default for Config {
             brokers: Vec::new(),
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
+            zookeeper_auth_file: None,
             http: "127.0.0.1:8090".to_owned(),
             spool_dir: PathBuf::from("/tmp/tributary-agent"),
             service: "frontend".to_owned(),

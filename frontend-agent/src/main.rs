@@ -46,6 +46,9 @@ struct ServeArgs {
     /// Find brokers in this ZooKeeper: host:port[,…][/chroot].
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    zookeeper_auth_file: Option<std::path::PathBuf>,
     /// Where the HTTP input listens.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
@@ -205,7 +208,8 @@ async fn connect(config: &Config) -> anyhow::Result<(Arc<RegistryClient>, Broker
             let zk_config = ZooKeeperConfig {
                 session_timeout_ms: config.zookeeper_session_timeout_ms,
                 ..ZooKeeperConfig::new(connect.clone())
-            };
+            }
+            .with_digest_file(config.zookeeper_auth_file.as_deref())?;
             let session = ZooKeeper::connect(zk_config)
                 .await
                 .with_context(|| format!("cannot reach ZooKeeper at {connect}"))?;

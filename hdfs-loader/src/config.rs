@@ -16,6 +16,10 @@ pub struct Config {
     pub zookeeper: Option<String>,
     /// Its session timeout (binary only).
     pub zookeeper_session_timeout_ms: u64,
+    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
+    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
+    /// and owners among them) may be changed only with the same credentials; anyone reads them.
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
     /// The schema registry's URL (binary only).
     pub registry: Option<String>,
     /// `serve`: time between rounds, with a unit (`30s`, `5m`).
@@ -66,6 +70,7 @@ impl Default for Config {
             store: None,
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
+            zookeeper_auth_file: None,
             registry: None,
             interval: Duration::from_secs(60),
             metrics: None,

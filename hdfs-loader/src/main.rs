@@ -47,6 +47,9 @@ struct Common {
     zookeeper: Option<String>,
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    zookeeper_auth_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -179,7 +182,8 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
             let zk = ZooKeeperConfig {
                 session_timeout_ms: config.zookeeper_session_timeout_ms,
                 ..ZooKeeperConfig::new(connect.clone())
-            };
+            }
+            .with_digest_file(config.zookeeper_auth_file.as_deref())?;
             Some(
                 ZooKeeper::connect(zk)
                     .await

@@ -47,6 +47,10 @@ pub struct Config {
     pub metrics: Option<String>,
     /// ZooKeeper session timeout of every cluster connection (binary only).
     pub zookeeper_session_timeout_ms: u64,
+    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
+    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
+    /// and owners among them) may be changed only with the same credentials; anyone reads them.
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
     /// Consumer group on every source cluster.
     pub group: String,
     /// Copy only topics whose whole name matches this regular expression (all by default).
@@ -91,6 +95,7 @@ impl Default for Config {
             registry: None,
             metrics: None,
             zookeeper_session_timeout_ms: 6_000,
+            zookeeper_auth_file: None,
             group: "mirror".into(),
             include: None,
             exclude: None,

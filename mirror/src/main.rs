@@ -75,6 +75,9 @@ struct Cli {
     /// ZooKeeper session timeout of every cluster connection [default: 6000].
     #[arg(long, value_name = "MS")]
     zookeeper_session_timeout_ms: Option<u64>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    zookeeper_auth_file: Option<std::path::PathBuf>,
     /// TLS to every broker and to an https registry, trusting this CA.
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
@@ -108,13 +111,18 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
     let mirror::Connections { sources, target, registry } = config.connections()?;
     let session_timeout_ms = config.zookeeper_session_timeout_ms;
-    let connect = |connect: String| async move {
-        let mut config = ZooKeeperConfig::new(connect.clone());
-        config.session_timeout_ms = session_timeout_ms;
-        let session: Arc<dyn Coordinator> = ZooKeeper::connect(config)
-            .await
-            .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
-        anyhow::Ok(session)
+    let auth_file = config.zookeeper_auth_file.clone();
+    let connect = |connect: String| {
+        let auth_file = auth_file.clone();
+        async move {
+            let mut config =
+                ZooKeeperConfig::new(connect.clone()).with_digest_file(auth_file.as_deref())?;
+            config.session_timeout_ms = session_timeout_ms;
+            let session: Arc<dyn Coordinator> = ZooKeeper::connect(config)
+                .await
+                .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
+            anyhow::Ok(session)
+        }
     };
     let mut sessions = Vec::new();
     for (name, source) in sources {

@@ -107,6 +107,9 @@ impl Deployment {
             let identities = self.components.iter().filter_map(|c| c.identity.as_deref());
             self.pki().ensure(identities.chain([pki::OPERATOR]))?;
         }
+        if self.topology.security.zookeeper_acls {
+            self.pki().ensure_zookeeper_digest()?;
+        }
         let timeout = Duration::from_millis(self.topology.ready_timeout_ms);
         let mut started: Vec<&Component> = Vec::new();
         for component in &self.components {
@@ -249,6 +252,16 @@ impl Deployment {
                         pki.key(pki::OPERATOR).display()
                     ),
                 )?;
+                if t.security.zookeeper_acls {
+                    say(
+                        out,
+                        format_args!(
+                            "                (and --zookeeper-auth-file {} to change groups or \
+                             topics in ZooKeeper)",
+                            pki.zookeeper_digest().display()
+                        ),
+                    )?;
+                }
             }
             None => say(out, format_args!("\ndashboard       {}", plan::dashboard_url(t)))?,
         }

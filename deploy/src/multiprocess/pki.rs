@@ -59,6 +59,22 @@ impl PkiPaths {
         self.dir.join(format!("{name}.pem"))
     }
 
+    /// The ZooKeeper digest credentials of every process, `tributary:{random}`.
+    pub fn zookeeper_digest(&self) -> PathBuf {
+        self.dir.join("zookeeper.digest")
+    }
+
+    /// Makes the ZooKeeper credentials unless there are some.
+    pub fn ensure_zookeeper_digest(&self) -> Result<(), PkiError> {
+        let fail = |reason: String| PkiError { dir: self.dir.clone(), reason };
+        if self.zookeeper_digest().is_file() {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| fail(e.to_string()))?;
+        let password = random_hex(24).map_err(|e| fail(format!("a password: {e}")))?;
+        write(&self.zookeeper_digest(), &format!("tributary:{password}\n"), 0o600).map_err(fail)
+    }
+
     /// The dashboard's bearer token.
     pub fn token(&self) -> PathBuf {
         self.dir.join("dashboard.token")

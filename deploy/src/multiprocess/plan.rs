@@ -356,12 +356,29 @@ fn secure(topology: &Topology, component: &mut Component, client: bool, extra: t
         keys.insert("tls_ca".into(), path_value(&pki.ca()));
     }
     keys.extend(extra);
+    force(component, keys);
+    component.identity = Some(name);
+}
+
+/// Sets `keys` over everything in a service's generated config.
+fn force(component: &mut Component, keys: toml::Table) {
     if let Some(ConfigFile { content: ConfigContent::Service { forced, .. }, .. }) =
         &mut component.config
     {
-        *forced = keys;
+        forced.extend(keys);
     }
-    component.identity = Some(name);
+}
+
+/// With `[security] zookeeper_acls`, a service's ZooKeeper sessions authenticate with the
+/// deployment's digest credentials (see [`PkiPaths::zookeeper_digest`]).
+fn zookeeper_auth(topology: &Topology, component: &mut Component) {
+    if topology.security.zookeeper_acls {
+        let file = PkiPaths::new(&topology.run_dir).zookeeper_digest();
+        force(
+            component,
+            toml::Table::from_iter([("zookeeper_auth_file".into(), path_value(&file))]),
+        );
+    }
 }
 
 fn schema_registry(topology: &Topology, binaries: &Path) -> Component {
@@ -452,6 +469,7 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
         });
         secure(topology, &mut component, true, extra);
     }
+    zookeeper_auth(topology, &mut component);
     component
 }
 
@@ -579,6 +597,7 @@ fn agent(
     component.address = agent_url(topology, port);
     component.metrics = Some(format!("{}/metrics", agent_url(topology, port)));
     secure(topology, &mut component, true, toml::Table::new());
+    zookeeper_auth(topology, &mut component);
     component
 }
 
@@ -622,6 +641,7 @@ fn audit(topology: &Topology, binaries: &Path) -> Component {
         true,
         toml::Table::from_iter([("token_file".into(), path_value(&token))]),
     );
+    zookeeper_auth(topology, &mut component);
     component
 }
 
@@ -768,6 +788,7 @@ fn mirror(topology: &Topology, binaries: &Path) -> Component {
     component.address = format!("{}://{HOST}:{}/metrics", scheme(topology), topology.mirror_port());
     component.metrics = Some(component.address.clone());
     secure(topology, &mut component, true, toml::Table::new());
+    zookeeper_auth(topology, &mut component);
     component
 }
 
@@ -860,6 +881,7 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
     component.metrics = Some(metrics_url);
     // Its S3 store (SeaweedFS, on loopback, without authentication) stays plain HTTP.
     secure(topology, &mut component, true, toml::Table::new());
+    zookeeper_auth(topology, &mut component);
     component
 }
 
@@ -928,9 +950,17 @@ mod tests {
                 };
                 let has_tls = config.contains("tls_cert = ");
                 assert_eq!(has_tls, topology.security.tls, "{}: {config}", component.name);
+                // Every service with a ZooKeeper session authenticates it (the registry has none).
+                let zookeeper = config.contains("zookeeper_auth_file = ");
+                assert_eq!(zookeeper, component.name != "schema-registry", "{config}");
                 assert_eq!(component.identity.is_some(), topology.security.tls);
             }
         }
+        let (_dir, open_zookeeper) = topology("[security]\nzookeeper_acls = false\n");
+        let broker =
+            plan(&open_zookeeper, binaries).into_iter().find(|c| c.name.starts_with("broker-"));
+        let config = broker.unwrap().config.unwrap().content.render(Path::new("t.toml")).unwrap();
+        assert!(!config.contains("zookeeper_auth_file") && config.contains("tls_cert"), "{config}");
         // With TLS the settings may not set the certificate files themselves.
         let (_dir, bad) = topology("[mirror]\nsettings = { tls_ca = \"/x\" }\n");
         let mirror = plan(&bad, binaries).into_iter().find(|c| c.name == "mirror").unwrap();

@@ -80,11 +80,17 @@ pub struct Security {
     /// `false`: plaintext and unauthenticated, as a single-user sandbox.
     #[serde(default = "defaults::tls")]
     pub tls: bool,
+    /// Digest credentials for every process's ZooKeeper session, made under
+    /// `{run_dir}/pki/zookeeper.digest`: the nodes Tributary creates (registrations, partition
+    /// state, group offsets and owners, admin requests) may be changed only with them, and
+    /// read by anyone. `false`: open nodes.
+    #[serde(default = "defaults::tls")]
+    pub zookeeper_acls: bool,
 }
 
 impl Default for Security {
     fn default() -> Self {
-        Security { tls: defaults::tls() }
+        Security { tls: defaults::tls(), zookeeper_acls: defaults::tls() }
     }
 }
 

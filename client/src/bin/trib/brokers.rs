@@ -19,8 +19,12 @@ pub enum Brokers {
 
 impl Brokers {
     /// Opens a ZooKeeper session on `connect` (`host:port[,…][/chroot]`).
-    pub async fn zookeeper(connect: &str) -> anyhow::Result<Brokers> {
-        let session = ZooKeeper::connect(ZooKeeperConfig::new(connect))
+    pub async fn zookeeper(
+        connect: &str,
+        auth_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<Brokers> {
+        let config = ZooKeeperConfig::new(connect).with_digest_file(auth_file)?;
+        let session = ZooKeeper::connect(config)
             .await
             .with_context(|| format!("cannot reach ZooKeeper at {connect}"))?;
         Ok(Brokers::Registry(Registry::new(session)))

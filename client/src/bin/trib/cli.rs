@@ -33,6 +33,10 @@ pub struct TlsArgs {
     /// The key of --tls-cert.
     #[arg(long, global = true, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// ZooKeeper digest credentials for --zookeeper: FILE's first line, `user:password`
+    /// (needed to change an authenticated cluster's nodes: groups, admin requests).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,7 +217,7 @@ pub struct BrokerArgs {
 impl BrokerArgs {
     pub async fn brokers(&self) -> anyhow::Result<Brokers> {
         match &self.zookeeper {
-            Some(connect) => Brokers::zookeeper(connect).await,
+            Some(connect) => Brokers::zookeeper(connect, crate::tls::zookeeper_auth_file()).await,
             None => Ok(Brokers::Static(self.brokers.clone())),
         }
     }

@@ -16,9 +16,19 @@ struct Identity {
 }
 
 static IDENTITY: OnceLock<Identity> = OnceLock::new();
+static ZOOKEEPER_AUTH_FILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+
+/// `--zookeeper-auth-file`, as [`init`] found it.
+pub fn zookeeper_auth_file() -> Option<&'static std::path::Path> {
+    ZOOKEEPER_AUTH_FILE.get().and_then(|f| f.as_deref())
+}
 
 /// Reads the flags' files; a missing or unusable file is a usage error.
 pub fn init(args: &TlsArgs) -> Result<(), Failure> {
+    if let Some(file) = &args.zookeeper_auth_file {
+        cluster::Digest::read(file).map_err(Failure::usage)?;
+    }
+    let _ = ZOOKEEPER_AUTH_FILE.set(args.zookeeper_auth_file.clone());
     let files = service::tls::ClientTlsFiles::from_settings(
         args.tls_ca.as_deref(),
         args.tls_cert.as_deref(),
