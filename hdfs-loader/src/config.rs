@@ -7,6 +7,8 @@ use std::time::Duration;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+/// The smallest `row_group_bytes`: below it a row group is a handful of pages.
+pub const ROW_GROUP_BYTES_MIN: usize = 64 << 10;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -36,8 +38,12 @@ pub struct Config {
     pub host_name: Option<String>,
     /// A partition's run commits after at most this many messages and goes on.
     pub max_messages_per_commit: u64,
-    /// Rows per Parquet row group.
+    /// Rows per Parquet row group at most.
     pub row_group_rows: usize,
+    /// A row group ends once its encoded pages take this many bytes in memory, whatever its
+    /// rows: what bounds a file's memory while a backlog is loaded (see the README's memory
+    /// bound).
+    pub row_group_bytes: usize,
     /// Rows per Arrow batch handed to the Parquet writer.
     pub batch_rows: usize,
     /// Partitions loaded at once.
@@ -79,6 +85,7 @@ impl Default for Config {
             host_name: None,
             max_messages_per_commit: 5_000_000,
             row_group_rows: 1 << 20,
+            row_group_bytes: 32 << 20,
             batch_rows: 8192,
             partitions_in_parallel: 4,
             fetch_bytes: 1 << 20,
@@ -140,6 +147,9 @@ impl Config {
         }
         if self.max_messages_per_commit == 0 {
             return invalid("max_messages_per_commit", "must be at least 1");
+        }
+        if self.row_group_bytes < ROW_GROUP_BYTES_MIN {
+            return invalid("row_group_bytes", "must be at least 65536");
         }
         if self.row_group_rows == 0 || self.batch_rows == 0 {
             return invalid("row_group_rows", "row_group_rows and batch_rows must be at least 1");

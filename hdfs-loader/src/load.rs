@@ -27,6 +27,11 @@ use crate::decode::{BadRecord, Decoded, Schemas};
 use crate::layout::{self, Hour};
 use crate::{Config, LoadError};
 
+/// Bytes of one part of a staged file's upload.
+const UPLOAD_PART_BYTES: usize = 8 << 20;
+/// Parts of one file uploading at once.
+const UPLOAD_PARTS_IN_FLIGHT: usize = 2;
+
 /// What a topic's partitions share during a run.
 pub struct TopicContext {
     pub topic: String,
@@ -433,7 +438,11 @@ impl PartitionLoader<'_> {
             .set_max_row_group_row_count(Some(self.config.row_group_rows))
             .set_created_by(format!("tributary hdfs-loader {}", env!("CARGO_PKG_VERSION")))
             .build();
-        let sink = BufWriter::new(Arc::clone(&self.store), staged.clone());
+        // A multipart upload of parts of UPLOAD_PART_BYTES, at most two in flight: what a file
+        // holds for the store besides its row group.
+        let sink =
+            BufWriter::with_capacity(Arc::clone(&self.store), staged.clone(), UPLOAD_PART_BYTES)
+                .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
         let writer =
             AsyncArrowWriter::try_new(sink, Arc::clone(&self.topic.arrow), Some(properties))
                 .map_err(|e| self.parquet_error(e))?;
@@ -473,7 +482,13 @@ impl PartitionLoader<'_> {
         arrays.push(Arc::new(file.schema_ids.finish()));
         let batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
             .map_err(|e| convert(e.into()))?;
-        file.writer.write(&batch).await.map_err(|e| self.parquet_error(e))
+        file.writer.write(&batch).await.map_err(|e| self.parquet_error(e))?;
+        // The row group's pages stay in memory until it ends: end it at the byte bound, so a
+        // file's memory does not grow with the backlog.
+        if file.writer.memory_size() >= self.config.row_group_bytes {
+            file.writer.flush().await.map_err(|e| self.parquet_error(e))?;
+        }
+        Ok(())
     }
 
     fn parquet_error(&self, source: parquet::errors::ParquetError) -> LoadError {

@@ -71,6 +71,9 @@ struct LoadArgs {
     max_messages_per_commit: Option<u64>,
     #[arg(long, value_name = "N")]
     row_group_rows: Option<usize>,
+    /// End a row group once its encoded pages take this many bytes in memory.
+    #[arg(long, value_name = "B")]
+    row_group_bytes: Option<usize>,
     #[arg(long, value_name = "N")]
     batch_rows: Option<usize>,
     #[arg(long, value_name = "N")]
