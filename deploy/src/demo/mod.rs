@@ -423,6 +423,7 @@ impl Pipeline {
             accepted: self.agents.iter().map(|a| a.accepted()).sum(),
             acknowledged: self.agents.iter().map(|a| a.acknowledged()).sum(),
             mirrored: self.mirror.totals().messages(),
+            mirrored_events: self.mirror.totals().events(),
             loaded_rows,
             distinct_ids_loaded: ids.len() as u64,
             windows: audit_summary.windows,

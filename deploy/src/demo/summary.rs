@@ -23,8 +23,11 @@ pub struct Summary {
     pub accepted: u64,
     /// Events the live brokers acknowledged to the agents.
     pub acknowledged: u64,
-    /// Messages the analytics brokers acknowledged to the mirror (`_audit` included).
+    /// Messages the analytics brokers acknowledged to the mirror (`_audit` included; a
+    /// compressed batch counts once).
     pub mirrored: u64,
+    /// Events inside them: each event of a compressed batch counts (`_audit` records too).
+    pub mirrored_events: u64,
     /// Rows committed to Parquet.
     pub loaded_rows: u64,
     /// Distinct `header.id`s among the loaded rows.
@@ -58,8 +61,8 @@ impl fmt::Display for Summary {
         writeln!(f, "  acknowledged by live brokers  {:>10}", self.acknowledged)?;
         writeln!(
             f,
-            "  mirrored into analytics       {:>10}  (messages, _audit included)",
-            self.mirrored
+            "  mirrored into analytics       {:>10}  (with the audit's own records; {} messages as stored)",
+            self.mirrored_events, self.mirrored
         )?;
         writeln!(f, "  rows loaded into Parquet      {:>10}", self.loaded_rows)?;
         writeln!(f, "  distinct event ids loaded     {:>10}", self.distinct_ids_loaded)?;
