@@ -829,3 +829,46 @@ fn a_missing_program_is_named_before_anything_starts() {
     assert!(text(&output.stdout).is_empty(), "nothing started: {}", text(&output.stdout));
     assert!(!deployment.run_dir().join("pids").exists());
 }
+
+/// `--zookeeper-auth-file` on every binary that opens a ZooKeeper session is applied: the
+/// credentials file is read before the session opens, so a missing one is named.
+#[test]
+fn every_service_reads_its_zookeeper_credentials_file() {
+    let bin = |name: &str| Path::new(TRIBUTARY).with_file_name(name);
+    let digest = "/nonexistent/zookeeper.digest";
+    let zk = "127.0.0.1:1/tributary/x";
+    let runs: [(&str, Vec<&str>); 5] = [
+        ("broker", vec!["--zookeeper", zk, "--data-dir", "/tmp/tributary-zk-auth", "--port", "0"]),
+        ("frontend-agent", vec!["serve", "--zookeeper", zk, "--registry", "http://127.0.0.1:1"]),
+        (
+            "mirror",
+            vec!["--source", "a=127.0.0.1:1/a", "--target", zk, "--registry", "http://127.0.0.1:1"],
+        ),
+        (
+            "hdfs-loader",
+            vec![
+                "run",
+                "--zookeeper",
+                zk,
+                "--store",
+                "file:///tmp/tributary-zk-auth-store",
+                "--registry",
+                "http://127.0.0.1:1",
+            ],
+        ),
+        (
+            "audit",
+            vec!["--zookeeper", zk, "--registry", "http://127.0.0.1:1", "--http", "127.0.0.1:0"],
+        ),
+    ];
+    for (name, args) in runs {
+        let out = Command::new(bin(name))
+            .args(&args)
+            .args(["--zookeeper-auth-file", digest])
+            .output()
+            .expect("run the service");
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(stderr.contains(&format!("cannot read {digest}")), "{name}: {stderr}");
+    }
+}
