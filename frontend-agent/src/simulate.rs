@@ -130,6 +130,11 @@ pub async fn simulate(
                 None => report.refused += events.len() as u64,
             }
         }
+        // Behind schedule (a batch was capped at BATCH_EVENTS_MAX, or the sends were slow):
+        // go on at once, so a high rate is not capped by the pause.
+        if generated < (rate as f64 * start.elapsed().as_secs_f64()) as u64 {
+            continue;
+        }
         tokio::select! {
             () = shutdown.cancelled() => break,
             () = tokio::time::sleep(Duration::from_millis(TICK_MS)) => {}
