@@ -2,6 +2,7 @@
 //! file tailers, started together and shut down together. HTTP, tailing and Rust callers all
 //! come in through [`Agent::send_batch`].
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -180,13 +181,26 @@ impl Agent {
     /// Validates every event, then spools them all durably, or none: the first invalid event
     /// refuses the whole call. Returns how many were accepted.
     pub async fn send_batch(&self, topic: &str, events: &[Value]) -> Result<usize, SendError> {
+        self.send_each(topic, events.len(), |index| Ok(Cow::Borrowed(&events[index]))).await
+    }
+
+    /// Like [`Agent::send_batch`], with the `count` events made one at a time by `event`
+    /// (given the index): each is encoded and dropped before the next is made, so a caller
+    /// parsing a request body holds the body and the encoded events, never every parsed event
+    /// at once. `event` may refuse the whole call itself (bad JSON, say).
+    pub(crate) async fn send_each<'a, E: From<SendError>>(
+        &self,
+        topic: &str,
+        count: usize,
+        mut event: impl FnMut(usize) -> Result<Cow<'a, Value>, E>,
+    ) -> Result<usize, E> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
-            return Err(SendError::ShuttingDown);
+            return Err(SendError::ShuttingDown.into());
         }
         let reject = |index: usize, source: EventError| {
             if source.is_bad_event() {
-                inner.metrics.rejected.inc_by(events.len() as u64);
+                inner.metrics.rejected.inc_by(count as u64);
                 inner.metrics.rejected_requests.inc();
                 SendError::Invalid { index, source }
             } else {
@@ -197,9 +211,10 @@ impl Agent {
         let topic: Arc<str> = Arc::from(topic);
         let now_ms = service::now_ms();
         let max_bytes = inner.config.max_event_bytes;
-        let mut spooled = Vec::with_capacity(events.len());
-        for (index, event) in events.iter().enumerate() {
-            let encoded = event::encode_event(&schema, event, &inner.defaults, now_ms, max_bytes)
+        let mut spooled = Vec::with_capacity(count);
+        for index in 0..count {
+            let event = event(index)?;
+            let encoded = event::encode_event(&schema, &event, &inner.defaults, now_ms, max_bytes)
                 .map_err(|e| reject(index, e))?;
             spooled.push(NewEvent {
                 topic: Arc::clone(&topic),
@@ -207,7 +222,7 @@ impl Agent {
                 payload: encoded.payload,
             });
         }
-        self.spool_events(spooled).await
+        Ok(self.spool_events(spooled).await?)
     }
 
     /// Like [`Agent::send_batch`], but an invalid event is left out (and counted as rejected)

@@ -77,8 +77,8 @@ pub struct Config {
     pub linger_ms: u64,
     /// Largest HTTP request body.
     pub max_request_bytes: usize,
-    /// HTTP requests read and handled at once; the input's memory is at most this many
-    /// times `max_request_bytes`.
+    /// HTTP requests read and handled at once; each holds its body and its events encoded
+    /// (about three times `max_request_bytes`: see the README's Memory).
     pub max_concurrent_requests: usize,
     /// Largest encoded event.
     pub max_event_bytes: usize,

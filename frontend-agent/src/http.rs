@@ -7,10 +7,14 @@
 //! `400 {"error": …, "index": i}`, and so does a request larger than the whole spool (without
 //! `index`); a full spool (`block`) answers 503 with Retry-After.
 //!
-//! At most `max_concurrent_requests` requests are read and handled at once, which bounds the
-//! input's memory to `max_concurrent_requests × max_request_bytes`; a request that finds no
-//! slot within [`BUSY_WAIT_MS`] is answered 503 with Retry-After (counted as `refused_busy`).
+//! At most `max_concurrent_requests` requests are read and handled at once; a request that
+//! finds no slot within [`BUSY_WAIT_MS`] is answered 503 with Retry-After (counted as
+//! `refused_busy`). A request holds its body and its events encoded: each event is parsed
+//! from the body, encoded and dropped before the next (an array's elements are first only
+//! checked and located, as borrowed [`RawValue`]s), so the input's memory is about
+//! `max_concurrent_requests × 3 × max_request_bytes` (the README's Memory).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +24,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -85,48 +90,101 @@ async fn post_events(
         Ok(events) => events,
         Err((index, reason)) => return refuse(&agent, index, reason),
     };
-    match agent.send_batch(&topic, &events).await {
+    let sent = agent.send_each(&topic, events.len(), |index| events.event(index)).await;
+    match sent {
         Ok(accepted) => {
             (StatusCode::OK, axum::Json(json!({ "accepted": accepted }))).into_response()
         }
-        Err(SendError::Invalid { index, source }) => {
+        Err(Refusal::Body { index, reason }) => refuse(&agent, index, reason),
+        Err(Refusal::Send(SendError::Invalid { index, source })) => {
             error(StatusCode::BAD_REQUEST, &source.to_string(), Some(index))
         }
-        Err(e @ SendError::TooLarge { .. }) => error(StatusCode::BAD_REQUEST, &e.to_string(), None),
-        Err(SendError::Full { retry_after_ms }) => {
+        Err(Refusal::Send(e @ SendError::TooLarge { .. })) => {
+            error(StatusCode::BAD_REQUEST, &e.to_string(), None)
+        }
+        Err(Refusal::Send(SendError::Full { retry_after_ms })) => {
             let seconds = retry_after_ms.div_ceil(1000).max(1);
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "the spool is full", None);
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
             response
         }
-        Err(e @ (SendError::Unavailable(_) | SendError::ShuttingDown)) => {
+        Err(Refusal::Send(e @ (SendError::Unavailable(_) | SendError::ShuttingDown))) => {
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), None);
             response.headers_mut().insert(header::RETRY_AFTER, 1.into());
             response
         }
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), None),
+        Err(Refusal::Send(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), None),
     }
 }
 
-/// The events of a body, or the index of the first one that is not a JSON object.
-fn parse(body: &[u8], ndjson: bool) -> Result<Vec<Value>, (usize, String)> {
+/// Why a request's events were not spooled: its body (an event that is not JSON, or not an
+/// object), or the agent.
+enum Refusal {
+    Body { index: usize, reason: String },
+    Send(SendError),
+}
+
+impl From<SendError> for Refusal {
+    fn from(e: SendError) -> Refusal {
+        Refusal::Send(e)
+    }
+}
+
+/// A body's events, located but not parsed yet (but for a single object).
+enum Events<'a> {
+    /// Non-empty lines of newline-delimited JSON.
+    Lines(Vec<&'a [u8]>),
+    /// The elements of an array, each checked to be a JSON object.
+    Elements(Vec<&'a RawValue>),
+    One(Value),
+}
+
+impl Events<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Events::Lines(lines) => lines.len(),
+            Events::Elements(elements) => elements.len(),
+            Events::One(_) => 1,
+        }
+    }
+
+    /// Event `index`, parsed.
+    fn event(&self, index: usize) -> Result<Cow<'_, Value>, Refusal> {
+        let body = |reason: String| Refusal::Body { index, reason };
+        match self {
+            Events::Lines(lines) => match serde_json::from_slice::<Value>(lines[index]) {
+                Ok(v @ Value::Object(_)) => Ok(Cow::Owned(v)),
+                Ok(_) => Err(body("the event is not a JSON object".to_owned())),
+                Err(e) => Err(body(format!("invalid JSON: {e}"))),
+            },
+            Events::Elements(elements) => serde_json::from_str(elements[index].get())
+                .map(Cow::Owned)
+                .map_err(|e| body(format!("invalid JSON: {e}"))),
+            Events::One(event) => Ok(Cow::Borrowed(event)),
+        }
+    }
+}
+
+/// The events of a body, or the index of the first one that is not a JSON object (for
+/// newline-delimited JSON, each line is checked only when its turn comes).
+fn parse(body: &[u8], ndjson: bool) -> Result<Events<'_>, (usize, String)> {
     if ndjson {
         let lines = body.split(|&b| b == b'\n').filter(|line| !line.trim_ascii().is_empty());
-        return lines
-            .enumerate()
-            .map(|(index, line)| match serde_json::from_slice::<Value>(line) {
-                Ok(v @ Value::Object(_)) => Ok(v),
-                Ok(_) => Err((index, "the event is not a JSON object".to_owned())),
-                Err(e) => Err((index, format!("invalid JSON: {e}"))),
-            })
-            .collect();
+        return Ok(Events::Lines(lines.collect()));
+    }
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let elements: Vec<&RawValue> = match serde_json::from_slice(body) {
+            Ok(elements) => elements,
+            Err(e) => return Err((0, format!("invalid JSON: {e}"))),
+        };
+        return match elements.iter().position(|e| !e.get().starts_with('{')) {
+            Some(index) => Err((index, "the event is not a JSON object".to_owned())),
+            None => Ok(Events::Elements(elements)),
+        };
     }
     match serde_json::from_slice::<Value>(body) {
-        Ok(v @ Value::Object(_)) => Ok(vec![v]),
-        Ok(Value::Array(events)) => match events.iter().position(|e| !e.is_object()) {
-            Some(index) => Err((index, "the event is not a JSON object".to_owned())),
-            None => Ok(events),
-        },
+        Ok(v @ Value::Object(_)) => Ok(Events::One(v)),
         Ok(_) => Err((0, "expected a JSON object or an array of objects".to_owned())),
         Err(e) => Err((0, format!("invalid JSON: {e}"))),
     }

@@ -538,3 +538,66 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
     })
     .await;
 }
+
+/// Peak resident bytes of process `pid` so far.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
+
+/// The README's bound on the HTTP input: a request holds its body, its events encoded and the
+/// spool writer's records of them, about three times the body — not every event's JSON tree
+/// (about ten times its text) as well, as when the agent parsed a whole body before encoding
+/// any of it (an 11 MB request then grew it by 166 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_request_holds_a_few_times_its_body_not_its_parsed_events() {
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let port = free_port();
+    let agent = spawn(
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--brokers",
+            &dead,
+            "--spool-dir",
+            dir.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ]),
+        port,
+        dir.path().join("agent.log"),
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{port}/v1/events/page-view");
+    let http = testkit::http_client();
+    // Warm up: the schema fetched, the spool's first segment open.
+    let r = http.post(&url).json(&vec![page_view(0)]).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let events: Vec<serde_json::Value> = (1..=80_000).map(page_view).collect();
+    let ndjson: String = events.iter().map(|e| format!("{e}\n")).collect();
+    let array = serde_json::to_string(&events).unwrap();
+    drop(events);
+    for (content_type, body) in [("application/x-ndjson", ndjson), ("application/json", array)] {
+        let before = peak_rss(agent.child.id());
+        let bytes = body.len() as u64;
+        let r = http.post(&url).header("content-type", content_type).body(body).send().await;
+        let r = r.unwrap();
+        assert_eq!(r.status(), 200, "{content_type}");
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["accepted"], 80_000);
+        let grown = peak_rss(agent.child.id()).saturating_sub(before);
+        eprintln!("{content_type}: a {bytes}-byte request grew the agent's peak by {grown} bytes");
+        // The body, its events encoded, and the spool writer's buffer of them.
+        assert!(
+            grown < 4 * bytes,
+            "{content_type}: a {bytes}-byte request grew the agent by {grown} bytes"
+        );
+    }
+}
