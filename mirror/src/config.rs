@@ -63,10 +63,12 @@ pub struct Config {
     pub host_name: Option<String>,
     /// Source offsets acknowledged by the target are committed this often.
     pub commit_ms: u64,
-    /// Messages taken from one source stream and not yet acknowledged by the target, at most:
-    /// the mirror's memory bound besides the producer's buffer.
+    /// Runs (up to 256 KiB of consecutive messages of one partition, sent as one record)
+    /// taken from one source stream and not yet acknowledged by the target, at most.
     pub inflight_messages: usize,
-    /// Bytes of messages sent to the target and not yet acknowledged, at most.
+    /// Bytes of messages read from the sources and not yet acknowledged by the target, at
+    /// most, over every stream: the mirror's memory bound for what it copies (and the
+    /// producer's buffer).
     pub buffer_bytes: usize,
     /// Audit windows, aligned to this length.
     pub audit_window_ms: i64,

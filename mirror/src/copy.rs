@@ -24,7 +24,7 @@ use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, Pr
 
 use events::audit::{AUDIT_TOPIC, window_start};
 use futures::FutureExt;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::Audit;
@@ -44,7 +44,30 @@ pub(crate) struct Shared {
     pub(crate) audit: Arc<Audit>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) inflight_messages: usize,
+    pub(crate) window_bytes: WindowBytes,
     pub(crate) window_ms: i64,
+}
+
+/// The bytes of runs read and not yet acknowledged, over every stream, bounded by
+/// `buffer_bytes`: a stream reads its next run once that run's bytes are free, so a target
+/// that stops answering (or one stalled target partition) holds the mirror at that much.
+pub(crate) struct WindowBytes {
+    free: Arc<Semaphore>,
+    max: usize,
+}
+
+impl WindowBytes {
+    pub(crate) fn new(max: usize) -> WindowBytes {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS).min(u32::MAX as usize);
+        WindowBytes { free: Arc::new(Semaphore::new(max)), max }
+    }
+
+    /// Waits until `bytes` are free (all of them, for a run larger than the bound) and holds
+    /// them until the permit is dropped.
+    async fn hold(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let bytes = u32::try_from(bytes.clamp(1, self.max)).unwrap_or(u32::MAX);
+        Arc::clone(&self.free).acquire_many_owned(bytes).await.ok()
+    }
 }
 
 /// Consecutive messages of one source partition, framed back to back, sent as one record.
@@ -60,6 +83,8 @@ struct Run {
 struct InFlight {
     run: Run,
     state: State,
+    /// The run's share of `buffer_bytes`, given back when it leaves the window.
+    _bytes: OwnedSemaphorePermit,
 }
 
 enum State {
@@ -131,6 +156,7 @@ async fn read(
             };
             let (run, next) = gather(topic, stream, first);
             carried = next;
+            let bytes = shared.window_bytes.hold(run.set.len()).await?;
             let state = match producer
                 .enqueue_framed(topic, Some(&key(run.partition)), run.set.clone())
                 .await
@@ -138,7 +164,7 @@ async fn read(
                 Ok(pending) => State::Sending(pending),
                 Err(e) => State::Failed(e),
             };
-            Some(Some(InFlight { run, state }))
+            Some(Some(InFlight { run, state, _bytes: bytes }))
         };
         let item = tokio::select! {
             _ = stop.cancelled() => return,
@@ -189,8 +215,11 @@ fn gather(
             carried = Some(message);
             break;
         }
+        // Grown as the run grows (at most twice its length), not RUN_BYTES_MAX for two
+        // small messages: `buffer_bytes` counts the runs' lengths.
         let set = set.get_or_insert_with(|| {
-            let mut set = BytesMut::with_capacity(RUN_BYTES_MAX);
+            let mut set =
+                BytesMut::with_capacity(2 * (first.payload.len() + message.payload.len()));
             set.extend_from_slice(&first.payload);
             set
         });
@@ -395,5 +424,26 @@ async fn resend(shared: &Shared, topic: &str, window: &mut VecDeque<InFlight>) {
                 Err(e) => State::Failed(e),
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::WindowBytes;
+
+    #[tokio::test]
+    async fn a_run_waits_until_its_bytes_are_free() {
+        let window = WindowBytes::new(1000);
+        let first = window.hold(600).await.expect("free");
+        let waiting = tokio::time::timeout(Duration::from_millis(50), window.hold(600)).await;
+        assert!(waiting.is_err(), "600 more bytes fit in 1000 beside 600");
+        drop(first);
+        let second = window.hold(600).await.expect("free again");
+        // A run larger than the whole bound waits for all of it, and then goes.
+        drop(second);
+        let large = tokio::time::timeout(Duration::from_millis(50), window.hold(5000)).await;
+        assert!(large.expect("the whole window is free").is_some());
     }
 }

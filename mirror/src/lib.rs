@@ -113,6 +113,7 @@ impl Mirror {
             audit: Arc::clone(&audit),
             metrics: Arc::clone(&metrics_state),
             inflight_messages: config.inflight_messages,
+            window_bytes: copy::WindowBytes::new(config.buffer_bytes),
             window_ms: config.audit_window_ms,
         });
         let stop = CancellationToken::new();

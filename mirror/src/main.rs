@@ -54,10 +54,12 @@ struct Cli {
     /// Commit acknowledged source offsets this often [default: 1000].
     #[arg(long, value_name = "MS")]
     commit_ms: Option<u64>,
-    /// Messages per source stream read and not yet acknowledged, at most [default: 20000].
+    /// Runs of messages (≤ 256 KiB each) per source stream read and not yet acknowledged, at
+    /// most [default: 20000].
     #[arg(long, value_name = "N")]
     inflight_messages: Option<usize>,
-    /// Bytes sent to the target and not yet acknowledged, at most [default: 67108864].
+    /// Bytes read from the sources and not yet acknowledged by the target, at most, over
+    /// every stream [default: 67108864].
     #[arg(long, value_name = "B")]
     buffer_bytes: Option<usize>,
     /// Audit window length [default: 600000].
