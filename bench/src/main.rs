@@ -8,12 +8,14 @@
 //!
 //! `cargo build --release -p broker -p bench && target/release/tributary-bench --out bench/results/DATE`
 //!
-//! `tributary-bench replication` measures replication instead: see [`replication`].
+//! `tributary-bench replication` measures replication instead: see [`replication`];
+//! `tributary-bench pipeline` the whole multi-process pipeline: see [`pipeline`].
 
 mod ceiling;
 mod growth;
 mod peer;
 mod peers;
+mod pipeline;
 mod progress;
 mod replication;
 mod report;
@@ -81,6 +83,9 @@ enum Mode {
     /// Replication's cost (replication factor 3 with acks all against 1 with acks 1) and its
     /// failover time over repeated `kill -9` of a leader, on three brokers in a ZooKeeper.
     Replication(replication::ReplicationArgs),
+    /// The whole pipeline as `tributary up` runs it, at stepped offered rates: events/s per
+    /// tier, backlog, freshness, CPU per event and peak memory of every process.
+    Pipeline(pipeline::PipelineArgs),
 }
 
 /// What one run does, after `--quick` and the explicit flags are applied.
@@ -159,8 +164,10 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> BenchResult<()> {
-    if let Some(Mode::Replication(args)) = cli.mode {
-        return replication::run(args, today(), machine()).await;
+    match cli.mode {
+        Some(Mode::Replication(args)) => return replication::run(args, today(), machine()).await,
+        Some(Mode::Pipeline(args)) => return pipeline::run(args).await,
+        None => {}
     }
     if let Some(results) = &cli.render {
         let text = std::fs::read_to_string(results)
@@ -290,7 +297,7 @@ fn tempfile_dir(base: Option<&std::path::Path>) -> BenchResult<PathBuf> {
     Ok(dir)
 }
 
-fn today() -> String {
+pub(crate) fn today() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()
@@ -300,7 +307,7 @@ fn today() -> String {
 }
 
 /// CPU model, cores, memory and kernel, from /proc.
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo

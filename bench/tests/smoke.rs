@@ -78,3 +78,59 @@ fn a_small_replication_run_reports_what_its_flags_asked_for() {
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(report.contains("session timeout 1000 ms") && report.contains("Ratio"), "{report}");
 }
+
+/// `tributary-bench pipeline`, small: the real `tributary up` deployment (the debug binaries
+/// `cargo test --workspace` builds), two short steps, every flag shown in what it measured,
+/// every event of both steps through every tier to Parquet, and no audit window in loss.
+#[test]
+fn a_small_pipeline_run_carries_every_event_to_parquet() {
+    let bench = env!("CARGO_BIN_EXE_tributary-bench");
+    let bin_dir = std::path::Path::new(bench).parent().unwrap();
+    for binary in ["tributary", "broker", "frontend-agent", "mirror", "hdfs-loader", "audit"] {
+        assert!(
+            bin_dir.join(binary).is_file(),
+            "no {binary} beside {bench}: cargo build --workspace"
+        );
+    }
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(bench)
+        .args(["pipeline", "--rates", "1500,3000", "--step", "6s", "--all-steps"])
+        .args(["--loader-interval", "2s", "--audit-window", "4s", "--replication-factor", "2"])
+        .args(["--base-port", "28500", "--drain-max", "60s"])
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["step_seconds"], 6.0);
+    assert_eq!(results["loader_interval_seconds"], 2.0);
+    assert_eq!(results["replication_factor"], 2);
+    let steps = results["steps"].as_array().unwrap();
+    let offered: Vec<u64> = steps.iter().map(|s| s["offered"].as_u64().unwrap()).collect();
+    assert_eq!(offered, [1500, 3000], "{stderr}");
+    for step in steps {
+        let accepted = step["tiers"][0].as_u64().unwrap();
+        let wanted = step["offered"].as_u64().unwrap() * 6;
+        assert!(accepted * 100 >= wanted * 97, "accepted {accepted} of {wanted}\n{stderr}");
+        assert!(step["drain_seconds"].is_f64(), "not drained: {step}\n{stderr}");
+        assert!(step["visible_samples"].as_u64().unwrap() > 0, "{step}");
+        assert!(step["parquet_ms"].is_array(), "{step}");
+        let processes = step["processes"].as_object().unwrap();
+        for name in ["agent-live-a", "mirror", "loader", "simulator-live-b", "zookeeper"] {
+            assert!(processes[name]["cpu_seconds"].as_f64().unwrap() > 0.0, "{name}: {step}");
+            assert!(processes[name]["rss_peak_bytes"].as_u64().unwrap() > 1 << 20, "{name}");
+        }
+    }
+    let topology = std::fs::read_to_string(out.path().join("topology.toml")).unwrap();
+    assert!(topology.contains("default_replication_factor = 2"), "{topology}");
+    assert!(topology.contains("interval = \"2000ms\""), "{topology}");
+    assert_eq!(results["verdicts"]["loss"], 0, "{stderr}");
+    assert!(results["verdicts"]["complete"].as_u64().unwrap() > 0, "{stderr}");
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("**Sustained: 3000 events/s**"), "{report}");
+    let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("sustained 3000/s"), "{svg}");
+}
