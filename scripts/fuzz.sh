@@ -6,11 +6,18 @@
 #
 #   scripts/fuzz.sh 60                  # every target for a minute
 #   scripts/fuzz.sh 600 acl_file        # one target for ten minutes
+#   scripts/fuzz.sh --scratch 5         # from a copy of each corpus, left unchanged (CI's pass)
 #
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 
+scratch=""
+if [ "${1:-}" = "--scratch" ]; then
+  scratch="$(mktemp -d)"
+  trap 'rm -rf "$scratch"' EXIT
+  shift
+fi
 seconds="${1:-10}"
 shift || true
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -eq 0 ]; then
@@ -32,11 +39,16 @@ failed=()
 printf '%-20s %15s %12s\n' target executions "exec/s"
 for target in "${targets[@]}"; do
   mkdir -p "corpus/$target"
+  corpus="corpus/$target"
+  if [ -n "$scratch" ]; then
+    cp -r "corpus/$target" "$scratch/$target"
+    corpus="$scratch/$target"
+  fi
   log="$(mktemp)"
   status=0
   # -print_final_stats: libFuzzer's own count of executed inputs; -close_fd_mask: the
   # targets' own output (a decoder's log line) stays out of the report.
-  cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
+  cargo +nightly fuzz run -O "$target" "$corpus" -- \
     -max_total_time="$seconds" -print_final_stats=1 -close_fd_mask=3 >"$log" 2>&1 || status=$?
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   runs="${runs:-0}"

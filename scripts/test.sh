@@ -60,3 +60,15 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 step "cargo test"
 cargo test --workspace --quiet
+
+# A short fuzzing pass: every `cargo fuzz` target of fuzz/ for a few seconds, from a copy of
+# its committed corpus, so a decoder that crashes on a known input fails the run. The
+# campaigns themselves are longer: `scripts/fuzz.sh SECONDS` (see the README).
+step "fuzzing: every target for 5 s"
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+scripts/fuzz.sh --scratch 5
