@@ -40,7 +40,8 @@ pub struct PipelineArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "25000,50000,100000,150000,200000,300000,400000,500000"
+        default_value = "25000,50000,100000,150000,200000,300000,400000,500000",
+        value_parser = clap::value_parser!(u64).range(2..=10_000_000)
     )]
     rates: Vec<u64>,
     /// How long each step offers its rate.
