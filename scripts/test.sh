@@ -72,3 +72,8 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 scripts/fuzz.sh --scratch 5
+# --scratch leaves the committed corpora as they are.
+if git rev-parse --git-dir >/dev/null 2>&1 && [ -n "$(git status --porcelain -- fuzz/corpus)" ]; then
+  echo "test.sh: the fuzz pass changed fuzz/corpus" >&2
+  exit 1
+fi

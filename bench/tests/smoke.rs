@@ -92,11 +92,15 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
             "no {binary} beside {bench}: cargo build --workspace"
         );
     }
-    let out = tempfile::tempdir().unwrap();
+    let (out, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let run = Command::new(bench)
         .args(["pipeline", "--rates", "1500,3000", "--step", "6s", "--all-steps"])
         .args(["--loader-interval", "2s", "--audit-window", "4s", "--replication-factor", "2"])
         .args(["--base-port", "28500", "--drain-max", "60s"])
+        .arg("--bin-dir")
+        .arg(bin_dir)
+        .arg("--work-dir")
+        .arg(work.path())
         .arg("--out")
         .arg(out.path())
         .output()
@@ -126,6 +130,9 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
     }
     let topology = std::fs::read_to_string(out.path().join("topology.toml")).unwrap();
     assert!(topology.contains("default_replication_factor = 2"), "{topology}");
+    // --work-dir held the deployment; --bin-dir named its binaries.
+    assert!(work.path().join("run/logs/agent-live-a.log").is_file(), "{stderr}");
+    assert!(topology.contains(&format!("dir = \"{}\"", bin_dir.display())), "{topology}");
     assert!(topology.contains("interval = \"2000ms\""), "{topology}");
     assert_eq!(results["verdicts"]["loss"], 0, "{stderr}");
     assert!(results["verdicts"]["complete"].as_u64().unwrap() > 0, "{stderr}");
@@ -133,4 +140,24 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
     assert!(report.contains("**Sustained: 3000 events/s**"), "{report}");
     let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("sustained 3000/s"), "{svg}");
+
+    // --render writes the same report again from results.json, running nothing.
+    let again = tempfile::tempdir().unwrap();
+    let render = Command::new(bench)
+        .args(["pipeline", "--render"])
+        .arg(out.path().join("results.json"))
+        .arg("--out")
+        .arg(again.path())
+        .output()
+        .unwrap();
+    assert!(render.status.success(), "{}", String::from_utf8_lossy(&render.stderr));
+    assert_eq!(std::fs::read_to_string(again.path().join("report.md")).unwrap(), report);
+    // A --bin-dir without the binaries is refused, naming what is missing.
+    let missing = Command::new(bench)
+        .args(["pipeline", "--base-port", "28500", "--bin-dir"])
+        .arg(again.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success() && stderr.contains("tributary is missing"), "{stderr}");
 }

@@ -12,7 +12,7 @@ use events::envelope::EventHeader;
 use nix::sys::signal::Signal;
 use schema_registry::RegistryClient;
 use testkit::broker::TestBroker;
-use testkit::process::{Process, free_port};
+use testkit::process::{Process, free_port, peak_rss};
 use testkit::registry::TestRegistry;
 use testkit::zookeeper::ZooKeeperServer;
 use tokio_util::sync::CancellationToken;
@@ -537,17 +537,6 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
         (payloads.len() as u64 == 10 + simulated).then_some(())
     })
     .await;
-}
-
-/// Peak resident bytes of process `pid` so far.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kb * 1024
 }
 
 /// The README's bound on the HTTP input: a request holds its body, its events encoded and the

@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Cluster, TOPIC};
+use testkit::process::peak_rss;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hdfs-loader");
 /// `--row-group-bytes` of the run.
@@ -18,17 +19,6 @@ const PER_PARTITION_BYTES: u64 = ROW_GROUP_BYTES + 3 * (8 << 20) + (8 << 20);
 /// Events of the backlog: over 20 times `ROW_GROUP_BYTES` of Parquet, which a row group
 /// without the byte bound (`row_group_rows` is 1M) would hold whole.
 const BACKLOG_EVENTS: usize = 400_000;
-
-/// The peak resident set of process `pid`, in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM");
-    kb * 1024
-}
 
 /// Every `.parquet` file under `dir`.
 fn parquet_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

@@ -106,3 +106,14 @@ pub fn terminates_cleanly(process: &mut Process, within: Duration) {
     assert!(status.success(), "SIGTERM ends the process with 0, not {status}");
     assert!(started.elapsed() < within, "it stopped within {within:?}");
 }
+
+/// The peak resident set (`VmHWM`) of process `pid` so far, in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kb * 1024
+}
