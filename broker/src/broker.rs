@@ -89,12 +89,27 @@ pub struct ReplicaPlan {
     pub segment_base: i64,
 }
 
+/// A request's share of `request_memory_bytes`, given back when dropped.
+pub(crate) struct RequestMemory {
+    _permit: OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for RequestMemory {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.bytes);
+    }
+}
+
 pub struct Broker {
     config: BrokerConfig,
     logs: Arc<LogManager>,
     metrics: Arc<Metrics>,
     /// Slots for long-poll fetches waiting for data (`max_parked_fetches`).
     parked: Arc<Semaphore>,
+    /// Bytes of large requests being read, over all connections (`request_memory_bytes`).
+    request_memory: Arc<Semaphore>,
     /// Flusher and retention tasks.
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -147,6 +162,7 @@ impl Broker {
         let leaders = Leaders::default();
         let broker = Arc::new(Broker {
             parked: Arc::new(Semaphore::new(config.max_parked_fetches as usize)),
+            request_memory: Arc::new(Semaphore::new(config.request_memory_bytes as usize)),
             config,
             metrics: Arc::new(Metrics::new(Arc::clone(&logs), Arc::clone(&leaders))),
             logs,
@@ -501,6 +517,23 @@ impl Broker {
     /// A slot for a long-poll fetch to wait in, if fewer than `max_parked_fetches` wait.
     pub(crate) fn try_park(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.parked).try_acquire_owned().ok()
+    }
+
+    /// Room for a request of `bytes` to be read into, out of `request_memory_bytes`: at once
+    /// if there is room, else once requests being read now are taken.
+    pub(crate) async fn request_memory(&self, bytes: usize) -> RequestMemory {
+        let bytes = bytes.min(self.config.request_memory_bytes as usize) as u32;
+        let memory = Arc::clone(&self.request_memory);
+        let permit = match Arc::clone(&memory).try_acquire_many_owned(bytes) {
+            Ok(permit) => permit,
+            Err(_) => {
+                self.metrics.request_memory_waits.inc();
+                memory.acquire_many_owned(bytes).await.expect("the request memory is never closed")
+            }
+        };
+        let gauge = self.metrics.request_memory_in_use.clone();
+        gauge.inc_by(bytes as i64);
+        RequestMemory { _permit: permit, bytes: bytes as i64, gauge }
     }
 
     /// Long-poll fetches waiting for data now.

@@ -81,6 +81,13 @@ pub struct BrokerConfig {
     /// Largest `length` of one message (the bytes after its length field).
     pub max_message_bytes: u32,
     pub max_connections: u32,
+    /// A client that leaves a request half sent, or a response unread (its socket accepting
+    /// nothing), for this long is disconnected: such clients give their slots back.
+    pub client_timeout_ms: u64,
+    /// Bytes of requests larger than 4 KiB being read, over all connections; a connection
+    /// whose request does not fit stops reading until others are taken. With the 4 KiB each
+    /// other connection may hold, this bounds what clients can make the broker buffer.
+    pub request_memory_bytes: u64,
     /// Long-poll fetches (`MULTIFETCH_WAIT`) waiting for data at once, over all connections;
     /// one more is answered at once with what is visible.
     pub max_parked_fetches: u32,
@@ -152,6 +159,8 @@ impl Default for BrokerConfig {
             max_request_bytes: 100 << 20,
             max_message_bytes: 1 << 20,
             max_connections: 4096,
+            client_timeout_ms: 30_000,
+            request_memory_bytes: 512 << 20,
             max_parked_fetches: 1024,
             max_fetch_wait_ms: 30_000,
             replica_lag_ms: 10_000,
@@ -235,6 +244,17 @@ impl BrokerConfig {
         }
         if self.max_connections == 0 {
             return invalid("max_connections", "must be at least 1");
+        }
+        if self.request_memory_bytes < self.max_request_bytes as u64
+            || self.request_memory_bytes > u32::MAX as u64
+        {
+            return invalid(
+                "request_memory_bytes",
+                "must be at least max_request_bytes and below 4 GiB",
+            );
+        }
+        if self.client_timeout_ms == 0 {
+            return invalid("client_timeout_ms", "must be at least 1");
         }
         if self.metrics.as_deref().is_some_and(str::is_empty) {
             return invalid("metrics", "must not be empty");
@@ -325,6 +345,10 @@ impl BrokerConfig {
 
     pub fn replica_lag(&self) -> Duration {
         Duration::from_millis(self.replica_lag_ms)
+    }
+
+    pub fn client_timeout(&self) -> Duration {
+        Duration::from_millis(self.client_timeout_ms)
     }
 
     pub fn ack_timeout(&self) -> Duration {

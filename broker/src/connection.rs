@@ -34,20 +34,23 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::acl::Operation;
-use crate::broker::{Broker, ReplicaPlan};
+use crate::broker::{Broker, ReplicaPlan, RequestMemory};
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
-use crate::metrics::{Latency, RequestKind};
+use crate::metrics::{Latency, RequestKind, Stalled};
 use service::tls::ServerStream;
 
-/// Read buffer growth per read; a frame's declared size is never reserved up front.
+/// Read buffer growth per read while a frame larger than what is buffered arrives; a frame's
+/// declared size is never reserved up front.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Read buffer room between requests: what an idle or small-request connection holds.
+const READ_IDLE_BYTES: usize = 4 << 10;
 /// Bytes of pipelined produces to one partition appended with one write, at most.
 const RUN_BYTES_MAX: usize = 1 << 20;
 /// Output buffered before it is written even though more requests are waiting.
 const OUTPUT_BYTES_MAX: usize = 256 << 10;
-/// Pipelined request bytes read while a long-poll fetch waits; beyond them the connection
-/// stops reading until the fetch is answered.
-const PARKED_INPUT_BYTES_MAX: usize = 1 << 20;
+/// Pipelined request bytes read while a long-poll fetch waits (enough to notice a client that
+/// hangs up); beyond them the connection stops reading until the fetch is answered.
+const PARKED_INPUT_BYTES_MAX: usize = READ_IDLE_BYTES;
 
 /// Produce runs appended whose answers wait for their acks, at most; one more waits for the
 /// oldest answer first.
@@ -107,6 +110,20 @@ pub(crate) struct Connection {
     stop: CancellationToken,
     /// Produce runs waiting for their acks, oldest first.
     awaiting: VecDeque<Awaiting>,
+    /// Requests taken off the input so far.
+    requests_read: u64,
+    /// Whether the last read filled the input's room: the client is likely sending more.
+    read_filled: bool,
+    /// The share of `request_memory_bytes` the large request at the head of the input holds.
+    request_memory: Option<RequestMemory>,
+}
+
+/// Room for the next read.
+enum Room {
+    Bytes(usize),
+    /// A request of this many bytes (its size field included) must first take its share of
+    /// `request_memory_bytes`.
+    NeedsMemory(usize),
 }
 
 impl Connection {
@@ -119,27 +136,56 @@ impl Connection {
         Connection {
             stream,
             principal,
-            input: BytesMut::with_capacity(READ_CHUNK_BYTES),
-            output: BytesMut::with_capacity(READ_CHUNK_BYTES),
+            input: BytesMut::new(),
+            output: BytesMut::new(),
             broker,
             stop,
             awaiting: VecDeque::new(),
+            requests_read: 0,
+            read_filled: false,
+            request_memory: None,
         }
     }
 
     /// Serves requests until the client closes, sends something unusable, or `stop` fires.
     pub(crate) async fn run(mut self) -> io::Result<()> {
         let stop = self.stop.clone();
+        let client_timeout = self.broker.config().client_timeout();
+        // When the request begun in the input must be in whole: `client_timeout` after its
+        // first bytes were read. However slowly they trickle in, it does not move.
+        let mut request_deadline: Option<tokio::time::Instant> = None;
         loop {
+            let requests_before = self.requests_read;
             match self.handle_buffered().await? {
                 Next::Continue => {}
                 Next::Close => return self.flush_output().await,
                 Next::Gone => return Ok(()),
             }
             self.flush_output().await?;
-            self.input.reserve(READ_CHUNK_BYTES);
+            if self.input.is_empty() {
+                request_deadline = None;
+            } else if request_deadline.is_none() || self.requests_read != requests_before {
+                request_deadline = Some(tokio::time::Instant::now() + client_timeout);
+            }
+            self.shrink_when_quiet();
+            let room = match self.read_room() {
+                Room::Bytes(room) => room,
+                Room::NeedsMemory(bytes) => {
+                    let broker = Arc::clone(&self.broker);
+                    tokio::select! {
+                        memory = broker.request_memory(bytes) => {
+                            self.request_memory = Some(memory);
+                        }
+                        () = sleep_until(request_deadline) => return self.timed_out(),
+                        _ = stop.cancelled() => return Ok(()),
+                    }
+                    READ_CHUNK_BYTES
+                }
+            };
+            self.input.reserve(room);
             tokio::select! {
-                read = self.stream.read_buf(&mut self.input) => {
+                () = sleep_until(request_deadline) => return self.timed_out(),
+                read = read_into(&mut self.stream, &mut self.input, &mut self.read_filled) => {
                     if read? == 0 {
                         if !self.input.is_empty() {
                             tracing::debug!(bytes = self.input.len(), "client closed mid-request");
@@ -153,6 +199,17 @@ impl Connection {
                 _ = stop.cancelled() => return Ok(()),
             }
         }
+    }
+
+    /// Counts a client that left a request half sent for `client_timeout_ms`, before the
+    /// connection closes.
+    fn timed_out(&self) -> io::Result<()> {
+        self.broker.metrics().client_timed_out(Stalled::request);
+        tracing::debug!(
+            bytes = self.input.len(),
+            "closing connection: a request half sent for client_timeout_ms"
+        );
+        Ok(())
     }
 
     /// Handles every complete request in the input buffer. Produces to one partition that a
@@ -231,6 +288,36 @@ impl Connection {
         }
     }
 
+    /// How much room the next read gets: a chunk while a large request (which holds its
+    /// share of `request_memory_bytes`) arrives or the client keeps the buffer full, a little
+    /// otherwise, so idle and stalled connections stay small. A large request not yet holding
+    /// its share must take it first.
+    fn read_room(&self) -> Room {
+        let begun = self.input.get(..FRAME_SIZE_BYTES).map(|size| {
+            FRAME_SIZE_BYTES + u32::from_be_bytes(size.try_into().expect("4")) as usize
+        });
+        match begun {
+            Some(total) if total > READ_IDLE_BYTES && total > self.input.len() => {
+                match self.request_memory {
+                    None => Room::NeedsMemory(total),
+                    Some(_) => Room::Bytes(READ_CHUNK_BYTES),
+                }
+            }
+            _ if self.read_filled => Room::Bytes(READ_CHUNK_BYTES),
+            _ => Room::Bytes(READ_IDLE_BYTES),
+        }
+    }
+
+    /// Gives back the buffers' memory once a connection has gone quiet.
+    fn shrink_when_quiet(&mut self) {
+        if self.input.is_empty() && !self.read_filled && self.input.capacity() > READ_CHUNK_BYTES {
+            self.input = BytesMut::new();
+        }
+        if self.output.is_empty() && self.output.capacity() > READ_CHUNK_BYTES {
+            self.output = BytesMut::new();
+        }
+    }
+
     /// The next complete request in the input buffer, if there is one; `Err` for a frame that
     /// cannot be trusted, which the caller answers with an error (in its turn) before closing.
     fn next_request(&mut self) -> Result<Option<Request>, BadFrame> {
@@ -248,6 +335,8 @@ impl Connection {
         }
         self.input.advance(FRAME_SIZE_BYTES);
         let frame = self.input.split_to(size).freeze();
+        self.requests_read += 1;
+        self.request_memory = None;
         match Request::decode(frame) {
             Ok(request) => Ok(Some(request)),
             Err(e) => {
@@ -586,7 +675,7 @@ impl Connection {
             };
             let reading = self.input.len() < PARKED_INPUT_BYTES_MAX;
             if reading {
-                self.input.reserve(READ_CHUNK_BYTES);
+                self.input.reserve(PARKED_INPUT_BYTES_MAX - self.input.len());
             }
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return Ok(Next::Continue),
@@ -597,7 +686,7 @@ impl Connection {
                         return Ok(Next::Continue);
                     }
                 }
-                read = self.stream.read_buf(&mut self.input), if reading => {
+                read = read_into(&mut self.stream, &mut self.input, &mut self.read_filled), if reading => {
                     if read? == 0 {
                         return Ok(Next::Gone);
                     }
@@ -651,16 +740,54 @@ impl Connection {
         let Some(slice) = slice.filter(|s| s.len > 0) else { return Ok(()) };
         self.flush_output().await?;
         let metrics = Arc::clone(self.broker.metrics());
-        crate::stream::send_slice(&mut self.stream, slice, &metrics).await
+        let stall = self.broker.config().client_timeout();
+        let sent = crate::stream::send_slice(&mut self.stream, slice, &metrics, stall).await;
+        self.count_stall(sent)
     }
 
     async fn flush_output(&mut self) -> io::Result<()> {
-        if !self.output.is_empty() {
-            self.stream.write_all(&self.output).await?;
-            self.output.clear();
+        let stall = self.broker.config().client_timeout();
+        let written = tokio::time::timeout(stall, async {
+            if !self.output.is_empty() {
+                self.stream.write_all(&self.output).await?;
+                self.output.clear();
+            }
+            // TLS keeps records until flushed; a plain socket has nothing to flush.
+            self.stream.flush().await
+        })
+        .await
+        .unwrap_or_else(|_| Err(crate::stream::stalled()));
+        self.count_stall(written)
+    }
+
+    /// Counts a write that ended because the client took nothing for `client_timeout_ms`.
+    fn count_stall(&self, written: io::Result<()>) -> io::Result<()> {
+        if let Err(e) = &written
+            && e.kind() == io::ErrorKind::TimedOut
+        {
+            self.broker.metrics().client_timed_out(Stalled::response);
         }
-        // TLS keeps records until flushed; a plain socket has nothing to flush.
-        self.stream.flush().await
+        written
+    }
+}
+
+/// Reads into `input`'s spare room, noting whether the read filled it.
+async fn read_into(
+    stream: &mut ServerStream,
+    input: &mut BytesMut,
+    filled: &mut bool,
+) -> io::Result<usize> {
+    let room = input.capacity() - input.len();
+    let read = stream.read_buf(input).await?;
+    *filled = read == room;
+    Ok(read)
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -45,6 +45,13 @@ struct Cli {
     /// Connections beyond this many are closed at once.
     #[arg(long, value_name = "N")]
     max_connections: Option<u32>,
+    /// Disconnect a client that leaves a request half sent, or a response unread, this long
+    /// [default: 30000].
+    #[arg(long, value_name = "MS")]
+    client_timeout_ms: Option<u64>,
+    /// Bytes of large requests being read at once, over all connections [default: 512 MiB].
+    #[arg(long, value_name = "B")]
+    request_memory_bytes: Option<u64>,
     /// Long-poll fetches waiting for data at once; one more is answered at once.
     #[arg(long, value_name = "N")]
     max_parked_fetches: Option<u32>,

@@ -88,6 +88,21 @@ pub enum Latency {
     long_poll_wait,
 }
 
+/// What a client timed out on (`client_timeout_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Stalled {
+    /// It began a request and did not finish it.
+    request,
+    /// Its socket took no bytes of a response.
+    response,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StalledLabels {
+    stalled: Stalled,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct LatencyLabels {
     operation: Latency,
@@ -111,6 +126,11 @@ pub struct Metrics {
     /// Connections closed at once because `max_connections` were open.
     pub connections_refused: Counter,
     pub connections_open: Gauge,
+    clients_timed_out: Family<StalledLabels, Counter>,
+    /// Requests that waited for room in `request_memory_bytes` before more was read.
+    pub request_memory_waits: Counter,
+    /// Bytes of `request_memory_bytes` held by requests being read now.
+    pub request_memory_in_use: Gauge,
     requests: Family<RequestLabels, Counter>,
     request_handles: [Counter; RequestKind::ALL.len()],
     request_errors: Family<ErrorLabels, Counter>,
@@ -170,6 +190,9 @@ impl Metrics {
             connections_accepted: Counter::default(),
             connections_refused: Counter::default(),
             connections_open: Gauge::default(),
+            clients_timed_out: Family::default(),
+            request_memory_waits: Counter::default(),
+            request_memory_in_use: Gauge::default(),
             requests,
             request_handles,
             request_errors: Family::default(),
@@ -195,6 +218,9 @@ impl Metrics {
             flush_latency: latency_histogram(),
             controller: ControllerSlot::default(),
         };
+        for stalled in [Stalled::request, Stalled::response] {
+            let _ = metrics.clients_timed_out.get_or_create(&StalledLabels { stalled });
+        }
         let m = &metrics;
         registry.register(
             "connections_accepted",
@@ -207,6 +233,21 @@ impl Metrics {
             m.connections_refused.clone(),
         );
         registry.register("connections_open", "Connections open now", m.connections_open.clone());
+        registry.register(
+            "request_memory_waits",
+            "Requests that waited for room in request_memory_bytes before more of them was read",
+            m.request_memory_waits.clone(),
+        );
+        registry.register(
+            "request_memory_in_use_bytes",
+            "Bytes of request_memory_bytes held by requests being read",
+            m.request_memory_in_use.clone(),
+        );
+        registry.register(
+            "clients_timed_out",
+            "Connections closed after client_timeout_ms: a request left half sent, a response unread",
+            m.clients_timed_out.clone(),
+        );
         registry.register(
             "authorization_denied",
             "Requests answered with error 14: the ACL file does not allow them",
@@ -318,6 +359,11 @@ impl Metrics {
             .into_iter()
             .map(|kind| self.requests(kind))
             .sum()
+    }
+
+    /// A connection closed after `client_timeout_ms` without the client's progress.
+    pub(crate) fn client_timed_out(&self, stalled: Stalled) {
+        self.clients_timed_out.get_or_create(&StalledLabels { stalled }).inc();
     }
 
     pub(crate) fn request_error(&self, kind: RequestKind, error: ErrorCode) {

@@ -9,17 +9,21 @@ use tokio::net::TcpStream;
 use crate::log::FileSlice;
 use crate::metrics::Metrics;
 
-/// Sends `slice` to `stream`, waiting for the socket whenever its buffer is full.
+/// Sends `slice` to `stream`, waiting for the socket whenever its buffer is full — at most
+/// `stall` each time.
 pub(crate) async fn send_slice(
     stream: &TcpStream,
     slice: &FileSlice,
     metrics: &Metrics,
+    stall: std::time::Duration,
 ) -> io::Result<()> {
     let end = slice.position + slice.len;
     let mut position = slice.position as nix::libc::off_t;
     while (position as u64) < end {
         let count = (end - position as u64) as usize;
-        stream.writable().await?;
+        tokio::time::timeout(stall, stream.writable())
+            .await
+            .unwrap_or_else(|_| Err(crate::stream::stalled()))?;
         let sent = stream.try_io(Interest::WRITABLE, || {
             nix::sys::sendfile::sendfile(stream, &slice.segment.file, Some(&mut position), count)
                 .map_err(io::Error::from)

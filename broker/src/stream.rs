@@ -16,15 +16,22 @@ use crate::sendfile::send_slice as sendfile;
 /// Bytes of a segment read per write on a TLS connection: a few TLS records.
 const TLS_CHUNK_BYTES: usize = 256 << 10;
 
+/// The error of a write the client's socket took nothing of for the stall timeout.
+pub(crate) fn stalled() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the client read nothing for client_timeout_ms")
+}
+
 /// Sends `slice`'s bytes to `stream`: by `sendfile` on a plaintext connection, read and
-/// written through TLS otherwise.
+/// written through TLS otherwise. Fails with [`stalled`] when the socket takes no bytes for
+/// `stall`.
 pub(crate) async fn send_slice(
     stream: &mut ServerStream,
     slice: &FileSlice,
     metrics: &Metrics,
+    stall: std::time::Duration,
 ) -> io::Result<()> {
     let tls = match stream {
-        MaybeTls::Plain(stream) => return sendfile(stream, slice, metrics).await,
+        MaybeTls::Plain(stream) => return sendfile(stream, slice, metrics, stall).await,
         MaybeTls::Tls(tls) => tls,
     };
     let mut buf = vec![0; TLS_CHUNK_BYTES.min(slice.len as usize)];
@@ -39,7 +46,9 @@ pub(crate) async fn send_slice(
                 format!("{} ended before offset {end}", slice.segment.path.display()),
             ));
         }
-        tls.write_all(&buf[..read]).await?;
+        tokio::time::timeout(stall, tls.write_all(&buf[..read]))
+            .await
+            .unwrap_or_else(|_| Err(stalled()))?;
         metrics.tls_fetch_bytes.inc_by(read as u64);
         position += read as u64;
     }
