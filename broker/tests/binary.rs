@@ -97,4 +97,11 @@ fn bad_config_keys_and_durations_are_refused_in_one_line() {
     assert!(error.contains("line 1 `flush_ms = \"1s\"`") && error.contains("u64"), "{error}");
     let error = usage_error(BINARY.as_ref(), &["--flush-ms", "0"]);
     assert!(error.contains("flush_ms"), "{error}");
+    let error = usage_error(BINARY.as_ref(), &["--client-timeout-ms", "0"]);
+    assert!(error.contains("client_timeout_ms") && error.contains("at least 1"), "{error}");
+    let error = usage_error(BINARY.as_ref(), &["--request-memory-bytes", "1000"]);
+    assert!(
+        error.contains("request_memory_bytes") && error.contains("max_request_bytes"),
+        "{error}"
+    );
 }
