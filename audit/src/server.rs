@@ -10,8 +10,11 @@ use tokio_util::sync::CancellationToken;
 use crate::state::Shared;
 use crate::{api, dashboard, metrics};
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// The routes, and the connection limits to serve them with (the defaults), counted in the
+/// service's metrics.
+pub(crate) fn router(shared: Arc<Shared>) -> (Router, service::http::Limits) {
     let (registry, http) = metrics::register(Arc::clone(&shared));
+    let limits = http.limits(service::http::MAX_CONNECTIONS, service::http::CLIENT_TIMEOUT);
     let pages = Router::new()
         .route("/", get(dashboard::overview))
         .route("/topics/{topic}", get(dashboard::topic_page))
@@ -21,10 +24,12 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/windows", get(api::get_windows))
         .route("/api/window", get(api::get_window))
         .route("/healthz", get(|| async { "ok\n" }));
-    http.layer(pages)
+    let app = http
+        .layer(pages)
         .fallback(dashboard::not_found)
         .with_state(shared)
-        .merge(service::metrics::router(registry))
+        .merge(service::metrics::router(registry));
+    (app, limits)
 }
 
 /// Serves until `stop`, then finishes the requests in flight: over HTTPS when `tls` is
@@ -36,7 +41,7 @@ pub(crate) async fn serve(
     token: Option<String>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    let mut app = router(shared);
+    let (mut app, limits) = router(shared);
     if let Some(token) = token {
         let token = Arc::new(token);
         app = app.layer(axum::middleware::from_fn(move |request, next| {
@@ -46,7 +51,7 @@ pub(crate) async fn serve(
     if let Some(tls) = &tls {
         service::tls::reload_on_sighup(Arc::clone(tls), stop.clone());
     }
-    service::http::serve(listener, tls, app, stop).await
+    service::http::serve(listener, tls, app, stop, limits).await
 }
 
 /// The cookie a browser gets for the bearer token (see [`authenticate`]).

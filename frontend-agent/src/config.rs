@@ -80,6 +80,11 @@ pub struct Config {
     /// HTTP requests read and handled at once; each holds its body and its events encoded
     /// (about three times `max_request_bytes`: see the README's Memory).
     pub max_concurrent_requests: usize,
+    /// HTTP connections open at once; more are closed at once.
+    pub max_connections: usize,
+    /// An HTTP client that takes longer over a request's head or its body, or leaves its
+    /// keep-alive connection idle this long, is disconnected.
+    pub client_timeout_ms: u64,
     /// Largest encoded event.
     pub max_event_bytes: usize,
     /// A topic's latest schema is asked for again after this long.
@@ -127,6 +132,8 @@ impl Default for Config {
             linger_ms: 5,
             max_request_bytes: 16 << 20,
             max_concurrent_requests: 32,
+            max_connections: service::http::MAX_CONNECTIONS,
+            client_timeout_ms: service::http::CLIENT_TIMEOUT.as_millis() as u64,
             max_event_bytes: 1 << 20,
             schema_refresh_ms: 60_000,
             retry_backoff_max_ms: 5_000,
@@ -192,6 +199,8 @@ impl Config {
             ("tail_poll_ms", self.tail_poll_ms),
             ("schema_refresh_ms", self.schema_refresh_ms),
             ("retry_backoff_max_ms", self.retry_backoff_max_ms),
+            ("client_timeout_ms", self.client_timeout_ms),
+            ("max_connections", self.max_connections as u64),
         ] {
             if value == 0 {
                 return invalid(format!("{name} must be positive"));

@@ -62,7 +62,11 @@ pub async fn serve_http(
     if let Some(tls) = &tls {
         service::tls::reload_on_sighup(Arc::clone(tls), shutdown.clone());
     }
-    service::http::serve(listener, tls, app, shutdown).await
+    let config = agent.config();
+    let limits = metrics
+        .http
+        .limits(config.max_connections, std::time::Duration::from_millis(config.client_timeout_ms));
+    service::http::serve(listener, tls, app, shutdown, limits).await
 }
 
 async fn post_events(

@@ -96,6 +96,13 @@ struct ServeArgs {
     /// HTTP requests handled at once; more wait up to a second, then get 503.
     #[arg(long, value_name = "N")]
     max_concurrent_requests: Option<usize>,
+    /// HTTP connections open at once; more are closed at once [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Disconnect an HTTP client slower than this over a request's head or body, or idle
+    /// this long [default: 30000].
+    #[arg(long, value_name = "MS")]
+    client_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]

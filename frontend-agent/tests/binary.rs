@@ -590,3 +590,55 @@ async fn a_large_request_holds_a_few_times_its_body_not_its_parsed_events() {
         );
     }
 }
+
+/// Slowloris: 5,000 connections hold half a request head and 20 hold half a body. The
+/// agent goes on answering a well-behaved client; past `--max-connections` the oldest held
+/// connections make way for new ones, the rest are closed after `--client-timeout-ms`, and
+/// its memory stays small.
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_http_clients_make_way_past_the_limit_and_time_out() {
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dead = format!("127.0.0.1:{}", free_port());
+    let port = free_port();
+    let agent = spawn(
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--brokers",
+            &dead,
+            "--spool-dir",
+            dir.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+            "--max-connections",
+            "1024",
+            "--client-timeout-ms",
+            "10000",
+        ]),
+        port,
+        dir.path().join("agent.log"),
+    )
+    .await;
+    let pid = agent.child.id();
+    let siege = tokio::task::spawn_blocking(move || {
+        let addr = format!("127.0.0.1:{port}");
+        let bodies = ("/v1/events/page-view", 20);
+        testkit::slow_clients::http_slowloris(
+            &addr,
+            pid,
+            "tributary_agent",
+            "/health",
+            5_000,
+            bodies,
+        )
+    })
+    .await
+    .unwrap();
+    eprintln!("{siege:?}");
+    // A base, and about 32 KiB per connection (hyper's buffers and the task).
+    let bound = (48 << 20) + 1024 * (32 << 10);
+    assert!(siege.peak_rss < bound, "peak RSS {} above {bound}", siege.peak_rss);
+    drop(agent);
+}

@@ -26,6 +26,11 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Requests served at once; further ones wait for a slot.
     pub max_concurrent_requests: usize,
+    /// Connections open at once; more are closed at once.
+    pub max_connections: usize,
+    /// A client that takes longer over a request's head or its body, or leaves its
+    /// keep-alive connection idle this long, is disconnected.
+    pub client_timeout_ms: u64,
     /// Directory of `.avsc` files to register at start, each as subject `{file stem}-value`.
     pub register_schemas: Option<PathBuf>,
     /// PEM certificate and key: serve HTTPS (TLS 1.3) only.
@@ -47,6 +52,8 @@ impl Default for Config {
             compatibility: CompatibilityLevel::Backward,
             max_request_bytes: 1024 * 1024,
             max_concurrent_requests: 256,
+            max_connections: service::http::MAX_CONNECTIONS,
+            client_timeout_ms: service::http::CLIENT_TIMEOUT.as_millis() as u64,
             register_schemas: None,
             tls_cert: None,
             tls_key: None,
@@ -107,6 +114,15 @@ impl Config {
                 self.max_concurrent_requests
             )));
         }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            return Err(ConfigError::Invalid(format!(
+                "max_connections must be between 1 and 1000000, not {}",
+                self.max_connections
+            )));
+        }
+        if self.client_timeout_ms == 0 {
+            return Err(ConfigError::Invalid("client_timeout_ms must be at least 1".to_owned()));
+        }
         self.server_tls().map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if !self.write_principals.is_empty() && self.tls_client_ca.is_none() {
             return Err(ConfigError::Invalid(
@@ -121,6 +137,10 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    pub fn client_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.client_timeout_ms)
     }
 
     /// The listener's certificate files, if it serves HTTPS.

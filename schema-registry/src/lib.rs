@@ -78,14 +78,14 @@ pub async fn run(
     if let Some(dir) = config.register_schemas.clone() {
         register_dir(&registry, dir).await?;
     }
-    let app = api::router(Arc::new(registry), &config);
+    let (app, limits) = api::router(Arc::new(registry), &config);
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, data_dir = %config.data_dir.display(), "schema registry serving");
     }
     if let Some(tls) = &tls {
         service::tls::reload_on_sighup(Arc::clone(tls), shutdown.clone());
     }
-    service::http::serve(listener, tls, app, shutdown).await.map_err(RunError::Serve)
+    service::http::serve(listener, tls, app, shutdown, limits).await.map_err(RunError::Serve)
 }
 
 /// Registers every `.avsc` file in `dir` (see [`schema_files`]) in `registry`. Files already

@@ -36,6 +36,13 @@ struct Cli {
     /// Requests served at once; more wait for a slot [default: 256].
     #[arg(long, value_name = "N")]
     max_concurrent_requests: Option<usize>,
+    /// Connections open at once; more are closed at once [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Disconnect a client slower than this over a request's head or body, or idle this long
+    /// [default: 30000].
+    #[arg(long, value_name = "MS")]
+    client_timeout_ms: Option<u64>,
     /// Register every `.avsc` file in DIR at start, as subject `{file stem}-value`.
     #[arg(long, value_name = "DIR")]
     register_schemas: Option<PathBuf>,

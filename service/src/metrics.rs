@@ -7,7 +7,7 @@
 //! [`prometheus_client::collector::Collector`] registered beside the metrics.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
@@ -83,14 +83,18 @@ fn latency_histogram() -> Histogram {
 pub struct HttpMetrics {
     requests: Family<HttpLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// The server's connections, and each of its [`crate::http::Limits`] hit.
+    pub connections: crate::http::ConnectionCounters,
 }
 
 impl HttpMetrics {
-    /// Registers `http_requests_total` and `http_request_duration_seconds` in `registry`.
+    /// Registers `http_requests_total`, `http_request_duration_seconds` and the
+    /// [`crate::http::ConnectionCounters`] in `registry`.
     pub fn register(registry: &mut Registry) -> HttpMetrics {
         let metrics = HttpMetrics {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
+            connections: crate::http::ConnectionCounters::register(registry),
         };
         registry.register(
             "http_requests",
@@ -103,6 +107,11 @@ impl HttpMetrics {
             metrics.latency.clone(),
         );
         metrics
+    }
+
+    /// `max_connections` and `client_timeout`, counted here.
+    pub fn limits(&self, max_connections: usize, client_timeout: Duration) -> crate::http::Limits {
+        crate::http::Limits { max_connections, client_timeout, counters: self.connections.clone() }
     }
 
     /// Counts and times every request of `router`.
@@ -134,7 +143,8 @@ pub async fn serve(
     tls: Option<Arc<crate::tls::ServerTls>>,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    crate::http::serve(listener, tls, router::<()>(registry), stop).await
+    let limits = crate::http::Limits::default();
+    crate::http::serve(listener, tls, router::<()>(registry), stop, limits).await
 }
 
 #[cfg(test)]

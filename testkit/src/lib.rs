@@ -10,6 +10,7 @@ pub mod process;
 pub mod proxy;
 pub mod registry;
 pub mod s3;
+pub mod slow_clients;
 pub mod tls;
 pub mod zookeeper;
 

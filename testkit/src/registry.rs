@@ -49,6 +49,11 @@ impl RegistryProcess {
         format!("http://{}", self.addr)
     }
 
+    /// The running process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the registry is running").id()
+    }
+
     /// The data directory that survives restarts.
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")

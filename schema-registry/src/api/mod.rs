@@ -55,9 +55,10 @@ async fn authorize_write(
 }
 
 /// The API's routes, bounded by `config`'s request size and concurrency limits, and
-/// `GET /metrics`.
-pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
+/// `GET /metrics`; and the connection limits to serve them with, counted in those metrics.
+pub fn router(registry: Arc<Registry>, config: &Config) -> (Router, service::http::Limits) {
     let (metrics, http) = crate::metrics::register(Arc::clone(&registry));
+    let limits = http.limits(config.max_connections, config.client_timeout());
     let api = Router::new()
         .route("/", get(root))
         .route("/subjects", get(subjects::list))
@@ -93,12 +94,14 @@ pub fn router(registry: Arc<Registry>, config: &Config) -> Router {
             authorize_write(Arc::clone(&writers), request, next)
         }))
     };
-    http.layer(api)
+    let app = http
+        .layer(api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(config.max_request_bytes))
         .layer(ConcurrencyLimitLayer::new(config.max_concurrent_requests))
-        .with_state(registry)
+        .with_state(registry);
+    (app, limits)
 }
 
 /// Confluent answers `{}` at the root; probes use it to see the service is up.
