@@ -364,6 +364,10 @@ impl Broker {
         }
         let appended = match partition.append(&valid, messages) {
             Ok(appended) => appended,
+            Err(e) if e.is_storage_full() => {
+                tracing::warn!(error = %e, "disk full: produce refused");
+                return fail_all(ErrorCode::StorageFull);
+            }
             Err(e) => {
                 tracing::error!(error = %e, "append failed");
                 return fail_all(ErrorCode::Unknown);

@@ -446,6 +446,7 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::FencedLeaderEpoch => "fenced_leader_epoch",
         ErrorCode::RequestTimedOut => "request_timed_out",
         ErrorCode::AuthorizationFailed => "authorization_failed",
+        ErrorCode::StorageFull => "storage_full",
     }
 }
 

@@ -23,6 +23,9 @@ pub enum ErrorCode {
     RequestTimedOut = 13,
     /// The connection's principal may not do this (`DESIGN.md`, "Security").
     AuthorizationFailed = 14,
+    /// The broker's disk has no room for the append; nothing of it was kept. Fetches go on,
+    /// and produces succeed again once there is room.
+    StorageFull = 15,
 }
 
 impl ErrorCode {
@@ -44,6 +47,7 @@ impl ErrorCode {
             12 => ErrorCode::FencedLeaderEpoch,
             13 => ErrorCode::RequestTimedOut,
             14 => ErrorCode::AuthorizationFailed,
+            15 => ErrorCode::StorageFull,
             _ => ErrorCode::Unknown,
         }
     }
@@ -74,6 +78,7 @@ impl ErrorCode {
             ErrorCode::FencedLeaderEpoch => "the leader epoch is not the current one",
             ErrorCode::RequestTimedOut => "not replicated within ack_timeout_ms",
             ErrorCode::AuthorizationFailed => "authorization failed",
+            ErrorCode::StorageFull => "the broker's disk is full",
         }
     }
 }

@@ -33,6 +33,14 @@ pub enum LogError {
     EpochRejected { path: PathBuf, epoch: i32, start_offset: u64, reason: String },
 }
 
+impl LogError {
+    /// Whether the filesystem had no room (or the quota none) for a write.
+    pub fn is_storage_full(&self) -> bool {
+        matches!(self, LogError::Io { source, .. } if source.kind() == io::ErrorKind::StorageFull
+            || source.kind() == io::ErrorKind::QuotaExceeded)
+    }
+}
+
 pub(super) fn io_error(context: &'static str, path: &Path) -> impl FnOnce(io::Error) -> LogError {
     let path = path.to_owned();
     move |source| LogError::Io { context, path, source }

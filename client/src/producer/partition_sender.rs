@@ -116,7 +116,11 @@ impl PartitionSender {
                 || matches!(error, ClientError::Connect { .. } | ClientError::Closed { .. })
                 || matches!(
                     error.code(),
-                    Some(ErrorCode::NotEnoughReplicas | ErrorCode::RequestTimedOut)
+                    Some(
+                        ErrorCode::NotEnoughReplicas
+                            | ErrorCode::RequestTimedOut
+                            | ErrorCode::StorageFull
+                    )
                 );
             if !retriable || attempts > self.config.retries_max {
                 let source = Arc::new(error);
