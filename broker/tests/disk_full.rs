@@ -4,13 +4,12 @@
 //! returns; and after `kill -9` the log recovers with every acknowledged message and nothing
 //! torn.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use protocol::{Acks, ErrorCode};
 use testkit::broker::{message_set, messages_of};
+use testkit::disk::Tmpfs;
 use testkit::metrics::{parse, scrape, value};
 use testkit::process::{Process, free_port};
 
@@ -18,33 +17,11 @@ const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 const DISK_BYTES: u64 = 16 << 20;
 const BALLAST_BYTES: usize = 4 << 20;
 
-/// A tmpfs mounted for the test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(at: &Path, bytes: u64) -> Tmpfs {
-        std::fs::create_dir_all(at).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-            .arg(at)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "mounting a tmpfs at {} needs root: {status}", at.display());
-        Tmpfs(at.to_owned())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_refuses_produces_keeps_serving_and_recovers_whole() {
     let dir = tempfile::tempdir().unwrap();
     let disk = Tmpfs::mount(&dir.path().join("disk"), DISK_BYTES);
-    let ballast = disk.0.join("ballast");
+    let ballast = disk.path().join("ballast");
     std::fs::write(&ballast, vec![1u8; BALLAST_BYTES]).unwrap();
     let (port, metrics_port) = (free_port(), free_port());
     let args: Vec<String> = [
@@ -53,7 +30,7 @@ fn a_full_disk_refuses_produces_keeps_serving_and_recovers_whole() {
         "--metrics",
         &format!("127.0.0.1:{metrics_port}"),
         "--data-dir",
-        disk.0.join("data").to_str().unwrap(),
+        disk.path().join("data").to_str().unwrap(),
         "--segment-bytes",
         &(64u64 << 20).to_string(),
     ]

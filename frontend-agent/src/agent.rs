@@ -286,6 +286,10 @@ impl Agent {
                 inner.metrics.refused_full.inc();
                 Err(SendError::Full { retry_after_ms })
             }
+            Err(SpoolError::DiskFull { .. }) => {
+                inner.metrics.refused_disk_full.inc();
+                Err(SendError::Full { retry_after_ms: crate::spool::RETRY_AFTER_MS })
+            }
             Err(SpoolError::TooLarge { bytes, max_bytes }) => {
                 inner.metrics.rejected_requests.inc();
                 Err(SendError::TooLarge { bytes, max_bytes })

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub rejected_requests: Counter,
     /// Requests refused because the spool was full (`block`).
     pub refused_full: Counter,
+    /// Requests refused because the spool's filesystem had no room (503; nothing kept).
+    pub refused_disk_full: Counter,
     /// HTTP requests refused because `max_concurrent_requests` were in progress.
     pub refused_busy: Counter,
     /// Events written to the spool (replayed ones are not written again).
@@ -59,6 +61,11 @@ impl Default for Metrics {
         let rejected_requests = counter(r, "rejected_requests", "Requests rejected as invalid");
         let refused_full =
             counter(r, "refused_full", "Requests refused because the spool was full");
+        let refused_disk_full = counter(
+            r,
+            "refused_disk_full",
+            "Requests refused because the spool's filesystem had no room",
+        );
         let refused_busy = counter(
             r,
             "refused_busy",
@@ -94,6 +101,7 @@ impl Default for Metrics {
             rejected,
             rejected_requests,
             refused_full,
+            refused_disk_full,
             refused_busy,
             spooled,
             acknowledged,

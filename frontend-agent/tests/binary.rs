@@ -642,3 +642,74 @@ async fn slow_http_clients_make_way_past_the_limit_and_time_out() {
     assert!(siege.peak_rss < bound, "peak RSS {} above {bound}", siege.peak_rss);
     drop(agent);
 }
+
+/// The spool on a filesystem that fills (an 8 MiB tmpfs; mounting it needs root): a request
+/// that does not fit is answered 503 with Retry-After, counted, and nothing of it kept; once
+/// space returns requests are accepted again; and after `kill -9` every accepted event
+/// reaches the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_answers_503_and_loses_nothing_accepted() {
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let disk = testkit::disk::Tmpfs::mount(&dir.path().join("disk"), 8 << 20);
+    let ballast = disk.path().join("ballast");
+    std::fs::write(&ballast, vec![1u8; 2 << 20]).unwrap();
+    let port = free_port();
+    let serve = |brokers: &str| {
+        args(&[
+            "serve",
+            "--registry",
+            registry.url(),
+            "--brokers",
+            brokers,
+            "--spool-dir",
+            disk.path().join("spool").to_str().unwrap(),
+            "--http",
+            &format!("127.0.0.1:{port}"),
+        ])
+    };
+    // No broker yet: everything accepted stays in the spool.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let mut agent = spawn(serve(&dead), port, dir.path().join("1.log")).await;
+    let url = format!("http://127.0.0.1:{port}");
+    let post = |from: u64| {
+        let url = format!("{url}/v1/events/page-view");
+        async move {
+            let events: Vec<serde_json::Value> = (from..from + 500).map(page_view).collect();
+            testkit::http_client().post(url).json(&events).send().await.unwrap()
+        }
+    };
+    let mut accepted = Vec::new();
+    let refusal = loop {
+        let from = accepted.len() as u64;
+        let response = post(from).await;
+        if response.status() != 200 {
+            break response;
+        }
+        accepted.extend(from..from + 500);
+        assert!(from < 1_000_000, "8 MiB cannot hold {from} events");
+    };
+    assert_eq!(refusal.status(), 503);
+    assert!(refusal.headers().contains_key("retry-after"));
+    eprintln!(
+        "{} events accepted before the disk filled: {}",
+        accepted.len(),
+        refusal.text().await.unwrap()
+    );
+    assert!(accepted.len() >= 5_000, "most of the free space was used");
+    assert!(metric(&url, "tributary_agent_refused_disk_full_total").await >= 1);
+
+    // Space returns: requests are accepted again.
+    std::fs::remove_file(&ballast).unwrap();
+    let from = accepted.len() as u64;
+    assert_eq!(post(from).await.status(), 200, "accepted once there is room");
+    accepted.extend(from..from + 500);
+
+    // A crash, a broker: every accepted event is delivered.
+    agent.child.kill().unwrap();
+    agent.child.wait().unwrap();
+    let broker = TestBroker::start().await;
+    let _agent = spawn(serve(&broker.addr), port, dir.path().join("2.log")).await;
+    let counts = wait_for_ids(&broker.addr, "page-view", &accepted).await;
+    assert!(counts.len() >= accepted.len(), "every accepted event delivered");
+}

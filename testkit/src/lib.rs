@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod broker_processes;
 pub mod cluster;
+pub mod disk;
 pub mod events;
 pub mod metrics;
 pub mod process;

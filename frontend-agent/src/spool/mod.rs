@@ -47,6 +47,10 @@ pub enum SpoolError {
     /// Events that could never fit, however empty the spool: retrying cannot help.
     #[error("{bytes} bytes of events exceed the whole spool ({max_bytes} bytes)")]
     TooLarge { bytes: u64, max_bytes: u64 },
+    /// The filesystem had no room for the write; nothing of it was kept, and the spool goes
+    /// on (HTTP 503 with Retry-After).
+    #[error("the spool's filesystem is full ({path}): retry later")]
+    DiskFull { path: PathBuf },
     #[error("spool {op} {path}: {source}")]
     Io { op: &'static str, path: PathBuf, source: Arc<io::Error> },
     #[error("spool segment {path} is corrupt: {reason}")]
@@ -58,6 +62,12 @@ pub enum SpoolError {
 }
 
 impl SpoolError {
+    /// Whether a write failed for want of room on the filesystem (or in the quota).
+    fn is_storage_full(&self) -> bool {
+        matches!(self, SpoolError::Io { source, .. }
+            if matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded))
+    }
+
     pub(crate) fn io<'a>(
         op: &'static str,
         path: &'a Path,

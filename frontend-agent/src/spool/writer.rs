@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Write};
+use std::io::{BufReader, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -102,7 +102,7 @@ pub(super) fn create_segment(dir: &Path, base: u64) -> Result<File, SpoolError> 
 
 /// The thread's loop, until every sender is gone.
 pub(super) fn run(shared: Arc<Shared>, mut queue: mpsc::Receiver<Append>, file: File, base: u64) {
-    let mut writer = Writer { shared, file, base, buf: Vec::with_capacity(1 << 20) };
+    let mut writer = Writer { shared, file, base, file_len: 0, buf: Vec::with_capacity(1 << 20) };
     while let Some(first) = queue.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < APPENDS_PER_SYNC_MAX {
@@ -120,14 +120,29 @@ struct Writer {
     file: File,
     /// First seq of the segment being written.
     base: u64,
+    /// Bytes of the segment written and synced.
+    file_len: u64,
     buf: Vec<u8>,
 }
 
+/// Where the spool stood before the appends not yet written: what a write that finds the
+/// filesystem full goes back to.
+struct Mark {
+    next_seq: u64,
+    total_bytes: u64,
+    segment_end: u64,
+    segment_bytes: u64,
+    file_len: u64,
+}
+
 impl Writer {
-    /// Writes every admitted append of `batch` with one fsync, then answers each.
+    /// Writes every admitted append of `batch` with one fsync, then answers each. A write
+    /// that finds the filesystem full is taken back whole, its appends refused with
+    /// [`SpoolError::DiskFull`], and the spool goes on; any other failure stops it.
     fn commit(&mut self, batch: Vec<Append>) {
-        // (reply, first seq, events) of each append written in this commit.
+        // (reply, first seq, events) of each append admitted and not yet answered.
         let mut admitted: Vec<(Reply, u64, u64)> = Vec::new();
+        let mut mark = self.mark();
         let mut result = Ok(());
         for append in batch {
             if let Some(reason) = self.shared.lock().failed.clone() {
@@ -167,18 +182,21 @@ impl Writer {
                 if result.is_err() {
                     break;
                 }
+                // The old segment holds them, synced.
+                self.answer(std::mem::take(&mut admitted));
+                mark = self.mark();
             }
         }
         if result.is_ok() {
             result = self.write_and_sync();
         }
         match result {
-            Ok(()) => {
-                let next_seq = self.shared.lock().next_seq;
-                self.shared.durable.send_replace(next_seq);
-                for (reply, first, count) in admitted {
-                    self.shared.metrics.spooled.inc_by(count);
-                    let _ = reply.send(Ok(first));
+            Ok(()) => self.answer(admitted),
+            Err(e) if e.is_storage_full() && self.take_back(&mark).is_ok() => {
+                tracing::warn!(error = %e, "the spool's filesystem is full: events refused");
+                let path = self.shared.segment_path(self.base);
+                for (reply, _, _) in admitted {
+                    let _ = reply.send(Err(SpoolError::DiskFull { path: path.clone() }));
                 }
             }
             Err(e) => {
@@ -189,6 +207,46 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Tells the readers and the callers of `admitted` that their events are durable.
+    fn answer(&self, admitted: Vec<(Reply, u64, u64)>) {
+        let next_seq = self.shared.lock().next_seq;
+        self.shared.durable.send_replace(next_seq);
+        for (reply, first, count) in admitted {
+            self.shared.metrics.spooled.inc_by(count);
+            let _ = reply.send(Ok(first));
+        }
+    }
+
+    fn mark(&self) -> Mark {
+        let state = self.shared.lock();
+        let active = state.segments.back().expect("an active segment");
+        Mark {
+            next_seq: state.next_seq,
+            total_bytes: state.total_bytes,
+            segment_end: active.end,
+            segment_bytes: active.bytes,
+            file_len: self.file_len,
+        }
+    }
+
+    /// Goes back to `mark`: the segment file cut to what was synced, the seqs and bytes
+    /// admitted since given back. Nothing after the mark was answered or made durable.
+    fn take_back(&mut self, mark: &Mark) -> Result<(), SpoolError> {
+        self.buf.clear();
+        let path = self.shared.segment_path(self.base);
+        self.file.set_len(mark.file_len).map_err(SpoolError::io("truncate", &path))?;
+        self.file.seek(SeekFrom::Start(mark.file_len)).map_err(SpoolError::io("seek", &path))?;
+        self.file_len = mark.file_len;
+        let mut state = self.shared.lock();
+        state.next_seq = mark.next_seq;
+        state.total_bytes = mark.total_bytes;
+        let active = state.segments.back_mut().expect("an active segment");
+        active.end = mark.segment_end;
+        active.bytes = mark.segment_bytes;
+        self.shared.metrics.spool_bytes.set(mark.total_bytes as i64);
+        Ok(())
     }
 
     /// Reserves room and `count` seqs, dropping the oldest segments under `drop-oldest`.
@@ -249,8 +307,10 @@ impl Writer {
         }
         let path = self.shared.segment_path(self.base);
         self.file.write_all(&self.buf).map_err(SpoolError::io("write", &path))?;
+        self.file.sync_data().map_err(SpoolError::io("fsync", &path))?;
+        self.file_len += self.buf.len() as u64;
         self.buf.clear();
-        self.file.sync_data().map_err(SpoolError::io("fsync", &path))
+        Ok(())
     }
 
     /// Closes the active segment and starts the next.
@@ -258,6 +318,7 @@ impl Writer {
         self.write_and_sync()?;
         let next = self.shared.lock().next_seq;
         self.file = create_segment(&self.shared.segments_dir, next)?;
+        self.file_len = 0;
         self.base = next;
         self.shared.lock().segments.push_back(Segment { base: next, end: next, bytes: 0 });
         Ok(())
