@@ -436,3 +436,48 @@ async fn tls_flags_load_from_a_tls_broker() {
     let page = String::from_utf8_lossy(&scraped.stdout);
     assert!(page.contains("tributary_loader_round_duration_seconds"), "{page}");
 }
+
+/// A local store on a filesystem that fills (a 4 MiB tmpfs; mounting it needs root): the run
+/// fails with the store's error and commits nothing it could not write; once space returns,
+/// the next run loads every event exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_local_store_fails_the_run_and_the_next_run_completes_it() {
+    let cluster = Cluster::start(1).await;
+    let ids = cluster.produce_page_views(3_000, 1_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let disk = testkit::disk::Tmpfs::mount(&dir.path().join("disk"), 4 << 20);
+    let ballast = disk.path().join("ballast");
+    std::fs::write(&ballast, vec![1u8; (4 << 20) - (16 << 10)]).unwrap();
+    let store = format!("file://{}/warehouse", disk.path().display());
+    let args = [
+        "run",
+        "--zookeeper",
+        &cluster.zookeeper,
+        "--registry",
+        &cluster.registry_server.url(),
+        "--store",
+        &store,
+        "--topics",
+        TOPIC,
+        "--json",
+    ]
+    .map(String::from);
+    let run = |args: [String; 10]| async move {
+        tokio::task::spawn_blocking(move || {
+            loader(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap()
+    };
+    let failed = run(args.clone()).await;
+    assert!(!failed.status.success(), "a full store fails the run: {}", text(&failed));
+    let stderr = String::from_utf8_lossy(&failed.stderr).to_lowercase();
+    assert!(stderr.contains("no space") || stderr.contains("full"), "{}", text(&failed));
+    eprintln!("full store: {}", String::from_utf8_lossy(&failed.stderr).trim());
+
+    std::fs::remove_file(&ballast).unwrap();
+    let completed = run(args).await;
+    assert!(completed.status.success(), "{}", text(&completed));
+    let rows: i64 = duckdb_rows_per_hour(&disk.path().join("warehouse")).values().sum();
+    assert_eq!(rows, ids.len() as i64, "every event once (DuckDB checks rows == distinct ids)");
+}
