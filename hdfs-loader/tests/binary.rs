@@ -454,7 +454,7 @@ async fn a_full_local_store_fails_the_run_and_the_next_run_completes_it() {
         "--zookeeper",
         &cluster.zookeeper,
         "--registry",
-        &cluster.registry_server.url(),
+        cluster.registry_server.url(),
         "--store",
         &store,
         "--topics",
