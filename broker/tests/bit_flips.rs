@@ -85,7 +85,7 @@ fn flipped_bits_are_cut_by_recovery_or_refused_by_the_consumer() {
             let fetched = FetchedMessages::new("rot", 0, offset, set);
             let messages: Vec<_> = fetched.iter().map(|m| m.expect("a good message")).collect();
             assert_eq!(messages.len(), count);
-            assert!(messages.iter().all(|m| m.offset as u64 % MESSAGE_BYTES == 0));
+            assert!(messages.iter().all(|m| (m.offset as u64).is_multiple_of(MESSAGE_BYTES)));
         }
     });
 }
