@@ -7,9 +7,11 @@
 //! `400 {"error": …, "index": i}`, and so does a request larger than the whole spool (without
 //! `index`); a full spool (`block`) answers 503 with Retry-After.
 //!
-//! At most `max_concurrent_requests` requests are read and handled at once; a request that
-//! finds no slot within [`BUSY_WAIT_MS`] is answered 503 with Retry-After (counted as
-//! `refused_busy`). A request holds its body and its events encoded: each event is parsed
+//! A request's body is read first, its bytes taken as they arrive out of a budget of
+//! `max_concurrent_requests × max_request_bytes` over all requests, so a client trickling a
+//! body holds what it sent, not a slot. Then at most `max_concurrent_requests` requests are
+//! handled at once; a request that finds no slot within [`BUSY_WAIT_MS`] is answered 503 with
+//! Retry-After (counted as `refused_busy`). A request holds its body and its events encoded: each event is parsed
 //! from the body, encoded and dropped before the next (an array's elements are first only
 //! checked and located, as borrowed [`RawValue`]s), so the input's memory is about
 //! `max_concurrent_requests × 3 × max_request_bytes` (the README's Memory).
@@ -20,6 +22,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::body::HttpBody;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +30,7 @@ use axum::routing::{get, post};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, SendError};
@@ -39,6 +42,9 @@ pub const BUSY_WAIT_MS: u64 = 1_000;
 struct Input {
     agent: Agent,
     slots: Arc<Semaphore>,
+    /// Bytes of request bodies held, read or being read: `max_concurrent_requests ×
+    /// max_request_bytes`.
+    body_budget: Arc<Semaphore>,
 }
 
 /// Serves the agent's HTTP endpoints on `listener` until `shutdown` is cancelled, then lets
@@ -50,13 +56,15 @@ pub async fn serve_http(
 ) -> std::io::Result<()> {
     let metrics = agent.metrics();
     let slots = Arc::new(Semaphore::new(agent.config().max_concurrent_requests));
+    let budget = agent.config().max_concurrent_requests * agent.config().max_request_bytes;
+    let body_budget = Arc::new(Semaphore::new(budget.min(Semaphore::MAX_PERMITS)));
     let routes = Router::new()
         .route("/v1/events/{topic}", post(post_events))
         .route("/health", get(|| async { "ok\n" }));
     let app = metrics
         .http
         .layer(routes)
-        .with_state(Input { agent: agent.clone(), slots })
+        .with_state(Input { agent: agent.clone(), slots, body_budget })
         .merge(service::metrics::router(metrics.registry()));
     let tls = agent.config().server_tls().map_err(std::io::Error::other)?;
     if let Some(tls) = &tls {
@@ -70,21 +78,26 @@ pub async fn serve_http(
 }
 
 async fn post_events(
-    State(Input { agent, slots }): State<Input>,
+    State(Input { agent, slots, body_budget }): State<Input>,
     Path(topic): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let limit = agent.config().max_request_bytes;
+    // Read before a slot is taken: a client trickling its body holds only what it has sent.
+    let (body, _body_bytes) = match read_body(body, limit, &body_budget).await {
+        Ok(read) => read,
+        Err(BodyFailure::TooLarge) => {
+            return refuse(&agent, 0, format!("the request body exceeds {limit} bytes"));
+        }
+        Err(BodyFailure::Broken(reason)) => return refuse(&agent, 0, reason),
+    };
     let wait = tokio::time::timeout(Duration::from_millis(BUSY_WAIT_MS), slots.acquire_owned());
     let Ok(Ok(_slot)) = wait.await else {
         agent.metrics().refused_busy.inc();
         let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "the agent is busy", None);
         response.headers_mut().insert(header::RETRY_AFTER, 1.into());
         return response;
-    };
-    let limit = agent.config().max_request_bytes;
-    let Ok(body) = axum::body::to_bytes(body, limit).await else {
-        return refuse(&agent, 0, format!("the request body exceeds {limit} bytes"));
     };
     let ndjson = headers
         .get(header::CONTENT_TYPE)
@@ -119,6 +132,48 @@ async fn post_events(
         }
         Err(Refusal::Send(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), None),
     }
+}
+
+/// Why a request body was not read whole.
+enum BodyFailure {
+    TooLarge,
+    /// The connection failed or the body did not arrive within `client_timeout_ms`.
+    Broken(String),
+}
+
+/// Reads `body`, at most `limit` bytes, taking each chunk's bytes out of `budget` as it
+/// arrives (held until the returned permit is dropped). When the budget is spent, reading
+/// waits for other requests to end.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    budget: &Arc<Semaphore>,
+) -> Result<(bytes::Bytes, Option<OwnedSemaphorePermit>), BodyFailure> {
+    let mut read = bytes::BytesMut::new();
+    let mut held: Option<OwnedSemaphorePermit> = None;
+    loop {
+        let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|e| BodyFailure::Broken(e.to_string()))?;
+        let Ok(chunk) = frame.into_data() else { continue };
+        if read.len() + chunk.len() > limit {
+            return Err(BodyFailure::TooLarge);
+        }
+        if chunk.is_empty() {
+            continue;
+        }
+        let bytes = u32::try_from(chunk.len()).map_err(|_| BodyFailure::TooLarge)?;
+        let permit = Arc::clone(budget)
+            .acquire_many_owned(bytes)
+            .await
+            .map_err(|_| BodyFailure::Broken("the agent is stopping".to_owned()))?;
+        match &mut held {
+            Some(held) => held.merge(permit),
+            None => held = Some(permit),
+        }
+        read.extend_from_slice(&chunk);
+    }
+    Ok((read.freeze(), held))
 }
 
 /// Why a request's events were not spooled: its body (an event that is not JSON, or not an

@@ -591,8 +591,8 @@ async fn a_large_request_holds_a_few_times_its_body_not_its_parsed_events() {
     }
 }
 
-/// Slowloris: 5,000 connections hold half a request head and 20 hold half a body. The
-/// agent goes on answering a well-behaved client; past `--max-connections` the oldest held
+/// Slowloris: 5,000 connections hold half a request head and 100 hold half a body. The
+/// agent goes on answering a well-behaved client, and accepting its events; past `--max-connections` the oldest held
 /// connections make way for new ones, the rest are closed after `--client-timeout-ms`, and
 /// its memory stays small.
 #[tokio::test(flavor = "multi_thread")]
@@ -624,15 +624,12 @@ async fn slow_http_clients_make_way_past_the_limit_and_time_out() {
     let pid = agent.child.id();
     let siege = tokio::task::spawn_blocking(move || {
         let addr = format!("127.0.0.1:{port}");
-        let bodies = ("/v1/events/page-view", 20);
-        testkit::slow_clients::http_slowloris(
-            &addr,
-            pid,
-            "tributary_agent",
-            "/health",
-            5_000,
-            bodies,
-        )
+        // More slow bodies than `max_concurrent_requests` (32): they hold no slot.
+        let bodies = ("/v1/events/page-view", 100);
+        let post = serde_json::to_string(&vec![page_view(1)]).unwrap();
+        let post = Some(("/v1/events/page-view", post.as_str()));
+        let agent = "tributary_agent";
+        testkit::slow_clients::http_slowloris(&addr, pid, agent, "/health", 5_000, bodies, post)
     })
     .await
     .unwrap();

@@ -20,6 +20,7 @@ fn slow_http_clients_make_way_past_the_limit_and_time_out() {
         "/subjects",
         5_000,
         bodies,
+        None,
     );
     eprintln!("{siege:?}");
     // A base, and about 32 KiB per connection (hyper's buffers and the task).

@@ -62,8 +62,10 @@ pub struct Siege {
 /// metric names under `prefix`). A well-behaved keep-alive client GETs `get_path` before and
 /// while `heads` connections hold half a request head and `bodies` connections hold a POST
 /// to `post_path` with a head and four bytes of its 1000-byte body. The client must be served
-/// throughout; past `max_connections`, held connections make way for new ones; the rest are
-/// closed within `client_timeout` (plus a margin); then new clients are served again.
+/// throughout — and, given `well_behaved_post` (a path and a JSON body), its POST accepted
+/// while the slow bodies are held; past `max_connections`, held connections make way for new
+/// ones; the rest are closed within `client_timeout` (plus a margin); then new clients are
+/// served again.
 pub fn http_slowloris(
     addr: &str,
     pid: u32,
@@ -71,6 +73,7 @@ pub fn http_slowloris(
     get_path: &str,
     heads: usize,
     (post_path, bodies): (&str, usize),
+    well_behaved_post: Option<(&str, &str)>,
 ) -> Siege {
     service::tls::install_crypto_provider();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -100,14 +103,23 @@ pub fn http_slowloris(
     let slow_body = format!(
         "POST {post_path} HTTP/1.1\r\nHost: slow\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n[{{\"a"
     );
-    let held = hold(addr, bodies + heads, |i| {
-        if i < bodies {
+    // The slow bodies last, so that they are among the connections still held.
+    let held = hold(addr, heads + bodies, |i| {
+        if i >= heads {
             slow_body.as_bytes().to_vec()
         } else {
             b"GET /metrics HTTP/1.1\r\nHost: slowloris\r\nX-Wait: ".to_vec()
         }
     });
     let loaded = latencies();
+    if let Some((path, body)) = well_behaved_post {
+        let (client, url, body) = (client.clone(), format!("http://{addr}{path}"), body.to_owned());
+        let status = runtime.block_on(async move {
+            let request = client.post(&url).header("content-type", "application/json").body(body);
+            request.send().await.expect("the client is served").status()
+        });
+        assert!(status.is_success(), "a well-behaved POST while bodies trickle: {status}");
+    }
     let siege = Siege {
         held: held.len(),
         idle_p50: percentile(&idle, 50),
