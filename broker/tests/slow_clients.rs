@@ -40,15 +40,16 @@ fn half_requests_and_unread_fetches_neither_starve_a_consumer_nor_grow_the_broke
     let (port, metrics_port) = (free_port(), free_port());
     let config = config_file(
         dir.path(),
-        &format!(
-            "max_connections = {MAX_CONNECTIONS}\nclient_timeout_ms = {CLIENT_TIMEOUT_MS}\n\
-             max_request_bytes = {}\nrequest_memory_bytes = {REQUEST_MEMORY_BYTES}\n",
-            4 << 20
-        ),
+        &format!("max_connections = {MAX_CONNECTIONS}\nmax_request_bytes = {}\n", 4 << 20),
     );
+    // The two limits this test is about as flags, the way an operator sets them.
     let args: Vec<String> = [
         "--config",
         &config,
+        "--client-timeout-ms",
+        &CLIENT_TIMEOUT_MS.to_string(),
+        "--request-memory-bytes",
+        &REQUEST_MEMORY_BYTES.to_string(),
         "--port",
         &port.to_string(),
         "--metrics",
