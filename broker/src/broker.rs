@@ -227,7 +227,10 @@ impl Broker {
     /// takes its part in the cluster (its replicas, and standing for controller).
     pub(crate) async fn register(self: &Arc<Self>, port: u16) -> Result<(), BrokerError> {
         let _ = self.port.set(port);
-        let info = cluster::BrokerInfo { host: self.config.host.clone(), port };
+        let info = cluster::BrokerInfo {
+            host: self.config.advertised_host.clone().unwrap_or_else(|| self.config.host.clone()),
+            port: self.config.advertised_port.unwrap_or(port),
+        };
         let registration = match (self.coordinator.get(), &self.config.zookeeper) {
             (Some(session), _) => {
                 Registration::register_in(Arc::clone(session), self.config.broker_id, info).await?
@@ -794,8 +797,11 @@ impl Broker {
     pub fn metadata(&self, topics: &[String]) -> MetadataResponse {
         let me = self.config.broker_id;
         let Some(replicas) = self.replicas.get() else {
-            let port = i32::from(self.port.get().copied().unwrap_or(self.config.port));
-            let brokers = vec![BrokerMetadata { id: me, host: self.config.host.clone(), port }];
+            let port = self.config.advertised_port.or(self.port.get().copied());
+            let port = i32::from(port.unwrap_or(self.config.port));
+            let host =
+                self.config.advertised_host.clone().unwrap_or_else(|| self.config.host.clone());
+            let brokers = vec![BrokerMetadata { id: me, host, port }];
             let local = |t: &Topic| TopicMetadata {
                 name: t.name.clone(),
                 error: ErrorCode::None,

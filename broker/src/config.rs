@@ -72,6 +72,11 @@ pub struct BrokerConfig {
     pub broker_id: i32,
     pub host: String,
     pub port: u16,
+    /// The address clients and the other brokers are told to connect to (registered in
+    /// ZooKeeper, answered in metadata), where it is not `host`:`port` — a proxy or a NAT in
+    /// front of the broker. Each unset: the listening one.
+    pub advertised_host: Option<String>,
+    pub advertised_port: Option<u16>,
     pub data_dir: PathBuf,
     /// Partitions of a topic created without an explicit count.
     pub num_partitions: u32,
@@ -153,6 +158,8 @@ impl Default for BrokerConfig {
             broker_id: 0,
             host: "127.0.0.1".into(),
             port: protocol::DEFAULT_PORT,
+            advertised_host: None,
+            advertised_port: None,
             data_dir: PathBuf::from("/tmp/tributary-logs"),
             num_partitions: 1,
             auto_create_topics: true,
@@ -217,6 +224,12 @@ impl BrokerConfig {
         }
         if self.host.is_empty() {
             return invalid("host", "must not be empty");
+        }
+        if self.advertised_host.as_deref().is_some_and(str::is_empty) {
+            return invalid("advertised_host", "must not be empty");
+        }
+        if self.advertised_port == Some(0) {
+            return invalid("advertised_port", "must be a port (1 to 65535)");
         }
         if self.data_dir.as_os_str().is_empty() {
             return invalid("data_dir", "must not be empty");

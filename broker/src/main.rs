@@ -25,6 +25,13 @@ struct Cli {
     host: Option<String>,
     #[arg(long, value_name = "P")]
     port: Option<u16>,
+    /// The host clients and other brokers are told to connect to (ZooKeeper, metadata):
+    /// a proxy's or NAT's in front of this broker; `host` without it.
+    #[arg(long, value_name = "H")]
+    advertised_host: Option<String>,
+    /// The port clients and other brokers are told to connect to; `port` without it.
+    #[arg(long, value_name = "P")]
+    advertised_port: Option<u16>,
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
