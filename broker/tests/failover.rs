@@ -147,7 +147,7 @@ async fn acknowledged_messages_survive_the_leaders_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_zookeeper_acknowledges_nothing_once_fenced() {
     let upstream = format!("127.0.0.1:{}", testkit::zookeeper::ZooKeeperServer::shared().port);
-    let proxy = testkit::proxy::TcpProxy::start(upstream.parse().unwrap()).await;
+    let proxy = testkit::proxy::start(upstream.parse().unwrap()).await;
     let proxied = proxy.addr().to_string();
     const ISOLATED: i32 = 2;
     let cluster = TestCluster::start_with(3, move |c| {

@@ -59,7 +59,7 @@ impl Service {
         match self {
             Service::ZooKeeper(connect) => {
                 let (server, chroot) = connect.split_at(connect.find('/').expect("chroot"));
-                let proxy = TcpProxy::start(server.parse().expect("server address")).await;
+                let proxy = testkit::proxy::start(server.parse().expect("server address")).await;
                 let z = zookeeper_session(&format!("{}{chroot}", proxy.addr())).await;
                 Session::ZooKeeper(z, Some(proxy))
             }

@@ -16,6 +16,7 @@
 //! - [`metrics`]: the Prometheus/OpenMetrics registry behind every `/metrics`, and its server.
 //! - [`tls`]: TLS for every listener and client (rustls), reloadable server certificates,
 //!   and the principal a client certificate names; [`pki`]: a CA of one's own (rcgen).
+//! - [`proxy`]: a TCP proxy that can be cut off and healed (`tributary proxy`, tests).
 //! - [`clock::now_ms`] and [`host::name`].
 //!
 //! Libraries chosen over hand-written code, and why: `humantime` parses and prints
@@ -38,6 +39,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod pki;
+pub mod proxy;
 pub mod shutdown;
 pub mod tls;
 

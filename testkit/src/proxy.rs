@@ -1,68 +1,8 @@
-//! A TCP proxy in front of one upstream address that a test can cut off, as a firewall that
-//! starts rejecting a host does: while cut, every relayed connection is closed and new ones
-//! are closed as soon as they are accepted. Healing lets new connections through again.
+//! A TCP proxy that a test can cut off: [`service::proxy::TcpProxy`] on a free loopback port.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+pub use service::proxy::TcpProxy;
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
-
-pub struct TcpProxy {
-    addr: SocketAddr,
-    cut: Arc<watch::Sender<bool>>,
-    acceptor: JoinHandle<()>,
-}
-
-impl TcpProxy {
-    /// Listens on a free loopback port and relays every connection to `upstream`.
-    pub async fn start(upstream: SocketAddr) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let cut = Arc::new(watch::channel(false).0);
-        let acceptor = tokio::spawn(accept(listener, upstream, cut.clone()));
-        TcpProxy { addr, cut, acceptor }
-    }
-
-    /// Where clients connect instead of the upstream.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Closes every relayed connection and refuses new ones until [`TcpProxy::heal`].
-    pub fn cut(&self) {
-        self.cut.send_replace(true);
-    }
-
-    pub fn heal(&self) {
-        self.cut.send_replace(false);
-    }
-}
-
-impl Drop for TcpProxy {
-    fn drop(&mut self) {
-        // The relays live in the acceptor's join set and end with it.
-        self.acceptor.abort();
-    }
-}
-
-async fn accept(listener: TcpListener, upstream: SocketAddr, cut: Arc<watch::Sender<bool>>) {
-    let mut relays = JoinSet::new();
-    loop {
-        let Ok((client, _)) = listener.accept().await else { continue };
-        while relays.try_join_next().is_some() {}
-        if *cut.borrow() {
-            continue;
-        }
-        relays.spawn(relay(client, upstream, cut.subscribe()));
-    }
-}
-
-async fn relay(mut client: TcpStream, upstream: SocketAddr, mut cut: watch::Receiver<bool>) {
-    let Ok(mut server) = TcpStream::connect(upstream).await else { return };
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-        _ = cut.wait_for(|cut| *cut) => {}
-    }
+/// A proxy on a free loopback port relaying every connection to `upstream`.
+pub async fn start(upstream: std::net::SocketAddr) -> TcpProxy {
+    TcpProxy::bind("127.0.0.1:0".parse().expect("loopback"), upstream).await.expect("bind proxy")
 }
