@@ -21,7 +21,8 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
 use plan::Component;
-use process::{Paths, State, Stopped};
+pub use process::State;
+use process::{Paths, Stopped};
 use topology::{Topology, TopologyError};
 
 /// What can go wrong running the deployment.
@@ -222,6 +223,33 @@ impl Deployment {
         }
     }
 
+    /// Starts the named process again if it is not running, and waits until it is ready;
+    /// its pid.
+    pub fn restart(&self, name: &str) -> Result<i32, DeployError> {
+        let component = self.component(name)?;
+        let paths = self.paths(component);
+        if let State::Alive { pid, .. } = process::state(&paths, &component.marker)? {
+            return Ok(pid);
+        }
+        let timeout = Duration::from_millis(self.topology.ready_timeout_ms);
+        let pid = self.start(component, &paths, timeout)?;
+        Ok(i32::try_from(pid).unwrap_or(i32::MAX))
+    }
+
+    /// The state of the named process.
+    pub fn state(&self, name: &str) -> Result<State, DeployError> {
+        let component = self.component(name)?;
+        process::state(&self.paths(component), &component.marker)
+    }
+
+    /// The process of this name.
+    pub fn component(&self, name: &str) -> Result<&Component, DeployError> {
+        self.components
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| DeployError::UnknownProcess { name: name.to_owned() })
+    }
+
     fn stop_timeout(&self) -> Duration {
         Duration::from_millis(self.topology.stop_timeout_ms)
     }
@@ -400,8 +428,9 @@ fn check_program(component: &Component) -> Result<(), DeployError> {
     let hint = if component.ours {
         let binary =
             program.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        // Each binary is built by the package of the same name.
-        format!("build it with `cargo build -p {binary}`, or set binaries.dir")
+        // Each binary is built by the package of the same name, but `tributary` (the proxy).
+        let package = if binary == "tributary" { "deploy" } else { binary.as_str() };
+        format!("build it with `cargo build -p {package}`, or set binaries.dir")
     } else {
         match component.name.as_str() {
             "zookeeper" => {

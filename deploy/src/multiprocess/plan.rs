@@ -161,6 +161,9 @@ pub fn plan(topology: &Topology, binaries: &Path) -> Vec<Component> {
         .chain([(topology.analytics.name.as_str(), &topology.analytics.broker_ports)]);
     for (cluster, ports) in clusters {
         for (id, port) in ports.iter().enumerate() {
+            if let Some(proxy_port) = topology.broker_proxy_port(*port) {
+                components.push(proxy(binaries, cluster, id, proxy_port, *port));
+            }
             components.push(broker(topology, binaries, cluster, id, *port));
         }
     }
@@ -430,12 +433,24 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     let metrics = format!("{HOST}:{}", topology.broker_metrics_port(port));
     let metrics_url = format!("{}://{metrics}/metrics", scheme(topology));
     let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
+    let advertised = topology.broker_proxy_port(port);
     let typed = TypedConfig::new(
-        &["broker_id", "host", "port", "data_dir", "zookeeper", "metrics"],
+        &[
+            "broker_id",
+            "host",
+            "port",
+            "advertised_host",
+            "advertised_port",
+            "data_dir",
+            "zookeeper",
+            "metrics",
+        ],
         move |c: &mut broker::BrokerConfig| {
             c.broker_id = broker_id;
             c.host = HOST.into();
             c.port = port;
+            c.advertised_host = None;
+            c.advertised_port = advertised;
             c.data_dir = data_dir.clone();
             c.zookeeper = Some(zookeeper.clone());
             c.metrics = Some(metrics.clone());
@@ -453,7 +468,12 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     component.ready = Ready::LogLine { text: "registered broker".into() };
     // After a crash, the broker's id stays registered until its old ZooKeeper session
     // expires (`zookeeper_session_timeout_ms`); the new broker waits that out itself.
-    component.address = format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster));
+    component.address = match advertised {
+        Some(proxy) => {
+            format!("{HOST}:{port} (as {HOST}:{proxy}) in {}", topology.zookeeper_connect(cluster))
+        }
+        None => format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster)),
+    };
     component.metrics = Some(metrics_url);
     if topology.security.tls {
         // One ACL file per cluster, written by each of its brokers' start (the same text).
@@ -471,6 +491,28 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     }
     zookeeper_auth(topology, &mut component);
     component
+}
+
+/// The TCP proxy in front of a broker (`broker.proxy_port_offset`): `tributary proxy`, which
+/// `tributary chaos` cuts with SIGUSR1 and heals with SIGUSR2.
+fn proxy(binaries: &Path, cluster: &str, id: usize, port: u16, broker_port: u16) -> Component {
+    let listen = format!("--listen={HOST}:{port}");
+    Component {
+        name: format!("proxy-{cluster}-{id}"),
+        program: binaries.join("tributary"),
+        args: vec!["proxy".into(), listen.clone(), format!("--upstream={HOST}:{broker_port}")],
+        env: vec![("NO_COLOR".into(), "1".into())],
+        env_remove: Vec::new(),
+        config: None,
+        dirs: Vec::new(),
+        ready: Ready::Tcp { port },
+        address: format!("{HOST}:{port} -> {HOST}:{broker_port}"),
+        marker: listen,
+        ours: true,
+        metrics: None,
+        identity: None,
+        files: Vec::new(),
+    }
 }
 
 /// What each process may do on `cluster`'s brokers: exactly its job. On a live cluster its
@@ -544,6 +586,8 @@ fn load_balancer(topology: &Topology, cluster: &str, port: u16, brokers: &[u16])
         String::new()
     };
     for (id, broker) in brokers.iter().enumerate() {
+        // Through the broker's proxy, where it has one: as every other client reaches it.
+        let broker = topology.broker_advertised_port(*broker);
         text.push_str(&format!(
             "    server broker-{id} {HOST}:{broker} check{check_tls} inter 1s fall 2 rise 2\n"
         ));

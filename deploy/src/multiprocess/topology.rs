@@ -192,6 +192,11 @@ pub struct Broker {
     pub settings: toml::Table,
     #[serde(default = "defaults::broker_metrics_port_offset")]
     pub metrics_port_offset: u16,
+    /// Put a TCP proxy (`tributary proxy`) in front of every broker, on its port plus this:
+    /// the broker advertises the proxy's address, so every client, the load balancer and the
+    /// other brokers reach it through the proxy, whose path `tributary chaos` cuts. Unset:
+    /// no proxies.
+    pub proxy_port_offset: Option<u16>,
 }
 
 impl Broker {
@@ -207,6 +212,7 @@ impl Default for Broker {
             config: None,
             settings: toml::Table::new(),
             metrics_port_offset: defaults::broker_metrics_port_offset(),
+            proxy_port_offset: None,
         }
     }
 }
@@ -610,25 +616,24 @@ impl Topology {
         }
         for (name, live) in &self.live {
             for (i, port) in live.broker_ports.iter().enumerate() {
-                ports.push((format!("live.{name}.broker_ports[{i}]"), *port));
-                let metrics = self.broker_metrics_port(*port);
-                ports.push((
-                    format!("live.{name}.broker_ports[{i}] + broker.metrics_port_offset"),
-                    metrics,
-                ));
+                self.broker_ports(&mut ports, &format!("live.{name}.broker_ports[{i}]"), *port);
             }
             ports.push((format!("live.{name}.lb_port"), live.lb_port));
             ports.push((format!("live.{name}.agent_port"), live.agent_port));
         }
         for (i, port) in self.analytics.broker_ports.iter().enumerate() {
-            ports.push((format!("analytics.broker_ports[{i}]"), *port));
-            let metrics = self.broker_metrics_port(*port);
-            ports.push((
-                format!("analytics.broker_ports[{i}] + broker.metrics_port_offset"),
-                metrics,
-            ));
+            self.broker_ports(&mut ports, &format!("analytics.broker_ports[{i}]"), *port);
         }
         ports
+    }
+
+    /// A broker's port, its metrics port and its proxy's port.
+    fn broker_ports(&self, ports: &mut Vec<(String, u16)>, key: &str, port: u16) {
+        ports.push((key.to_owned(), port));
+        ports.push((format!("{key} + broker.metrics_port_offset"), self.broker_metrics_port(port)));
+        if let Some(proxy) = self.broker_proxy_port(port) {
+            ports.push((format!("{key} + broker.proxy_port_offset"), proxy));
+        }
     }
 
     pub fn schema_registry_port(&self) -> u16 {
@@ -650,6 +655,17 @@ impl Topology {
     /// The `/metrics` port of the broker listening on `port`.
     pub fn broker_metrics_port(&self, port: u16) -> u16 {
         port.saturating_add(self.broker.metrics_port_offset)
+    }
+
+    /// The port of the proxy in front of the broker listening on `port`, with
+    /// `broker.proxy_port_offset`.
+    pub fn broker_proxy_port(&self, port: u16) -> Option<u16> {
+        Some(port.saturating_add(self.broker.proxy_port_offset?))
+    }
+
+    /// Where clients reach the broker listening on `port`: its proxy's port, or its own.
+    pub fn broker_advertised_port(&self, port: u16) -> u16 {
+        self.broker_proxy_port(port).unwrap_or(port)
     }
 
     /// `127.0.0.1:{port}{chroot_prefix}/{cluster}`: where a cluster's brokers register.
