@@ -318,3 +318,50 @@ fn blocking_producer_sends_from_synchronous_code() {
     producer.close();
     drop(broker);
 }
+
+/// Accepts connections on a loopback port and relays each to the next of `upstreams` in
+/// turn, as a TCP load balancer in round-robin mode does.
+async fn round_robin(upstreams: Vec<String>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        for upstream in upstreams.iter().cycle() {
+            let Ok((mut client, _)) = listener.accept().await else { return };
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Behind a load balancer, partition −1 sent to a broker that leads none of the topic's
+/// partitions (after failovers moved them all away) is answered "not leader": the producer
+/// connects again, the balancer sends it to another broker, and the batch is acknowledged —
+/// it used to retry on the kept connection, to the same broker, until it gave up (found by
+/// `tributary chaos`: an agent stuck for minutes).
+#[tokio::test]
+async fn partition_any_behind_a_load_balancer_finds_a_broker_that_leads() {
+    // Both brokers hold the partition; one leads it.
+    let cluster =
+        testkit::cluster::TestCluster::start_with(2, |c| c.default_replication_factor = 2).await;
+    let conn = client::Connection::connect(cluster.addr()).await.unwrap();
+    conn.create_topic("behind-lb", 1, &[]).await.unwrap();
+    let leader = cluster.leader_of("behind-lb", 0).await;
+    let idle = cluster.brokers.iter().map(|b| b.addr.clone()).find(|a| *a != leader).unwrap();
+    // The first connections land on the broker that leads nothing.
+    let balancer = round_robin(vec![idle.clone(), idle.clone(), idle, leader]).await;
+    let config = ProducerConfig {
+        partitioner: Partitioner::Any,
+        retries_max: 6,
+        retry_backoff_ms: 10,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(config, Arc::new(StaticBrokers::new([balancer]))).unwrap();
+    let pending = producer.enqueue("behind-lb", None, b"through the balancer").await.unwrap();
+    let ack = tokio::time::timeout(WAIT, pending).await.expect("acknowledged in time");
+    assert_eq!(ack.expect("acknowledged").partition, 0);
+}

@@ -148,7 +148,12 @@ impl PartitionSender {
                 addr = self.leader_addr().await.unwrap_or(addr);
             } else if moved {
                 // The broker leads none of the topic's partitions: another entry point may.
-                addr = self.other_entry(&addr).await.unwrap_or(addr);
+                // Behind a load balancer (one address) a new connection does: the balancer
+                // sends it to another broker, where the kept one would go back to this one.
+                match self.other_entry(&addr).await {
+                    Some(other) => addr = other,
+                    None => self.pool.forget(&addr),
+                }
             }
         }
     }
