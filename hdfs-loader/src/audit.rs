@@ -35,7 +35,11 @@ impl LoaderAudit {
         let counts = AuditCounts::new(Tier::Loader, host, window_ms)
             .map_err(|e| LoadError::Audit(e.to_string()))?;
         let config = ProducerConfig {
-            acks: protocol::Acks::Written,
+            // Every in-sync replica: a count acknowledged by the leader alone is lost when the
+            // leader fails before its followers copy it, and the loader never sends it again
+            // (it is no longer "changed") — `tributary chaos` found whole minutes of loader
+            // windows in loss that way.
+            acks: protocol::Acks::All,
             // One window's records stay in one partition, in order: a later count supersedes.
             partitioner: client::Partitioner::ByKey,
             request_timeout_ms: 10_000,
