@@ -105,3 +105,32 @@ fn bad_config_keys_and_durations_are_refused_in_one_line() {
         "{error}"
     );
 }
+
+/// `--advertised-host` and `--advertised-port` are what metadata answers, not the address the
+/// broker listens on (a proxy or NAT in front of it).
+#[test]
+fn metadata_answers_the_advertised_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--advertised-host",
+        "localhost",
+        "--advertised-port",
+        "7777",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
+        let metadata = conn.metadata(&[]).await.unwrap();
+        let brokers: Vec<(String, i32)> =
+            metadata.brokers.iter().map(|b| (b.host.clone(), b.port)).collect();
+        assert_eq!(brokers, [("localhost".to_owned(), 7777)]);
+    });
+    terminates_cleanly(&mut process, Duration::from_secs(10));
+}
