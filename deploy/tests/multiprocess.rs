@@ -974,4 +974,25 @@ fn chaos_for_two_minutes_loses_nothing_an_agent_acknowledged() {
         assert_eq!(state, expected, "{name}");
     }
     eprintln!("chaos, 2 minutes, in {:?}:\n{stdout}", begun.elapsed());
+
+    // `--faults` limits the kinds: after `up` starts the simulators again, cuts only.
+    deployment.ok("up", &[]);
+    let only = deployment.dir.path().join("cuts.json");
+    let run = chaos(&[
+        "--duration",
+        "5s",
+        "--faults",
+        "cut",
+        "--rate",
+        "50",
+        "--drain-timeout",
+        "3m",
+        "--report-json",
+        only.to_str().expect("utf-8"),
+    ]);
+    assert!(run.status.success(), "{}\n{}", text(&run.stdout), text(&run.stderr));
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&only).expect("the JSON report")).expect("JSON");
+    let kinds = report["faults_by_kind"].as_object().expect("faults by kind");
+    assert!(!kinds.is_empty() && kinds.keys().all(|k| k.starts_with("cut ")), "{kinds:?}");
 }

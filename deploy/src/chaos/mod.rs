@@ -150,7 +150,11 @@ pub fn run(
     let mut faults: Vec<Fault> = Vec::new();
     line(
         out,
-        format_args!("chaos: seed {}, {} of faults", options.seed, fmt_duration(options.duration)),
+        format_args!(
+            "chaos: seed {}, {} of faults",
+            options.seed,
+            service::duration::format(options.duration)
+        ),
     )?;
     while begun.elapsed() < options.duration {
         let (kind, targets) = &plans[rng.random_range(0..plans.len())];
@@ -308,10 +312,6 @@ fn fault_line(fault: &Fault) -> String {
 
 fn line(out: &mut dyn std::io::Write, text: fmt::Arguments<'_>) -> Result<(), ChaosError> {
     writeln!(out, "{text}").map_err(|e| ChaosError::Deploy(DeployError::Output(e)))
-}
-
-fn fmt_duration(d: Duration) -> String {
-    service::duration::format(d)
 }
 
 impl fmt::Display for ChaosReport {
