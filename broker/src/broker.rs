@@ -51,6 +51,10 @@ pub enum BrokerError {
 const REPLICA_FETCH_MAX_BYTES: u32 = 1 << 20;
 /// How long a follower's fetch waits at the leader for new data.
 const REPLICA_FETCH_MAX_WAIT_MS: i32 = 500;
+/// The `replica_id` of a `REPLICA_FETCH` that reads another replica's bytes to repair a
+/// damaged segment with ([`crate::scrub`]): any replica answers it, and no leader takes it
+/// for a follower's progress.
+pub const REPAIR_READER_ID: i32 = -1;
 
 /// A follower task of [`Broker::follow`].
 pub struct Following {
@@ -185,6 +189,14 @@ impl Broker {
             broker.config.retention_check_interval(),
             broker.stop.clone(),
         ));
+        if let Some(interval) = broker.config.scrub_interval() {
+            broker.tasks.spawn(crate::scrub::run(
+                Arc::downgrade(&broker),
+                interval,
+                broker.config.scrub_bytes_per_s,
+                broker.stop.clone(),
+            ));
+        }
         tracing::info!(
             broker_id = broker.config.broker_id,
             data_dir = %broker.config.data_dir.display(),
@@ -600,11 +612,14 @@ impl Broker {
     /// Where a follower's fetch of one partition reads: bytes of one epoch up to the written
     /// end. Refused with [`ErrorCode::FencedLeaderEpoch`] for a follower of an older leader
     /// epoch and [`ErrorCode::NotLeader`] for a newer one, which this broker does not lead.
+    /// A repair read (`replica_id` [`REPAIR_READER_ID`]) is answered by any replica, in the
+    /// epoch its log is in.
     pub fn plan_replica_fetch(
         &self,
         fetch: &protocol::ReplicaFetchPartition,
+        replica_id: i32,
     ) -> Result<ReplicaPlan, ErrorCode> {
-        let partition = self.replica_fetch_partition(fetch)?;
+        let partition = self.replica_fetch_partition(fetch, replica_id)?;
         let read =
             partition.read_replica(fetch.offset, fetch.max_bytes as u32).map_err(|e| match e {
                 LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
@@ -631,8 +646,9 @@ impl Broker {
     pub(crate) fn watch_replica_fetch(
         &self,
         fetch: &protocol::ReplicaFetchPartition,
+        replica_id: i32,
     ) -> Result<watch::Receiver<u64>, ErrorCode> {
-        let partition = self.replica_fetch_partition(fetch)?;
+        let partition = self.replica_fetch_partition(fetch, replica_id)?;
         let written = partition.watch_written();
         let offset = u64::try_from(fetch.offset).map_err(|_| ErrorCode::OffsetOutOfRange)?;
         if offset < partition.start_offset() || offset > *written.borrow() {
@@ -644,11 +660,16 @@ impl Broker {
     fn replica_fetch_partition(
         &self,
         fetch: &protocol::ReplicaFetchPartition,
+        replica_id: i32,
     ) -> Result<Arc<Partition>, ErrorCode> {
         if fetch.max_bytes <= 0 {
             return Err(ErrorCode::InvalidFetchSize);
         }
-        let partition = self.partition(&fetch.topic, fetch.partition)?;
+        let partition = if replica_id == REPAIR_READER_ID {
+            self.local_partition(&fetch.topic, fetch.partition)?
+        } else {
+            self.partition(&fetch.topic, fetch.partition)?
+        };
         let current = match self.leader_of(&partition) {
             Some(leader) => leader.epoch(),
             None => partition.leader_epoch().ok_or(ErrorCode::NotLeader)?,
@@ -710,6 +731,36 @@ impl Broker {
         }
         self.tasks.spawn(crate::leader::watch_lag(leader, self.stop.clone()));
         Ok(())
+    }
+
+    /// The TLS this broker's followers (and repair reads) call other brokers with.
+    pub(crate) fn replica_tls(&self) -> Option<&Arc<rustls::ClientConfig>> {
+        self.replica_tls.as_ref()
+    }
+
+    /// The other replicas a damaged range of `partition` may be copied from, in the order to
+    /// try them — the leader, then the in-sync followers — each with its address and the
+    /// epochs to ask in (the leader's, then this log's, newest first: an in-sync replica's
+    /// log is in one of them). None for a broker outside a cluster.
+    pub(crate) fn repair_sources(&self, partition: &Partition) -> Vec<(i32, String, Vec<i32>)> {
+        let Some(replicas) = self.replicas.get() else { return Vec::new() };
+        let view = replicas.view();
+        let state = view
+            .topics
+            .get(partition.topic())
+            .and_then(|t| t.states.get(&(partition.index() as i32)));
+        let Some((state, _)) = state else { return Vec::new() };
+        let mut epochs = vec![state.leader_epoch];
+        epochs.extend(
+            partition.epochs_newest_first().into_iter().filter(|&e| e != state.leader_epoch),
+        );
+        let me = self.config.broker_id;
+        let mut ids = vec![state.leader];
+        ids.extend(state.isr.iter().copied().filter(|&r| r != state.leader));
+        ids.into_iter()
+            .filter(|&r| r != me)
+            .filter_map(|r| view.brokers.get(&r).map(|b| (r, b.addr(), epochs.clone())))
+            .collect()
     }
 
     /// Ends this broker's leadership of `topic`'s `partition`: producers waiting for its

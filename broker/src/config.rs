@@ -108,6 +108,11 @@ pub struct BrokerConfig {
     /// with error 13 (request timed out).
     pub ack_timeout_ms: u64,
     pub retention_check_ms: u64,
+    /// A pass of the scrubber over every sealed segment (CRC checks; a damaged range is
+    /// copied again from a replica) starts this long after the last one ended; 0: no scrub.
+    pub scrub_interval_ms: u64,
+    /// Bytes per second the scrubber reads at most, averaged over each segment; 0: no limit.
+    pub scrub_bytes_per_s: u64,
     /// Where `/metrics` listens (`HOST:PORT`); unset serves none.
     pub metrics: Option<String>,
     /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
@@ -175,6 +180,8 @@ impl Default for BrokerConfig {
             min_insync_replicas: 1,
             ack_timeout_ms: 30_000,
             retention_check_ms: 5 * 60 * 1000,
+            scrub_interval_ms: DAY_MS,
+            scrub_bytes_per_s: 16 << 20,
             metrics: None,
             zookeeper: None,
             zookeeper_session_timeout_ms: 6_000,
@@ -370,6 +377,11 @@ impl BrokerConfig {
 
     pub fn retention_check_interval(&self) -> Duration {
         Duration::from_millis(self.retention_check_ms)
+    }
+
+    /// Between scrub passes; `None` when the scrubber is off.
+    pub fn scrub_interval(&self) -> Option<Duration> {
+        (self.scrub_interval_ms > 0).then(|| Duration::from_millis(self.scrub_interval_ms))
     }
 }
 

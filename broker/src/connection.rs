@@ -26,8 +26,8 @@ use bytes::{Buf, BytesMut};
 use protocol::{
     Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MultiFetchWaitRequest, MultiProduceResponse,
     OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart, ProduceResponse,
-    REPLICA_PART_HEADER_BYTES, ReplicaFetchPartition, ReplicaFetchRequest, ReplicaPartHeader,
-    Request, Response, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
+    REPLICA_PART_HEADER_BYTES, ReplicaFetchRequest, ReplicaPartHeader, Request, Response,
+    UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -569,7 +569,7 @@ impl Connection {
                     return Ok(Next::Gone);
                 }
                 let started = Instant::now();
-                self.replica_fetch(&m.fetches).await?;
+                self.replica_fetch(&m).await?;
                 broker.metrics().observe(Latency::fetch, started.elapsed());
             }
             Request::CreateTopic(c) => {
@@ -625,7 +625,7 @@ impl Connection {
     async fn wait_for_replica_data(&mut self, request: &ReplicaFetchRequest) -> io::Result<Next> {
         let mut watches = Vec::with_capacity(request.fetches.len());
         for fetch in &request.fetches {
-            match self.broker.watch_replica_fetch(fetch) {
+            match self.broker.watch_replica_fetch(fetch, request.replica_id) {
                 Ok(watch) => watches.push((watch, fetch.offset as u64, fetch.max_bytes as u64)),
                 Err(_) => return Ok(Next::Continue),
             }
@@ -697,8 +697,10 @@ impl Connection {
 
     /// Answers a follower's fetch: each part's header (error, high watermark, epoch), then its
     /// bytes by `sendfile`.
-    async fn replica_fetch(&mut self, fetches: &[ReplicaFetchPartition]) -> io::Result<()> {
-        let parts: Vec<_> = fetches.iter().map(|f| self.broker.plan_replica_fetch(f)).collect();
+    async fn replica_fetch(&mut self, request: &ReplicaFetchRequest) -> io::Result<()> {
+        let fetches = &request.fetches;
+        let parts: Vec<_> =
+            fetches.iter().map(|f| self.broker.plan_replica_fetch(f, request.replica_id)).collect();
         let part_len = |p: &Result<ReplicaPlan, ErrorCode>| match p {
             Ok(ReplicaPlan { slice: Some(slice), .. }) => slice.len as usize,
             _ => 0,

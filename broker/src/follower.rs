@@ -354,6 +354,82 @@ async fn restart_at_leader_start(
     Ok(())
 }
 
+/// Why a copy of a range from another replica was not had.
+#[derive(Debug, Error)]
+pub(crate) enum RangeError {
+    #[error("{0}")]
+    Link(String),
+    #[error("its segment there starts at {theirs}, this one at {ours}")]
+    OtherSegment { theirs: i64, ours: u64 },
+    #[error("it is in none of the epochs tried")]
+    NoEpoch,
+    #[error("it has nothing at {0}")]
+    Short(u64),
+}
+
+impl From<LinkError> for RangeError {
+    fn from(e: LinkError) -> RangeError {
+        RangeError::Link(e.to_string())
+    }
+}
+
+/// The bytes of `partition`'s log in the damaged range as the replica at `addr` holds them,
+/// read with `REPLICA_FETCH` as the repair reader (no leader takes it for a follower's
+/// progress). A replica answers in the epoch its log is in: `epochs` are tried in order
+/// until one is taken. The range must lie in the replica's segment based at `segment_base`.
+pub(crate) async fn fetch_range(
+    addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    partition: &Partition,
+    epochs: &[i32],
+    damage: &crate::log::Damage,
+) -> Result<Vec<u8>, RangeError> {
+    let (from, to) = (damage.from, damage.to);
+    const STEP_BYTES: u64 = 1 << 20;
+    let mut link = LeaderLink::connect(addr, tls, STEP_BYTES as usize + 4096).await?;
+    let mut bytes = Vec::with_capacity((to - from) as usize);
+    let mut epochs = epochs.iter().copied().peekable();
+    while from + (bytes.len() as u64) < to {
+        let Some(&epoch) = epochs.peek() else { return Err(RangeError::NoEpoch) };
+        let offset = from + bytes.len() as u64;
+        let request = Request::ReplicaFetch(ReplicaFetchRequest {
+            replica_id: crate::broker::REPAIR_READER_ID,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            fetches: vec![ReplicaFetchPartition {
+                topic: partition.topic().to_owned(),
+                partition: partition.index() as i32,
+                leader_epoch: epoch,
+                offset: offset as i64,
+                max_bytes: STEP_BYTES.min(to - offset) as i32,
+            }],
+        });
+        let answer = match link.call(&request).await {
+            Ok(Response::ReplicaFetch(mut answer)) => answer.parts.pop(),
+            Ok(_) => None,
+            Err(LinkError::Error(ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch)) => {
+                epochs.next();
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some(part) = answer else { return Err(LinkError::Error(ErrorCode::Unknown).into()) };
+        match part.error {
+            ErrorCode::None if part.segment_base != damage.segment_base as i64 => {
+                let ours = damage.segment_base;
+                return Err(RangeError::OtherSegment { theirs: part.segment_base, ours });
+            }
+            ErrorCode::None if part.messages.is_empty() => return Err(RangeError::Short(offset)),
+            ErrorCode::None => bytes.extend_from_slice(&part.messages),
+            ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch => {
+                epochs.next();
+            }
+            error => return Err(LinkError::Error(error).into()),
+        }
+    }
+    Ok(bytes)
+}
+
 /// Length of the prefix of `set` made of whole messages (by their length fields).
 fn whole_messages(set: &[u8]) -> usize {
     let mut at = 0;

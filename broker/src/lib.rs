@@ -16,6 +16,7 @@ pub mod log;
 mod metrics;
 mod registration;
 mod replicas;
+mod scrub;
 mod sendfile;
 mod server;
 mod stream;

@@ -102,6 +102,13 @@ struct Cli {
     /// How often to look for segments to delete.
     #[arg(long, value_name = "MS")]
     retention_check_ms: Option<u64>,
+    /// Check every sealed segment's CRCs this often, repairing damage from a replica; 0: never
+    /// [default: 86400000].
+    #[arg(long, value_name = "MS")]
+    scrub_interval_ms: Option<u64>,
+    /// The scrubber reads at most this many bytes per second; 0: no limit [default: 16 MiB].
+    #[arg(long, value_name = "B")]
+    scrub_bytes_per_s: Option<u64>,
     /// Register in this ZooKeeper (`host:port[,host:port…][/chroot]`); standalone without it.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,

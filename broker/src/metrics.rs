@@ -166,6 +166,12 @@ pub struct Metrics {
     pub isr_expands: Counter,
     /// Partitions this broker leads with fewer in-sync replicas than replicas.
     pub under_replicated: Gauge,
+    /// Bytes of sealed segments the scrubber read, damaged ranges it found, and of those the
+    /// ones repaired from a replica and the ones left damaged.
+    pub scrub_bytes: Counter,
+    pub scrub_damage_found: Counter,
+    pub scrub_repaired: Counter,
+    pub scrub_unrepaired: Counter,
     flush_latency: Histogram,
     /// The controller's offline-partition count, while this broker is the controller.
     controller: ControllerSlot,
@@ -215,6 +221,10 @@ impl Metrics {
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
             under_replicated: Gauge::default(),
+            scrub_bytes: Counter::default(),
+            scrub_damage_found: Counter::default(),
+            scrub_repaired: Counter::default(),
+            scrub_unrepaired: Counter::default(),
             flush_latency: latency_histogram(),
             controller: ControllerSlot::default(),
         };
@@ -262,6 +272,26 @@ impl Metrics {
             "tls_handshake_failures",
             "TLS handshakes that failed (a plaintext client, a refused certificate, a timeout)",
             m.tls_handshake_failures.clone(),
+        );
+        registry.register(
+            "scrub_bytes",
+            "Bytes of sealed segments the scrubber read and checked",
+            m.scrub_bytes.clone(),
+        );
+        registry.register(
+            "scrub_damage_found",
+            "Damaged ranges (a message failing its CRC) the scrubber found in sealed segments",
+            m.scrub_damage_found.clone(),
+        );
+        registry.register(
+            "scrub_repaired",
+            "Damaged ranges written over with a replica's copy",
+            m.scrub_repaired.clone(),
+        );
+        registry.register(
+            "scrub_unrepaired",
+            "Damaged ranges no replica had whole: left as found, refused by consumers' CRC checks",
+            m.scrub_unrepaired.clone(),
         );
         registry.register("requests", "Requests by type", m.requests.clone());
         registry.register(

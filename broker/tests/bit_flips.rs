@@ -2,6 +2,11 @@
 //! written by the test: the last segment's are cut by recovery on start (the log says what
 //! was cut); one in an older segment, which recovery does not read, is served as stored and
 //! refused by the consumer's CRC check. No corrupt message is ever yielded as good data.
+//!
+//! In a replicated partition (three `broker` processes in a real ZooKeeper), the scrubber
+//! finds a flipped bit in a sealed segment — a follower's, flipped while it is stopped, and
+//! the leader's, flipped while it runs — and writes the range over with another replica's
+//! bytes: every replica's segment files are as they were, byte for byte.
 
 use std::time::Duration;
 
@@ -9,7 +14,10 @@ use client::{ConsumerError, FetchedMessages};
 use nix::sys::signal::Signal;
 use protocol::Acks;
 use testkit::broker::message_set;
+use testkit::broker_processes::{BrokerProcesses, read_partition, registry, segment_files};
+use testkit::eventually;
 use testkit::process::{Process, free_port};
+use testkit::zookeeper::ZooKeeperServer;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 /// Bytes of each message: 9 of overhead and a 91-byte payload.
@@ -90,8 +98,91 @@ fn flipped_bits_are_cut_by_recovery_or_refused_by_the_consumer() {
     });
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_bits_in_a_replicated_partition_are_repaired_from_a_replica() {
+    const WAIT: Duration = Duration::from_secs(60);
+    let connect = ZooKeeperServer::shared().connect_string();
+    let args = [
+        "--zookeeper-session-timeout-ms",
+        "2000",
+        "--segment-bytes",
+        "1000",
+        "--flush-messages",
+        "1",
+        "--scrub-interval-ms",
+        "200",
+        "--scrub-bytes-per-s",
+        "0",
+    ];
+    let mut brokers = BrokerProcesses::start(BINARY.as_ref(), &connect, 3, &args);
+    let registry = registry(&connect).await;
+    eventually(WAIT, "three brokers registered", || async {
+        (registry.brokers().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let conn = client::Connection::connect(&brokers.addr(0)).await.unwrap();
+    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
+    conn.create_topic("rot", 1, &configs).await.unwrap();
+    let state = eventually(WAIT, "every replica in sync", || async {
+        let (state, _) = registry.partition_state("rot", 0).await.ok()??;
+        (state.leader >= 0 && state.isr.len() == 3).then_some(state)
+    })
+    .await;
+    let leader = state.leader;
+    let follower = (0..3).find(|&id| id != leader).unwrap();
+    let conn = client::Connection::connect(&brokers.addr(leader)).await.unwrap();
+    // Three sealed segments of ten messages, and five in the last.
+    for n in 0..35u8 {
+        conn.produce("rot", 0, Acks::All, message_set(&[vec![n; 91]])).await.unwrap();
+    }
+    drop(conn);
+    let dirs: Vec<_> = (0..3).map(|id| brokers.data_dir(id).join("rot-0")).collect();
+    let dir = |id: i32| dirs[id as usize].clone();
+    let whole = eventually(WAIT, "every replica with the same segment files", || async {
+        let replicas: Vec<_> = (0..3).map(|id| segment_files(&dir(id))).collect();
+        (replicas.windows(2).all(|w| w[0] == w[1]) && replicas[0].len() == 4)
+            .then(|| replicas[0].clone())
+    })
+    .await;
+    let segment = |id: i32, base: u64| dir(id).join(format!("{base:020}.log"));
+
+    // Bit rot on the follower's disk while it is down: recovery on start reads only the last
+    // segment, so the damage in the first is there once it runs again.
+    brokers.kill(follower);
+    flip_bit(&segment(follower, 0), 350);
+    brokers.restart(follower);
+    // And under the running leader, in its second segment.
+    flip_bit(&segment(leader, 1_000), 250);
+    assert_ne!(segment_files(&dir(leader)), whole);
+
+    let deadline = std::time::Instant::now() + WAIT;
+    while !(0..3).all(|id| segment_files(&dir(id)) == whole) {
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> =
+                (0..3).map(|id| format!("broker {id}:\n{}", brokers.log(id))).collect();
+            panic!(
+                "the replicas are not repaired (leader {leader}, follower {follower}):\n{}",
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for id in [follower, leader] {
+        let log = brokers.log(id);
+        assert!(log.contains("damaged messages in a sealed segment"), "broker {id}:\n{log}");
+        assert!(log.contains("damaged range repaired from a replica"), "broker {id}:\n{log}");
+    }
+    let read = read_partition(&brokers.addr(leader), "rot", 0).await;
+    let payloads: Vec<Vec<u8>> = read.into_iter().map(|(_, payload)| payload).collect();
+    assert_eq!(payloads, (0..35u8).map(|n| vec![n; 91]).collect::<Vec<_>>());
+}
+
+/// Flips one bit in place, as rot under a file does: the file keeps its length throughout
+/// (a rewrite would empty it for a moment under a running broker).
 fn flip_bit(path: &std::path::Path, at: usize) {
-    let mut bytes = std::fs::read(path).unwrap();
-    bytes[at] ^= 0x04;
-    std::fs::write(path, &bytes).unwrap();
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at as u64).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x04], at as u64).unwrap();
 }

@@ -8,5 +8,7 @@ mod segment;
 
 pub use leader_epoch::{EPOCHS_MAX, EpochEntry, LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 pub use manager::{CreateError, Created, LogManager, Topic};
-pub use partition::{Appended, FileSlice, LogError, Partition, ReplicaSlice, SETS_PER_WRITE_MAX};
+pub use partition::{
+    Appended, Damage, FileSlice, LogError, Partition, ReplicaSlice, SETS_PER_WRITE_MAX,
+};
 pub use segment::{ScanResult, Segment, scan_valid_prefix};

@@ -67,6 +67,17 @@ pub struct ReplicaSlice {
     pub segment_base: u64,
 }
 
+/// Messages of a sealed segment that fail their CRC (or framing): bit rot under the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Offset of the first message that is not whole and valid.
+    pub from: u64,
+    /// The end of its segment: what follows cannot be trusted to be framed right.
+    pub to: u64,
+    pub segment_base: u64,
+    pub reason: String,
+}
+
 /// Where an append may start a new segment.
 #[derive(Debug, Clone, Copy)]
 enum Roll {
@@ -814,6 +825,70 @@ impl Partition {
         lock(&self.epochs).truncate_from_end(0)?;
         tracing::info!(topic = %self.topic, partition = self.index, start = base, "the log starts again, empty, at the leader's start");
         Ok(())
+    }
+
+    /// Checks every message of the sealed segment based at `base` (every segment but the last
+    /// is sealed: nothing is appended to it again) against its CRC, as recovery checks the last
+    /// one: the damaged range if a message is not whole and valid, from its start to the end of
+    /// the segment, where nothing after it can be trusted to be framed right. `None` if the
+    /// segment is whole, or gone (retention, truncation) or active; with the bytes read.
+    /// Blocking: reads the file.
+    pub fn scrub_segment(&self, base: u64) -> Result<(u64, Option<Damage>), LogError> {
+        let (segment, end) = {
+            let state = self.state();
+            let Some(i) = state.segments.iter().position(|s| s.base_offset == base) else {
+                return Ok((0, None));
+            };
+            if i + 1 == state.segments.len() {
+                return Ok((0, None));
+            }
+            (Arc::clone(&state.segments[i]), state.segment_end(i))
+        };
+        let scan = scan_valid_prefix(&segment.file, end - base)
+            .map_err(io_error("scrubbing", &segment.path))?;
+        let damage = scan.stopped_because.map(|reason| Damage {
+            from: base + scan.valid_bytes,
+            to: end,
+            segment_base: base,
+            reason,
+        });
+        Ok((end - base, damage))
+    }
+
+    /// Every leader epoch of the log, newest first.
+    pub fn epochs_newest_first(&self) -> Vec<i32> {
+        lock(&self.epochs).entries().iter().rev().map(|e| e.epoch).collect()
+    }
+
+    /// Writes `bytes`, copied from another replica, over the damaged range from `from` in a
+    /// sealed segment, then fsyncs it: replicas hold the same bytes at the same offsets, so the
+    /// copy is exactly what was there. Refused (`Ok(false)`) unless the range still lies whole
+    /// in one sealed segment based at `segment_base`, and unless `bytes` are whole, valid
+    /// messages filling the range to the segment's end. Blocking.
+    pub fn repair(
+        &self,
+        segment_base: u64,
+        from: u64,
+        bytes: &[u8],
+        length_max: u32,
+    ) -> Result<bool, LogError> {
+        if protocol::validate_message_set(bytes, length_max).is_err() {
+            return Ok(false);
+        }
+        let state = self.state();
+        let Some(i) = state.segments.iter().position(|s| s.base_offset == segment_base) else {
+            return Ok(false);
+        };
+        let end = state.segment_end(i);
+        if i + 1 == state.segments.len() || from < segment_base || from + bytes.len() as u64 != end
+        {
+            return Ok(false);
+        }
+        let segment = &state.segments[i];
+        write_all_vectored_at(&segment.file, &[bytes], from - segment_base)
+            .and_then(|()| segment.file.sync_data())
+            .map_err(io_error("repairing", &segment.path))?;
+        Ok(true)
     }
 
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified

@@ -75,7 +75,8 @@ pub struct ScanResult {
 /// never makes this allocate; it is only trusted as far as the file actually reaches.
 pub fn scan_valid_prefix(file: &File, file_len: u64) -> io::Result<ScanResult> {
     const HEADER_BYTES: u64 = 8;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    // Positional reads: the file's cursor is shared by every handle of an open segment.
+    let mut reader = BufReader::with_capacity(1 << 20, PositionalReader { file, position: 0 });
     let mut chunk = vec![0u8; 64 << 10];
     let mut position = 0u64;
     let mut messages = 0u64;
@@ -133,6 +134,20 @@ pub fn scan_valid_prefix(file: &File, file_len: u64) -> io::Result<ScanResult> {
     }
 }
 
+/// Reads a file from a position of its own, never moving the file's shared cursor.
+struct PositionalReader<'a> {
+    file: &'a File,
+    position: u64,
+}
+
+impl Read for PositionalReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = std::os::unix::fs::FileExt::read_at(self.file, buf, self.position)?;
+        self.position += n as u64;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,7 +173,9 @@ mod tests {
             let path = dir.path().join("s.log");
             File::create(&path).unwrap().write_all(bytes).unwrap();
             let f = File::open(&path).unwrap();
-            scan_valid_prefix(&f, bytes.len() as u64).unwrap()
+            let first = scan_valid_prefix(&f, bytes.len() as u64).unwrap();
+            assert_eq!(scan_valid_prefix(&f, bytes.len() as u64).unwrap(), first, "again");
+            first
         };
         let whole = scan(&set);
         assert_eq!((whole.valid_bytes, whole.messages, whole.stopped_because), (41, 3, None));

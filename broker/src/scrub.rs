@@ -1,0 +1,151 @@
+//! The scrubber: bit rot under a log — a message of a sealed segment whose CRC no longer
+//! matches — is found by reading every sealed segment now and then (as HDFS's block scanner
+//! and Ceph's deep scrub read their blocks), and mended in place from another replica.
+//!
+//! Recovery on start checks the last segment only, which is where a crash leaves a torn
+//! write; the sealed ones are served as they are, and a consumer's CRC check refuses a
+//! damaged message. Replicas hold the same bytes at the same offsets (a follower copies its
+//! leader's bytes and starts its segments where the leader did), so the damaged range — from
+//! the first bad message to the end of its segment — is fetched from a replica with
+//! `REPLICA_FETCH` as the repair reader, checked to be whole and valid messages that fill the
+//! range exactly, and written over the damage. A partition with no other replica (or none
+//! that answers) stays damaged: it is logged and counted, and consumers still refuse it.
+//!
+//! ```text
+//! every scrub_interval_ms: each partition ─▶ each sealed segment ─▶ scan CRCs (≤ scrub_bytes_per_s)
+//!     damage at [from, segment end) ─▶ REPLICA_FETCH it from the leader, then the other ISR members
+//!                                  ─▶ whole and valid, exactly the range? pwrite + fsync in place
+//! ```
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::log::{Damage, Partition};
+
+/// The first pass starts this soon after the broker does, or after `scrub_interval_ms` if
+/// that is sooner: a broker restarted more often than its interval still scrubs.
+const FIRST_PASS_AFTER: Duration = Duration::from_secs(300);
+
+/// Scrubs every sealed segment of the broker's partitions, a pass every `interval`, until
+/// `stop`.
+pub(crate) async fn run(
+    broker: Weak<Broker>,
+    interval: Duration,
+    bytes_per_s: u64,
+    stop: CancellationToken,
+) {
+    let mut wait = interval.min(FIRST_PASS_AFTER);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+        let Some(broker) = broker.upgrade() else { return };
+        let scrubbed = pass(&broker, bytes_per_s, &stop).await;
+        tracing::debug!(bytes = scrubbed, "scrub pass done");
+        wait = interval;
+    }
+}
+
+/// One pass over every partition; the bytes it read.
+async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) -> u64 {
+    let mut scrubbed = 0;
+    for partition in broker.logs().partitions() {
+        let bases = partition.segment_bases();
+        for &base in bases.iter().take(bases.len().saturating_sub(1)) {
+            if stop.is_cancelled() || partition.removed().is_cancelled() {
+                return scrubbed;
+            }
+            let p = Arc::clone(&partition);
+            let (bytes, damage) = match tokio::task::spawn_blocking(move || p.scrub_segment(base))
+                .await
+            {
+                Ok(Ok(found)) => found,
+                Ok(Err(e)) => {
+                    tracing::warn!(partition = ?partition, segment = base, error = %e, "cannot scrub a segment");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(partition = ?partition, segment = base, error = %e, "scrubbing a segment panicked");
+                    continue;
+                }
+            };
+            scrubbed += bytes;
+            broker.metrics().scrub_bytes.inc_by(bytes);
+            if let Some(damage) = damage {
+                broker.metrics().scrub_damage_found.inc();
+                tracing::error!(
+                    partition = ?partition, from = damage.from, to = damage.to,
+                    reason = %damage.reason, "damaged messages in a sealed segment"
+                );
+                if repair(broker, &partition, &damage).await {
+                    broker.metrics().scrub_repaired.inc();
+                } else {
+                    broker.metrics().scrub_unrepaired.inc();
+                }
+            }
+            if bytes_per_s > 0 {
+                let pause = Duration::from_secs_f64(bytes as f64 / bytes_per_s as f64);
+                tokio::select! {
+                    () = stop.cancelled() => return scrubbed,
+                    () = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+    }
+    scrubbed
+}
+
+/// Copies the damaged range from the first replica that has it whole, and writes it over the
+/// damage; whether that was done.
+async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) -> bool {
+    let sources = broker.repair_sources(partition);
+    if sources.is_empty() {
+        tracing::error!(
+            partition = ?partition, from = damage.from,
+            "no other in-sync replica to repair from: consumers refuse the damaged messages by their CRC"
+        );
+        return false;
+    }
+    for (replica, addr, epochs) in sources {
+        let copied =
+            crate::follower::fetch_range(&addr, broker.replica_tls(), partition, &epochs, damage)
+                .await;
+        let bytes = match copied {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!(partition = ?partition, replica, error = %e, "cannot copy the damaged range");
+                continue;
+            }
+        };
+        let (p, segment_base, from) = (Arc::clone(partition), damage.segment_base, damage.from);
+        let length_max = broker.config().max_message_bytes;
+        let written =
+            tokio::task::spawn_blocking(move || p.repair(segment_base, from, &bytes, length_max))
+                .await;
+        match written {
+            Ok(Ok(true)) => {
+                tracing::info!(
+                    partition = ?partition, from = damage.from, to = damage.to, replica,
+                    "damaged range repaired from a replica"
+                );
+                return true;
+            }
+            Ok(Ok(false)) => {
+                tracing::warn!(partition = ?partition, replica, "the replica's copy does not fit the damaged range");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(partition = ?partition, error = %e, "cannot write the repair");
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(partition = ?partition, error = %e, "writing the repair panicked");
+                return false;
+            }
+        }
+    }
+    false
+}
