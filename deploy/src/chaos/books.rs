@@ -72,14 +72,22 @@ impl Audit {
     }
 }
 
-/// For every window and downstream tier, when the tier last caught up with the agents'
-/// count: how long after the window closed each tier was behind.
+/// For every window and downstream tier, the spans of time after the window closed during
+/// which the tier had counted fewer of its events than the agents: how long each tier was
+/// behind. Samples taken while the audit is still reading its sources (just restarted) are
+/// left out: its counts are then its own lag, not the tiers'.
 #[derive(Debug, Default)]
 pub struct Lag {
-    /// (topic, window start) → tier → ms since the epoch it has been caught up since, or
-    /// `None` while it is behind.
-    caught_up: BTreeMap<(String, i64), BTreeMap<&'static str, Option<i64>>>,
-    window_ends: BTreeMap<(String, i64), i64>,
+    spans: BTreeMap<(String, i64), BTreeMap<&'static str, Span>>,
+}
+
+/// One tier in one window.
+#[derive(Debug, Default, Clone, Copy)]
+struct Span {
+    /// Since when it has been behind (never earlier than the window's end), if it is.
+    behind_since: Option<i64>,
+    /// The longest span behind that has ended.
+    longest_ms: i64,
 }
 
 /// The longest any tier was behind.
@@ -88,41 +96,54 @@ pub struct Behind {
     pub tier: &'static str,
     pub topic: String,
     pub window_start: i64,
-    /// From the end of the window until the tier counted what the agents did.
+    /// The longest span, after the end of the window, in which the tier had counted less than
+    /// the agents did.
     pub ms: i64,
     /// Still behind at the end of the run.
     pub still_behind: bool,
 }
 
 impl Lag {
-    /// One look at the windows at `now_ms`.
-    pub fn observe(&mut self, windows: &BTreeMap<(String, i64), Window>, now_ms: i64) {
+    /// One look at the windows at `now_ms`, by an audit that has (`audit_caught_up`) or has
+    /// not read its sources to their ends.
+    pub fn observe(
+        &mut self,
+        windows: &BTreeMap<(String, i64), Window>,
+        audit_caught_up: bool,
+        now_ms: i64,
+    ) {
+        if !audit_caught_up {
+            return;
+        }
         for (key, window) in windows {
             let reference = window.tiers.get("agent").copied().unwrap_or(0);
             if reference == 0 {
                 continue;
             }
-            self.window_ends.insert(key.clone(), window.window_start + window.window_ms);
-            let tiers = self.caught_up.entry(key.clone()).or_default();
+            let end = window.window_start + window.window_ms;
+            let tiers = self.spans.entry(key.clone()).or_default();
             for tier in DOWNSTREAM {
                 let count = window.tiers.get(tier).copied().unwrap_or(0);
-                let since = tiers.entry(tier).or_insert(None);
-                if count < reference {
-                    *since = None;
-                } else if since.is_none() {
-                    *since = Some(now_ms);
+                let span = tiers.entry(tier).or_default();
+                match span.behind_since {
+                    None if count < reference => span.behind_since = Some(now_ms.max(end)),
+                    Some(since) if count >= reference => {
+                        span.longest_ms = span.longest_ms.max(now_ms - since);
+                        span.behind_since = None;
+                    }
+                    _ => {}
                 }
             }
         }
     }
 
-    /// Per tier, the window it was furthest behind in, at `now_ms`.
+    /// Per tier, the window it was longest behind in, at `now_ms`.
     pub fn longest(&self, now_ms: i64) -> BTreeMap<&'static str, Behind> {
         let mut longest: BTreeMap<&'static str, Behind> = BTreeMap::new();
-        for (key, tiers) in &self.caught_up {
-            let end = self.window_ends[key];
-            for (&tier, since) in tiers {
-                let ms = (since.unwrap_or(now_ms) - end).max(0);
+        for (key, tiers) in &self.spans {
+            for (&tier, span) in tiers {
+                let open = span.behind_since.map_or(0, |since| now_ms - since);
+                let ms = span.longest_ms.max(open).max(0);
                 if longest.get(tier).is_none_or(|b| ms > b.ms) {
                     longest.insert(
                         tier,
@@ -131,7 +152,7 @@ impl Lag {
                             topic: key.0.clone(),
                             window_start: key.1,
                             ms,
-                            still_behind: since.is_none(),
+                            still_behind: span.behind_since.is_some(),
                         },
                     );
                 }
@@ -170,4 +191,38 @@ pub async fn parquet_ids(
         ids.extend(read.event_ids.into_iter().filter_map(|id| EventId::try_from(id).ok()));
     }
     Ok((rows, ids))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn windows(agent: i64, live: i64) -> BTreeMap<(String, i64), Window> {
+        let tiers = BTreeMap::from([
+            ("agent".to_owned(), agent),
+            ("live".to_owned(), live),
+            ("mirror".to_owned(), agent),
+            ("loader".to_owned(), agent),
+        ]);
+        let window = Window { window_start: 0, window_ms: 10_000, verdict: "open".into(), tiers };
+        BTreeMap::from([(("t".to_owned(), 0), window)])
+    }
+
+    #[test]
+    fn a_tier_is_behind_for_its_longest_span_after_the_window_and_not_while_the_audit_reads() {
+        let mut lag = Lag::default();
+        lag.observe(&windows(10, 4), true, 5_000); // in the window: counted from its end
+        lag.observe(&windows(10, 10), true, 13_000);
+        lag.observe(&windows(12, 10), true, 20_000); // a late event: behind again
+        lag.observe(&windows(12, 12), true, 21_000);
+        // An audit that has just restarted and counts again from its checkpoint: not a lag.
+        lag.observe(&windows(12, 0), false, 900_000);
+        lag.observe(&windows(12, 12), true, 902_000);
+        let longest = lag.longest(1_000_000);
+        assert_eq!((longest["live"].ms, longest["live"].still_behind), (3_000, false));
+        assert_eq!(longest["mirror"].ms, 0);
+        lag.observe(&windows(13, 12), true, 990_000);
+        let still = &lag.longest(1_000_000)["live"];
+        assert_eq!((still.ms, still.still_behind), (10_000, true));
+    }
 }

@@ -251,10 +251,13 @@ async fn watch(
     stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
+        let caught_up = audit.caught_up().await;
         if let Some(windows) = audit.windows().await {
-            lag.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .observe(&windows, service::now_ms());
+            lag.lock().unwrap_or_else(std::sync::PoisonError::into_inner).observe(
+                &windows,
+                caught_up,
+                service::now_ms(),
+            );
         }
         tokio::select! {
             () = stop.cancelled() => return,
