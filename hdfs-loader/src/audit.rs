@@ -76,8 +76,8 @@ impl LoaderAudit {
                     .bytes()
                     .await
                     .map_err(|source| LoadError::Store { path: path.to_string(), source })?;
-                serde_json::from_slice::<CommitRecord>(&bytes)
-                    .map_err(|e| LoadError::Audit(format!("commit record {path}: {e}")))
+                CommitRecord::parse(path.as_ref(), topic, layout::commit_start(&path), &bytes)
+                    .map_err(|e| LoadError::Audit(e.to_string()))
             }))
             .buffer_unordered(16)
             .try_collect()

@@ -66,6 +66,46 @@ pub struct CommitRecord {
     pub windows: BTreeMap<i64, i64>,
 }
 
+impl CommitRecord {
+    /// The record stored at `path` for `topic`'s partition under the key `start`, checked: it
+    /// must be one (JSON of this shape), for that topic, its range must begin at the key and not
+    /// end before it, and every file it names must lie under the topic's prefix (the roll
+    /// forward moves files there) and its rows add up. `None` for `start` checks nothing of it
+    /// (the audit reads every record of a topic).
+    pub fn parse(
+        path: &str,
+        topic: &str,
+        start: Option<i64>,
+        bytes: &[u8],
+    ) -> Result<CommitRecord, CommitError> {
+        let corrupt = |reason: String| CommitError::Corrupt { path: path.to_owned(), reason };
+        let record: CommitRecord =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        if record.topic != topic {
+            return Err(corrupt(format!("a record of topic {:?}", record.topic)));
+        }
+        if start.is_some_and(|start| record.start != start) || record.end < record.start {
+            let key = start.map_or_else(|| "?".to_owned(), |s| s.to_string());
+            return Err(corrupt(format!(
+                "range [{}, {}) under key {key}",
+                record.start, record.end
+            )));
+        }
+        let prefix = format!("{topic}/");
+        if let Some(file) = record.files.iter().find(|f| !f.path.starts_with(&prefix)) {
+            return Err(corrupt(format!("file {} is outside the topic's prefix", file.path)));
+        }
+        let file_rows = record.files.iter().try_fold(0u64, |sum, f| sum.checked_add(f.rows));
+        if file_rows != Some(record.rows) {
+            return Err(corrupt(format!(
+                "its files hold {file_rows:?} rows, it says {}",
+                record.rows
+            )));
+        }
+        Ok(record)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CommitError {
@@ -120,13 +160,7 @@ impl PartitionCommits {
         let path = layout::commit_path(&self.topic, self.partition, start);
         let bytes = self.store.get(&path).await.map_err(store_error(&path))?;
         let bytes = bytes.bytes().await.map_err(store_error(&path))?;
-        let record: CommitRecord = serde_json::from_slice(&bytes)
-            .map_err(|e| CommitError::Corrupt { path: path.to_string(), reason: e.to_string() })?;
-        if record.start != start || record.end < record.start {
-            let reason = format!("range [{}, {}) under key {start}", record.start, record.end);
-            return Err(CommitError::Corrupt { path: path.to_string(), reason });
-        }
-        Ok(record)
+        CommitRecord::parse(path.as_ref(), &self.topic, Some(start), &bytes)
     }
 
     /// The record that ends the chain, if any.
@@ -275,13 +309,14 @@ mod tests {
     use super::*;
 
     fn record(start: i64, end: i64, files: Vec<CommittedFile>) -> CommitRecord {
+        let rows = files.iter().map(|f| f.rows).sum();
         CommitRecord {
             topic: "t".into(),
             partition: "0".into(),
             start,
             end,
-            rows: 1,
-            rows_total: 1,
+            rows,
+            rows_total: rows,
             files,
             bad_records: 0,
             host: "h".into(),
@@ -296,6 +331,26 @@ mod tests {
 
     fn file(staged: &str, path: &str) -> CommittedFile {
         CommittedFile { path: path.into(), staged: staged.into(), rows: 1, bytes: 4 }
+    }
+
+    #[test]
+    fn a_record_is_refused_unless_it_is_one_of_its_topic_and_key() {
+        let good = record(10, 20, vec![file("_staging/t/0/r/1.parquet", "t/x.parquet")]);
+        let json = |r: &CommitRecord| serde_json::to_vec(r).unwrap();
+        let parse = |r: &CommitRecord| CommitRecord::parse("k", "t", Some(10), &json(r));
+        assert_eq!(parse(&good).unwrap(), good);
+        let refused = |r: CommitRecord, wanted: &str| match parse(&r) {
+            Err(CommitError::Corrupt { reason, .. }) => {
+                assert!(reason.contains(wanted), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        };
+        refused(CommitRecord { topic: "u".into(), ..good.clone() }, "topic");
+        refused(CommitRecord { start: 11, ..good.clone() }, "under key 10");
+        refused(CommitRecord { end: 9, ..good.clone() }, "range");
+        refused(record(10, 20, vec![file("_staging/t/0/r/1.parquet", "tt/x.parquet")]), "outside");
+        refused(CommitRecord { rows: 2, ..good.clone() }, "rows");
+        assert!(CommitRecord::parse("k", "t", Some(10), b"{").is_err());
     }
 
     #[tokio::test]

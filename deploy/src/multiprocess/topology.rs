@@ -419,7 +419,13 @@ impl Topology {
     pub fn load(path: &Path) -> Result<Topology, TopologyError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| TopologyError::Read { path: path.to_owned(), source })?;
-        let mut topology = Topology::parse(path, &text)?;
+        Topology::from_text(path, &text)
+    }
+
+    /// Parses and checks `text`, a topology file read from `path` (its relative paths are
+    /// relative to `path`'s directory).
+    pub fn from_text(path: &Path, text: &str) -> Result<Topology, TopologyError> {
+        let mut topology = Topology::parse(path, text)?;
         let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         // Absolute, because processes run with the run directory as their working directory
         // and a pid's command line is matched against these paths.
