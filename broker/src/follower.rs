@@ -373,23 +373,29 @@ impl From<LinkError> for RangeError {
     }
 }
 
-/// The bytes of `partition`'s log in the damaged range as the replica at `addr` holds them,
-/// read with `REPLICA_FETCH` as the repair reader (no leader takes it for a follower's
-/// progress). A replica answers in the epoch its log is in: `epochs` are tried in order
-/// until one is taken. The range must lie in the replica's segment based at `segment_base`.
+/// The whole messages of `partition`'s log from the start of the damage, up to `max_bytes`
+/// of them (and at least one), as the replica at `addr` holds them, read with `REPLICA_FETCH`
+/// as the repair reader (no leader takes it for a follower's progress). A replica answers in
+/// the epoch its log is in: `epochs` are tried in order until one is taken. The bytes must
+/// come from the replica's segment based where the damaged one is.
 pub(crate) async fn fetch_range(
     addr: &str,
     tls: Option<&Arc<rustls::ClientConfig>>,
     partition: &Partition,
     epochs: &[i32],
     damage: &crate::log::Damage,
+    max_bytes: u64,
 ) -> Result<Vec<u8>, RangeError> {
-    let (from, to) = (damage.from, damage.to);
     const STEP_BYTES: u64 = 1 << 20;
+    let from = damage.from;
+    let wanted = damage.to.min(from + max_bytes);
     let mut link = LeaderLink::connect(addr, tls, STEP_BYTES as usize + 4096).await?;
-    let mut bytes = Vec::with_capacity((to - from) as usize);
+    let mut bytes = Vec::new();
     let mut epochs = epochs.iter().copied().peekable();
-    while from + (bytes.len() as u64) < to {
+    // Up to the bound, and on past it only until the first message is whole.
+    while from + (bytes.len() as u64) < damage.to
+        && (from + (bytes.len() as u64) < wanted || whole_messages(&bytes) == 0)
+    {
         let Some(&epoch) = epochs.peek() else { return Err(RangeError::NoEpoch) };
         let offset = from + bytes.len() as u64;
         let request = Request::ReplicaFetch(ReplicaFetchRequest {
@@ -401,7 +407,7 @@ pub(crate) async fn fetch_range(
                 partition: partition.index() as i32,
                 leader_epoch: epoch,
                 offset: offset as i64,
-                max_bytes: STEP_BYTES.min(to - offset) as i32,
+                max_bytes: STEP_BYTES.min(damage.to - offset) as i32,
             }],
         });
         let answer = match link.call(&request).await {
@@ -427,6 +433,8 @@ pub(crate) async fn fetch_range(
             error => return Err(LinkError::Error(error).into()),
         }
     }
+    // A message the bound cut in two is left for the next step.
+    bytes.truncate(whole_messages(&bytes));
     Ok(bytes)
 }
 

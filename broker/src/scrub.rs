@@ -7,14 +7,16 @@
 //! damaged message. Replicas hold the same bytes at the same offsets (a follower copies its
 //! leader's bytes and starts its segments where the leader did), so the damaged range — from
 //! the first bad message to the end of its segment — is fetched from a replica with
-//! `REPLICA_FETCH` as the repair reader, checked to be whole and valid messages that fill the
-//! range exactly, and written over the damage. A partition with no other replica (or none
+//! `REPLICA_FETCH` as the repair reader, at most 16 MiB of whole messages at a time, each step
+//! checked to be valid messages from a segment with the same base, written over the damage,
+//! and the segment scanned again. A partition with no other replica (or none
 //! that answers) stays damaged: it is logged and counted, and consumers still refuse it.
 //!
 //! ```text
 //! every scrub_interval_ms: each partition ─▶ each sealed segment ─▶ scan CRCs (≤ scrub_bytes_per_s)
-//!     damage at [from, segment end) ─▶ REPLICA_FETCH it from the leader, then the other ISR members
-//!                                  ─▶ whole and valid, exactly the range? pwrite + fsync in place
+//!     damage at [from, segment end) ─▶ ≤ 16 MiB of whole messages from `from`, by REPLICA_FETCH
+//!                                      from the leader, then the other ISR members
+//!                                  ─▶ valid, same segment? pwrite + fsync in place, scan again
 //! ```
 
 use std::sync::{Arc, Weak};
@@ -28,6 +30,10 @@ use crate::log::{Damage, Partition};
 /// The first pass starts this soon after the broker does, or after `scrub_interval_ms` if
 /// that is sooner: a broker restarted more often than its interval still scrubs.
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(300);
+
+/// Bytes a repair copies and writes at a time: the damage of a segment can reach to its end
+/// (1 GiB), and is mended in steps of this, the segment scanned again after each.
+const REPAIR_STEP_BYTES: u64 = 16 << 20;
 
 /// Scrubs every sealed segment of the broker's partitions, a pass every `interval`, until
 /// `stop`.
@@ -81,7 +87,7 @@ async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) 
                     partition = ?partition, from = damage.from, to = damage.to,
                     reason = %damage.reason, "damaged messages in a sealed segment"
                 );
-                if repair(broker, &partition, &damage).await {
+                if repair_segment(broker, &partition, damage).await {
                     broker.metrics().scrub_repaired.inc();
                 } else {
                     broker.metrics().scrub_unrepaired.inc();
@@ -99,21 +105,43 @@ async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) 
     scrubbed
 }
 
-/// Copies the damaged range from the first replica that has it whole, and writes it over the
-/// damage; whether that was done.
-async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) -> bool {
+/// Repairs `damage` a step at a time, scanning the segment again after each, until it scans
+/// whole; whether it does.
+async fn repair_segment(broker: &Broker, partition: &Arc<Partition>, mut damage: Damage) -> bool {
+    loop {
+        let Some(step) = repair(broker, partition, &damage).await else { return false };
+        let p = Arc::clone(partition);
+        let base = damage.segment_base;
+        match tokio::task::spawn_blocking(move || p.scrub_segment(base)).await {
+            Ok(Ok((_, None))) => return true,
+            // Only what follows the bytes written may still be damaged: progress, or give up.
+            Ok(Ok((_, Some(next)))) if next.from >= damage.from + step => damage = next,
+            Ok(Ok((_, Some(_)))) | Ok(Err(_)) | Err(_) => return false,
+        }
+    }
+}
+
+/// Copies up to [`REPAIR_STEP_BYTES`] of whole messages from the start of the damage from the
+/// first replica that has them, and writes them over it; how many bytes were written.
+async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) -> Option<u64> {
     let sources = broker.repair_sources(partition);
     if sources.is_empty() {
         tracing::error!(
             partition = ?partition, from = damage.from,
             "no other in-sync replica to repair from: consumers refuse the damaged messages by their CRC"
         );
-        return false;
+        return None;
     }
     for (replica, addr, epochs) in sources {
-        let copied =
-            crate::follower::fetch_range(&addr, broker.replica_tls(), partition, &epochs, damage)
-                .await;
+        let copied = crate::follower::fetch_range(
+            &addr,
+            broker.replica_tls(),
+            partition,
+            &epochs,
+            damage,
+            REPAIR_STEP_BYTES,
+        )
+        .await;
         let bytes = match copied {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -121,6 +149,7 @@ async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) ->
                 continue;
             }
         };
+        let step = bytes.len() as u64;
         let (p, segment_base, from) = (Arc::clone(partition), damage.segment_base, damage.from);
         let length_max = broker.config().max_message_bytes;
         let written =
@@ -129,23 +158,23 @@ async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) ->
         match written {
             Ok(Ok(true)) => {
                 tracing::info!(
-                    partition = ?partition, from = damage.from, to = damage.to, replica,
+                    partition = ?partition, from = damage.from, bytes = step, replica,
                     "damaged range repaired from a replica"
                 );
-                return true;
+                return Some(step);
             }
             Ok(Ok(false)) => {
-                tracing::warn!(partition = ?partition, replica, "the replica's copy does not fit the damaged range");
+                tracing::warn!(partition = ?partition, replica, "the replica's copy does not fit the damaged segment");
             }
             Ok(Err(e)) => {
                 tracing::error!(partition = ?partition, error = %e, "cannot write the repair");
-                return false;
+                return None;
             }
             Err(e) => {
                 tracing::error!(partition = ?partition, error = %e, "writing the repair panicked");
-                return false;
+                return None;
             }
         }
     }
-    false
+    None
 }

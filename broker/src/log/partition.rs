@@ -860,11 +860,10 @@ impl Partition {
         lock(&self.epochs).entries().iter().rev().map(|e| e.epoch).collect()
     }
 
-    /// Writes `bytes`, copied from another replica, over the damaged range from `from` in a
-    /// sealed segment, then fsyncs it: replicas hold the same bytes at the same offsets, so the
-    /// copy is exactly what was there. Refused (`Ok(false)`) unless the range still lies whole
-    /// in one sealed segment based at `segment_base`, and unless `bytes` are whole, valid
-    /// messages filling the range to the segment's end. Blocking.
+    /// Writes `bytes`, copied from another replica, over the damage from `from` in a sealed
+    /// segment, then fsyncs it: replicas hold the same bytes at the same offsets, so the copy is
+    /// exactly what was there. Refused (`Ok(false)`) unless `bytes` are whole, valid messages
+    /// and lie in the sealed segment based at `segment_base`. Blocking.
     pub fn repair(
         &self,
         segment_base: u64,
@@ -880,8 +879,7 @@ impl Partition {
             return Ok(false);
         };
         let end = state.segment_end(i);
-        if i + 1 == state.segments.len() || from < segment_base || from + bytes.len() as u64 != end
-        {
+        if i + 1 == state.segments.len() || from < segment_base || from + bytes.len() as u64 > end {
             return Ok(false);
         }
         let segment = &state.segments[i];
