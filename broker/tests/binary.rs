@@ -134,3 +134,49 @@ fn metadata_answers_the_advertised_address() {
     });
     terminates_cleanly(&mut process, Duration::from_secs(10));
 }
+
+#[test]
+fn the_scrubber_reads_sealed_segments_no_faster_than_scrub_bytes_per_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, metrics_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--metrics",
+        &format!("127.0.0.1:{metrics_port}"),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--segment-bytes",
+        "1000",
+        "--scrub-interval-ms",
+        "100",
+        "--scrub-bytes-per-s",
+        "1000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
+    let addr = format!("127.0.0.1:{port}");
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let conn = client::Connection::connect(&addr).await.unwrap();
+        // 100-byte messages: three sealed segments of 1,000 bytes, and the active one.
+        for n in 0..35u8 {
+            conn.produce("rot", 0, Acks::Flushed, message_set(&[vec![n; 91]])).await.unwrap();
+        }
+    });
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let scrubbed = || value(&parse(&scrape(&metrics)), "tributary_broker_scrub_bytes_total", &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while scrubbed() < 1000.0 {
+        assert!(std::time::Instant::now() < deadline, "the scrubber read nothing");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Unthrottled, a pass over the 3,000 sealed bytes would repeat every 100 ms.
+    let before = scrubbed();
+    std::thread::sleep(Duration::from_secs(3));
+    let read = scrubbed() - before;
+    assert!((1000.0..=5000.0).contains(&read), "{read} bytes in 3 s at 1,000 bytes/s");
+    let samples = parse(&scrape(&metrics));
+    assert_eq!(value(&samples, "tributary_broker_scrub_damage_found_total", &[]), 0.0);
+    terminates_cleanly(&mut process, Duration::from_secs(10));
+}
