@@ -132,8 +132,15 @@ async fn flipped_bits_in_a_replicated_partition_are_repaired_from_a_replica() {
     let follower = (0..3).find(|&id| id != leader).unwrap();
     let conn = client::Connection::connect(&brokers.addr(leader)).await.unwrap();
     // Three sealed segments of ten messages, and five in the last.
+    // The leader may take up its election a moment after the registry shows it: a refusal
+    // (not leader, too few in sync) appends nothing, and is tried again.
     for n in 0..35u8 {
-        conn.produce("rot", 0, Acks::All, message_set(&[vec![n; 91]])).await.unwrap();
+        let mut tries = 0;
+        while let Err(e) = conn.produce("rot", 0, Acks::All, message_set(&[vec![n; 91]])).await {
+            tries += 1;
+            assert!(tries < 100, "message {n}: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     drop(conn);
     let dirs: Vec<_> = (0..3).map(|id| brokers.data_dir(id).join("rot-0")).collect();
