@@ -22,9 +22,14 @@ use testkit::zookeeper::ZooKeeperServer;
 const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 /// Bytes of each message: 9 of overhead and a 91-byte payload.
 const MESSAGE_BYTES: u64 = 100;
+/// The tests run one at a time: the first stops its broker and starts it again on the same
+/// port, which the other's brokers, picking free ports meanwhile, could otherwise be given;
+/// `Process::spawn` would then see that broker listening and the log would not be this one's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[test]
 fn flipped_bits_are_cut_by_recovery_or_refused_by_the_consumer() {
+    let _one_at_a_time = ONE_AT_A_TIME.blocking_lock();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = free_port();
@@ -100,6 +105,7 @@ fn flipped_bits_are_cut_by_recovery_or_refused_by_the_consumer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_bits_in_a_replicated_partition_are_repaired_from_a_replica() {
+    let _one_at_a_time = ONE_AT_A_TIME.lock().await;
     const WAIT: Duration = Duration::from_secs(60);
     let connect = ZooKeeperServer::shared().connect_string();
     let args = [
