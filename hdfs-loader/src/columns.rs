@@ -34,11 +34,13 @@ pub enum ColumnError {
     Mismatch { path: String, expected: &'static str },
     #[error("building the Arrow column: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
+    #[error("undecodable datum: {0}")]
+    Datum(#[from] crate::datum::DatumError),
 }
 
 /// An Avro type with named references resolved: what one column holds.
 #[derive(Debug, Clone)]
-enum Shape {
+pub(crate) enum Shape {
     Null,
     Boolean,
     Int,
@@ -61,17 +63,22 @@ enum Shape {
     Decimal {
         precision: u8,
         scale: i8,
+        /// The size of its `fixed`; `None`: over `bytes`.
+        fixed: Option<usize>,
     },
     BigDecimal,
     Record(Vec<(String, Shape)>),
     Array(Box<Shape>),
     Map(Box<Shape>),
-    Enum,
-    /// `["null", T]` in either order.
-    Nullable(Box<Shape>),
-    /// Any other union: the non-null branches, by Avro branch index (always nullable).
+    /// Its symbols, by index.
+    Enum(Vec<String>),
+    /// `["null", T]` in either order: the branch index of `null` (0 or 1) and `T`.
+    Nullable(u32, Box<Shape>),
+    /// Any other union: the non-null branches, by Avro branch index (always nullable), and
+    /// how many branches it has, `null` included.
     Union {
         branches: Vec<(u32, Shape)>,
+        variants: u32,
     },
 }
 
@@ -116,8 +123,12 @@ fn shape(
         Schema::Decimal(decimal) => {
             let precision = u8::try_from(decimal.precision).ok().filter(|p| (1..=38).contains(p));
             let scale = i8::try_from(decimal.scale).ok();
+            let fixed = match &decimal.inner {
+                apache_avro::schema::InnerDecimalSchema::Fixed(fixed) => Some(fixed.size),
+                apache_avro::schema::InnerDecimalSchema::Bytes => None,
+            };
             match (precision, scale) {
-                (Some(precision), Some(scale)) => Shape::Decimal { precision, scale },
+                (Some(precision), Some(scale)) => Shape::Decimal { precision, scale, fixed },
                 _ => Shape::BigDecimal,
             }
         }
@@ -131,7 +142,7 @@ fn shape(
         ),
         Schema::Array(array) => Shape::Array(Box::new(child(&array.items, "item")?)),
         Schema::Map(map) => Shape::Map(Box::new(child(&map.types, "value")?)),
-        Schema::Enum(_) => Shape::Enum,
+        Schema::Enum(e) => Shape::Enum(e.symbols.clone()),
         Schema::Union(union) => union_shape(union, &child)?,
         Schema::Ref { name } => {
             let target = names.get(name).ok_or_else(|| {
@@ -147,17 +158,17 @@ fn union_shape(
     child: &dyn Fn(&Schema, &str) -> Result<Shape, ColumnError>,
 ) -> Result<Shape, ColumnError> {
     let variants = union.variants();
-    let nullable = variants.iter().any(|v| matches!(v, Schema::Null));
+    let null = variants.iter().position(|v| matches!(v, Schema::Null));
     let mut branches = Vec::new();
     for (i, variant) in variants.iter().enumerate() {
         if !matches!(variant, Schema::Null) {
             branches.push((i as u32, child(variant, &format!("member{}", branches.len()))?));
         }
     }
-    Ok(match branches.len() {
-        0 => Shape::Null,
-        1 if nullable => Shape::Nullable(Box::new(branches.remove(0).1)),
-        _ => Shape::Union { branches },
+    Ok(match (branches.len(), null) {
+        (0, _) => Shape::Null,
+        (1, Some(null)) => Shape::Nullable(null as u32, Box::new(branches.remove(0).1)),
+        _ => Shape::Union { branches, variants: variants.len() as u32 },
     })
 }
 
@@ -183,20 +194,20 @@ impl Shape {
             Shape::LocalTimestampMillis => DataType::Timestamp(TimeUnit::Millisecond, None),
             Shape::LocalTimestampMicros => DataType::Timestamp(TimeUnit::Microsecond, None),
             Shape::LocalTimestampNanos => DataType::Timestamp(TimeUnit::Nanosecond, None),
-            Shape::Decimal { precision, scale } => DataType::Decimal128(*precision, *scale),
+            Shape::Decimal { precision, scale, .. } => DataType::Decimal128(*precision, *scale),
             Shape::Record(fields) => DataType::Struct(record_fields(fields)),
             Shape::Array(item) => DataType::List(Arc::new(item.field("item"))),
             Shape::Map(value) => DataType::Map(map_entries(value), false),
-            Shape::Enum => {
+            Shape::Enum(_) => {
                 DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
             }
-            Shape::Nullable(inner) => inner.data_type(),
+            Shape::Nullable(_, inner) => inner.data_type(),
             Shape::Union { branches, .. } => DataType::Struct(union_fields(branches)),
         }
     }
 
     fn nullable(&self) -> bool {
-        matches!(self, Shape::Null | Shape::Nullable(_) | Shape::Union { .. })
+        matches!(self, Shape::Null | Shape::Nullable(..) | Shape::Union { .. })
     }
 
     fn field(&self, name: &str) -> Field {
@@ -224,7 +235,10 @@ fn map_entries(value: &Shape) -> FieldRef {
 
 /// The columns of a top-level Avro record.
 pub struct RecordShape {
-    fields: Vec<(String, Shape)>,
+    pub(crate) fields: Vec<(String, Shape)>,
+    /// Whether [`RecordShape::append_datum`] can read this schema's datums itself: every
+    /// type but `uuid` and `big-decimal`, and `header.time` first (a `long`).
+    pub(crate) direct: bool,
 }
 
 impl RecordShape {
@@ -235,7 +249,10 @@ impl RecordShape {
         let names: HashMap<Name, Schema> =
             resolved.get_names().iter().map(|(n, s)| (n.clone(), (*s).clone())).collect();
         match shape(schema, &names, "", 0)? {
-            Shape::Record(fields) => Ok(RecordShape { fields }),
+            Shape::Record(fields) => {
+                let direct = crate::datum::readable(&fields);
+                Ok(RecordShape { fields, direct })
+            }
             _ => Err(ColumnError::Unsupported("the top-level schema is not a record".into())),
         }
     }
@@ -267,7 +284,7 @@ impl RecordShape {
 }
 
 impl ColumnError {
-    fn within(self, name: &str) -> ColumnError {
+    pub(crate) fn within(self, name: &str) -> ColumnError {
         match self {
             ColumnError::Mismatch { path, expected } => {
                 ColumnError::Mismatch { path: format!("/{name}{path}"), expected }
@@ -325,7 +342,7 @@ pub enum Column {
     },
 }
 
-fn mismatch(expected: &'static str) -> ColumnError {
+pub(crate) fn mismatch(expected: &'static str) -> ColumnError {
     ColumnError::Mismatch { path: String::new(), expected }
 }
 
@@ -371,12 +388,12 @@ impl Column {
             Shape::LocalTimestampNanos => {
                 Column::TimestampNanos(TimestampNanosecondBuilder::with_capacity(capacity))
             }
-            Shape::Decimal { precision, scale } => Column::Decimal(
+            Shape::Decimal { precision, scale, .. } => Column::Decimal(
                 Decimal128Builder::with_capacity(capacity)
                     .with_precision_and_scale(*precision, *scale)
                     .expect("precision 1..=38 was checked"),
             ),
-            Shape::Enum => Column::Enum(StringDictionaryBuilder::new()),
+            Shape::Enum(_) => Column::Enum(StringDictionaryBuilder::new()),
             Shape::Record(fields) => Column::Struct {
                 fields: record_fields(fields),
                 children: fields.iter().map(|(_, s)| Column::new(s, capacity)).collect(),
@@ -395,7 +412,7 @@ impl Column {
                 offsets: offsets(capacity),
                 nulls: NullBufferBuilder::new(capacity),
             },
-            Shape::Nullable(inner) => Column::Nullable(Box::new(Column::new(inner, capacity))),
+            Shape::Nullable(_, inner) => Column::Nullable(Box::new(Column::new(inner, capacity))),
             Shape::Union { branches, .. } => Column::Union {
                 fields: union_fields(branches),
                 branches: branches.iter().map(|(i, _)| *i).collect(),
@@ -499,7 +516,7 @@ impl Column {
 
     /// A null slot. For a non-nullable child of a null struct the slot is masked by the
     /// struct's own null, as Arrow allows.
-    fn append_null(&mut self) {
+    pub(crate) fn append_null(&mut self) {
         match self {
             Column::Null(n) => *n += 1,
             Column::Boolean(b) => b.append_null(),
@@ -531,7 +548,7 @@ impl Column {
         }
     }
 
-    fn expected(&self) -> &'static str {
+    pub(crate) fn expected(&self) -> &'static str {
         match self {
             Column::Null(_) => "null",
             Column::Boolean(_) => "a boolean",
@@ -646,7 +663,7 @@ fn offsets(capacity: usize) -> Vec<i32> {
     offsets
 }
 
-fn push_offset(offsets: &mut Vec<i32>, added: usize) -> Result<(), ColumnError> {
+pub(crate) fn push_offset(offsets: &mut Vec<i32>, added: usize) -> Result<(), ColumnError> {
     let last = *offsets.last().expect("offsets start with 0");
     let next = i32::try_from(added).ok().and_then(|n| last.checked_add(n));
     offsets.push(next.ok_or_else(|| mismatch("fewer than 2^31 items per batch"))?);
@@ -654,7 +671,7 @@ fn push_offset(offsets: &mut Vec<i32>, added: usize) -> Result<(), ColumnError> 
 }
 
 /// A big-endian two's-complement integer of at most 16 bytes.
-fn decimal_i128(bytes: &[u8]) -> Option<i128> {
+pub(crate) fn decimal_i128(bytes: &[u8]) -> Option<i128> {
     if bytes.len() > 16 {
         return None;
     }

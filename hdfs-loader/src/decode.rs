@@ -1,14 +1,19 @@
 //! Event decoding: each message with its writer schema (by the id in its envelope), resolved
 //! to the topic's reader schema (the latest version of `{topic}-value`), so every row of a
-//! file has one schema. `header.time` picks the row's hour and audit window.
+//! file has one schema. `header.time` picks the row's hour and audit window. An event written
+//! with the reader schema itself is only checked here and appended to the columns straight
+//! from its bytes ([`crate::datum`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
+use bytes::Bytes;
 use events::envelope;
 use schema_registry::RegistryClient;
+
+use crate::columns::RecordShape;
 
 /// Why one message could not be decoded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -19,8 +24,15 @@ pub struct BadRecord(pub String);
 pub struct Decoded {
     pub schema_id: i32,
     pub time_ms: i64,
-    /// A record of the reader schema.
-    pub value: Value,
+    pub body: Body,
+}
+
+/// A decoded event's fields.
+pub enum Body {
+    /// Read with its writer schema into a record of the reader schema.
+    Value(Value),
+    /// A datum of the reader schema, checked whole: appended straight from its bytes.
+    Datum(Bytes),
 }
 
 /// Writer schemas by id, fetched from the registry once each.
@@ -28,12 +40,19 @@ pub struct Schemas {
     registry: Arc<RegistryClient>,
     reader_id: i32,
     reader: Arc<Schema>,
+    /// The reader schema's columns.
+    shape: Arc<RecordShape>,
     writers: HashMap<i32, Result<Arc<Schema>, BadRecord>>,
 }
 
 impl Schemas {
-    pub fn new(registry: Arc<RegistryClient>, reader_id: i32, reader: Arc<Schema>) -> Schemas {
-        Schemas { registry, reader_id, reader, writers: HashMap::new() }
+    pub fn new(
+        registry: Arc<RegistryClient>,
+        reader_id: i32,
+        reader: Arc<Schema>,
+        shape: Arc<RecordShape>,
+    ) -> Schemas {
+        Schemas { registry, reader_id, reader, shape, writers: HashMap::new() }
     }
 
     pub fn reader_id(&self) -> i32 {
@@ -84,9 +103,20 @@ pub struct Decoder<'s> {
 }
 
 impl Decoder<'_> {
-    pub fn decode(&self, payload: &[u8]) -> Result<Decoded, BadRecord> {
+    pub fn decode(&self, payload: &Bytes) -> Result<Decoded, BadRecord> {
         let (schema_id, mut datum) =
             envelope::split(payload).map_err(|e| BadRecord(e.to_string()))?;
+        let shape = &self.schemas.shape;
+        if schema_id == self.schemas.reader_id && shape.reads_datums() {
+            shape
+                .check_datum(datum)
+                .map_err(|e| BadRecord(format!("cannot decode with schema id {schema_id}: {e}")))?;
+            // The check read `header.time`, the datum's first long.
+            let time_ms = envelope::header_time(payload)
+                .ok_or_else(|| BadRecord("the event has no header.time (a long)".into()))?;
+            let body = Body::Datum(payload.slice(envelope::PREFIX_BYTES..));
+            return Ok(Decoded { schema_id, time_ms, body });
+        }
         let reader = match self.readers.get(&schema_id) {
             Some(Ok(reader)) => reader,
             Some(Err(e)) => return Err(e.clone()),
@@ -106,7 +136,7 @@ impl Decoder<'_> {
         }
         let time_ms = header_time(&value)
             .ok_or_else(|| BadRecord("the event has no header.time (a long)".into()))?;
-        Ok(Decoded { schema_id, time_ms, value })
+        Ok(Decoded { schema_id, time_ms, body: Body::Value(value) })
     }
 }
 

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::columns::{Column, RecordShape};
 use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
-use crate::decode::{BadRecord, Decoded, Schemas};
+use crate::decode::{BadRecord, Body, Decoded, Schemas};
 use crate::layout::{self, Hour};
 use crate::{Config, LoadError};
 
@@ -176,6 +176,7 @@ impl PartitionLoader<'_> {
             Arc::clone(&self.registry),
             self.topic.reader_id,
             Arc::clone(&self.topic.reader),
+            Arc::clone(&self.topic.shape),
         );
         while offset < log_end && !self.shutdown.is_cancelled() {
             let chunk = match self.stage(&consumer, &mut schemas, offset, log_end).await {
@@ -401,7 +402,11 @@ impl PartitionLoader<'_> {
                     files.entry(hour).or_insert(file)
                 }
             };
-            self.topic.shape.append(&mut file.columns, &event.value).map_err(|source| {
+            let appended = match &event.body {
+                Body::Value(value) => self.topic.shape.append(&mut file.columns, value),
+                Body::Datum(datum) => self.topic.shape.append_datum(&mut file.columns, datum),
+            };
+            appended.map_err(|source| {
                 ConsumerOrLoad::Load(LoadError::Convert {
                     topic: topic.to_owned(),
                     partition: partition_label.to_owned(),
