@@ -9,8 +9,6 @@ use crate::progress::Progress;
 use crate::report::GrowthPoint;
 use crate::workload;
 
-/// Bytes a message takes in Tributary's log besides its payload.
-const MESSAGE_OVERHEAD_BYTES: u64 = 9;
 /// Disk left free beside a log of the given size: four times the log, at least 256 MiB and at
 /// most 4 GiB (a quick run's small logs must not be skipped on a machine with a few GiB free).
 fn disk_margin(size: u64) -> u64 {
@@ -28,7 +26,7 @@ pub async fn measure(
     std::fs::create_dir_all(dir)?;
     let free = free_bytes(dir)?;
     let running = launcher.start(dir).await?;
-    let per_message = message_bytes as u64 + MESSAGE_OVERHEAD_BYTES;
+    let per_message = (message_bytes + protocol::PLAIN_MESSAGE_OVERHEAD_BYTES) as u64;
     let mut produced = 0u64;
     let mut points = Vec::new();
     for &size in sizes {

@@ -26,7 +26,8 @@ pub use group::{
 };
 pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{
-    BlockingProducer, BufferFull, Delivery, Pending, Producer, ProducerConfig, ProducerError,
+    BlockingProducer, BufferFull, Delivery, FramedMessages, Pending, Producer, ProducerConfig,
+    ProducerError,
 };
 pub use registry_brokers::RegistryBrokers;
 pub use simple_consumer::{

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use client::{
-    BlockingProducer, BufferFull, Partitioner, Producer, ProducerConfig, ProducerError,
-    SimpleConsumer, SimpleConsumerConfig, StaticBrokers,
+    BlockingProducer, BufferFull, FramedMessages, Partitioner, Producer, ProducerConfig,
+    ProducerError, SimpleConsumer, SimpleConsumerConfig, StaticBrokers,
 };
 use protocol::{Acks, Codec, MessageSetIter};
 use testkit::broker::TestBroker;
@@ -67,6 +67,46 @@ async fn many_sends_become_few_produce_requests() {
     assert!(offsets.windows(2).all(|w| w[0] < w[1]), "each message has its own, increasing offset");
     let expected: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
     assert_eq!(read_all(&broker, "batched", 0, 1000).await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framed_messages_travel_as_one_record_and_count_as_messages_in_a_batch() {
+    let broker = TestBroker::start().await;
+    broker.connect().await.create_topic("framed", 1, &[]).await.unwrap();
+    let config = ProducerConfig {
+        compression: Codec::Lz4,
+        batch_messages: 250,
+        linger_ms: 50,
+        ..ProducerConfig::default()
+    };
+    let producer = producer(&broker, config);
+    let before = broker.broker.metrics().produce_requests();
+    let mut pending = Vec::new();
+    for chunk in 0..10 {
+        let mut messages = FramedMessages::with_capacity(1024);
+        for i in 0..100 {
+            messages.push(format!("m{}", chunk * 100 + i).as_bytes());
+        }
+        assert_eq!(messages.len(), 100);
+        pending.push(producer.enqueue_messages("framed", None, messages).await.unwrap());
+    }
+    for p in pending {
+        p.await.unwrap();
+    }
+    // 1000 messages in batches of at most 250 messages: chunks of 100 make batches of 200.
+    let requests = broker.broker.metrics().produce_requests() - before;
+    assert_eq!(requests, 5, "1000 messages in {requests} requests");
+    let expected: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
+    assert_eq!(read_all(&broker, "framed", 0, 1000).await, expected);
+    let raw = broker.connect().await.fetch("framed", 0, 0, 1 << 20).await.unwrap();
+    assert!(MessageSetIter::new(&raw, 0).all(|m| m.unwrap().1.codec() == Codec::Lz4));
+
+    let empty = producer.enqueue_messages("framed", None, FramedMessages::default()).await;
+    assert!(matches!(empty, Err(ProducerError::InvalidMessage { .. })));
+    let mut too_large = FramedMessages::default();
+    too_large.push(&vec![0; producer.config().message_bytes_max]);
+    let refused = producer.enqueue_messages("framed", None, too_large).await;
+    assert!(matches!(refused, Err(ProducerError::MessageTooLarge { .. })));
 }
 
 #[tokio::test]

@@ -146,6 +146,7 @@ impl Agent {
                 Arc::clone(&spool),
                 producer.clone(),
                 Arc::clone(&metrics),
+                ship::ChunkLimits { messages: config.batch_messages, bytes: config.batch_bytes },
                 config.retry_backoff_max_ms,
                 stop.clone(),
             )),

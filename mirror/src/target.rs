@@ -13,8 +13,9 @@ use protocol::{Acks, Codec};
 
 use crate::MirrorError;
 
-/// Batch size of the producer into the target, in messages.
-const BATCH_MESSAGES: usize = 1_000;
+/// Batch size of the producer into the target, in messages: about a batch's bytes (1 MiB) of
+/// the pipeline's events of ~100 bytes, so that the byte bound is the one that ends a batch.
+const BATCH_MESSAGES: usize = 10_000;
 /// A topic's target brokers are looked up again this often (sooner after a failure).
 const METADATA_REFRESH_MS: u64 = 10_000;
 

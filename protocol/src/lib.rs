@@ -17,7 +17,9 @@ mod topic;
 mod wire;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
-pub use message::{Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, encode_message};
+pub use message::{
+    Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, PLAIN_MESSAGE_OVERHEAD_BYTES, encode_message,
+};
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,

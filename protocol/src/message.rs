@@ -17,6 +17,8 @@ pub(crate) const LENGTH_BYTES: usize = 4;
 pub(crate) const CRC_BYTES: usize = 4;
 /// Smallest `length` of any message: CRC and magic, empty payload.
 pub(crate) const LENGTH_MIN: u32 = (CRC_BYTES + 1) as u32;
+/// Bytes a plain (magic 0) message adds to its payload: length, CRC, magic.
+pub const PLAIN_MESSAGE_OVERHEAD_BYTES: usize = LENGTH_BYTES + CRC_BYTES + 1;
 /// Mask of the codec bits in the attributes byte.
 const CODEC_MASK: u8 = 0b111;
 

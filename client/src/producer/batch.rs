@@ -11,9 +11,12 @@ use crate::producer::ProducerConfig;
 use crate::producer::ProducerError;
 use crate::producer::delivery::{Delivery, DeliverySender};
 
-/// One message accepted by `send`, already encoded as a plain message.
+/// What one enqueue accepted: a message already encoded, or several framed back to back
+/// that travel together.
 pub(crate) struct Record {
     pub message: Bytes,
+    /// Messages in `message` (a MessageSet of more than one for a framed enqueue).
+    pub messages: usize,
     pub reply: DeliverySender,
     /// Its share of the producer's buffer, given back when the record is answered.
     pub _permit: OwnedSemaphorePermit,
@@ -23,6 +26,7 @@ pub(crate) struct Record {
 pub(crate) struct Batch {
     records: Vec<Record>,
     bytes: usize,
+    messages: usize,
 }
 
 impl Batch {
@@ -30,23 +34,25 @@ impl Batch {
         self.records.is_empty()
     }
 
+    /// Messages in the batch.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.messages
     }
 
     /// Whether `record` must wait for the next batch (a lone record always fits).
     pub fn would_overflow(&self, record: &Record, config: &ProducerConfig) -> bool {
         !self.is_empty()
-            && (self.records.len() + 1 > config.batch_messages
+            && (self.messages + record.messages > config.batch_messages
                 || self.bytes + record.message.len() > config.batch_bytes)
     }
 
     pub fn is_full(&self, config: &ProducerConfig) -> bool {
-        self.records.len() >= config.batch_messages || self.bytes >= config.batch_bytes
+        self.messages >= config.batch_messages || self.bytes >= config.batch_bytes
     }
 
     pub fn push(&mut self, record: Record) {
         self.bytes += record.message.len();
+        self.messages += record.messages;
         self.records.push(record);
     }
 

@@ -39,8 +39,42 @@ use partition_sender::{Command, PartitionSender};
 use pool::ConnectionPool;
 use routes::Routes;
 
-/// Bytes a magic-0 message adds to its payload: length, CRC, magic.
-const MESSAGE_OVERHEAD_BYTES: usize = 9;
+/// Payloads framed as plain messages back to back, for [`Producer::enqueue_messages`].
+#[derive(Debug, Default)]
+pub struct FramedMessages {
+    set: BytesMut,
+    count: usize,
+    largest_bytes: usize,
+}
+
+impl FramedMessages {
+    /// Room for about `bytes` of payloads.
+    pub fn with_capacity(bytes: usize) -> FramedMessages {
+        FramedMessages { set: BytesMut::with_capacity(bytes), ..FramedMessages::default() }
+    }
+
+    /// Frames `payload` as a plain message after the others.
+    pub fn push(&mut self, payload: &[u8]) {
+        let start = self.set.len();
+        protocol::encode_message(&mut self.set, Codec::None, payload);
+        self.largest_bytes = self.largest_bytes.max(self.set.len() - start);
+        self.count += 1;
+    }
+
+    /// Messages framed.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes framed, overhead included.
+    pub fn bytes(&self) -> usize {
+        self.set.len()
+    }
+}
 
 /// A handle to a producer; clones share it. Needs a tokio runtime (see [`BlockingProducer`]
 /// for synchronous code).
@@ -109,9 +143,29 @@ impl Producer {
         key: Option<&[u8]>,
         payload: &[u8],
     ) -> Result<Pending, ProducerError> {
-        let mut message = BytesMut::with_capacity(MESSAGE_OVERHEAD_BYTES + payload.len());
+        let mut message =
+            BytesMut::with_capacity(protocol::PLAIN_MESSAGE_OVERHEAD_BYTES + payload.len());
         protocol::encode_message(&mut message, Codec::None, payload);
-        self.enqueue_message(topic, key, message.freeze()).await
+        let bytes = message.len();
+        self.enqueue_message(topic, key, message.freeze(), 1, bytes).await
+    }
+
+    /// Like [`Producer::enqueue`] for many messages at once: they go to one partition, in one
+    /// batch (or compressed wrapper) unless they are more than a batch, and the one
+    /// [`Pending`] answers for all of them. What a caller shipping thousands of messages a
+    /// second saves is a buffer permit, a queue slot and a reply per message.
+    pub async fn enqueue_messages(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        messages: FramedMessages,
+    ) -> Result<Pending, ProducerError> {
+        if messages.count == 0 {
+            let reason = "no messages".to_owned();
+            return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
+        }
+        let FramedMessages { set, count, largest_bytes } = messages;
+        self.enqueue_message(topic, key, set.freeze(), count, largest_bytes).await
     }
 
     /// Like [`Producer::enqueue`] for messages already framed (length, CRC, magic,
@@ -129,40 +183,60 @@ impl Producer {
             return Err(ProducerError::InvalidConfig { reason });
         }
         let mut messages = MessageSetIter::new(&framed, 0);
-        let valid = messages.by_ref().all(|m| m.is_ok());
+        let mut count = 0;
+        let mut largest_bytes = 0;
+        let mut valid = true;
+        let mut start = 0;
+        while let Some(message) = messages.next() {
+            if message.is_err() {
+                valid = false;
+                break;
+            }
+            count += 1;
+            let end = messages.valid_bytes();
+            largest_bytes = largest_bytes.max(end - start);
+            start = end;
+        }
         if !valid || framed.is_empty() || messages.valid_bytes() != framed.len() {
             let reason = format!("not whole valid framed messages ({} bytes)", framed.len());
             return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
-        self.enqueue_message(topic, key, framed).await
+        self.enqueue_message(topic, key, framed, count, largest_bytes).await
     }
 
-    /// Accepts one encoded message into its partition's batch.
+    /// Accepts encoded messages (`messages` of them, the largest `largest_bytes`) into their
+    /// partition's batch, as one record.
     async fn enqueue_message(
         &self,
         topic: &str,
         key: Option<&[u8]>,
         message: Bytes,
+        messages: usize,
+        largest_bytes: usize,
     ) -> Result<Pending, ProducerError> {
         let inner = &self.inner;
         let config = &inner.config;
         protocol::validate_topic_name(topic)
             .map_err(|_| ProducerError::InvalidTopic { topic: topic.to_owned() })?;
-        let bytes = message.len();
-        if bytes > config.message_bytes_max {
+        if largest_bytes > config.message_bytes_max {
             let limit_bytes = config.message_bytes_max;
             return Err(ProducerError::MessageTooLarge {
                 topic: topic.to_owned(),
-                bytes,
+                bytes: largest_bytes,
                 limit_bytes,
             });
+        }
+        let bytes = message.len();
+        if bytes > config.buffer_bytes {
+            let reason = format!("{bytes} bytes, over buffer_bytes {}", config.buffer_bytes);
+            return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
         if inner.lock_senders().closed {
             return Err(ProducerError::Closed);
         }
         let target = self.route(topic, key).await?;
-        // `validate` keeps `message_bytes_max` within `buffer_bytes`, itself a u32.
-        let permits = u32::try_from(bytes).expect("message_bytes_max fits u32");
+        // `validate` keeps `buffer_bytes` within a u32.
+        let permits = u32::try_from(bytes).expect("buffer_bytes fits u32");
         let permit = match config.buffer_full {
             BufferFull::Block => Arc::clone(&inner.buffer)
                 .acquire_many_owned(permits)
@@ -178,7 +252,7 @@ impl Producer {
             },
         };
         let (reply, pending) = oneshot::channel();
-        let record = Record { message, reply, _permit: permit };
+        let record = Record { message, messages, reply, _permit: permit };
         let queue = self.queue_for(topic, target)?;
         let command = Command::Record(record);
         match config.buffer_full {
