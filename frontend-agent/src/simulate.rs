@@ -113,13 +113,13 @@ pub async fn simulate(
     let mut generated = 0u64;
     while start.elapsed() < duration && !shutdown.is_cancelled() {
         let due = (rate as f64 * start.elapsed().as_secs_f64()) as u64;
-        let mut by_topic: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
+        let mut by_topic: BTreeMap<&'static str, Vec<Event>> = BTreeMap::new();
         let mut batch = 0;
         while generated < due && batch < BATCH_EVENTS_MAX {
-            let (topic, event) = generator.next_event();
+            let event = generator.generate();
             generated += 1;
-            if topics.iter().any(|t| t == topic) {
-                by_topic.entry(topic).or_default().push(event);
+            if topics.iter().any(|t| t == event.topic()) {
+                by_topic.entry(event.topic()).or_default().push(event);
                 batch += 1;
             }
         }
@@ -148,21 +148,19 @@ async fn send(
     target: &Target,
     http: &reqwest::Client,
     topic: &str,
-    events: &[Value],
+    events: &[Event],
 ) -> Option<u64> {
     match target {
-        Target::Agent(agent) => match agent.send_batch(topic, events).await {
-            Ok(n) => Some(n as u64),
-            Err(SendError::Full { .. } | SendError::ShuttingDown) => None,
-            Err(e) => {
-                tracing::warn!(topic, error = %e, "the agent refused simulated events");
-                None
-            }
-        },
+        Target::Agent(agent) => {
+            let events: Vec<Value> = events.iter().map(Event::to_value).collect();
+            agent_send(agent, topic, &events).await
+        }
         Target::Http { url, .. } => {
-            let mut body = Vec::with_capacity(events.len() * 200);
+            // Written as JSON text straight away: a `Value` tree per event, serialized, cost
+            // the load generator more than the agent's parsing of it.
+            let mut body = Vec::with_capacity(events.len() * 160);
             for event in events {
-                serde_json::to_writer(&mut body, event).expect("JSON serializes");
+                event.write_json(&mut body);
                 body.push(b'\n');
             }
             let url = format!("{}/v1/events/{topic}", url.trim_end_matches('/'));
@@ -190,6 +188,17 @@ async fn send(
     }
 }
 
+async fn agent_send(agent: &Agent, topic: &str, events: &[Value]) -> Option<u64> {
+    match agent.send_batch(topic, events).await {
+        Ok(n) => Some(n as u64),
+        Err(SendError::Full { .. } | SendError::ShuttingDown) => None,
+        Err(e) => {
+            tracing::warn!(topic, error = %e, "the agent refused simulated events");
+            None
+        }
+    }
+}
+
 /// A member's visit: page views, with clicks and searches between them.
 struct Session {
     member_id: Option<i64>,
@@ -197,17 +206,118 @@ struct Session {
     views_left: u32,
 }
 
+/// One simulated event, before it is written as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    PageView {
+        member_id: Option<i64>,
+        page_key: &'static str,
+        referrer: &'static str,
+        duration_ms: i32,
+    },
+    Click {
+        member_id: Option<i64>,
+        page_key: &'static str,
+        element: &'static str,
+    },
+    Search {
+        member_id: Option<i64>,
+        query: &'static str,
+        vertical: &'static str,
+        result_count: i32,
+    },
+}
+
+impl Event {
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Event::PageView { .. } => "page-view",
+            Event::Click { .. } => "click",
+            Event::Search { .. } => "search",
+        }
+    }
+
+    /// The event as the JSON object its topic's schema takes (the header left to the agent).
+    pub fn to_value(&self) -> Value {
+        match *self {
+            Event::PageView { member_id, page_key, referrer, duration_ms } => json!({
+                "member_id": member_id,
+                "page_key": page_key,
+                "url": format!("https://example.com/{page_key}"),
+                "referrer": format!("https://example.com/{referrer}"),
+                "duration_ms": duration_ms,
+            }),
+            Event::Click { member_id, page_key, element } => json!({
+                "member_id": member_id,
+                "page_key": page_key,
+                "element": element,
+                "target_url": null,
+            }),
+            Event::Search { member_id, query, vertical, result_count } => json!({
+                "member_id": member_id,
+                "query": query,
+                "vertical": vertical,
+                "result_count": result_count,
+                "page": 0,
+            }),
+        }
+    }
+
+    /// Appends the same object as [`Event::to_value`] as JSON text. Every string is one of
+    /// the simulator's constants, none of which needs escaping.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        let member = |out: &mut Vec<u8>, member_id: Option<i64>| match member_id {
+            Some(id) => write!(out, "{{\"member_id\":{id}"),
+            None => write!(out, "{{\"member_id\":null"),
+        };
+        let written = match *self {
+            Event::PageView { member_id, page_key, referrer, duration_ms } => {
+                member(out, member_id).and_then(|()| {
+                    write!(
+                        out,
+                        ",\"page_key\":\"{page_key}\",\"url\":\"https://example.com/{page_key}\",\
+                         \"referrer\":\"https://example.com/{referrer}\",\"duration_ms\":{duration_ms}}}"
+                    )
+                })
+            }
+            Event::Click { member_id, page_key, element } => member(out, member_id).and_then(|()| {
+                write!(
+                    out,
+                    ",\"page_key\":\"{page_key}\",\"element\":\"{element}\",\"target_url\":null}}"
+                )
+            }),
+            Event::Search { member_id, query, vertical, result_count } => {
+                member(out, member_id).and_then(|()| {
+                    write!(
+                        out,
+                        ",\"query\":\"{query}\",\"vertical\":\"{vertical}\",\
+                         \"result_count\":{result_count},\"page\":0}}"
+                    )
+                })
+            }
+        };
+        written.expect("writing to a Vec does not fail");
+    }
+}
+
 /// Generates events session by session.
 #[derive(Default)]
 pub struct Generator {
     session: Option<Session>,
     /// The next event of the session that is not a page view, if any.
-    follow_up: Option<(&'static str, Value)>,
+    follow_up: Option<Event>,
 }
 
 impl Generator {
-    /// The next event and its topic.
+    /// The next event and its topic, as a JSON object.
     pub fn next_event(&mut self) -> (&'static str, Value) {
+        let event = self.generate();
+        (event.topic(), event.to_value())
+    }
+
+    /// The next event.
+    pub fn generate(&mut self) -> Event {
         if let Some(event) = self.follow_up.take() {
             return event;
         }
@@ -227,35 +337,20 @@ impl Generator {
         let (member_id, page_key) = (session.member_id, session.page_key);
         let roll: f64 = rng.random();
         if roll < 0.35 {
-            self.follow_up = Some((
-                "click",
-                json!({
-                    "member_id": member_id,
-                    "page_key": page_key,
-                    "element": ELEMENTS[skewed(&mut rng, ELEMENTS.len() as u64) as usize],
-                    "target_url": null,
-                }),
-            ));
+            self.follow_up = Some(Event::Click {
+                member_id,
+                page_key,
+                element: ELEMENTS[skewed(&mut rng, ELEMENTS.len() as u64) as usize],
+            });
         } else if roll < 0.5 {
-            self.follow_up = Some((
-                "search",
-                json!({
-                    "member_id": member_id,
-                    "query": QUERIES[skewed(&mut rng, QUERIES.len() as u64) as usize],
-                    "vertical": VERTICALS[rng.random_range(0..VERTICALS.len())],
-                    "result_count": rng.random_range(0..500),
-                    "page": 0,
-                }),
-            ));
+            self.follow_up = Some(Event::Search {
+                member_id,
+                query: QUERIES[skewed(&mut rng, QUERIES.len() as u64) as usize],
+                vertical: VERTICALS[rng.random_range(0..VERTICALS.len())],
+                result_count: rng.random_range(0..500),
+            });
         }
-        let view = json!({
-            "member_id": member_id,
-            "page_key": page_key,
-            "url": format!("https://example.com/{page_key}"),
-            "referrer": format!("https://example.com/{referrer}"),
-            "duration_ms": rng.random_range(5..400),
-        });
-        ("page-view", view)
+        Event::PageView { member_id, page_key, referrer, duration_ms: rng.random_range(5..400) }
     }
 }
 
@@ -264,4 +359,24 @@ impl Generator {
 fn skewed(rng: &mut impl RngExt, n: u64) -> u64 {
     let u: f64 = rng.random();
     ((u * u * u) * n as f64) as u64 % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_text_of_an_event_is_its_value() {
+        let mut generator = Generator::default();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..2_000 {
+            let event = generator.generate();
+            seen.insert(event.topic());
+            let mut text = Vec::new();
+            event.write_json(&mut text);
+            let parsed: Value = serde_json::from_slice(&text).unwrap();
+            assert_eq!(parsed, event.to_value(), "{}", String::from_utf8_lossy(&text));
+        }
+        assert_eq!(seen.len(), 3, "every topic generated");
+    }
 }

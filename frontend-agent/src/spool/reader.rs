@@ -46,6 +46,7 @@ impl SpoolReader {
         let durable = *self.shared.durable.borrow();
         let mut batch = Vec::new();
         let mut bytes = 0;
+        let shared = Arc::clone(&self.shared);
         while batch.len() < max_records && bytes < max_bytes && self.next_seq < durable {
             let (base, input) = match &mut self.file {
                 Some((base, input)) => (*base, input),
@@ -54,8 +55,10 @@ impl SpoolReader {
                     continue;
                 }
             };
-            let path = self.shared.segment_path(base);
-            match record::read(input, &mut self.topics).map_err(SpoolError::io("read", &path))? {
+            // The path is only for errors: formatting it per record cost more than reading.
+            let path = || shared.segment_path(base);
+            let read = record::read(input, &mut self.topics);
+            match read.map_err(|e| SpoolError::io("read", &path())(e))? {
                 Next::Record(r) if r.seq < self.next_seq => {} // before a seek target
                 Next::Record(r) if r.seq == self.next_seq => {
                     self.next_seq += 1;
@@ -64,7 +67,7 @@ impl SpoolReader {
                 }
                 Next::Record(r) => {
                     let reason = format!("seq {} where {} was expected", r.seq, self.next_seq);
-                    return Err(SpoolError::Corrupt { path, reason });
+                    return Err(SpoolError::Corrupt { path: path(), reason });
                 }
                 Next::End => {
                     // This segment is finished: the next seq starts the next one.
@@ -72,11 +75,11 @@ impl SpoolReader {
                     self.open()?;
                     if self.file.as_ref().is_some_and(|(b, _)| *b == base) {
                         let reason = format!("ends before the durable seq {}", self.next_seq);
-                        return Err(SpoolError::Corrupt { path, reason });
+                        return Err(SpoolError::Corrupt { path: path(), reason });
                     }
                 }
                 Next::Invalid(reason) => {
-                    return Err(SpoolError::Corrupt { path, reason: reason.into() });
+                    return Err(SpoolError::Corrupt { path: path(), reason: reason.into() });
                 }
             }
         }
