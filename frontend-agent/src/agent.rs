@@ -2,7 +2,6 @@
 //! file tailers, started together and shut down together. HTTP, tailing and Rust callers all
 //! come in through [`Agent::send_batch`].
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError};
-use crate::event::{self, EventError, HeaderDefaults, Schemas};
+use crate::event::{self, EncodedEvent, EventError, HeaderDefaults, Schemas, TopicSchema};
 use crate::metrics::Metrics;
 use crate::spool::{NewEvent, Spool, SpoolError, SpoolOptions};
 use crate::{audit, ship, tail};
@@ -182,18 +181,21 @@ impl Agent {
     /// Validates every event, then spools them all durably, or none: the first invalid event
     /// refuses the whole call. Returns how many were accepted.
     pub async fn send_batch(&self, topic: &str, events: &[Value]) -> Result<usize, SendError> {
-        self.send_each(topic, events.len(), |index| Ok(Cow::Borrowed(&events[index]))).await
+        let encode = |index: usize, encoder: &Encoder| {
+            encoder.value(&events[index]).map_err(Refused::Event::<SendError>)
+        };
+        self.send_each(topic, events.len(), encode).await
     }
 
-    /// Like [`Agent::send_batch`], with the `count` events made one at a time by `event`
-    /// (given the index): each is encoded and dropped before the next is made, so a caller
-    /// parsing a request body holds the body and the encoded events, never every parsed event
-    /// at once. `event` may refuse the whole call itself (bad JSON, say).
-    pub(crate) async fn send_each<'a, E: From<SendError>>(
+    /// Like [`Agent::send_batch`], with the `count` events encoded one at a time by `encode`
+    /// (given the index and the topic's [`Encoder`]): each is encoded and dropped before the
+    /// next, so a caller parsing a request body holds the body and the encoded events, never
+    /// every parsed event at once. `encode` may refuse the whole call itself (bad JSON, say).
+    pub(crate) async fn send_each<E: From<SendError>>(
         &self,
         topic: &str,
         count: usize,
-        mut event: impl FnMut(usize) -> Result<Cow<'a, Value>, E>,
+        mut encode: impl FnMut(usize, &Encoder) -> Result<EncodedEvent, Refused<E>>,
     ) -> Result<usize, E> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::Acquire) {
@@ -209,14 +211,19 @@ impl Agent {
             }
         };
         let schema = inner.schemas.get(topic).await.map_err(|e| reject(0, e))?;
+        let encoder = Encoder {
+            schema: &schema,
+            defaults: &inner.defaults,
+            now_ms: service::now_ms(),
+            max_bytes: inner.config.max_event_bytes,
+        };
         let topic: Arc<str> = Arc::from(topic);
-        let now_ms = service::now_ms();
-        let max_bytes = inner.config.max_event_bytes;
         let mut spooled = Vec::with_capacity(count);
         for index in 0..count {
-            let event = event(index)?;
-            let encoded = event::encode_event(&schema, &event, &inner.defaults, now_ms, max_bytes)
-                .map_err(|e| reject(index, e))?;
+            let encoded = encode(index, &encoder).map_err(|refused| match refused {
+                Refused::Event(e) => reject(index, e).into(),
+                Refused::Call(e) => e,
+            })?;
             spooled.push(NewEvent {
                 topic: Arc::clone(&topic),
                 time_ms: encoded.time_ms,
@@ -366,6 +373,34 @@ impl Agent {
             .expect("closing the spool does not panic")?;
         Ok(())
     }
+}
+
+/// Encodes a call's events with its topic's schema, the header defaults and the call's time.
+pub(crate) struct Encoder<'a> {
+    schema: &'a TopicSchema,
+    defaults: &'a HeaderDefaults,
+    now_ms: i64,
+    max_bytes: usize,
+}
+
+impl Encoder<'_> {
+    /// An event given as a JSON value.
+    pub fn value(&self, event: &Value) -> Result<EncodedEvent, EventError> {
+        event::encode_event(self.schema, event, self.defaults, self.now_ms, self.max_bytes)
+    }
+
+    /// An event given as JSON text, when the one-pass path is sure of it; `None`: parse it and
+    /// use [`Encoder::value`].
+    pub fn text(&self, text: &[u8]) -> Option<EncodedEvent> {
+        event::encode_event_text(self.schema, text, self.defaults, self.now_ms, self.max_bytes)
+    }
+}
+
+/// Why [`Agent::send_each`]'s encoder refused an event: the event (counted as rejected), or the
+/// call as a whole.
+pub(crate) enum Refused<E> {
+    Event(EventError),
+    Call(E),
 }
 
 /// Longest wait for the producer's close.

@@ -101,7 +101,7 @@ impl Names {
         }
     }
 
-    fn resolve<'a>(&'a self, schema: &'a Schema) -> Result<&'a Schema, EncodeError> {
+    pub(crate) fn resolve<'a>(&'a self, schema: &'a Schema) -> Result<&'a Schema, EncodeError> {
         match schema {
             Schema::Ref { name } => {
                 self.named.get(&name.fullname(None)).ok_or_else(|| EncodeError::BadValue {
@@ -295,7 +295,7 @@ fn encode_union(
 
 /// A field default, which Avro writes in JSON with a union's default in its first branch and
 /// bytes/fixed as ISO-8859-1 strings.
-fn encode_default(
+pub(crate) fn encode_default(
     schema: &Schema,
     names: &Names,
     default: &Value,

@@ -52,6 +52,20 @@ pub struct TopicSchema {
     names: Names,
 }
 
+impl TopicSchema {
+    /// `topic`'s schema `schema`, registered as `id`: a record whose first field is the event
+    /// header of DESIGN.md.
+    pub fn new(topic: &str, id: i32, schema: Schema) -> Result<TopicSchema, EventError> {
+        let header_first = matches!(&schema, Schema::Record(r)
+            if r.fields.first().is_some_and(|f| f.name == "header" && is_event_header(&f.schema)));
+        if !header_first {
+            return Err(EventError::NoHeader { topic: topic.to_owned() });
+        }
+        let names = Names::of(&schema);
+        Ok(TopicSchema { id, schema, names })
+    }
+}
+
 /// Latest schemas by topic, asked for again after `refresh`.
 pub struct Schemas {
     registry: Arc<RegistryClient>,
@@ -93,13 +107,7 @@ impl Schemas {
         };
         let schema = Schema::parse_str(&latest.schema)
             .map_err(|e| EventError::Registry(format!("schema {}: {e}", latest.id)))?;
-        let header_first = matches!(&schema, Schema::Record(r)
-            if r.fields.first().is_some_and(|f| f.name == "header" && is_event_header(&f.schema)));
-        if !header_first {
-            return Err(EventError::NoHeader { topic: topic.to_owned() });
-        }
-        let names = Names::of(&schema);
-        let schema = Arc::new(TopicSchema { id: latest.id, schema, names });
+        let schema = Arc::new(TopicSchema::new(topic, latest.id, schema)?);
         let mut cache = self.lock();
         if cache.len() < TOPICS_CACHED_MAX || cache.contains_key(topic) {
             cache.insert(topic.to_owned(), (Instant::now(), Arc::clone(&schema)));
@@ -150,7 +158,7 @@ pub fn encode_event(
 ) -> Result<EncodedEvent, EventError> {
     let object = event.as_object().ok_or(EventError::NotAnObject)?;
     let Schema::Record(record) = &schema.schema else {
-        unreachable!("Schemas::get admits only record schemas")
+        unreachable!("TopicSchema::new admits only record schemas")
     };
     let mut payload = Vec::with_capacity(128);
     payload.push(MAGIC);
@@ -164,6 +172,34 @@ pub fn encode_event(
         return Err(EventError::TooLarge { bytes: payload.len(), limit_bytes: max_bytes });
     }
     Ok(EncodedEvent { payload, time_ms, id })
+}
+
+/// Like [`encode_event`] for the JSON text of an event, in one pass over the text without a
+/// `Value` tree. `None` when the fast path is not sure (the event is invalid, or a part of it
+/// needs its `Value`): then [`encode_event`] of the parsed text gives the answer, error or not.
+pub fn encode_event_text(
+    schema: &TopicSchema,
+    text: &[u8],
+    defaults: &HeaderDefaults,
+    now_ms: i64,
+    max_bytes: usize,
+) -> Option<EncodedEvent> {
+    let Schema::Record(record) = &schema.schema else {
+        unreachable!("TopicSchema::new admits only record schemas")
+    };
+    // The header comes first in the datum but anywhere in the object: the other fields are
+    // encoded first, beside.
+    let mut rest = Vec::with_capacity(128);
+    let fields =
+        crate::encode_text::encode_object(&record.fields[1..], &schema.names, text, &mut rest)
+            .ok()?;
+    let mut payload = Vec::with_capacity(rest.len() + 64);
+    payload.push(MAGIC);
+    payload.extend_from_slice(&schema.id.to_be_bytes());
+    let (time_ms, id) =
+        encode_header(schema, fields.header.as_ref(), defaults, now_ms, &mut payload).ok()?;
+    payload.extend_from_slice(&rest);
+    (payload.len() <= max_bytes).then_some(EncodedEvent { payload, time_ms, id })
 }
 
 /// Encodes the caller's header (an object, or absent/null) with `time`, `server`, `service`
@@ -187,9 +223,11 @@ fn encode_header(
             });
         }
     };
-    let Schema::Record(record) = &schema.schema else { unreachable!("checked in Schemas::get") };
+    let Schema::Record(record) = &schema.schema else {
+        unreachable!("checked in TopicSchema::new")
+    };
     let Schema::Record(header) = &record.fields[0].schema else {
-        unreachable!("checked in Schemas::get")
+        unreachable!("checked in TopicSchema::new")
     };
     let mut time_ms = now_ms;
     let mut id = [0u8; EVENT_ID_BYTES];

@@ -13,6 +13,7 @@ mod agent;
 mod audit;
 pub mod config;
 pub mod encode;
+mod encode_text;
 pub mod event;
 mod http;
 pub mod metrics;

@@ -12,7 +12,7 @@ mod audit;
 pub mod columns;
 pub mod commit;
 mod config;
-mod datum;
+pub mod datum;
 pub mod decode;
 pub mod layout;
 mod load;
