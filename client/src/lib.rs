@@ -4,7 +4,7 @@
 //! On it sit the batching [`Producer`] (with [`BrokerSource`] discovery and a
 //! [`Partitioner`]) and the [`SimpleConsumer`]; the `trib` binary puts both in a terminal.
 
-mod compression;
+use protocol::compression;
 mod connection;
 mod discovery;
 mod error;
@@ -32,5 +32,5 @@ pub use producer::{
 pub use registry_brokers::RegistryBrokers;
 pub use simple_consumer::{
     ConsumedMessage, ConsumerError, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages,
-    OffsetTime, PartitionOffset, SimpleConsumer, SimpleConsumerConfig,
+    OffsetTime, PartitionOffset, RecordFields, SimpleConsumer, SimpleConsumerConfig,
 };

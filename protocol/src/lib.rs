@@ -8,9 +8,12 @@
 //!
 //! Contracts are fixed by `DESIGN.md` ("On disk and on the wire", "Requests").
 
+pub mod compression;
 mod error;
 mod message;
 mod message_set;
+pub mod record_batch;
+mod records;
 mod request;
 mod response;
 mod topic;
@@ -18,9 +21,11 @@ mod wire;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use message::{
-    Codec, MAGIC_ATTRIBUTES, MAGIC_PLAIN, MessageRef, PLAIN_MESSAGE_OVERHEAD_BYTES, encode_message,
+    Codec, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_PLAIN, MessageRef, PLAIN_MESSAGE_OVERHEAD_BYTES,
+    encode_batch_message, encode_message, restamp_crc,
 };
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
+pub use records::{RecordCountError, records_in};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
     MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest,

@@ -2,7 +2,8 @@
 //!
 //! `length` counts the bytes after itself; the CRC-32 (IEEE) covers every byte after the CRC
 //! field. Magic 0 has 9 bytes of overhead, as in the paper; magic 1 adds an attributes byte
-//! whose low three bits name the codec of a compressed inner MessageSet.
+//! whose low three bits name the codec of a compressed inner MessageSet; a magic-2 message's
+//! payload is one Kafka RecordBatch (`record_batch`), with no attributes byte of its own.
 
 use bytes::BufMut;
 
@@ -10,6 +11,8 @@ use bytes::BufMut;
 pub const MAGIC_PLAIN: u8 = 0;
 /// Magic byte of a message with an attributes byte before its payload.
 pub const MAGIC_ATTRIBUTES: u8 = 1;
+/// Magic byte of a message whose payload is a Kafka RecordBatch.
+pub const MAGIC_BATCH: u8 = 2;
 
 /// Bytes of the `length` field.
 pub(crate) const LENGTH_BYTES: usize = 4;
@@ -60,7 +63,9 @@ pub struct MessageRef<'a> {
 }
 
 impl MessageRef<'_> {
-    /// The codec of the inner MessageSet, `Codec::None` for a plain message.
+    /// The codec of the inner MessageSet, `Codec::None` for a plain message; for a magic-2
+    /// message, the codec of its batch's records (`attributes` holds the low byte of the
+    /// batch's attributes).
     pub fn codec(&self) -> Codec {
         Codec::from_attributes(self.attributes).unwrap_or(Codec::None)
     }
@@ -81,6 +86,26 @@ impl MessageRef<'_> {
 pub fn encoded_len(codec: Codec, payload_bytes: usize) -> usize {
     let attributes = usize::from(codec != Codec::None);
     LENGTH_BYTES + CRC_BYTES + 1 + attributes + payload_bytes
+}
+
+/// Appends a magic-2 message holding the RecordBatch `batch` (already checked by the caller).
+pub fn encode_batch_message(buf: &mut impl BufMut, batch: &[u8]) {
+    let length = LENGTH_BYTES + CRC_BYTES + 1 + batch.len() - LENGTH_BYTES;
+    let length = u32::try_from(length).expect("message larger than 4 GiB");
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&[MAGIC_BATCH]);
+    crc.update(batch);
+    buf.put_u32(length);
+    buf.put_u32(crc.finalize());
+    buf.put_u8(MAGIC_BATCH);
+    buf.put_slice(batch);
+}
+
+/// Writes a message's CRC field again after its bytes after the field changed (a magic-2
+/// message whose batch got its base offset): `message` is the whole message, length first.
+pub fn restamp_crc(message: &mut [u8]) {
+    let crc = crc32fast::hash(&message[LENGTH_BYTES + CRC_BYTES..]);
+    message[LENGTH_BYTES..LENGTH_BYTES + CRC_BYTES].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Appends one message to `buf`. A plain payload (`Codec::None`) is written with magic 0;

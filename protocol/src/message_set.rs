@@ -5,7 +5,10 @@
 
 use thiserror::Error;
 
-use crate::message::{CRC_BYTES, LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_PLAIN};
+use crate::message::{
+    CRC_BYTES, LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_PLAIN,
+};
+use crate::record_batch::{InvalidBatch, RecordBatchRef};
 use crate::{Codec, MessageRef};
 
 /// Why a message in a set is not valid. `offset` is the message's logical offset.
@@ -28,6 +31,8 @@ pub enum InvalidMessage {
     TooLarge { offset: i64, length: u32, limit: u32 },
     #[error("message set ends in a partial message at offset {offset} ({bytes} bytes)")]
     Truncated { offset: i64, bytes: usize },
+    #[error("message at offset {offset}: {source}")]
+    InvalidBatch { offset: i64, source: InvalidBatch },
     #[error("empty message set")]
     Empty,
 }
@@ -118,6 +123,12 @@ fn parse_body(offset: i64, body: &[u8]) -> Result<MessageRef<'_>, InvalidMessage
                 return Err(InvalidMessage::UnknownCodec { offset, attributes });
             }
             Ok(MessageRef { magic, attributes, crc: stored, payload })
+        }
+        MAGIC_BATCH => {
+            let batch = RecordBatchRef::parse(rest)
+                .map_err(|source| InvalidMessage::InvalidBatch { offset, source })?;
+            let attributes = batch.attributes() as u8;
+            Ok(MessageRef { magic, attributes, crc: stored, payload: rest })
         }
         magic => Err(InvalidMessage::UnknownMagic { offset, magic }),
     }

@@ -120,7 +120,9 @@ pub fn scan_valid_prefix(file: &File, file_len: u64) -> io::Result<ScanResult> {
             return stop(reason, position, messages);
         }
         let valid_head = match head {
-            Some((protocol::MAGIC_PLAIN, _)) => true,
+            // A magic-2 message's batch was checked whole when it was appended; its CRC-32
+            // above covers every byte of it since.
+            Some((protocol::MAGIC_PLAIN | protocol::MAGIC_BATCH, _)) => true,
             Some((protocol::MAGIC_ATTRIBUTES, Some(attributes))) => {
                 Codec::from_attributes(attributes).is_some()
             }

@@ -145,11 +145,8 @@ fn split(fetched: &FetchedMessages, framed: bool) -> (Vec<ConsumedMessage>, Opti
                 let end = position + message.size_bytes();
                 let payload = set.slice(position..end);
                 position = end;
-                messages.push(ConsumedMessage {
-                    offset,
-                    next_offset: offset + payload.len() as i64,
-                    payload,
-                });
+                let next_offset = offset + payload.len() as i64;
+                messages.push(ConsumedMessage::plain(offset, next_offset, payload));
             }
             Err(source) => {
                 let (topic, partition) = (fetched.topic().to_owned(), fetched.partition());

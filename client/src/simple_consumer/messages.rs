@@ -1,6 +1,8 @@
 //! The messages of one fetched MessageSet, as a consumer reads them: every message's CRC is
-//! checked, a partial message at the end (a fetch cut mid-message) is dropped, and a
-//! compressed wrapper is inflated into its inner messages.
+//! checked, a partial message at the end (a fetch cut mid-message) is dropped, a compressed
+//! wrapper is inflated into its inner messages, and a magic-2 message (a Kafka RecordBatch,
+//! produced through a broker's Kafka listener) yields its records like a wrapper's inner
+//! messages: the record's value as the payload, its key, headers and timestamp beside.
 //!
 //! Each item says where to resume after it (`DESIGN.md`: a wrapper is one message in the log
 //! and its offset is the only addressable position of the messages inside). An inner message
@@ -10,7 +12,8 @@
 //! (at-least-once), and one that read it all moves past it.
 
 use bytes::Bytes;
-use protocol::{MessageRef, MessageSetIter};
+use protocol::record_batch::{RecordBatchRef, Records};
+use protocol::{MAGIC_BATCH, MessageRef, MessageSetIter};
 
 use crate::compression;
 use crate::simple_consumer::ConsumerError;
@@ -26,6 +29,24 @@ pub struct ConsumedMessage {
     /// Where to resume after this message.
     pub next_offset: i64,
     pub payload: Bytes,
+    /// For a record of a Kafka RecordBatch: what it carries beside its value.
+    pub record: Option<RecordFields>,
+}
+
+/// What a Kafka record carries beside its value (a null value is an empty payload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFields {
+    pub key: Option<Bytes>,
+    pub headers: Vec<(Bytes, Option<Bytes>)>,
+    /// Milliseconds since the epoch: the producer's create time, or the broker's append time.
+    pub timestamp: i64,
+}
+
+impl ConsumedMessage {
+    /// A plain message (no Kafka record fields).
+    pub fn plain(offset: i64, next_offset: i64, payload: Bytes) -> ConsumedMessage {
+        ConsumedMessage { offset, next_offset, payload, record: None }
+    }
 }
 
 /// A fetched MessageSet of one partition, starting at `base_offset`.
@@ -101,20 +122,22 @@ pub struct Messages<'a> {
     failed: bool,
 }
 
-/// The inflated inner set of the wrapper being read.
+/// The inflated inner set of the wrapper being read, or the records of a batch.
 #[derive(Debug)]
 struct Wrapper {
     set: Bytes,
     position: usize,
     offset: i64,
     next_offset: i64,
+    /// A batch's records, and how many are still to read.
+    batch: Option<(Records, usize)>,
 }
 
 impl Messages<'_> {
     /// Where to resume after the messages yielded so far.
     pub fn next_offset(&self) -> i64 {
         match &self.inner {
-            Some(wrapper) if wrapper.position < wrapper.set.len() => wrapper.offset,
+            Some(wrapper) if !wrapper.is_done() => wrapper.offset,
             _ => self.fetched.base_offset + self.position as i64,
         }
     }
@@ -128,6 +151,9 @@ impl Messages<'_> {
     fn next_inner(&mut self) -> Option<Result<ConsumedMessage, ConsumerError>> {
         let fetched = self.fetched;
         let wrapper = self.inner.as_mut()?;
+        if wrapper.batch.is_some() {
+            return self.next_record();
+        }
         let (topic, partition, offset) = (fetched.topic.clone(), fetched.partition, wrapper.offset);
         let rest = &wrapper.set[wrapper.position..];
         match MessageSetIter::new(rest, 0).next() {
@@ -140,7 +166,7 @@ impl Messages<'_> {
                 let last = wrapper.position == wrapper.set.len();
                 let next_offset = if last { wrapper.next_offset } else { wrapper.offset };
                 let payload = wrapper.set.slice_ref(message.payload);
-                Some(Ok(ConsumedMessage { offset, next_offset, payload }))
+                Some(Ok(ConsumedMessage::plain(offset, next_offset, payload)))
             }
             Some(Err(source)) => {
                 self.fail(ConsumerError::InvalidInnerMessage { topic, partition, offset, source })
@@ -154,6 +180,79 @@ impl Messages<'_> {
                 self.fail(ConsumerError::InvalidWrapper { topic, partition, offset, reason })
             }
         }
+    }
+
+    /// The next record of the batch being read; `None` once it is used up.
+    fn next_record(&mut self) -> Option<Result<ConsumedMessage, ConsumerError>> {
+        let fetched = self.fetched;
+        let wrapper = self.inner.as_mut()?;
+        let (records, left) = wrapper.batch.as_mut()?;
+        if *left == 0 {
+            self.inner = None;
+            return None;
+        }
+        let (topic, partition, offset) = (fetched.topic.clone(), fetched.partition, wrapper.offset);
+        let read = records.iter_at(wrapper.position, *left).next();
+        match read {
+            Some(Ok(record)) => {
+                *left -= 1;
+                wrapper.position = record.span.1;
+                let next_offset = if *left == 0 { wrapper.next_offset } else { wrapper.offset };
+                let bytes = records.bytes();
+                let payload = record.value.map_or_else(Bytes::new, |v| bytes.slice_ref(v));
+                let fields = RecordFields {
+                    key: record.key.map(|k| bytes.slice_ref(k)),
+                    headers: record
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (bytes.slice_ref(k), v.map(|v| bytes.slice_ref(v))))
+                        .collect(),
+                    timestamp: record.timestamp,
+                };
+                Some(Ok(ConsumedMessage { offset, next_offset, payload, record: Some(fields) }))
+            }
+            Some(Err(e)) => {
+                tracing::debug!(%topic, partition, offset, error = %e, "a record batch's records do not read");
+                let reason = "a record batch whose records do not read";
+                self.fail(ConsumerError::InvalidWrapper { topic, partition, offset, reason })
+            }
+            None => {
+                let reason = "a record batch with fewer records than it counts";
+                self.fail(ConsumerError::InvalidWrapper { topic, partition, offset, reason })
+            }
+        }
+    }
+
+    /// Opens the magic-2 message read at `offset`, ending at `next_offset`. A control batch (a
+    /// transaction marker) holds no records for the caller.
+    fn open_batch(
+        &mut self,
+        offset: i64,
+        next_offset: i64,
+        message: MessageRef<'_>,
+    ) -> Result<(), ConsumerError> {
+        let fetched = self.fetched;
+        let (topic, partition) = (fetched.topic.clone(), fetched.partition);
+        let invalid = |reason| ConsumerError::InvalidWrapper {
+            topic: topic.clone(),
+            partition,
+            offset,
+            reason,
+        };
+        let batch = RecordBatchRef::parse(message.payload)
+            .map_err(|_| invalid("a record batch that does not parse"))?;
+        let records = batch
+            .records(fetched.decompressed_bytes_max)
+            .map_err(|_| invalid("a record batch whose records do not inflate"))?;
+        let left = if batch.is_control() { 0 } else { records.count() };
+        self.inner = Some(Wrapper {
+            set: Bytes::new(),
+            position: 0,
+            offset,
+            next_offset,
+            batch: Some((records, left)),
+        });
+        Ok(())
     }
 
     /// Opens a wrapper read at `offset`, ending at `next_offset`.
@@ -180,8 +279,18 @@ impl Messages<'_> {
             let reason = "holds no messages";
             return Err(ConsumerError::InvalidWrapper { topic, partition, offset, reason });
         }
-        self.inner = Some(Wrapper { set: Bytes::from(set), position: 0, offset, next_offset });
+        self.inner =
+            Some(Wrapper { set: Bytes::from(set), position: 0, offset, next_offset, batch: None });
         Ok(())
+    }
+}
+
+impl Wrapper {
+    fn is_done(&self) -> bool {
+        match &self.batch {
+            Some((_, left)) => *left == 0,
+            None => self.position >= self.set.len(),
+        }
     }
 }
 
@@ -189,31 +298,42 @@ impl Iterator for Messages<'_> {
     type Item = Result<ConsumedMessage, ConsumerError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        if let Some(item) = self.next_inner() {
-            return Some(item);
-        }
-        let fetched = self.fetched;
-        let offset = fetched.base_offset + self.position as i64;
-        let (_, message) =
-            match MessageSetIter::new(&fetched.set[self.position..], offset).next()? {
+        // A batch with no records for the caller (a control batch) yields nothing: go on to
+        // the next message.
+        loop {
+            if self.failed {
+                return None;
+            }
+            if let Some(item) = self.next_inner() {
+                return Some(item);
+            }
+            let fetched = self.fetched;
+            let offset = fetched.base_offset + self.position as i64;
+            let (_, message) = match MessageSetIter::new(&fetched.set[self.position..], offset)
+                .next()?
+            {
                 Ok(found) => found,
                 Err(source) => {
                     let (topic, partition) = (fetched.topic.clone(), fetched.partition);
                     return self.fail(ConsumerError::InvalidMessage { topic, partition, source });
                 }
             };
-        self.position += message.size_bytes();
-        let next_offset = fetched.base_offset + self.position as i64;
-        if !message.is_compressed() {
-            let payload = fetched.set.slice_ref(message.payload);
-            return Some(Ok(ConsumedMessage { offset, next_offset, payload }));
-        }
-        match self.open(offset, next_offset, message) {
-            Ok(()) => self.next_inner(),
-            Err(error) => self.fail(error),
+            self.position += message.size_bytes();
+            let next_offset = fetched.base_offset + self.position as i64;
+            if message.magic == MAGIC_BATCH {
+                if let Err(error) = self.open_batch(offset, next_offset, message) {
+                    return self.fail(error);
+                }
+                continue;
+            }
+            if !message.is_compressed() {
+                let payload = fetched.set.slice_ref(message.payload);
+                return Some(Ok(ConsumedMessage::plain(offset, next_offset, payload)));
+            }
+            return match self.open(offset, next_offset, message) {
+                Ok(()) => self.next_inner(),
+                Err(error) => self.fail(error),
+            };
         }
     }
 }
@@ -243,11 +363,45 @@ mod tests {
     }
 
     #[test]
+    fn a_record_batch_yields_its_records_like_a_wrapper() {
+        use protocol::record_batch::RecordBatchBuilder;
+        let mut builder = RecordBatchBuilder::new(7);
+        builder.push(7, 1_000, Some(b"k"), Some(b"v1"), &[(b"h", Some(b"x"))]);
+        builder.push(8, 1_001, None, None, &[]);
+        let mut set = plain_set(&[b"before"]);
+        let batch_at = set.len() as i64;
+        protocol::encode_batch_message(&mut set, &builder.finish());
+        // A control batch (a transaction marker): no records for the caller.
+        let mut control = RecordBatchBuilder::new(9);
+        control.push(9, 1_002, Some(b"marker"), Some(b"commit"), &[]);
+        let mut control = control.finish();
+        control[22] |= 1 << 5;
+        let crc = crc32c::crc32c(&control[21..]);
+        control[17..21].copy_from_slice(&crc.to_be_bytes());
+        protocol::encode_batch_message(&mut set, &control);
+        let after_at = set.len() as i64;
+        protocol::encode_message(&mut set, Codec::None, b"after");
+        let got: Vec<_> = read(&set, 0).into_iter().map(Result::unwrap).collect();
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!((got[1].offset, got[1].next_offset), (batch_at, batch_at));
+        assert_eq!(got[1].payload, "v1");
+        let fields = got[1].record.as_ref().unwrap();
+        assert_eq!(fields.key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(fields.headers, vec![(Bytes::from("h"), Some(Bytes::from("x")))]);
+        assert_eq!(fields.timestamp, 1_000);
+        assert_eq!(got[2].payload, "", "a null value reads as empty");
+        let control_at = got[2].next_offset;
+        assert!(control_at > batch_at, "the last record resumes after its batch");
+        assert_eq!((got[3].offset, got[3].payload.as_ref()), (after_at, &b"after"[..]));
+        assert!(got[3].record.is_none());
+    }
+
+    #[test]
     fn plain_messages_say_where_to_resume() {
         let set = plain_set(&[b"a", b"bb"]);
         let got: Vec<_> = read(&set, 100).into_iter().map(Result::unwrap).collect();
-        assert_eq!(got[0], ConsumedMessage { offset: 100, next_offset: 110, payload: "a".into() });
-        assert_eq!(got[1], ConsumedMessage { offset: 110, next_offset: 121, payload: "bb".into() });
+        assert_eq!(got[0], ConsumedMessage::plain(100, 110, "a".into()));
+        assert_eq!(got[1], ConsumedMessage::plain(110, 121, "bb".into()));
     }
 
     #[test]

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use protocol::{ApiKey, ErrorCode, FetchPart, FetchRequest, MessageSetIter};
 
 pub use error::ConsumerError;
-pub use messages::{ConsumedMessage, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages};
+pub use messages::{
+    ConsumedMessage, DECOMPRESSED_BYTES_MAX_DEFAULT, FetchedMessages, Messages, RecordFields,
+};
 
 use crate::{ClientError, Connection, ConnectionConfig};
 

@@ -1,14 +1,18 @@
-//! Compression of whole MessageSets into the payload of one magic-1 wrapper message, and back.
+//! Compression of whole MessageSets into the payload of one magic-1 wrapper message, and back;
+//! and of the records of a Kafka RecordBatch (magic 2), whose attributes use the same codec
+//! numbers.
 //!
 //! The producer compresses a batch's inner MessageSet once and sends it as one message whose
 //! attributes name the codec (`DESIGN.md`, "On disk and on the wire"); the broker stores it
 //! untouched and the consumer inflates it here. Inflating is bounded: a wrapper that would
 //! grow past a caller's limit is an error, not an allocation of whatever size it claims.
+//! Snappy is read (Kafka clients send it, as a raw block or in the xerial framing of Kafka's
+//! Java client) but not written.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
 
-use protocol::Codec;
+use crate::Codec;
 use thiserror::Error;
 
 /// Why a set could not be compressed or a wrapper's payload could not be inflated.
@@ -64,8 +68,57 @@ pub fn decompress(
                 .map_err(|source| CompressionError::Codec { codec, source: Arc::new(source) })?;
             read_bounded(codec, decoder, limit_bytes)
         }
-        Codec::None | Codec::Snappy => Err(CompressionError::Unsupported { codec }),
+        Codec::Snappy => snappy_decompress(payload, limit_bytes),
+        Codec::None => Err(CompressionError::Unsupported { codec }),
     }
+}
+
+/// The xerial snappy-java stream: this magic, a version and a compatible version (u32 each),
+/// then blocks of `u32 length | raw snappy block`.
+const XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER_BYTES: usize = XERIAL_MAGIC.len() + 8;
+
+/// A raw snappy block, or a xerial stream of them, at most `limit_bytes` inflated.
+fn snappy_decompress(payload: &[u8], limit_bytes: usize) -> Result<Vec<u8>, CompressionError> {
+    let codec = Codec::Snappy;
+    let failed = |reason: String| CompressionError::Codec {
+        codec,
+        source: Arc::new(std::io::Error::new(std::io::ErrorKind::InvalidData, reason)),
+    };
+    let mut out = Vec::new();
+    let block = |block: &[u8], out: &mut Vec<u8>| -> Result<(), CompressionError> {
+        // The claimed length is checked before anything is allocated for it.
+        let len = snap::raw::decompress_len(block).map_err(|e| failed(e.to_string()))?;
+        if out.len() + len > limit_bytes {
+            return Err(CompressionError::TooLarge { codec, limit_bytes });
+        }
+        let start = out.len();
+        out.resize(start + len, 0);
+        let written = snap::raw::Decoder::new()
+            .decompress(block, &mut out[start..])
+            .map_err(|e| failed(e.to_string()))?;
+        out.truncate(start + written);
+        Ok(())
+    };
+    match payload.strip_prefix(XERIAL_MAGIC) {
+        None => block(payload, &mut out)?,
+        Some(_) => {
+            let mut rest = payload
+                .get(XERIAL_HEADER_BYTES..)
+                .ok_or_else(|| failed("a xerial header cut short".into()))?;
+            while !rest.is_empty() {
+                let (len, body) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| failed("a xerial block length cut short".into()))?;
+                let len = u32::from_be_bytes(*len) as usize;
+                let chunk =
+                    body.get(..len).ok_or_else(|| failed("a xerial block cut short".into()))?;
+                block(chunk, &mut out)?;
+                rest = &body[len..];
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Reads a decoder to its end, failing once it yields more than `limit_bytes`.
@@ -117,9 +170,30 @@ mod tests {
         for codec in SUPPORTED_CODECS {
             assert!(decompress(codec, b"definitely not compressed", 1 << 20).is_err(), "{codec:?}");
         }
+        assert!(decompress(Codec::Snappy, b"definitely not compressed", 1 << 20).is_err());
         assert!(matches!(
             compress(Codec::Snappy, b"x"),
             Err(CompressionError::Unsupported { codec: Codec::Snappy })
         ));
+    }
+
+    #[test]
+    fn snappy_is_read_raw_and_in_the_xerial_framing() {
+        let set: Vec<u8> = (0..5_000u32).flat_map(|i| (i % 7).to_be_bytes()).collect();
+        let raw = snap::raw::Encoder::new().compress_vec(&set).unwrap();
+        assert_eq!(decompress(Codec::Snappy, &raw, set.len()).unwrap(), set);
+        let mut framed = XERIAL_MAGIC.to_vec();
+        framed.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+        for half in set.chunks(set.len() / 2 + 1) {
+            let block = snap::raw::Encoder::new().compress_vec(half).unwrap();
+            framed.extend_from_slice(&(block.len() as u32).to_be_bytes());
+            framed.extend_from_slice(&block);
+        }
+        assert_eq!(decompress(Codec::Snappy, &framed, set.len()).unwrap(), set);
+        assert!(matches!(
+            decompress(Codec::Snappy, &raw, 100),
+            Err(CompressionError::TooLarge { limit_bytes: 100, .. })
+        ));
+        assert!(decompress(Codec::Snappy, &framed[..framed.len() - 3], 1 << 20).is_err());
     }
 }

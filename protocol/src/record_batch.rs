@@ -1,0 +1,579 @@
+//! Kafka's RecordBatch (message format v2), which Tributary stores as the payload of a magic-2
+//! message (`DESIGN.md`, "Kafka protocol listener"): a view that checks a batch and reads its
+//! header and records, and a builder that writes one.
+//!
+//! ```text
+//! i64 baseOffset | i32 batchLength | i32 partitionLeaderEpoch | i8 magic (2) | u32 crc (CRC-32C
+//! of every byte after it) | i16 attributes | i32 lastOffsetDelta | i64 baseTimestamp |
+//! i64 maxTimestamp | i64 producerId | i16 producerEpoch | i32 baseSequence | i32 records |
+//! records (compressed as a whole when the attributes name a codec)
+//! ```
+//!
+//! A record is `varint length | i8 attributes | varlong timestampDelta | varint offsetDelta |
+//! varint keyLength | key | varint valueLength | value | varint headers | headers`, a header
+//! `varint keyLength | key | varint valueLength | value`; varints are zig-zag, a length of −1
+//! is null. Every length is checked against the bytes present before it is used.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::Codec;
+use crate::compression::{self, CompressionError};
+
+/// Bytes before the records.
+pub const RECORD_BATCH_HEADER_BYTES: usize = 61;
+/// The magic byte of a RecordBatch, inside it.
+pub const RECORD_BATCH_MAGIC: u8 = 2;
+
+const BATCH_LENGTH_AT: usize = 8;
+const LEADER_EPOCH_AT: usize = 12;
+const MAGIC_AT: usize = 16;
+const CRC_AT: usize = 17;
+const ATTRIBUTES_AT: usize = 21;
+const LAST_OFFSET_DELTA_AT: usize = 23;
+const BASE_TIMESTAMP_AT: usize = 27;
+const MAX_TIMESTAMP_AT: usize = 35;
+const PRODUCER_ID_AT: usize = 43;
+const PRODUCER_EPOCH_AT: usize = 51;
+const BASE_SEQUENCE_AT: usize = 53;
+const RECORDS_COUNT_AT: usize = 57;
+
+const CODEC_MASK: i16 = 0b111;
+const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+const TRANSACTIONAL_BIT: i16 = 1 << 4;
+const CONTROL_BIT: i16 = 1 << 5;
+
+/// Why bytes are not a RecordBatch, or its records cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum InvalidBatch {
+    #[error(
+        "a record batch of {len} bytes is shorter than its {RECORD_BATCH_HEADER_BYTES}-byte header"
+    )]
+    TooShort { len: usize },
+    #[error("record batch length {claimed} does not match its {actual} bytes")]
+    Length { claimed: i64, actual: usize },
+    #[error("record batch magic {0} (only 2 is a RecordBatch)")]
+    Magic(u8),
+    #[error("record batch CRC-32C mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Crc { stored: u32, computed: u32 },
+    #[error("record batch attributes {0:#06x} name no known codec")]
+    Codec(i16),
+    #[error("record batch counts {count} records and a last offset delta of {last_offset_delta}")]
+    Counts { count: i32, last_offset_delta: i32 },
+    #[error("record batch records: {0}")]
+    Records(&'static str),
+    #[error("record batch records: {0}")]
+    Decompress(String),
+}
+
+impl From<CompressionError> for InvalidBatch {
+    fn from(e: CompressionError) -> InvalidBatch {
+        InvalidBatch::Decompress(e.to_string())
+    }
+}
+
+/// A checked RecordBatch inside a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordBatchRef<'a> {
+    bytes: &'a [u8],
+}
+
+fn be_i16(bytes: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(bytes[at..at + 2].try_into().expect("2 bytes"))
+}
+
+fn be_i32(bytes: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn be_i64(bytes: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl<'a> RecordBatchRef<'a> {
+    /// Checks `bytes` is exactly one RecordBatch: its length, magic, CRC-32C, codec, and record
+    /// count against its last offset delta. The records themselves are read by
+    /// [`RecordBatchRef::records`].
+    pub fn parse(bytes: &'a [u8]) -> Result<RecordBatchRef<'a>, InvalidBatch> {
+        if bytes.len() < RECORD_BATCH_HEADER_BYTES {
+            return Err(InvalidBatch::TooShort { len: bytes.len() });
+        }
+        let claimed = i64::from(be_i32(bytes, BATCH_LENGTH_AT));
+        if claimed != (bytes.len() - LEADER_EPOCH_AT) as i64 {
+            return Err(InvalidBatch::Length { claimed, actual: bytes.len() });
+        }
+        if bytes[MAGIC_AT] != RECORD_BATCH_MAGIC {
+            return Err(InvalidBatch::Magic(bytes[MAGIC_AT]));
+        }
+        let stored = u32::from_be_bytes(bytes[CRC_AT..ATTRIBUTES_AT].try_into().expect("4 bytes"));
+        let computed = crc32c::crc32c(&bytes[ATTRIBUTES_AT..]);
+        if stored != computed {
+            return Err(InvalidBatch::Crc { stored, computed });
+        }
+        let batch = RecordBatchRef { bytes };
+        if batch.codec().is_none() {
+            return Err(InvalidBatch::Codec(batch.attributes()));
+        }
+        let (count, last_offset_delta) = (batch.record_count(), batch.last_offset_delta());
+        if count < 0 || last_offset_delta < 0 || i64::from(count) > i64::from(last_offset_delta) + 1
+        {
+            return Err(InvalidBatch::Counts { count, last_offset_delta });
+        }
+        Ok(batch)
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        be_i64(self.bytes, 0)
+    }
+
+    pub fn partition_leader_epoch(&self) -> i32 {
+        be_i32(self.bytes, LEADER_EPOCH_AT)
+    }
+
+    pub fn attributes(&self) -> i16 {
+        be_i16(self.bytes, ATTRIBUTES_AT)
+    }
+
+    /// The codec of the records; `None` for a value no codec has.
+    pub fn codec(&self) -> Option<Codec> {
+        Codec::from_attributes((self.attributes() & CODEC_MASK) as u8)
+    }
+
+    /// Whether timestamps are the broker's append time (else the producer's create time).
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & TIMESTAMP_TYPE_BIT != 0
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & TRANSACTIONAL_BIT != 0
+    }
+
+    /// A control batch (a transaction marker) holds no application records.
+    pub fn is_control(&self) -> bool {
+        self.attributes() & CONTROL_BIT != 0
+    }
+
+    pub fn last_offset_delta(&self) -> i32 {
+        be_i32(self.bytes, LAST_OFFSET_DELTA_AT)
+    }
+
+    /// Offsets the batch takes: its last offset delta + 1.
+    pub fn offset_count(&self) -> u64 {
+        self.last_offset_delta() as u64 + 1
+    }
+
+    pub fn base_timestamp(&self) -> i64 {
+        be_i64(self.bytes, BASE_TIMESTAMP_AT)
+    }
+
+    pub fn max_timestamp(&self) -> i64 {
+        be_i64(self.bytes, MAX_TIMESTAMP_AT)
+    }
+
+    pub fn producer_id(&self) -> i64 {
+        be_i64(self.bytes, PRODUCER_ID_AT)
+    }
+
+    pub fn producer_epoch(&self) -> i16 {
+        be_i16(self.bytes, PRODUCER_EPOCH_AT)
+    }
+
+    pub fn base_sequence(&self) -> i32 {
+        be_i32(self.bytes, BASE_SEQUENCE_AT)
+    }
+
+    pub fn record_count(&self) -> i32 {
+        be_i32(self.bytes, RECORDS_COUNT_AT)
+    }
+
+    /// The records, inflated (at most `inflated_bytes_max`) when compressed.
+    pub fn records(&self, inflated_bytes_max: usize) -> Result<Records, InvalidBatch> {
+        let stored = &self.bytes[RECORD_BATCH_HEADER_BYTES..];
+        let bytes = match self.codec() {
+            Some(Codec::None) => Bytes::copy_from_slice(stored),
+            Some(codec) => compression::decompress(codec, stored, inflated_bytes_max)?.into(),
+            None => return Err(InvalidBatch::Codec(self.attributes())),
+        };
+        Ok(Records {
+            bytes,
+            count: self.record_count().max(0) as usize,
+            base_offset: self.base_offset(),
+            base_timestamp: self.base_timestamp(),
+        })
+    }
+}
+
+/// Sets the base offset of the RecordBatch `batch` (which its CRC does not cover).
+pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
+    batch[..8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// The records of a batch, inflated; [`Records::iter`] reads them.
+#[derive(Debug, Clone)]
+pub struct Records {
+    bytes: Bytes,
+    count: usize,
+    base_offset: i64,
+    base_timestamp: i64,
+}
+
+impl Records {
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Records in the batch, as its header counts them.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    pub fn iter(&self) -> RecordIter<'_> {
+        self.iter_at(0, self.count)
+    }
+
+    /// Reads from `position` in the inflated records (a record's `span.1`), with `left` records
+    /// still to read: for a caller that reads a few at a time.
+    pub fn iter_at(&self, position: usize, left: usize) -> RecordIter<'_> {
+        let rest = self.bytes.get(position..).unwrap_or_default();
+        RecordIter { rest, position, left, failed: false, records: self }
+    }
+}
+
+/// One record of a batch, borrowed from its inflated records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// The batch's base offset + this record's offset delta.
+    pub offset: i64,
+    /// The batch's base timestamp + this record's timestamp delta.
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    /// Where the record's length field starts in the inflated records, and its end: for a
+    /// caller that keeps a record's bytes whole.
+    pub span: (usize, usize),
+}
+
+/// Iterates the records of a batch; after an `Err` it ends.
+#[derive(Debug)]
+pub struct RecordIter<'a> {
+    records: &'a Records,
+    rest: &'a [u8],
+    position: usize,
+    left: usize,
+    failed: bool,
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<Record<'a>, InvalidBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        if self.left == 0 {
+            if !self.rest.is_empty() {
+                self.failed = true;
+                return Some(Err(InvalidBatch::Records("bytes after the last record")));
+            }
+            return None;
+        }
+        self.left -= 1;
+        match self.read() {
+            Ok(record) => Some(Ok(record)),
+            Err(e) => {
+                self.failed = true;
+                Some(Err(InvalidBatch::Records(e)))
+            }
+        }
+    }
+}
+
+impl<'a> RecordIter<'a> {
+    fn read(&mut self) -> Result<Record<'a>, &'static str> {
+        let start = self.position;
+        let mut input = self.rest;
+        let length = varint(&mut input)?;
+        let length = usize::try_from(length).map_err(|_| "a negative record length")?;
+        let body = input.get(..length).ok_or("a record longer than the batch")?;
+        let rest = &input[length..];
+        let mut body_input = body;
+        let b = &mut body_input;
+        let _attributes = take(b, 1)?;
+        let timestamp_delta = varlong(b)?;
+        let offset_delta = varint(b)?;
+        let key = nullable_bytes(b)?;
+        let value = nullable_bytes(b)?;
+        let header_count = varint(b)?;
+        let header_count = usize::try_from(header_count).map_err(|_| "a negative header count")?;
+        // Each header takes two bytes at least: the count cannot claim more than that.
+        if header_count > b.len() / 2 {
+            return Err("more headers than the record's bytes");
+        }
+        let mut headers = Vec::with_capacity(header_count);
+        for _ in 0..header_count {
+            let key = nullable_bytes(b)?.ok_or("a header with a null key")?;
+            let value = nullable_bytes(b)?;
+            headers.push((key, value));
+        }
+        if !b.is_empty() {
+            return Err("bytes after a record's headers");
+        }
+        let end = start + (self.rest.len() - rest.len());
+        self.rest = rest;
+        self.position = end;
+        Ok(Record {
+            offset: self.records.base_offset.wrapping_add(i64::from(offset_delta)),
+            timestamp: self.records.base_timestamp.wrapping_add(timestamp_delta),
+            key,
+            value,
+            headers,
+            span: (start, end),
+        })
+    }
+}
+
+fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8], &'static str> {
+    if input.len() < n {
+        return Err("a record cut short");
+    }
+    let (taken, rest) = input.split_at(n);
+    *input = rest;
+    Ok(taken)
+}
+
+/// A zig-zag varlong of at most 10 bytes.
+fn varlong(input: &mut &[u8]) -> Result<i64, &'static str> {
+    let mut z: u64 = 0;
+    for shift in (0..70).step_by(7) {
+        let (&byte, rest) = input.split_first().ok_or("a varint cut short")?;
+        *input = rest;
+        z |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok((z >> 1) as i64 ^ -((z & 1) as i64));
+        }
+    }
+    Err("a varint longer than 10 bytes")
+}
+
+/// A zig-zag varint: a varlong within an i32.
+fn varint(input: &mut &[u8]) -> Result<i32, &'static str> {
+    i32::try_from(varlong(input)?).map_err(|_| "a varint out of range")
+}
+
+fn nullable_bytes<'a>(input: &mut &'a [u8]) -> Result<Option<&'a [u8]>, &'static str> {
+    match varint(input)? {
+        -1 => Ok(None),
+        n => {
+            let n = usize::try_from(n).map_err(|_| "a negative length")?;
+            take(input, n).map(Some)
+        }
+    }
+}
+
+fn write_varlong(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+fn write_nullable_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
+    match bytes {
+        None => write_varlong(out, -1),
+        Some(bytes) => {
+            write_varlong(out, bytes.len() as i64);
+            out.extend_from_slice(bytes);
+        }
+    }
+}
+
+/// Writes a RecordBatch of uncompressed records with offsets `base_offset..` and timestamps
+/// relative to the first record's: what a Kafka fetch answers for messages stored in
+/// Tributary's own format, and what tests produce.
+#[derive(Debug, Clone)]
+pub struct RecordBatchBuilder {
+    base_offset: i64,
+    base_timestamp: Option<i64>,
+    max_timestamp: i64,
+    last_offset_delta: i32,
+    count: i32,
+    records: Vec<u8>,
+    producer: (i64, i16, i32),
+}
+
+impl RecordBatchBuilder {
+    pub fn new(base_offset: i64) -> RecordBatchBuilder {
+        RecordBatchBuilder {
+            base_offset,
+            base_timestamp: None,
+            max_timestamp: -1,
+            last_offset_delta: 0,
+            count: 0,
+            records: Vec::new(),
+            producer: (-1, -1, -1),
+        }
+    }
+
+    /// The idempotent producer's id, epoch and base sequence (−1 each without one).
+    pub fn with_producer(mut self, id: i64, epoch: i16, base_sequence: i32) -> Self {
+        self.producer = (id, epoch, base_sequence);
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Appends a record at `offset` (at or after the base offset and the records before it).
+    pub fn push(
+        &mut self,
+        offset: i64,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&[u8], Option<&[u8]>)],
+    ) {
+        let base_timestamp = *self.base_timestamp.get_or_insert(timestamp);
+        let offset_delta = i32::try_from(offset - self.base_offset).expect("offsets of one batch");
+        let mut body = Vec::with_capacity(16 + value.map_or(0, <[u8]>::len));
+        body.push(0);
+        write_varlong(&mut body, timestamp.wrapping_sub(base_timestamp));
+        write_varlong(&mut body, i64::from(offset_delta));
+        write_nullable_bytes(&mut body, key);
+        write_nullable_bytes(&mut body, value);
+        write_varlong(&mut body, headers.len() as i64);
+        for (key, value) in headers {
+            write_nullable_bytes(&mut body, Some(key));
+            write_nullable_bytes(&mut body, *value);
+        }
+        write_varlong(&mut self.records, body.len() as i64);
+        self.records.extend_from_slice(&body);
+        self.last_offset_delta = offset_delta;
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+        self.count += 1;
+    }
+
+    /// The batch's bytes, CRC-32C and lengths filled in.
+    pub fn finish(self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + self.records.len());
+        out.extend_from_slice(&self.base_offset.to_be_bytes());
+        let batch_length =
+            (RECORD_BATCH_HEADER_BYTES - LEADER_EPOCH_AT + self.records.len()) as i32;
+        out.extend_from_slice(&batch_length.to_be_bytes());
+        out.extend_from_slice(&(-1i32).to_be_bytes());
+        out.push(RECORD_BATCH_MAGIC);
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&0i16.to_be_bytes());
+        out.extend_from_slice(&self.last_offset_delta.to_be_bytes());
+        let base_timestamp = self.base_timestamp.unwrap_or(-1);
+        out.extend_from_slice(&base_timestamp.to_be_bytes());
+        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        out.extend_from_slice(&self.producer.0.to_be_bytes());
+        out.extend_from_slice(&self.producer.1.to_be_bytes());
+        out.extend_from_slice(&self.producer.2.to_be_bytes());
+        out.extend_from_slice(&self.count.to_be_bytes());
+        out.extend_from_slice(&self.records);
+        let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
+        out[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> Vec<u8> {
+        let mut builder = RecordBatchBuilder::new(100);
+        builder.push(100, 1_000, Some(b"k1"), Some(b"v1"), &[(b"h", Some(b"x")), (b"n", None)]);
+        builder.push(101, 1_005, None, Some(b""), &[]);
+        builder.push(103, 990, Some(b"k3"), None, &[]);
+        builder.finish()
+    }
+
+    #[test]
+    fn a_built_batch_reads_back_record_by_record() {
+        let bytes = batch();
+        let parsed = RecordBatchRef::parse(&bytes).unwrap();
+        assert_eq!(parsed.base_offset(), 100);
+        assert_eq!((parsed.last_offset_delta(), parsed.record_count()), (3, 3));
+        assert_eq!(parsed.offset_count(), 4);
+        assert_eq!((parsed.base_timestamp(), parsed.max_timestamp()), (1_000, 1_005));
+        assert_eq!(parsed.codec(), Some(Codec::None));
+        let records = parsed.records(1 << 20).unwrap();
+        let read: Vec<Record> = records.iter().map(Result::unwrap).collect();
+        assert_eq!(read.len(), 3);
+        assert_eq!(read[0].offset, 100);
+        assert_eq!(read[0].key, Some(&b"k1"[..]));
+        assert_eq!(read[0].value, Some(&b"v1"[..]));
+        assert_eq!(read[0].headers, vec![(&b"h"[..], Some(&b"x"[..])), (&b"n"[..], None)]);
+        assert_eq!((read[1].offset, read[1].timestamp, read[1].key), (101, 1_005, None));
+        assert_eq!((read[2].offset, read[2].timestamp, read[2].value), (103, 990, None));
+        assert_eq!(read[2].span.1, records.bytes().len());
+    }
+
+    #[test]
+    fn the_base_offset_is_outside_the_crc() {
+        let mut bytes = batch();
+        set_base_offset(&mut bytes, 7);
+        let parsed = RecordBatchRef::parse(&bytes).unwrap();
+        assert_eq!(parsed.base_offset(), 7);
+        assert_eq!(parsed.records(1 << 20).unwrap().iter().next().unwrap().unwrap().offset, 7);
+    }
+
+    #[test]
+    fn damage_and_lies_are_refused() {
+        let bytes = batch();
+        for cut in [0, 10, 60, bytes.len() - 1] {
+            assert!(RecordBatchRef::parse(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        assert!(matches!(RecordBatchRef::parse(&flipped), Err(InvalidBatch::Crc { .. })));
+        let mut magic = bytes.clone();
+        magic[MAGIC_AT] = 1;
+        assert_eq!(RecordBatchRef::parse(&magic), Err(InvalidBatch::Magic(1)));
+        // A record count past the last offset delta, its CRC made right again.
+        let mut counts = bytes.clone();
+        counts[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&9i32.to_be_bytes());
+        let crc = crc32c::crc32c(&counts[ATTRIBUTES_AT..]);
+        counts[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(RecordBatchRef::parse(&counts), Err(InvalidBatch::Counts { .. })));
+        // A count below the records present leaves bytes over.
+        let mut fewer = bytes.clone();
+        fewer[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&2i32.to_be_bytes());
+        let crc = crc32c::crc32c(&fewer[ATTRIBUTES_AT..]);
+        fewer[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        let records = RecordBatchRef::parse(&fewer).unwrap().records(1 << 20).unwrap();
+        assert!(records.iter().any(|r| r.is_err()));
+    }
+
+    #[test]
+    fn compressed_records_are_inflated() {
+        let plain = batch();
+        let parsed = RecordBatchRef::parse(&plain).unwrap();
+        let records = &plain[RECORD_BATCH_HEADER_BYTES..];
+        let packed = compression::compress(Codec::Lz4, records).unwrap();
+        let mut bytes = plain[..RECORD_BATCH_HEADER_BYTES].to_vec();
+        bytes.extend_from_slice(&packed);
+        let length = (bytes.len() - LEADER_EPOCH_AT) as i32;
+        bytes[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&length.to_be_bytes());
+        bytes[ATTRIBUTES_AT..ATTRIBUTES_AT + 2]
+            .copy_from_slice(&(Codec::Lz4.attributes() as i16).to_be_bytes());
+        let crc = crc32c::crc32c(&bytes[ATTRIBUTES_AT..]);
+        bytes[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        let compressed = RecordBatchRef::parse(&bytes).unwrap();
+        assert_eq!(compressed.codec(), Some(Codec::Lz4));
+        let inflated = compressed.records(1 << 20).unwrap();
+        assert_eq!(inflated.bytes(), parsed.records(1 << 20).unwrap().bytes());
+        assert!(compressed.records(10).is_err(), "bounded");
+    }
+}
