@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::{BrokerConfig, ConfigError, TopicOverrides};
 use crate::follower::{FollowerConfig, FollowerError};
 use crate::leader::{Leader, Leadership};
+use crate::log::index::{self, CountError};
 use crate::log::{CreateError, Created, FileSlice, LogError, LogManager, Partition, Topic};
 use crate::metrics::Metrics;
 use crate::registration::Registration;
@@ -336,18 +337,22 @@ impl Broker {
         }
         let mut results: Vec<Result<(i32, i64), ErrorCode>> = Vec::with_capacity(sets.len());
         let mut valid: Vec<&[u8]> = Vec::with_capacity(sets.len());
+        let mut counted = Vec::with_capacity(sets.len());
         let mut messages = 0;
         for set in sets {
-            match protocol::validate_message_set(set, self.config.max_message_bytes) {
-                Ok(summary) => {
-                    messages += summary.messages as u64;
+            match index::count_records(set, self.config.max_message_bytes) {
+                Ok(records) => {
+                    messages += records.messages.len() as u64;
                     valid.push(set);
+                    counted.push(records);
                     results.push(Ok((0, 0)));
                 }
                 Err(e) => {
                     tracing::debug!(%topic, partition, error = %e, "rejected message set");
                     results.push(Err(match e {
-                        InvalidMessage::TooLarge { .. } => ErrorCode::MessageTooLarge,
+                        CountError::Invalid(InvalidMessage::TooLarge { .. }) => {
+                            ErrorCode::MessageTooLarge
+                        }
                         _ => ErrorCode::InvalidMessage,
                     }));
                 }
@@ -377,7 +382,7 @@ impl Broker {
         {
             return fail_all(code);
         }
-        let appended = match partition.append(&valid, messages) {
+        let appended = match partition.append(&valid, &counted) {
             Ok(appended) => appended,
             Err(e) if e.is_storage_full() => {
                 tracing::warn!(error = %e, "disk full: produce refused");
@@ -589,6 +594,30 @@ impl Broker {
                         Err(ErrorCode::Unknown)
                     }
                 }
+            }
+        }
+    }
+
+    /// `RECORD_NUMBER`: the Kafka record number of the message at byte `offset` (of the next
+    /// record at the log's end), from any replica.
+    pub async fn record_number(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ErrorCode> {
+        let partition = self.partition(topic, partition)?;
+        let found = tokio::task::spawn_blocking(move || partition.record_at_offset(offset)).await;
+        match found {
+            Ok(Ok(record)) => Ok(i64::try_from(record).unwrap_or(i64::MAX)),
+            Ok(Err(LogError::OffsetOutOfRange { .. })) => Err(ErrorCode::OffsetOutOfRange),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "record number failed");
+                Err(ErrorCode::Unknown)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "record number panicked");
+                Err(ErrorCode::Unknown)
             }
         }
     }

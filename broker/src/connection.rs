@@ -26,8 +26,8 @@ use bytes::{Buf, BytesMut};
 use protocol::{
     Acks, ErrorCode, FRAME_SIZE_BYTES, FetchRequest, MultiFetchWaitRequest, MultiProduceResponse,
     OffsetForLeaderEpochResponse, OffsetsResponse, ProducePart, ProduceResponse,
-    REPLICA_PART_HEADER_BYTES, ReplicaFetchRequest, ReplicaPartHeader, Request, Response,
-    UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
+    REPLICA_PART_HEADER_BYTES, RecordNumberResponse, ReplicaFetchRequest, ReplicaPartHeader,
+    Request, Response, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
@@ -365,6 +365,9 @@ impl Connection {
             Request::Offsets(o) => may(&o.topic, Operation::Consume),
             Request::Metadata(_) => true,
             Request::OffsetForLeaderEpoch(o) => may(&o.topic, Operation::Replicate),
+            Request::RecordNumber(o) => {
+                may(&o.topic, Operation::Replicate) || may(&o.topic, Operation::Consume)
+            }
             Request::ReplicaFetch(r) => {
                 r.fetches.iter().all(|f| may(&f.topic, Operation::Replicate))
             }
@@ -542,6 +545,13 @@ impl Connection {
                 broker.metrics().request(RequestKind::metadata, 1);
                 let metadata = self.visible_metadata(broker.metadata(&m.topics), &m.topics);
                 self.respond(Ok(Response::Metadata(metadata)));
+            }
+            Request::RecordNumber(o) => {
+                broker.metrics().request(RequestKind::record_number, 1);
+                let result = broker.record_number(&o.topic, o.partition, o.offset).await;
+                let result =
+                    result.map(|record| Response::RecordNumber(RecordNumberResponse { record }));
+                self.answer(RequestKind::record_number, result);
             }
             Request::OffsetForLeaderEpoch(o) => {
                 broker.metrics().request(RequestKind::offset_for_leader_epoch, 1);

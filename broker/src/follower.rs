@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use protocol::{
-    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, ReplicaFetchPart,
-    ReplicaFetchPartition, ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
+    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, RecordNumberRequest,
+    ReplicaFetchPart, ReplicaFetchPartition, ReplicaFetchRequest, Request, Response,
+    UNDEFINED_EPOCH,
 };
 use service::tls::ClientStream;
 use thiserror::Error;
@@ -65,6 +66,8 @@ pub enum FollowerError {
     Log(#[from] LogError),
     #[error("the leader sent messages that do not validate: {0}")]
     InvalidData(protocol::InvalidMessage),
+    #[error("the leader sent messages whose records cannot be counted: {0}")]
+    Uncountable(String),
 }
 
 /// A connection's failure: worth a reconnect.
@@ -301,10 +304,14 @@ async fn copy_once(
     let whole = whole_messages(&messages);
     if whole > 0 {
         let set = &messages[..whole];
-        let summary = protocol::validate_message_set(set, config.max_message_bytes)
-            .map_err(FollowerError::InvalidData)?;
+        let counted = crate::log::index::count_records(set, config.max_message_bytes).map_err(
+            |e| match e {
+                crate::log::index::CountError::Invalid(e) => FollowerError::InvalidData(e),
+                e => FollowerError::Uncountable(e.to_string()),
+            },
+        )?;
         let segment_base = u64::try_from(segment_base).unwrap_or(0);
-        partition.append_replica(set, summary.messages as u64, data_epoch, segment_base)?;
+        partition.append_replica(set, &counted, data_epoch, segment_base)?;
         let rate = config.throttle_bytes_per_s.load(std::sync::atomic::Ordering::Relaxed);
         if rate > 0 {
             // Paced after the copy: over many fetches the rate averages out to the throttle.
@@ -343,14 +350,24 @@ async fn restart_at_leader_start(
         partition = ?partition, end = partition.end(), leader_start = start,
         "the leader's log starts past this replica's end; starting again at the leader's start"
     );
+    // The leader's number of the record at its start, so that this log numbers as it does.
+    let request = Request::RecordNumber(RecordNumberRequest {
+        topic: partition.topic().to_owned(),
+        partition: partition.index() as i32,
+        offset: start as i64,
+    });
+    let Response::RecordNumber(answer) = link.call(&request).await? else {
+        return Err(LinkError::Error(ErrorCode::Unknown).into());
+    };
+    let first_record = u64::try_from(answer.record).unwrap_or(0);
     let p = Arc::clone(partition);
-    tokio::task::spawn_blocking(move || p.restart_replica_at(start)).await.map_err(|e| {
-        LogError::Io {
+    tokio::task::spawn_blocking(move || p.restart_replica_at(start, first_record)).await.map_err(
+        |e| LogError::Io {
             context: "restarting the log",
             path: partition.dir().to_owned(),
             source: std::io::Error::other(e),
-        }
-    })??;
+        },
+    )??;
     Ok(())
 }
 

@@ -43,10 +43,11 @@ pub enum RequestKind {
     multifetch_wait,
     offset_for_leader_epoch,
     replica_fetch,
+    record_number,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 10] = [
+    const ALL: [RequestKind; 11] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -57,6 +58,7 @@ impl RequestKind {
         RequestKind::multifetch_wait,
         RequestKind::offset_for_leader_epoch,
         RequestKind::replica_fetch,
+        RequestKind::record_number,
     ];
 }
 

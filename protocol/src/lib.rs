@@ -29,14 +29,15 @@ pub use records::{RecordCountError, records_in};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
     MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest,
-    ProducePartition, ProduceRequest, ReplicaFetchPartition, ReplicaFetchRequest, Request,
+    ProducePartition, ProduceRequest, RecordNumberRequest, ReplicaFetchPartition,
+    ReplicaFetchRequest, Request,
 };
 pub use response::{
     BrokerMetadata, CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse,
     MultiFetchResponse, MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse,
-    PartitionMetadata, ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES, ReplicaFetchPart,
-    ReplicaFetchResponse, ReplicaPartHeader, Response, TopicMetadata, UNDEFINED_EPOCH,
-    encode_replica_part_header, encode_response_header,
+    PartitionMetadata, ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES,
+    RecordNumberResponse, ReplicaFetchPart, ReplicaFetchResponse, ReplicaPartHeader, Response,
+    TopicMetadata, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 pub use topic::{InvalidTopicName, validate_topic_name};
 pub use wire::FRAME_SIZE_BYTES;

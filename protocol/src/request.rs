@@ -22,6 +22,7 @@ pub enum ApiKey {
     MultiFetchWait = 7,
     OffsetForLeaderEpoch = 8,
     ReplicaFetch = 9,
+    RecordNumber = 10,
 }
 
 impl ApiKey {
@@ -37,6 +38,7 @@ impl ApiKey {
             7 => ApiKey::MultiFetchWait,
             8 => ApiKey::OffsetForLeaderEpoch,
             9 => ApiKey::ReplicaFetch,
+            10 => ApiKey::RecordNumber,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -161,6 +163,16 @@ pub struct OffsetForLeaderEpochRequest {
     pub epoch: i32,
 }
 
+/// The Kafka record number of the message at a byte offset of a partition's log (or of the
+/// next record, at the log's end): what a follower asks its leader when it starts its log
+/// again at the leader's start, so that it numbers records as the leader does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordNumberRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 /// One partition of a [`ReplicaFetchRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaFetchPartition {
@@ -195,6 +207,7 @@ pub enum Request {
     MultiFetchWait(MultiFetchWaitRequest),
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     ReplicaFetch(ReplicaFetchRequest),
+    RecordNumber(RecordNumberRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -216,6 +229,7 @@ impl Request {
             Request::MultiFetchWait(_) => ApiKey::MultiFetchWait,
             Request::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Request::ReplicaFetch(_) => ApiKey::ReplicaFetch,
+            Request::RecordNumber(_) => ApiKey::RecordNumber,
         }
     }
 
@@ -286,6 +300,11 @@ impl Request {
                 }
                 Request::CreateTopic(CreateTopicRequest { topic, partitions, configs })
             }
+            ApiKey::RecordNumber => Request::RecordNumber(RecordNumberRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                offset: r.i64("offset")?,
+            }),
             ApiKey::OffsetForLeaderEpoch => {
                 Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
                     topic: r.str("topic")?,
@@ -341,6 +360,7 @@ impl Request {
                 str_len(&c.topic) + 4 + 2 + c.configs.iter().map(config).sum::<usize>()
             }
             Request::OffsetForLeaderEpoch(o) => str_len(&o.topic) + 4 + 4,
+            Request::RecordNumber(o) => str_len(&o.topic) + 4 + 8,
             Request::ReplicaFetch(m) => {
                 let fetch = |f: &ReplicaFetchPartition| str_len(&f.topic) + 4 + 4 + 8 + 4;
                 4 + 4 + 4 + 2 + m.fetches.iter().map(fetch).sum::<usize>()
@@ -402,6 +422,11 @@ impl Request {
                 buf.put_i32(o.partition);
                 buf.put_i32(o.epoch);
             }
+            Request::RecordNumber(o) => {
+                put_str(buf, &o.topic);
+                buf.put_i32(o.partition);
+                buf.put_i64(o.offset);
+            }
             Request::ReplicaFetch(m) => {
                 buf.put_i32(m.replica_id);
                 buf.put_i32(m.max_wait_ms);
@@ -433,6 +458,7 @@ impl Request {
                 .chain(c.configs.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
                 .collect(),
             Request::OffsetForLeaderEpoch(o) => vec![&o.topic],
+            Request::RecordNumber(o) => vec![&o.topic],
             Request::ReplicaFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
         };
         if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {

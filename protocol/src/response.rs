@@ -130,6 +130,12 @@ pub struct OffsetForLeaderEpochResponse {
     pub end_offset: i64,
 }
 
+/// The record number asked for by a `RECORD_NUMBER` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordNumberResponse {
+    pub record: i64,
+}
+
 /// The epoch of an [`OffsetForLeaderEpochResponse`] for an epoch the leader does not know.
 pub const UNDEFINED_EPOCH: i32 = -1;
 
@@ -192,6 +198,7 @@ pub enum Response {
     CreateTopic(CreateTopicResponse),
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     ReplicaFetch(ReplicaFetchResponse),
+    RecordNumber(RecordNumberResponse),
 }
 
 const FETCH_PART_BYTES_MIN: usize = 4 + ERROR_BYTES;
@@ -212,6 +219,7 @@ impl Response {
             Response::CreateTopic(_) => ApiKey::CreateTopic,
             Response::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Response::ReplicaFetch(_) => ApiKey::ReplicaFetch,
+            Response::RecordNumber(_) => ApiKey::RecordNumber,
         }
     }
 
@@ -271,6 +279,9 @@ impl Response {
                     end_offset: r.i64("end_offset")?,
                 })
             }
+            ApiKey::RecordNumber => {
+                Response::RecordNumber(RecordNumberResponse { record: r.i64("record")? })
+            }
             ApiKey::ReplicaFetch => {
                 let count = r.remaining() / (4 + REPLICA_PART_HEADER_BYTES);
                 let mut parts = Vec::with_capacity(count);
@@ -323,6 +334,7 @@ impl Response {
             }
             Response::CreateTopic(_) => 0,
             Response::OffsetForLeaderEpoch(_) => 4 + 8,
+            Response::RecordNumber(_) => 8,
             Response::ReplicaFetch(m) => {
                 m.parts.iter().map(|p| 4 + REPLICA_PART_HEADER_BYTES + p.messages.len()).sum()
             }
@@ -365,6 +377,7 @@ impl Response {
                 buf.put_i32(o.epoch);
                 buf.put_i64(o.end_offset);
             }
+            Response::RecordNumber(o) => buf.put_i64(o.record),
             Response::ReplicaFetch(m) => {
                 for p in &m.parts {
                     let header = ReplicaPartHeader {

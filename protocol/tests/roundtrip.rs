@@ -77,6 +77,10 @@ fn request() -> impl Strategy<Value = Request> {
         (topic(), any::<i32>(), any::<i32>()).prop_map(|(topic, partition, epoch)| {
             Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest { topic, partition, epoch })
         });
+    let record_number =
+        (topic(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, offset)| {
+            Request::RecordNumber(RecordNumberRequest { topic, partition, offset })
+        });
     let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
         |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
             topic,
@@ -97,6 +101,7 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             });
     prop_oneof![
+        record_number,
         offset_for_epoch,
         replica_fetch,
         produce,
@@ -155,6 +160,8 @@ fn response() -> impl Strategy<Value = Response> {
     let offset_for_epoch = (any::<i32>(), any::<i64>()).prop_map(|(epoch, end_offset)| {
         Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse { epoch, end_offset })
     });
+    let record_number =
+        any::<i64>().prop_map(|record| Response::RecordNumber(RecordNumberResponse { record }));
     let replica_fetch = prop::collection::vec(
         (error_code(), any::<i64>(), any::<i32>(), any::<i64>(), message_set()),
         0..4,
@@ -170,6 +177,7 @@ fn response() -> impl Strategy<Value = Response> {
         Response::ReplicaFetch(ReplicaFetchResponse { parts })
     });
     prop_oneof![
+        record_number,
         offset_for_epoch,
         replica_fetch,
         produce,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 use tokio::sync::{Notify, watch};
 
+use super::index::{self, IndexEntry, SegmentIndex, SetRecords};
 use super::leader_epoch::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::segment::{Segment, scan_valid_prefix};
 use crate::config::{LogConfig, VisibleAfter};
@@ -53,6 +54,8 @@ pub struct Appended {
     pub offset: u64,
     /// Offset after the last appended message: the log's new end.
     pub end: u64,
+    /// Record number of the first appended record.
+    pub first_record: u64,
 }
 
 /// What a follower's fetch gets: bytes of one epoch, and which epoch that is.
@@ -138,6 +141,11 @@ struct State {
     config: LogConfig,
     /// Sorted by base offset; the last is the one appended to. Never empty.
     segments: Vec<Arc<Segment>>,
+    /// The record index of each segment, in the same order.
+    indexes: Vec<SegmentIndex>,
+    /// Where recent appends ended, in records: what the visible end is in records, most of
+    /// the time, without reading the log.
+    recent_ends: std::collections::VecDeque<IndexEntry>,
     /// Offset the next append gets.
     end: u64,
     unflushed_messages: u64,
@@ -159,6 +167,14 @@ impl State {
         self.segments.last().expect("a partition always has a segment")
     }
 
+    fn active_index(&self) -> &SegmentIndex {
+        self.indexes.last().expect("a segment always has an index")
+    }
+
+    fn active_index_mut(&mut self) -> &mut SegmentIndex {
+        self.indexes.last_mut().expect("a segment always has an index")
+    }
+
     /// End offset of segment `i`: the next segment's base, or the log end for the last.
     fn segment_end(&self, i: usize) -> u64 {
         self.segments.get(i + 1).map_or(self.end, |s| s.base_offset)
@@ -174,6 +190,9 @@ impl State {
         self.dirty_since.map(|since| since + interval - lead)
     }
 }
+
+/// Ends of recent appends kept to answer the visible end in records.
+const RECENT_ENDS_MAX: usize = 64;
 
 /// Tokio's timers round a deadline up to the next millisecond.
 const TIMER_GRANULARITY: Duration = Duration::from_millis(1);
@@ -195,6 +214,7 @@ impl Partition {
             match name.to_str().and_then(Segment::parse_file_name) {
                 Some(base) => bases.push(base),
                 None if name == LEADER_EPOCH_CHECKPOINT => {}
+                None if name.to_str().and_then(index::parse_file_name).is_some() => {}
                 None => {
                     tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
                 }
@@ -238,6 +258,7 @@ impl Partition {
             last.file.sync_all().map_err(io_error("syncing", &last.path))?;
         }
         let end = last.base_offset + scan.valid_bytes;
+        let indexes = open_indexes(&dir, &segments, end)?;
         let mut epochs = LeaderEpochCache::open(&dir)?;
         // The checkpoint may run past a log cut short by recovery.
         if epochs.latest().is_some_and(|latest| latest.start_offset > end) {
@@ -250,6 +271,8 @@ impl Partition {
             state: Mutex::new(State {
                 config,
                 segments,
+                indexes,
+                recent_ends: std::collections::VecDeque::new(),
                 end,
                 unflushed_messages: 0,
                 dirty_since: None,
@@ -315,21 +338,25 @@ impl Partition {
         });
     }
 
-    /// Appends MessageSets the caller has validated whole and counted (`messages` in all), one
-    /// after another, with one `pwritev` to the page cache at the log end. A failed write is
-    /// cut off again so that the log never holds part of a set. Returns where the first set
-    /// landed; each next set follows the one before.
-    pub fn append(&self, sets: &[&[u8]], messages: u64) -> Result<Appended, LogError> {
-        self.append_rolling(sets, messages, Roll::BySettings)
+    /// Appends MessageSets the caller has validated whole and counted (`counted`, one per
+    /// set: [`index::count_records`]), one after another, with one `pwritev` to the page cache
+    /// at the log end. A failed write is cut off again so that the log never holds part of a
+    /// set. Returns where the first set landed; each next set follows the one before. A
+    /// magic-2 message gets its batch's base offset set to the number of its first record
+    /// (DESIGN: the batch's CRC-32C does not cover it; the message's CRC is written again).
+    pub fn append(&self, sets: &[&[u8]], counted: &[SetRecords]) -> Result<Appended, LogError> {
+        self.append_rolling(sets, counted, Roll::BySettings)
     }
 
     fn append_rolling(
         &self,
         sets: &[&[u8]],
-        messages: u64,
+        counted: &[SetRecords],
         roll: Roll,
     ) -> Result<Appended, LogError> {
+        debug_assert_eq!(sets.len(), counted.len());
         let bytes: u64 = sets.iter().map(|s| s.len() as u64).sum();
+        let messages: u64 = counted.iter().map(|c| c.messages.len() as u64).sum();
         let mut state = self.state();
         let active_len = state.end - state.active().base_offset;
         let due = match roll {
@@ -345,13 +372,35 @@ impl Partition {
             self.roll(&mut state)?;
         }
         let offset = state.end;
+        let first_record = state.active_index().end_record();
+        // A leader numbers the batches of magic-2 messages; a follower copies them as they are.
+        let numbered: Vec<Option<Vec<u8>>> = match roll {
+            Roll::BySettings => number_batches(sets, counted, first_record),
+            Roll::At(_) => vec![None; sets.len()],
+        };
+        let written: Vec<&[u8]> =
+            sets.iter().zip(&numbered).map(|(set, copy)| copy.as_deref().unwrap_or(set)).collect();
         let active = Arc::clone(state.active());
         let position = offset - active.base_offset;
-        if let Err(e) = write_all_vectored_at(&active.file, sets, position) {
+        if let Err(e) = write_all_vectored_at(&active.file, &written, position) {
             // Leave no partial set behind; if even that fails, recovery will cut it on start.
             let _ = active.file.set_len(position);
             return Err(io_error("appending to", &active.path)(e));
         }
+        let index = state.active_index_mut();
+        let mut at = offset;
+        for (set, counts) in sets.iter().zip(counted) {
+            for (i, &(start, records, _)) in counts.messages.iter().enumerate() {
+                let next = counts.messages.get(i + 1).map_or(set.len() as u64, |m| u64::from(m.0));
+                index.append_message(at + u64::from(start), records, next - u64::from(start));
+            }
+            at += set.len() as u64;
+        }
+        let ended = index.end();
+        if state.recent_ends.len() == RECENT_ENDS_MAX {
+            state.recent_ends.pop_front();
+        }
+        state.recent_ends.push_back(ended);
         state.end += bytes;
         self.written.send_replace(state.end);
         if state.config.visible_after == VisibleAfter::Write {
@@ -364,13 +413,22 @@ impl Partition {
         if first_dirty || state.unflushed_messages >= state.config.flush_messages {
             self.flush_wanted.notify_one();
         }
-        Ok(Appended { offset, end: state.end })
+        Ok(Appended { offset, end: state.end, first_record })
     }
 
     /// Starts a new segment at the log end. The old one is fsynced by the next flush.
     fn roll(&self, state: &mut State) -> Result<(), LogError> {
+        let next_record = state.active_index().end_record();
+        let index = SegmentIndex::create(&self.dir, state.end, next_record)
+            .map_err(io_error("creating an index in", &self.dir))?;
         let segment = Segment::create(&self.dir, state.end)
             .map_err(io_error("rolling segment in", &self.dir))?;
+        let sealing = state.active_index_mut();
+        if let Err(e) = sealing.seal() {
+            // The next start completes the sealed index from its segment.
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot seal a segment's index");
+        }
+        state.indexes.push(index);
         tracing::debug!(topic = %self.topic, partition = self.index, base_offset = state.end, "rolled segment");
         let old = Arc::clone(state.active());
         state.unsynced.push(old);
@@ -403,6 +461,56 @@ impl Partition {
     /// Offset of the first byte still kept.
     pub fn start_offset(&self) -> u64 {
         self.state().segments[0].base_offset
+    }
+
+    // Record numbers (DESIGN "Kafka protocol listener").
+
+    /// The number the next record appended gets: the log's end in records.
+    pub fn end_record(&self) -> u64 {
+        self.state().active_index().end_record()
+    }
+
+    /// The number of the log's first record.
+    pub fn start_record(&self) -> u64 {
+        self.state().indexes[0].first_record()
+    }
+
+    /// The number of the record at byte `offset` (a message boundary, or the log's end).
+    /// Blocking: may read the messages between an index entry and `offset`.
+    pub fn record_at_offset(&self, offset: i64) -> Result<u64, LogError> {
+        let (segment, from, position) = {
+            let state = self.state();
+            let position = self.within(&state, offset, state.end)?;
+            if position == state.end {
+                return Ok(state.active_index().end_record());
+            }
+            if let Some(recent) = state.recent_ends.iter().rev().find(|e| e.byte == position) {
+                return Ok(recent.record);
+            }
+            let i = state.segments.partition_point(|s| s.base_offset <= position) - 1;
+            (Arc::clone(&state.segments[i]), state.indexes[i].floor_byte(position), position)
+        };
+        index::record_at(&segment.file, segment.base_offset, from, position)
+            .map_err(io_error("indexing", &segment.path))
+    }
+
+    /// The message holding record `record`: its byte offset and the number of its first
+    /// record; `None` when `record` is not in the log (before its start or at its end or past).
+    /// Blocking: reads the messages between an index entry and it.
+    pub fn locate_record(&self, record: u64) -> Result<Option<(u64, u64)>, LogError> {
+        let (segment, end, from) = {
+            let state = self.state();
+            if record < state.indexes[0].first_record()
+                || record >= state.active_index().end_record()
+            {
+                return Ok(None);
+            }
+            let i = state.indexes.partition_point(|index| index.first_record() <= record) - 1;
+            let segment = Arc::clone(&state.segments[i]);
+            (segment, state.segment_end(i), state.indexes[i].floor_record(record))
+        };
+        index::locate(&segment.file, segment.base_offset, end, from, record)
+            .map_err(io_error("indexing", &segment.path))
     }
 
     /// Base offsets of the segments, oldest first.
@@ -487,6 +595,10 @@ impl Partition {
             }
             let mut files = std::mem::take(&mut state.unsynced);
             files.push(Arc::clone(state.active()));
+            // The active index is written, never fsynced: recovery rebuilds what it lacks.
+            if let Err(e) = state.active_index_mut().write_new() {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot write the segment's index");
+            }
             state.unflushed_messages = 0;
             state.dirty_since = None;
             state.flush_requested = false;
@@ -561,6 +673,11 @@ impl Partition {
                 }
             }
             if count > 0 {
+                for index in state.indexes.drain(..count) {
+                    if let Err(e) = index.delete() {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot delete a segment's index");
+                    }
+                }
                 doomed.extend(state.segments.drain(..count));
                 state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
                 state.dir_unsynced = true;
@@ -644,6 +761,9 @@ impl Partition {
             let doomed = Arc::clone(state.active());
             fs::remove_file(&doomed.path).map_err(io_error("deleting", &doomed.path))?;
             state.segments.pop();
+            if let Some(index) = state.indexes.pop() {
+                index.delete().map_err(io_error("deleting the index of", &doomed.path))?;
+            }
             state.unsynced.retain(|s| !Arc::ptr_eq(s, &doomed));
             state.end = doomed.base_offset;
             if let Err(e) = sync_dir(&self.dir) {
@@ -652,7 +772,15 @@ impl Partition {
             }
         }
         let kept = Arc::clone(state.active());
+        let from = state.active_index().floor_byte(offset);
+        let record = index::record_at(&kept.file, kept.base_offset, from, offset)
+            .map_err(io_error("indexing", &kept.path))?;
         kept.file.set_len(offset - kept.base_offset).map_err(io_error("truncating", &kept.path))?;
+        state
+            .active_index_mut()
+            .truncate(offset, record)
+            .map_err(io_error("indexing", &kept.path))?;
+        state.recent_ends.retain(|e| e.byte <= offset);
         state.end = offset;
         // Fsynced whole below, so no flush need sync it again, unless that fails.
         state.unsynced.retain(|s| !Arc::ptr_eq(s, &kept));
@@ -761,7 +889,7 @@ impl Partition {
     pub fn append_replica(
         &self,
         set: &[u8],
-        messages: u64,
+        counted: &SetRecords,
         epoch: i32,
         segment_base: u64,
     ) -> Result<Appended, LogError> {
@@ -771,7 +899,7 @@ impl Partition {
             let end = self.end();
             lock(&self.epochs).assign(epoch, end)?;
         }
-        self.append_rolling(&[set], messages, Roll::At(segment_base))
+        self.append_rolling(&[set], std::slice::from_ref(counted), Roll::At(segment_base))
     }
 
     /// Cuts the log and its epochs back to `offset`: a follower's truncation after a leader
@@ -781,7 +909,8 @@ impl Partition {
         lock(&self.epochs).truncate_from_end(offset)
     }
 
-    /// Empties the log and starts it again, empty, at `base` (past its end): a follower whose
+    /// Empties the log and starts it again, empty, at `base` (past its end), its next record
+    /// numbered `first_record` (the leader's number at `base`): a follower whose
     /// whole log lies before its leader's log start, because retention on the leader deleted
     /// everything it has. Its leader epochs go too; the copied data brings them again.
     /// Blocking; appends and reads wait meanwhile.
@@ -790,7 +919,7 @@ impl Partition {
     /// leaves a prefix of the old log, from which the follower starts over); the new segment is
     /// created before the last, empty, old one is deleted, so that the state always names
     /// files that exist.
-    pub fn restart_replica_at(&self, base: u64) -> Result<(), LogError> {
+    pub fn restart_replica_at(&self, base: u64, first_record: u64) -> Result<(), LogError> {
         let _flushing = lock(&self.flushing);
         let mut state = self.state();
         if base <= state.end {
@@ -804,14 +933,20 @@ impl Partition {
         }
         let first = state.segments[0].base_offset;
         self.cut(&mut state, first)?;
+        let index = SegmentIndex::create(&self.dir, base, first_record)
+            .map_err(io_error("creating an index in", &self.dir))?;
         let created =
             Segment::create(&self.dir, base).map_err(io_error("creating segment in", &self.dir))?;
         let old = Arc::clone(state.active());
         state.segments.push(Arc::new(created));
+        state.indexes.push(index);
         state.end = base;
         state.dir_unsynced = true;
         fs::remove_file(&old.path).map_err(io_error("deleting", &old.path))?;
         state.segments.remove(0);
+        let old_index = state.indexes.remove(0);
+        old_index.delete().map_err(io_error("deleting the index of", &old.path))?;
+        state.recent_ends.clear();
         sync_dir(&self.dir)?;
         state.dir_unsynced = false;
         state.unsynced.clear();
@@ -937,6 +1072,73 @@ fn write_all_vectored_at(file: &fs::File, sets: &[&[u8]], mut position: u64) -> 
     Ok(())
 }
 
+/// Copies of the sets that hold magic-2 messages, each batch's base offset set to the number
+/// of its first record (records of the sets before numbered from `first_record`) and the
+/// message's CRC written again; `None` for a set without one, which is written as it came.
+fn number_batches(
+    sets: &[&[u8]],
+    counted: &[SetRecords],
+    first_record: u64,
+) -> Vec<Option<Vec<u8>>> {
+    let mut record = first_record;
+    sets.iter()
+        .zip(counted)
+        .map(|(set, counts)| {
+            let mut copy: Option<Vec<u8>> = None;
+            for (i, &(start, records, batch)) in counts.messages.iter().enumerate() {
+                if batch {
+                    let copy = copy.get_or_insert_with(|| set.to_vec());
+                    let start = start as usize;
+                    let end = counts.messages.get(i + 1).map_or(set.len(), |m| m.0 as usize);
+                    let message = &mut copy[start..end];
+                    // length, CRC, magic: then the batch.
+                    let batch_at = protocol::PLAIN_MESSAGE_OVERHEAD_BYTES;
+                    protocol::record_batch::set_base_offset(
+                        &mut message[batch_at..],
+                        i64::try_from(record).unwrap_or(i64::MAX),
+                    );
+                    protocol::restamp_crc(message);
+                }
+                record += records;
+            }
+            copy
+        })
+        .collect()
+}
+
+/// The record index of each segment, opened or rebuilt (`index` module); the log ends at
+/// `end`. Index files without a segment are deleted. Blocking.
+fn open_indexes(
+    dir: &Path,
+    segments: &[Arc<Segment>],
+    end: u64,
+) -> Result<Vec<SegmentIndex>, LogError> {
+    let mut indexes: Vec<SegmentIndex> = Vec::with_capacity(segments.len());
+    for (i, segment) in segments.iter().enumerate() {
+        let sealed = i + 1 < segments.len();
+        let segment_end = segments.get(i + 1).map_or(end, |next| next.base_offset);
+        let first_record = indexes.last().map(SegmentIndex::end_record);
+        let opened = SegmentIndex::open(
+            dir,
+            &segment.file,
+            segment.base_offset,
+            segment_end,
+            first_record,
+            sealed,
+        )
+        .map_err(io_error("indexing", &segment.path))?;
+        indexes.push(opened);
+    }
+    for entry in fs::read_dir(dir).map_err(io_error("listing", dir))? {
+        let entry = entry.map_err(io_error("listing", dir))?;
+        let base = entry.file_name().to_str().and_then(index::parse_file_name);
+        if base.is_some_and(|base| !segments.iter().any(|s| s.base_offset == base)) {
+            fs::remove_file(entry.path()).map_err(io_error("deleting", &entry.path()))?;
+        }
+    }
+    Ok(indexes)
+}
+
 /// Fsyncs a directory so that created and deleted entries survive a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
     service::durable::sync_dir(dir).map_err(io_error("syncing directory", dir))
@@ -967,6 +1169,143 @@ mod tests {
         Partition::open(dir.join("t-0"), "t", 0, config).unwrap()
     }
 
+    /// A set of: two plain messages, a gzip wrapper of three, a batch of records numbered
+    /// 0..5 (five offsets, two records) as a Kafka producer sends it.
+    fn mixed_set() -> Vec<u8> {
+        let mut set = Vec::new();
+        protocol::encode_message(&mut set, Codec::None, b"plain-one");
+        protocol::encode_message(&mut set, Codec::None, b"plain-two");
+        let mut inner = Vec::new();
+        for payload in [&b"a"[..], b"b", b"c"] {
+            protocol::encode_message(&mut inner, Codec::None, payload);
+        }
+        let packed = protocol::compression::compress(Codec::Gzip, &inner).unwrap();
+        protocol::encode_message(&mut set, Codec::Gzip, &packed);
+        let mut batch = protocol::record_batch::RecordBatchBuilder::new(0);
+        batch.push(0, 1_000, Some(b"k"), Some(b"first"), &[]);
+        batch.push(4, 1_001, None, Some(b"fifth"), &[]);
+        protocol::encode_batch_message(&mut set, &batch.finish());
+        set
+    }
+
+    fn append_mixed(partition: &Partition) -> Appended {
+        let set = mixed_set();
+        let counted = index::count_records(&set, 1 << 20).unwrap();
+        assert_eq!(counted.records, 10);
+        partition.append(&[&set], &[counted]).unwrap()
+    }
+
+    #[test]
+    fn records_are_numbered_across_appends_rolls_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let set_bytes = mixed_set().len() as u64;
+        // Every segment holds two sets at most.
+        let partition = open(dir.path(), config(2 * set_bytes));
+        let mut appended = Vec::new();
+        for _ in 0..5 {
+            appended.push(append_mixed(&partition));
+        }
+        assert_eq!(
+            appended.iter().map(|a| a.first_record).collect::<Vec<_>>(),
+            [0, 10, 20, 30, 40]
+        );
+        assert_eq!((partition.start_record(), partition.end_record()), (0, 50));
+        assert!(partition.segment_bases().len() >= 3, "{:?}", partition.segment_bases());
+        // Each record is found in its message: plain ones alone, the wrapper's three together,
+        // the batch's five offsets in one message.
+        let message_starts = [0u64, 18, 36];
+        for (i, a) in appended.iter().enumerate() {
+            let base = i as u64 * 10;
+            let batch_at = a.end - (set_bytes - mixed_set_batch_position());
+            let expected = [
+                (a.offset + message_starts[0], base),
+                (a.offset + message_starts[1], base + 1),
+                (a.offset + message_starts[2], base + 2),
+                (a.offset + message_starts[2], base + 2),
+                (a.offset + message_starts[2], base + 2),
+                (batch_at, base + 5),
+            ];
+            for (k, want) in expected.iter().enumerate() {
+                assert_eq!(partition.locate_record(base + k as u64).unwrap(), Some(*want), "{k}");
+            }
+            assert_eq!(partition.locate_record(base + 9).unwrap(), Some((batch_at, base + 5)));
+            assert_eq!(partition.record_at_offset(a.offset as i64).unwrap(), base);
+            assert_eq!(partition.record_at_offset(batch_at as i64).unwrap(), base + 5);
+            // The stored batch carries its first record's number as its base offset.
+            let slice = partition.read(batch_at as i64, 1 << 20).unwrap().unwrap();
+            let mut bytes = vec![0u8; slice.len as usize];
+            slice.segment.file.read_exact_at(&mut bytes, slice.position).unwrap();
+            let (_, message) = protocol::MessageSetIter::new(&bytes, 0).next().unwrap().unwrap();
+            let batch = protocol::record_batch::RecordBatchRef::parse(message.payload).unwrap();
+            assert_eq!(batch.base_offset(), (base + 5) as i64);
+        }
+        assert_eq!(partition.locate_record(50).unwrap(), None);
+        assert_eq!(partition.record_at_offset(partition.end() as i64).unwrap(), 50);
+        partition.flush().unwrap();
+        drop(partition);
+
+        // Reopened: the same numbers, from the index files or, without them, from the log.
+        let again = open(dir.path(), config(2 * set_bytes));
+        assert_eq!(again.end_record(), 50);
+        assert_eq!(again.locate_record(37).unwrap(), partition_locate(&appended[3], 7));
+        drop(again);
+        for entry in fs::read_dir(dir.path().join("t-0")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "index") {
+                fs::remove_file(path).unwrap();
+            }
+        }
+        let rebuilt = open(dir.path(), config(2 * set_bytes));
+        assert_eq!((rebuilt.start_record(), rebuilt.end_record()), (0, 50));
+        assert_eq!(rebuilt.locate_record(37).unwrap(), partition_locate(&appended[3], 7));
+        assert_eq!(append_mixed(&rebuilt).first_record, 50);
+    }
+
+    /// Where record `k` (0..10) of a mixed set appended at `a` is.
+    fn partition_locate(a: &Appended, k: u64) -> Option<(u64, u64)> {
+        let base = a.first_record;
+        Some(match k {
+            0 => (a.offset, base),
+            1 => (a.offset + 18, base + 1),
+            2..=4 => (a.offset + 36, base + 2),
+            _ => (a.offset + mixed_set_batch_position(), base + 5),
+        })
+    }
+
+    /// Where the batch message starts in a mixed set.
+    fn mixed_set_batch_position() -> u64 {
+        let set = mixed_set();
+        let positions: Vec<usize> = {
+            let mut iter = protocol::MessageSetIter::new(&set, 0);
+            let mut positions = vec![0];
+            while iter.next().is_some() {
+                positions.push(iter.valid_bytes());
+            }
+            positions
+        };
+        positions[3] as u64
+    }
+
+    #[test]
+    fn truncation_and_a_restart_renumber_from_where_the_log_now_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        let first = append_mixed(&partition);
+        let second = append_mixed(&partition);
+        partition.truncate_to(second.offset).unwrap();
+        assert_eq!(partition.end_record(), 10);
+        assert_eq!(append_mixed(&partition).first_record, 10);
+        partition.truncate_to(first.offset + 18).unwrap();
+        assert_eq!(partition.end_record(), 1, "one plain message kept");
+        let end = partition.end();
+        partition.restart_replica_at(end + 1_000, 4_242).unwrap();
+        assert_eq!((partition.start_record(), partition.end_record()), (4_242, 4_242));
+        assert_eq!(append_mixed(&partition).first_record, 4_242);
+        drop(partition);
+        let reopened = open(dir.path(), config(1 << 20));
+        assert_eq!((reopened.start_record(), reopened.end_record()), (4_242, 4_252));
+    }
+
     /// Appends one message per payload, each in a set of its own; returns where they landed.
     fn append(partition: &Partition, payloads: &[&str]) -> Vec<u64> {
         let offsets: Vec<u64> = payloads
@@ -976,7 +1315,8 @@ mod tests {
                 let mut set = Vec::new();
                 protocol::encode_message(&mut set, Codec::None, p.as_bytes());
                 assert_eq!(set.len() as u64, MESSAGE_BYTES);
-                partition.append(&[&set], 1).unwrap().offset
+                let counted = index::count_records(&set, 1 << 20).unwrap();
+                partition.append(&[&set], &[counted]).unwrap().offset
             })
             .collect();
         offsets
