@@ -124,6 +124,10 @@ pub struct Broker {
     replicas: OnceLock<Arc<ReplicaManager>>,
     /// The port it serves on, once serving (what METADATA says of it).
     port: OnceLock<u16>,
+    /// The port of its Kafka listener, if it has one.
+    kafka_port: OnceLock<u16>,
+    /// What the Kafka listener keeps.
+    kafka: crate::kafka::State,
     /// A coordination session to register in instead of connecting to `config.zookeeper`.
     coordinator: OnceLock<Arc<dyn cluster::Coordinator>>,
     /// Partitions this broker leads with followers, by topic and partition.
@@ -176,6 +180,8 @@ impl Broker {
             registration: OnceLock::new(),
             replicas: OnceLock::new(),
             port: OnceLock::new(),
+            kafka_port: OnceLock::new(),
+            kafka: crate::kafka::State::default(),
             coordinator: OnceLock::new(),
             leaders,
             tls,
@@ -205,6 +211,47 @@ impl Broker {
             "logs open"
         );
         Ok(broker)
+    }
+
+    /// Records the port its Kafka listener serves on, before the broker registers.
+    pub(crate) fn set_kafka_port(&self, port: u16) {
+        let _ = self.kafka_port.set(port);
+    }
+
+    /// Every broker of the cluster that serves Kafka's protocol, and where: `(id, host,
+    /// kafka_port)`; this broker alone, if it is alone.
+    pub(crate) fn kafka_endpoints(&self) -> Vec<(i32, String, u16)> {
+        match self.replicas.get() {
+            Some(replicas) => replicas
+                .view()
+                .brokers
+                .iter()
+                .filter_map(|(&id, b)| b.kafka_port.map(|port| (id, b.host.clone(), port)))
+                .collect(),
+            None => {
+                let host = self.config.advertised_host.clone();
+                let host = host.unwrap_or_else(|| self.config.host.clone());
+                self.kafka_port()
+                    .map(|port| (self.config.broker_id, host, port))
+                    .into_iter()
+                    .collect()
+            }
+        }
+    }
+
+    /// The cluster's registry, once this broker registered in one.
+    pub(crate) fn registry(&self) -> Option<cluster::Registry> {
+        self.registration.get().map(|r| r.registry().clone())
+    }
+
+    /// What the Kafka listener keeps: consumer groups, idempotent producers.
+    pub(crate) fn kafka(&self) -> &crate::kafka::State {
+        &self.kafka
+    }
+
+    /// The port of its Kafka listener, once serving one.
+    pub fn kafka_port(&self) -> Option<u16> {
+        self.kafka_port.get().copied()
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -243,6 +290,7 @@ impl Broker {
         let info = cluster::BrokerInfo {
             host: self.config.advertised_host.clone().unwrap_or_else(|| self.config.host.clone()),
             port: self.config.advertised_port.unwrap_or(port),
+            kafka_port: self.kafka_port.get().copied(),
         };
         let registration = match (self.coordinator.get(), &self.config.zookeeper) {
             (Some(session), _) => {
@@ -412,7 +460,7 @@ impl Broker {
             // A partition without followers: its leader is its only in-sync replica.
             _ => None,
         };
-        AppendedRun { results, wait }
+        AppendedRun { results, wait, first_record: Some(appended.first_record) }
     }
 
     async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
@@ -1169,7 +1217,11 @@ impl Broker {
     }
 
     /// A partition consumers may read: one this broker leads.
-    fn partition(&self, topic: &str, partition: i32) -> Result<Arc<Partition>, ErrorCode> {
+    pub(crate) fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<Partition>, ErrorCode> {
         protocol::validate_topic_name(topic).map_err(|_| ErrorCode::InvalidTopicName)?;
         let topic = self.logs.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
         self.led_partition(&topic, partition)
@@ -1288,6 +1340,8 @@ async fn retention(logs: Arc<LogManager>, interval: Duration, stop: Cancellation
 pub(crate) struct AppendedRun {
     results: Vec<Result<(i32, i64), ErrorCode>>,
     wait: Option<AckWait>,
+    /// The record number of the first record appended, if any was.
+    first_record: Option<u64>,
 }
 
 /// What an acknowledgement waits for after the append.
@@ -1300,7 +1354,12 @@ pub(crate) enum AckWait {
 
 impl AppendedRun {
     fn now(results: Vec<Result<(i32, i64), ErrorCode>>) -> AppendedRun {
-        AppendedRun { results, wait: None }
+        AppendedRun { results, wait: None, first_record: None }
+    }
+
+    /// The record number of the first record appended, if any was.
+    pub(crate) fn first_record(&self) -> Option<u64> {
+        self.first_record
     }
 
     /// Whether the answers are ready without waiting.

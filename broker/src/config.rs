@@ -77,6 +77,12 @@ pub struct BrokerConfig {
     /// front of the broker. Each unset: the listening one.
     pub advertised_host: Option<String>,
     pub advertised_port: Option<u16>,
+    /// The port of the Kafka protocol listener (DESIGN "Kafka protocol listener"), for Kafka's
+    /// own clients; unset: none. 0 takes a free port (registered and answered in metadata).
+    pub kafka_port: Option<u16>,
+    /// The address the Kafka listener listens on; `host` when unset. Kafka clients are told
+    /// `advertised_host` (or this) with the listener's port.
+    pub kafka_host: Option<String>,
     pub data_dir: PathBuf,
     /// Partitions of a topic created without an explicit count.
     pub num_partitions: u32,
@@ -165,6 +171,8 @@ impl Default for BrokerConfig {
             port: protocol::DEFAULT_PORT,
             advertised_host: None,
             advertised_port: None,
+            kafka_port: None,
+            kafka_host: None,
             data_dir: PathBuf::from("/tmp/tributary-logs"),
             num_partitions: 1,
             auto_create_topics: true,
@@ -234,6 +242,9 @@ impl BrokerConfig {
         }
         if self.advertised_host.as_deref().is_some_and(str::is_empty) {
             return invalid("advertised_host", "must not be empty");
+        }
+        if self.kafka_host.as_deref().is_some_and(str::is_empty) {
+            return invalid("kafka_host", "must not be empty");
         }
         if self.advertised_port == Some(0) {
             return invalid("advertised_port", "must be a port (1 to 65535)");
@@ -352,6 +363,13 @@ impl BrokerConfig {
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// Where the Kafka listener listens, if the broker has one.
+    pub fn kafka_listen_addr(&self) -> Option<String> {
+        let port = self.kafka_port?;
+        let host = self.kafka_host.as_deref().unwrap_or(&self.host);
+        Some(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") })
     }
 
     /// Parses [`BrokerConfig::listen_addr`] when it is a literal IP address.

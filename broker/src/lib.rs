@@ -5,12 +5,14 @@
 //! is the cache.
 //!
 //! [`run`] serves a bound listener (tests bind port 0); `main` only parses the command line.
+//! [`serve_with`] also speaks the Apache Kafka protocol on a second listener (`kafka`).
 
 pub mod acl;
 mod broker;
 mod config;
 mod connection;
 mod follower;
+mod kafka;
 mod leader;
 pub mod log;
 mod metrics;
@@ -28,4 +30,4 @@ pub use config::{
 pub use follower::FollowerError;
 pub use leader::Leadership;
 pub use metrics::Metrics;
-pub use server::{run, serve};
+pub use server::{run, serve, serve_with};

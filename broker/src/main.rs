@@ -32,6 +32,13 @@ struct Cli {
     /// The port clients and other brokers are told to connect to; `port` without it.
     #[arg(long, value_name = "P")]
     advertised_port: Option<u16>,
+    /// Also speak the Apache Kafka protocol on this port, for Kafka's own clients (0: a free
+    /// port); unset: no Kafka listener.
+    #[arg(long, value_name = "P")]
+    kafka_port: Option<u16>,
+    /// Address the Kafka listener listens on; `host` without it.
+    #[arg(long, value_name = "H")]
+    kafka_host: Option<String>,
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
@@ -160,6 +167,14 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let kafka = match config.kafka_listen_addr() {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("cannot listen for Kafka clients on {addr}"))?,
+        ),
+        None => None,
+    };
     let broker = Broker::open(config).await?;
     if let Some(listener) = metrics {
         tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
@@ -168,6 +183,6 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         let tls = broker.tls().cloned();
         tokio::spawn(service::metrics::serve(listener, registry, tls, shutdown.clone()));
     }
-    broker::serve(listener, broker, shutdown).await?;
+    broker::serve_with(listener, kafka, broker, shutdown).await?;
     Ok(())
 }

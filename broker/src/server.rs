@@ -34,9 +34,38 @@ pub async fn serve(
     broker: Arc<Broker>,
     shutdown: CancellationToken,
 ) -> Result<(), BrokerError> {
+    serve_with(listener, None, broker, shutdown).await
+}
+
+/// [`serve`], and Kafka's protocol on `kafka` too when given (`crate::kafka`): both listeners
+/// share the connection limit, TLS and ACLs, and stop together.
+pub async fn serve_with(
+    listener: TcpListener,
+    kafka: Option<TcpListener>,
+    broker: Arc<Broker>,
+    shutdown: CancellationToken,
+) -> Result<(), BrokerError> {
     let limit = Arc::new(Semaphore::new(broker.config().max_connections as usize));
     let connections = TaskTracker::new();
     let stop = CancellationToken::new();
+    if let Some(kafka) = kafka {
+        let port = match kafka.local_addr() {
+            Ok(addr) => addr.port(),
+            Err(e) => {
+                broker.close().await?;
+                return Err(BrokerError::Listen(e));
+            }
+        };
+        broker.set_kafka_port(port);
+        tracing::info!(port, broker_id = broker.config().broker_id, "Kafka listener");
+        connections.spawn(crate::kafka::serve(
+            kafka,
+            Arc::clone(&broker),
+            Arc::clone(&limit),
+            connections.clone(),
+            stop.clone(),
+        ));
+    }
     let addr = match listener.local_addr() {
         Ok(addr) => addr,
         Err(e) => {
@@ -113,7 +142,7 @@ pub async fn serve(
 /// The TLS handshake of a new connection, and the principal its certificate names. A client
 /// that fails it — plaintext on a TLS port, a certificate the CA did not sign, none where one
 /// is required, silence — is logged and closed, never left hanging.
-async fn handshake(
+pub(crate) async fn handshake(
     stream: tokio::net::TcpStream,
     tls: &service::tls::ServerTls,
     metrics: &Metrics,

@@ -27,7 +27,7 @@ async fn a_broker_registers_in_an_embedded_session() {
         (!brokers.is_empty()).then_some(brokers)
     })
     .await;
-    assert_eq!(brokers.get(&4), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    assert_eq!(brokers.get(&4), Some(&BrokerInfo::new("127.0.0.1", port)));
     let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();
     conn.produce("views", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
     let (state, _) = observer.partition_state("views", 0).await.unwrap().expect("a state");

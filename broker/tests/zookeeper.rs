@@ -34,7 +34,7 @@ async fn a_broker_registers_itself_and_creates_topics_in_the_cluster() {
         (!brokers.is_empty()).then_some(brokers)
     })
     .await;
-    assert_eq!(brokers.get(&3), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    assert_eq!(brokers.get(&3), Some(&BrokerInfo::new("127.0.0.1", port)));
     let conn = broker.connect().await;
     conn.create_topic("views", 4, &[]).await.unwrap();
     conn.produce("clicks", 0, Acks::Written, message_set(&[b"x"])).await.unwrap();
@@ -203,7 +203,7 @@ async fn the_zookeeper_flags_register_a_broker_started_from_the_command_line() {
         (!brokers.is_empty()).then_some(brokers)
     })
     .await;
-    assert_eq!(brokers.get(&5), Some(&BrokerInfo { host: "127.0.0.1".into(), port }));
+    assert_eq!(brokers.get(&5), Some(&BrokerInfo::new("127.0.0.1", port)));
     // --default-replication-factor 2: one live broker cannot hold a new topic's two replicas;
     // --min-insync-replicas 2: a topic of one replica cannot need two.
     let conn = client::Connection::connect(&format!("127.0.0.1:{port}")).await.unwrap();

@@ -25,7 +25,7 @@ async fn cluster(topic: &str) -> (TestBroker, Arc<dyn Coordinator>) {
     let session: Arc<dyn Coordinator> = Embedded::new().session("/live").unwrap();
     let registry = Registry::new(Arc::clone(&session));
     let port = broker.addr.rsplit(':').next().unwrap().parse().unwrap();
-    registry.register_broker(0, &BrokerInfo { host: "127.0.0.1".into(), port }).await.unwrap();
+    registry.register_broker(0, &BrokerInfo::new("127.0.0.1", port)).await.unwrap();
     registry.create_topic_led_by(topic, 1, 0).await.unwrap();
     (broker, session)
 }

@@ -6,6 +6,7 @@
 //! | `/consumers/{group}/ids/{consumer_id}` | ephemeral | `{"topic": streams, …}` |
 //! | `/consumers/{group}/owners/{topic}/{p}` | ephemeral | `{consumer_id}-{stream}` |
 //! | `/consumers/{group}/offsets/{topic}/{p}` | persistent | next offset |
+//! | `/kafka-groups/{group}/offsets/{topic}/{p}` | persistent | next record number (Kafka groups) |
 //!
 //! Topics, their partitions' states and the controller are in [`crate::replicated`]. A
 //! partition is named by its number `0..P-1` across the cluster.
@@ -46,14 +47,22 @@ pub enum RegistryError {
     AdminInProgress { path: &'static str },
 }
 
-/// Where a broker listens.
+/// Where a broker listens: its own protocol on `port`, and Kafka's on `kafka_port` if it has
+/// a Kafka listener (DESIGN "Kafka protocol listener").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerInfo {
     pub host: String,
     pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_port: Option<u16>,
 }
 
 impl BrokerInfo {
+    /// A broker without a Kafka listener.
+    pub fn new(host: impl Into<String>, port: u16) -> BrokerInfo {
+        BrokerInfo { host: host.into(), port, kafka_port: None }
+    }
+
     pub fn addr(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
@@ -310,18 +319,71 @@ impl Registry {
         offset: i64,
     ) -> Result<(), RegistryError> {
         let path = Registry::offset_path(group, topic, partition)?;
-        let data = offset.to_string();
-        match self.coordinator.set(&path, data.as_bytes(), None).await {
+        self.put(&path, offset.to_string().as_bytes()).await
+    }
+
+    /// Writes `data` at `path`, creating it (and its parents) if it is not there.
+    async fn put(&self, path: &str, data: &[u8]) -> Result<(), RegistryError> {
+        let (path, data) = (path.to_owned(), data.to_vec());
+        match self.coordinator.set(&path, &data, None).await {
             Err(CoordError::NoNode { .. }) => {
-                match self.coordinator.create(&path, data.as_bytes(), NodeMode::Persistent).await {
+                match self.coordinator.create(&path, &data, NodeMode::Persistent).await {
                     Err(CoordError::NodeExists { .. }) => {
-                        self.coordinator.set(&path, data.as_bytes(), None).await?;
+                        self.coordinator.set(&path, &data, None).await?;
                         Ok(())
                     }
                     result => Ok(result?),
                 }
             }
             result => result.map(drop).map_err(Into::into),
+        }
+    }
+
+    // Offsets of Kafka consumer groups (DESIGN "Kafka protocol listener"): record numbers,
+    // apart from native groups' byte offsets.
+
+    /// Records `record` as the next record Kafka group `group` consumes from `partition`.
+    pub async fn commit_kafka_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+        record: i64,
+    ) -> Result<(), RegistryError> {
+        let path = format!(
+            "/kafka-groups/{}/offsets/{}/{partition}",
+            segment("group", group)?,
+            segment("topic", topic)?
+        );
+        self.put(&path, record.to_string().as_bytes()).await
+    }
+
+    /// Every offset Kafka group `group` committed, by topic and partition.
+    pub async fn kafka_offsets(
+        &self,
+        group: &str,
+    ) -> Result<BTreeMap<String, BTreeMap<i32, i64>>, RegistryError> {
+        let dir = format!("/kafka-groups/{}/offsets", segment("group", group)?);
+        let topics = match self.coordinator.children(&dir).await {
+            Ok(topics) => topics,
+            Err(CoordError::NoNode { .. }) => return Ok(BTreeMap::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut offsets = BTreeMap::new();
+        for topic in topics {
+            let values =
+                self.read_partition_values(&format!("{dir}/{topic}"), parse_offset).await?;
+            offsets.insert(topic, values);
+        }
+        Ok(offsets)
+    }
+
+    /// The Kafka groups that committed offsets.
+    pub async fn kafka_groups(&self) -> Result<Vec<String>, RegistryError> {
+        match self.coordinator.children("/kafka-groups").await {
+            Ok(groups) => Ok(groups),
+            Err(CoordError::NoNode { .. }) => Ok(Vec::new()),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -259,7 +259,7 @@ async fn chroots_isolate_clusters(service: Service) {
 async fn registries_follow_the_design_layout(service: Service) {
     let s = service.session().await;
     let r = Registry::new(s.coordinator());
-    let info = BrokerInfo { host: "127.0.0.1".into(), port: 6667 };
+    let info = BrokerInfo::new("127.0.0.1", 6667);
     r.register_broker(0, &info).await.unwrap();
     let other = service.session().await;
     let err = Registry::new(other.coordinator()).register_broker(0, &info).await.unwrap_err();
@@ -425,7 +425,7 @@ async fn a_controller_whose_session_expired_is_elected_again_in_a_new_epoch(serv
 /// Registers broker `id` in a session of its own: the broker is live while the session is.
 async fn live_broker(service: &Service, id: i32) -> Session {
     let session = service.session().await;
-    let info = BrokerInfo { host: "127.0.0.1".into(), port: 9000 + id as u16 };
+    let info = BrokerInfo::new("127.0.0.1", 9000 + id as u16);
     Registry::new(session.coordinator()).register_broker(id, &info).await.unwrap();
     session
 }

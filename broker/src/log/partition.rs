@@ -1024,6 +1024,25 @@ impl Partition {
         Ok(true)
     }
 
+    /// The record number of the first record of the oldest segment last modified at or after
+    /// `time_ms` (ms since the epoch): where records written at or after that time begin, at
+    /// a segment's grain; `None` if every segment is older. Blocking (reads file times).
+    pub fn first_record_since(&self, time_ms: i64) -> Result<Option<u64>, LogError> {
+        let (segments, firsts): (Vec<Arc<Segment>>, Vec<u64>) = {
+            let state = self.state();
+            (state.segments.clone(), state.indexes.iter().map(SegmentIndex::first_record).collect())
+        };
+        for (segment, first) in segments.iter().zip(firsts) {
+            let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
+            let modified_ms =
+                modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            if modified_ms >= time_ms {
+                return Ok(Some(first));
+            }
+        }
+        Ok(None)
+    }
+
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified
     /// at or before it, newest first, at most `max_number`. Blocking (reads file times).
     pub fn offsets_before(&self, time_ms: i64, max_number: usize) -> Result<Vec<i64>, LogError> {

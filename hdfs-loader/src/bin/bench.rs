@@ -99,7 +99,7 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let embedded = Embedded::new();
     let coordinator: Arc<dyn Coordinator> = embedded.session("/bench")?;
     let cluster = Registry::new(Arc::clone(&coordinator));
-    cluster.register_broker(0, &BrokerInfo { host: "127.0.0.1".into(), port }).await?;
+    cluster.register_broker(0, &BrokerInfo::new("127.0.0.1", port)).await?;
     // The broker runs alone (no registry of its own): describe its partitions to one.
     cluster.create_topic_led_by(TOPIC, args.partitions, 0).await?;
     let store_url = args

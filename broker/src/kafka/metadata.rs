@@ -1,0 +1,212 @@
+//! ApiVersions, Metadata and CreateTopics over the Kafka listener. Metadata is the broker's own
+//! (`Broker::metadata`: leaders, leader epochs, replicas, ISRs from the cluster's registry) with
+//! each broker's Kafka port; the leader epoch answered is −1, so that clients skip
+//! OffsetForLeaderEpoch validation, which the listener does not serve.
+
+use bytes::BytesMut;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, CreateTopicsResponse, MetadataResponse, TopicName,
+};
+use protocol::ErrorCode;
+
+use super::request::{CreateTopicsRequest, Header, MetadataRequest};
+use super::response::{code, encode, encode_version, kafka_error, str_bytes};
+use super::{Client, Malformed, versions};
+use crate::acl::Operation;
+
+/// The cluster id Kafka clients are told.
+const CLUSTER_ID: &str = "tributary";
+
+fn api_keys() -> Vec<ApiVersion> {
+    versions::SERVED
+        .iter()
+        .map(|s| {
+            ApiVersion::default()
+                .with_api_key(s.key as i16)
+                .with_min_version(s.min)
+                .with_max_version(s.max)
+        })
+        .collect()
+}
+
+pub fn api_versions(header: &Header) -> Result<BytesMut, Malformed> {
+    let body = ApiVersionsResponse::default().with_api_keys(api_keys());
+    encode(ApiKey::ApiVersions, header, &body)
+}
+
+/// The answer to an ApiVersions request of a version not served: version 0, with the error and
+/// the versions served, which every client reads to pick one it and the broker share.
+pub fn unsupported_api_versions(correlation_id: i32) -> Result<BytesMut, Malformed> {
+    let body = ApiVersionsResponse::default()
+        .with_error_code(code::UNSUPPORTED_VERSION)
+        .with_api_keys(api_keys());
+    encode_version(ApiKey::ApiVersions, 0, correlation_id, &body)
+}
+
+pub async fn metadata(
+    client: &Client,
+    header: &Header,
+    request: MetadataRequest,
+) -> Result<BytesMut, Malformed> {
+    let broker = &client.broker;
+    let authorizer = broker.authorizer();
+    let asked: Vec<String> = request.topics.clone().unwrap_or_default();
+    // Unknown topics asked for are created, as a Kafka broker with auto.create.topics.enable
+    // does, when the client allows it and the principal may create them.
+    if request.allow_auto_topic_creation && broker.config().auto_create_topics && !asked.is_empty()
+    {
+        let known = broker.metadata(&asked);
+        for topic in known.topics.iter().filter(|t| t.error == ErrorCode::UnknownTopic) {
+            if authorizer.check(&client.principal, &topic.name, Operation::Create)
+                && let Err(e) = broker.create_topic(&topic.name, 0, &[]).await
+            {
+                tracing::debug!(topic = %topic.name, error = ?e, "auto-creating a topic for a Kafka client failed");
+            }
+        }
+    }
+    let native = broker.metadata(&asked);
+    let brokers = broker
+        .kafka_endpoints()
+        .into_iter()
+        .map(|(id, host, port)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(&host))
+                .with_port(i32::from(port))
+        })
+        .collect();
+    let mut topics = Vec::with_capacity(native.topics.len());
+    for topic in &native.topics {
+        let allowed = authorizer.check(&client.principal, &topic.name, Operation::Describe);
+        if !allowed {
+            if request.topics.is_some() {
+                topics.push(topic_error(&topic.name, code::TOPIC_AUTHORIZATION_FAILED));
+            }
+            continue;
+        }
+        if topic.error != ErrorCode::None {
+            topics.push(topic_error(&topic.name, kafka_error(topic.error)));
+            continue;
+        }
+        let partitions = topic
+            .partitions
+            .iter()
+            .map(|p| {
+                let error = match p.error {
+                    ErrorCode::None => code::NONE,
+                    ErrorCode::NotLeader => code::LEADER_NOT_AVAILABLE,
+                    e => kafka_error(e),
+                };
+                MetadataResponsePartition::default()
+                    .with_error_code(error)
+                    .with_partition_index(p.partition)
+                    .with_leader_id(BrokerId(p.leader))
+                    .with_leader_epoch(-1)
+                    .with_replica_nodes(p.replicas.iter().map(|&r| BrokerId(r)).collect())
+                    .with_isr_nodes(p.isr.iter().map(|&r| BrokerId(r)).collect())
+            })
+            .collect();
+        topics.push(
+            MetadataResponseTopic::default()
+                .with_name(Some(TopicName(str_bytes(&topic.name))))
+                .with_is_internal(topic.name.starts_with('_'))
+                .with_partitions(partitions),
+        );
+    }
+    let body = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_cluster_id(Some(str_bytes(CLUSTER_ID)))
+        .with_controller_id(BrokerId(broker.config().broker_id))
+        .with_topics(topics);
+    encode(ApiKey::Metadata, header, &body)
+}
+
+fn topic_error(name: &str, error: i16) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_error_code(error)
+        .with_name(Some(TopicName(str_bytes(name))))
+}
+
+pub async fn create_topics(
+    client: &Client,
+    header: &Header,
+    request: CreateTopicsRequest,
+) -> Result<BytesMut, Malformed> {
+    let broker = &client.broker;
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let result = |error: i16, message: Option<String>| {
+            CreatableTopicResult::default()
+                .with_name(TopicName(str_bytes(&topic.name)))
+                .with_error_code(error)
+                .with_error_message(message.map(|m| str_bytes(&m)))
+        };
+        if !broker.authorizer().check(&client.principal, &topic.name, Operation::Create) {
+            results.push(result(code::TOPIC_AUTHORIZATION_FAILED, None));
+            continue;
+        }
+        if protocol::validate_topic_name(&topic.name).is_err() {
+            results.push(result(code::INVALID_TOPIC_EXCEPTION, None));
+            continue;
+        }
+        let existing = broker.metadata(std::slice::from_ref(&topic.name));
+        if existing.topics.iter().any(|t| t.error != ErrorCode::UnknownTopic) {
+            let message = format!("topic {} already exists", topic.name);
+            results.push(result(code::TOPIC_ALREADY_EXISTS, Some(message)));
+            continue;
+        }
+        if !topic.assignments.is_empty() {
+            let message = "replica assignments are made by the controller".to_owned();
+            results.push(result(code::INVALID_REQUEST, Some(message)));
+            continue;
+        }
+        if topic.num_partitions == 0 || topic.num_partitions < -1 {
+            results.push(result(code::INVALID_PARTITIONS, None));
+            continue;
+        }
+        if topic.replication_factor == 0 || topic.replication_factor < -1 {
+            results.push(result(code::INVALID_REPLICATION_FACTOR, None));
+            continue;
+        }
+        // Kafka's topic configs are dotted (`retention.ms`), Tributary's underscored.
+        let mut configs: Vec<(String, String)> = Vec::new();
+        let mut unusable = None;
+        for (name, value) in &topic.configs {
+            match (name.as_str(), value) {
+                ("cleanup.policy", Some(policy)) if policy == "delete" => {}
+                (_, None) => {}
+                (name, Some(value)) => configs.push((name.replace('.', "_"), value.clone())),
+            }
+            if name == "cleanup.policy" && value.as_deref() != Some("delete") {
+                unusable = Some("only cleanup.policy=delete: there is no compaction".to_owned());
+            }
+        }
+        if topic.replication_factor > 0 {
+            configs.push(("replication_factor".into(), topic.replication_factor.to_string()));
+        }
+        if let Some(message) = unusable {
+            results.push(result(code::INVALID_CONFIG, Some(message)));
+            continue;
+        }
+        if request.validate_only {
+            results.push(result(code::NONE, None));
+            continue;
+        }
+        let partitions = topic.num_partitions.max(0);
+        match broker.create_topic(&topic.name, partitions, &configs).await {
+            Ok(()) => results.push(result(code::NONE, None)),
+            Err(ErrorCode::InvalidConfig) => {
+                let message = "a setting Tributary does not take, or a value it refuses";
+                results.push(result(code::INVALID_CONFIG, Some(message.to_owned())));
+            }
+            Err(e) => results.push(result(kafka_error(e), None)),
+        }
+    }
+    let body = CreateTopicsResponse::default().with_topics(results);
+    encode(ApiKey::CreateTopics, header, &body)
+}

@@ -1,0 +1,295 @@
+//! The Kafka protocol listener (`DESIGN.md`, "Kafka protocol listener"): a second port on which
+//! Kafka's own clients — librdkafka and kcat, confluent-kafka, kafka-python, Java — produce,
+//! consume and commit offsets unchanged. The paper's byte-addressed log stays the storage: a
+//! produced RecordBatch is appended as one magic-2 message, Kafka offsets are the partitions'
+//! record numbers (`log::index`), and a fetch answers RecordBatches — magic-2 payloads as
+//! stored, messages in Tributary's own format converted.
+//!
+//! One connection reads frames and answers them in order, as Kafka clients expect; up to
+//! [`IN_FLIGHT_MAX`] requests of a connection are worked on at once, so a client's pipelined
+//! produces wait for their acks together. Requests are decoded by hand (`request`), answers
+//! encoded by `kafka-protocol`. A frame that does not decode closes the connection; a version
+//! that is not served is answered `UNSUPPORTED_VERSION` for ApiVersions (whose answer every
+//! client can read) and closes the connection otherwise, as a Kafka broker does.
+
+mod fetch;
+mod groups;
+mod metadata;
+mod produce;
+mod producer_ids;
+pub(crate) mod request;
+mod response;
+mod versions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::broker::Broker;
+use request::{Malformed, Reader};
+use service::tls::{MaybeTls, ServerStream};
+
+/// What the Kafka listener keeps across connections.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub groups: groups::Coordinator,
+    pub producers: producer_ids::ProducerIds,
+}
+
+/// How often the coordinator drops expired members and completes overdue rebalances.
+const GROUP_TICK_MS: u64 = 200;
+
+/// Requests of one connection worked on at once; more wait to be read.
+const IN_FLIGHT_MAX: usize = 16;
+/// Bytes of a request frame read without taking a share of `request_memory_bytes`.
+const SMALL_REQUEST_BYTES: usize = 4 << 10;
+
+/// Accepts Kafka clients on `listener` until `stop`, each counted in the broker's connection
+/// limit, TLS and principals as on the broker's own port.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    limit: Arc<Semaphore>,
+    connections: TaskTracker,
+    stop: CancellationToken,
+) {
+    connections.spawn({
+        let (broker, stop) = (Arc::clone(&broker), stop.clone());
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(GROUP_TICK_MS));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tick.tick() => broker.kafka().groups.tick(),
+                }
+            }
+        }
+    });
+    let mut accept_backoff = service::Backoff::from_ms(1, 1_000);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Kafka listener: accept failed");
+                    accept_backoff.sleep().await;
+                    continue;
+                }
+            },
+        };
+        accept_backoff.reset();
+        let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
+            broker.metrics().connections_refused.inc();
+            tracing::warn!(%peer, "too many connections; closing a Kafka client");
+            continue;
+        };
+        broker.metrics().connections_accepted.inc();
+        broker.metrics().connections_open.inc();
+        let _ = stream.set_nodelay(true);
+        let (broker, stop) = (Arc::clone(&broker), stop.clone());
+        connections.spawn(async move {
+            let metrics = Arc::clone(broker.metrics());
+            let opened = match broker.tls().cloned() {
+                None => Some((MaybeTls::Plain(stream), service::tls::ANONYMOUS.to_owned())),
+                Some(tls) => crate::server::handshake(stream, &tls, &metrics, peer).await,
+            };
+            if let Some((stream, principal)) = opened {
+                let client = Client { broker, principal: Arc::from(principal) };
+                if let Err(e) = client.run(stream, stop).await {
+                    tracing::debug!(%peer, error = %e, "Kafka connection ended");
+                }
+            }
+            metrics.connections_open.dec();
+            drop(permit);
+        });
+    }
+}
+
+/// Who a connection serves.
+#[derive(Clone)]
+pub(crate) struct Client {
+    pub broker: Arc<Broker>,
+    /// The connection's principal: its client certificate's CN, or `anonymous`.
+    pub principal: Arc<str>,
+}
+
+/// Why a connection ends.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+    #[error("a frame of {0} bytes, beyond max_request_bytes")]
+    TooLarge(usize),
+    #[error("a request half sent for client_timeout_ms")]
+    TimedOut,
+    #[error("API {key} version {version} is not served")]
+    Unsupported { key: i16, version: i16 },
+}
+
+/// An answer to write: `None` for a produce with acks 0, which Kafka does not answer.
+type Answer = Result<Option<BytesMut>, Ended>;
+
+impl Client {
+    async fn run(self, stream: ServerStream, stop: CancellationToken) -> Result<(), Ended> {
+        let (mut input, mut output) = tokio::io::split(stream);
+        let mut in_flight = FuturesOrdered::new();
+        let client_timeout = self.broker.config().client_timeout();
+        let max_request_bytes = self.broker.config().max_request_bytes as usize;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                answered = in_flight.next(), if !in_flight.is_empty() => {
+                    let answered: Answer = answered.expect("not empty");
+                    if let Some(answer) = answered? {
+                        output.write_all(&answer).await?;
+                    }
+                }
+                frame = read_frame(&mut input, max_request_bytes, client_timeout, &self.broker),
+                    if in_flight.len() < IN_FLIGHT_MAX =>
+                {
+                    let Some(frame) = frame? else { return Ok(()) };
+                    in_flight.push_back(self.start(frame).await);
+                }
+            }
+        }
+    }
+
+    /// Starts on a request frame: a produce is appended now, in the order the connection sent
+    /// it; everything else is worked on in the returned future, beside later requests.
+    async fn start(&self, frame: Bytes) -> produce::Pending {
+        if let Ok((key, version, _)) = request::peek(&frame)
+            && versions::served(key, version) == Some(ApiKey::Produce)
+        {
+            let flexible = versions::is_flexible(ApiKey::Produce, version);
+            let mut r = Reader::new(frame);
+            let started = async {
+                let header = request::header(&mut r, flexible)?;
+                let request = request::produce(&mut r, version, flexible)?;
+                produce::start(self, header, request).await
+            };
+            return match started.await {
+                Ok(pending) => pending,
+                Err(e) => Box::pin(async move { Err(Ended::Malformed(e)) }),
+            };
+        }
+        let client = self.clone();
+        Box::pin(async move { client.handle(frame).await })
+    }
+
+    /// Answers one request frame.
+    async fn handle(self, frame: Bytes) -> Answer {
+        let (key, version, correlation_id) = request::peek(&frame)?;
+        let Some(api) = versions::served(key, version) else {
+            if key == ApiKey::ApiVersions as i16 {
+                return Ok(Some(metadata::unsupported_api_versions(correlation_id)?));
+            }
+            return Err(Ended::Unsupported { key, version });
+        };
+        let flexible = versions::is_flexible(api, version);
+        let mut r = Reader::new(frame);
+        let header = request::header(&mut r, flexible)?;
+        let (v, f) = (version, flexible);
+        let answer = match api {
+            ApiKey::ApiVersions => Some(metadata::api_versions(&header)?),
+            ApiKey::Metadata => {
+                let request = request::metadata(&mut r, v, f)?;
+                Some(metadata::metadata(&self, &header, request).await?)
+            }
+            ApiKey::CreateTopics => {
+                let request = request::create_topics(&mut r, v, f)?;
+                Some(metadata::create_topics(&self, &header, request).await?)
+            }
+            ApiKey::Produce => unreachable!("Client::start appends produces itself"),
+            ApiKey::Fetch => {
+                let request = request::fetch(&mut r, v, f)?;
+                Some(fetch::fetch(&self, &header, request).await?)
+            }
+            ApiKey::ListOffsets => {
+                let request = request::list_offsets(&mut r, v, f)?;
+                Some(fetch::list_offsets(&self, &header, request).await?)
+            }
+            ApiKey::FindCoordinator => {
+                let request = request::find_coordinator(&mut r, v, f)?;
+                Some(groups::find_coordinator(&self, &header, request)?)
+            }
+            ApiKey::JoinGroup => {
+                let request = request::join_group(&mut r, v, f)?;
+                Some(groups::join_group(&self, &header, request).await?)
+            }
+            ApiKey::SyncGroup => {
+                let request = request::sync_group(&mut r, v, f)?;
+                Some(groups::sync_group(&self, &header, request).await?)
+            }
+            ApiKey::Heartbeat => {
+                let request = request::heartbeat(&mut r, v, f)?;
+                Some(groups::heartbeat(&self, &header, request)?)
+            }
+            ApiKey::LeaveGroup => {
+                let request = request::leave_group(&mut r, v, f)?;
+                Some(groups::leave_group(&self, &header, request)?)
+            }
+            ApiKey::OffsetCommit => {
+                let request = request::offset_commit(&mut r, v, f)?;
+                Some(groups::offset_commit(&self, &header, request).await?)
+            }
+            ApiKey::OffsetFetch => {
+                let request = request::offset_fetch(&mut r, v, f)?;
+                Some(groups::offset_fetch(&self, &header, request).await?)
+            }
+            ApiKey::InitProducerId => {
+                let request = request::init_producer_id(&mut r, v, f)?;
+                Some(producer_ids::init_producer_id(&self, &header, request).await?)
+            }
+            _ => unreachable!("versions::served names only the APIs above"),
+        };
+        Ok(answer)
+    }
+}
+
+/// Reads one frame: its size (`None` when the client has closed), then its bytes, within
+/// `client_timeout` of the first byte. A large frame first takes its share of the broker's
+/// request memory.
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    input: &mut R,
+    max_request_bytes: usize,
+    client_timeout: Duration,
+    broker: &Broker,
+) -> Result<Option<Bytes>, Ended> {
+    let mut size = [0u8; 4];
+    if input.read(&mut size[..1]).await? == 0 {
+        return Ok(None);
+    }
+    let rest = async {
+        input.read_exact(&mut size[1..]).await?;
+        let size = u32::from_be_bytes(size) as usize;
+        if size > max_request_bytes {
+            return Err(Ended::TooLarge(size));
+        }
+        let _memory = match size > SMALL_REQUEST_BYTES {
+            true => Some(broker.request_memory(size).await),
+            false => None,
+        };
+        let mut frame = BytesMut::zeroed(size);
+        input.read_exact(&mut frame).await?;
+        Ok(frame.freeze())
+    };
+    match tokio::time::timeout(client_timeout, rest).await {
+        Ok(frame) => frame.map(Some),
+        Err(_) => {
+            broker.metrics().client_timed_out(crate::metrics::Stalled::request);
+            Err(Ended::TimedOut)
+        }
+    }
+}

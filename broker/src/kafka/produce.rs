@@ -1,0 +1,227 @@
+//! Produce over the Kafka listener: each partition's records — one or more RecordBatches, as
+//! sent (any codec) — are checked (length, magic 2, CRC-32C) and appended as magic-2 messages,
+//! one per batch, through the broker's own produce path: the same leadership, `acks` (0, 1, all)
+//! and ISR checks. The leader numbers each batch (its base offset becomes its first record's
+//! number), and the answer's base offset is that number.
+//!
+//! The appends of a request happen when it is read, so that a connection's produces are
+//! appended in the order sent; only the wait for their `acks` goes on beside later requests.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
+use protocol::Acks;
+use protocol::record_batch::RecordBatchRef;
+
+use super::producer_ids::Check;
+use super::request::{Header, ProduceRequest};
+use super::response::{code, encode, kafka_error, str_bytes};
+use super::{Answer, Client, Malformed};
+use crate::acl::Operation;
+use crate::broker::AppendedRun;
+
+/// An answer still waiting for its `acks`.
+pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// A partition's part of the answer: settled now, or once its appended run is acknowledged.
+enum Outcome {
+    Settled { error: i16, base_offset: i64 },
+    Appended { run: AppendedRun, first_record: u64, idempotent: Option<Idempotent> },
+}
+
+/// What to remember of an idempotent producer's batch once it is appended.
+struct Idempotent {
+    id: i64,
+    epoch: i16,
+    sequences: (i32, i32),
+}
+
+/// Appends the request's batches now; the answer follows their `acks`. A produce with acks 0
+/// gets no answer.
+pub async fn start(
+    client: &Client,
+    header: Header,
+    request: ProduceRequest,
+) -> Result<Pending, Malformed> {
+    let acks = match request.acks {
+        0 => Some(Acks::None),
+        1 => Some(Acks::Written),
+        -1 => Some(Acks::All),
+        _ => None,
+    };
+    let mut topics: Vec<(String, Vec<(i32, Outcome)>)> = Vec::with_capacity(request.topics.len());
+    for (topic, partitions) in request.topics {
+        let allowed =
+            client.broker.authorizer().check(&client.principal, &topic, Operation::Produce);
+        let mut outcomes = Vec::with_capacity(partitions.len());
+        for (partition, records) in partitions {
+            let settled = |error| Outcome::Settled { error, base_offset: -1 };
+            let outcome = match (acks, records) {
+                _ if !allowed => settled(code::TOPIC_AUTHORIZATION_FAILED),
+                _ if request.transactional_id.is_some() => {
+                    settled(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                }
+                (None, _) => settled(code::INVALID_REQUIRED_ACKS),
+                (_, None) => settled(code::INVALID_RECORD),
+                _ if partition < 0 => settled(code::UNKNOWN_TOPIC_OR_PARTITION),
+                (Some(acks), Some(records)) => {
+                    append(client, &topic, partition, acks, &records).await
+                }
+            };
+            outcomes.push((partition, outcome));
+        }
+        topics.push((topic, outcomes));
+    }
+    let broker = client.broker.clone();
+    Ok(Box::pin(async move {
+        let mut responses = Vec::with_capacity(topics.len());
+        for (topic, outcomes) in topics {
+            let mut partitions = Vec::with_capacity(outcomes.len());
+            for (partition, outcome) in outcomes {
+                let (error, base_offset) = match outcome {
+                    Outcome::Settled { error, base_offset } => (error, base_offset),
+                    Outcome::Appended { run, first_record, idempotent } => {
+                        let result = run.acknowledged().await.pop().expect("one set");
+                        if let Some(i) = idempotent {
+                            // In the log now, acknowledged or not: a retry of it is a duplicate.
+                            let producers = &broker.kafka().producers;
+                            producers.record(
+                                i.id,
+                                i.epoch,
+                                &topic,
+                                partition,
+                                i.sequences,
+                                first_record,
+                            );
+                        }
+                        match result {
+                            Ok(_) => (code::NONE, first_record as i64),
+                            Err(e) => (kafka_error(e), -1),
+                        }
+                    }
+                };
+                partitions.push(
+                    PartitionProduceResponse::default()
+                        .with_index(partition)
+                        .with_error_code(error)
+                        .with_base_offset(base_offset),
+                );
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(TopicName(str_bytes(&topic)))
+                    .with_partition_responses(partitions),
+            );
+        }
+        if acks == Some(Acks::None) {
+            return Ok(None);
+        }
+        let body = ProduceResponse::default().with_responses(responses);
+        Ok(Some(encode(ApiKey::Produce, &header, &body)?))
+    }))
+}
+
+/// Checks one partition's records and appends them.
+async fn append(
+    client: &Client,
+    topic: &str,
+    partition: i32,
+    acks: Acks,
+    records: &Bytes,
+) -> Outcome {
+    let settled = |error| Outcome::Settled { error, base_offset: -1 };
+    let batches = match split_batches(records) {
+        Ok(batches) => batches,
+        Err(error) => return settled(error),
+    };
+    // An idempotent producer's batches of one partition: one batch per request, as every
+    // client sends them; its sequences are checked before the append.
+    let mut idempotent = None;
+    if let [batch] = batches.as_slice() {
+        let batch = RecordBatchRef::parse(batch).expect("checked by split_batches");
+        if batch.producer_id() >= 0 {
+            let (id, epoch, base) =
+                (batch.producer_id(), batch.producer_epoch(), batch.base_sequence());
+            let last = base.wrapping_add(batch.last_offset_delta()) & i32::MAX;
+            let producers = &client.broker.kafka().producers;
+            match producers.check(id, epoch, topic, partition, base, last) {
+                Check::Append => {
+                    idempotent = Some(Idempotent { id, epoch, sequences: (base, last) })
+                }
+                Check::Duplicate(first) => {
+                    return Outcome::Settled { error: code::NONE, base_offset: first as i64 };
+                }
+                Check::Refuse(error) => return settled(error),
+            }
+        }
+    }
+    let mut set = BytesMut::with_capacity(records.len() + batches.len() * 9);
+    for batch in &batches {
+        protocol::encode_batch_message(&mut set, batch);
+    }
+    let set = set.freeze();
+    let run = client.broker.append_run(topic, partition, acks, std::slice::from_ref(&set)).await;
+    match run.first_record() {
+        Some(first_record) => Outcome::Appended { run, first_record, idempotent },
+        None => {
+            let error = run.acknowledged().await.pop().expect("one set").err();
+            settled(error.map_or(code::UNKNOWN_SERVER_ERROR, kafka_error))
+        }
+    }
+}
+
+/// The RecordBatches of a partition's records, each checked whole; a Kafka error code for
+/// records that are not whole, valid, non-transactional batches.
+fn split_batches(records: &Bytes) -> Result<Vec<Bytes>, i16> {
+    let mut batches = Vec::new();
+    let mut rest = records.clone();
+    while !rest.is_empty() {
+        let length = rest
+            .get(8..12)
+            .map(|l| i32::from_be_bytes(l.try_into().expect("4 bytes")))
+            .ok_or(code::CORRUPT_MESSAGE)?;
+        let size = usize::try_from(length).ok().and_then(|l| l.checked_add(12));
+        let size = size.filter(|&size| size <= rest.len()).ok_or(code::CORRUPT_MESSAGE)?;
+        let batch = rest.split_to(size);
+        let parsed = RecordBatchRef::parse(&batch).map_err(|_| code::CORRUPT_MESSAGE)?;
+        if parsed.is_control() || parsed.is_transactional() {
+            return Err(code::INVALID_RECORD);
+        }
+        batches.push(batch);
+    }
+    if batches.is_empty() {
+        return Err(code::INVALID_RECORD);
+    }
+    Ok(batches)
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::record_batch::RecordBatchBuilder;
+
+    use super::*;
+
+    #[test]
+    fn records_split_into_whole_checked_batches() {
+        let batch = |base| {
+            let mut builder = RecordBatchBuilder::new(base);
+            builder.push(base, 1, None, Some(b"v"), &[]);
+            builder.finish()
+        };
+        let mut two = batch(0);
+        two.extend_from_slice(&batch(1));
+        let split = split_batches(&Bytes::from(two.clone())).unwrap();
+        assert_eq!(split.len(), 2);
+        assert_eq!(
+            split_batches(&Bytes::from(two[..two.len() - 1].to_vec())),
+            Err(code::CORRUPT_MESSAGE)
+        );
+        assert_eq!(split_batches(&Bytes::new()), Err(code::INVALID_RECORD));
+        let mut damaged = two.clone();
+        damaged[65] ^= 1; // a byte of the first batch's records
+        assert_eq!(split_batches(&Bytes::from(damaged)), Err(code::CORRUPT_MESSAGE));
+    }
+}

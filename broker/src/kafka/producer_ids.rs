@@ -1,0 +1,205 @@
+//! Idempotent producers (KIP-98): InitProducerId hands out a producer id, and a leader checks
+//! the sequence numbers of each producer's batches per partition, so that a batch a client
+//! sends again after a lost acknowledgement is acknowledged with its first offset, not
+//! appended twice. Kafka's Java and Python clients turn idempotence on by default.
+//!
+//! What a leader knows of a producer is kept in memory: the last [`BATCHES_KEPT`] batches per
+//! producer and partition (clients have at most five in flight). A new leader, or one that
+//! restarted, starts without it and takes the producer's next batch as it comes: a duplicate
+//! sent across a failover is appended again (at least once, as the native producer is).
+//! Transactions are not served: a transactional id is refused.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::BytesMut;
+use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ProducerId};
+
+use super::request::{Header, InitProducerIdRequest};
+use super::response::{code, encode};
+use super::{Client, Malformed};
+
+/// Batches remembered per producer and partition.
+pub const BATCHES_KEPT: usize = 5;
+/// Producers and partitions remembered at most; past it, one is forgotten per new one.
+const ENTRIES_MAX: usize = 100_000;
+
+/// A producer's batches on one partition.
+#[derive(Debug)]
+struct Sequences {
+    epoch: i16,
+    /// `(base sequence, last sequence, first record number)`, oldest first.
+    batches: VecDeque<(i32, i32, u64)>,
+}
+
+/// What a leader does with a batch of an idempotent producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    Append,
+    /// Appended before: acknowledged with its first record's number, not appended again.
+    Duplicate(u64),
+    /// A Kafka error code.
+    Refuse(i16),
+}
+
+/// The producer ids handed out and the sequences seen.
+#[derive(Debug, Default)]
+pub struct ProducerIds {
+    next: AtomicI64,
+    sequences: Mutex<HashMap<(i64, String, i32), Sequences>>,
+}
+
+/// The sequence after `sequence` (sequences wrap to 0 past `i32::MAX`).
+fn after(sequence: i32) -> i32 {
+    if sequence == i32::MAX { 0 } else { sequence + 1 }
+}
+
+impl ProducerIds {
+    /// A producer id no other broker of the cluster hands out: the broker id in the high bits,
+    /// and a counter that starts at the time in ms when this broker first hands one out (ids
+    /// of an earlier run of the broker are behind it unless it handed out more than one a
+    /// millisecond).
+    pub fn allocate(&self, broker_id: i32) -> i64 {
+        const COUNTER_BITS: u32 = 44;
+        let counter = loop {
+            let current = self.next.load(Ordering::Acquire);
+            let next = if current == 0 { service::now_ms().max(1) } else { current + 1 };
+            if self
+                .next
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break next;
+            }
+        };
+        (i64::from(broker_id & 0x7ffff) << COUNTER_BITS) | (counter & ((1 << COUNTER_BITS) - 1))
+    }
+
+    /// What to do with a batch of sequences `base..=last` in `epoch` of producer `id` for
+    /// `topic`-`partition`.
+    pub fn check(
+        &self,
+        id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+        base: i32,
+        last: i32,
+    ) -> Check {
+        let sequences = self.sequences.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(seen) = sequences.get(&(id, topic.to_owned(), partition)) else {
+            return Check::Append;
+        };
+        if epoch < seen.epoch {
+            return Check::Refuse(code::INVALID_PRODUCER_EPOCH);
+        }
+        if epoch > seen.epoch {
+            return Check::Append;
+        }
+        if let Some(&(_, _, first)) = seen.batches.iter().find(|b| b.0 == base && b.1 == last) {
+            return Check::Duplicate(first);
+        }
+        match seen.batches.back() {
+            Some(&(_, previous_last, _)) if base != after(previous_last) => {
+                Check::Refuse(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
+            }
+            _ => Check::Append,
+        }
+    }
+
+    /// Remembers a batch appended with its first record numbered `first_record`.
+    pub fn record(
+        &self,
+        id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+        (base, last): (i32, i32),
+        first_record: u64,
+    ) {
+        let mut sequences = self.sequences.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (id, topic.to_owned(), partition);
+        if !sequences.contains_key(&key) && sequences.len() >= ENTRIES_MAX {
+            let forgotten = sequences.keys().next().cloned();
+            if let Some(forgotten) = forgotten {
+                sequences.remove(&forgotten);
+            }
+        }
+        let seen =
+            sequences.entry(key).or_insert_with(|| Sequences { epoch, batches: VecDeque::new() });
+        if epoch != seen.epoch {
+            seen.epoch = epoch;
+            seen.batches.clear();
+        }
+        if seen.batches.len() == BATCHES_KEPT {
+            seen.batches.pop_front();
+        }
+        seen.batches.push_back((base, last, first_record));
+    }
+}
+
+pub async fn init_producer_id(
+    client: &Client,
+    header: &Header,
+    request: InitProducerIdRequest,
+) -> Result<BytesMut, Malformed> {
+    let body = if request.transactional_id.is_some() {
+        InitProducerIdResponse::default()
+            .with_error_code(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    } else if request.producer_id >= 0 && request.producer_epoch >= 0 {
+        // A producer bumping its epoch after an error keeps its id (KIP-360).
+        let epoch = request.producer_epoch.checked_add(1);
+        match epoch {
+            Some(epoch) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(request.producer_id))
+                .with_producer_epoch(epoch),
+            None => {
+                let id = client.broker.kafka().producers.allocate(client.broker.config().broker_id);
+                InitProducerIdResponse::default().with_producer_id(ProducerId(id))
+            }
+        }
+    } else {
+        let id = client.broker.kafka().producers.allocate(client.broker.config().broker_id);
+        InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
+    };
+    encode(ApiKey::InitProducerId, header, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_sent_again_is_a_duplicate_and_a_gap_is_out_of_order() {
+        let ids = ProducerIds::default();
+        let a = ids.allocate(3);
+        let b = ids.allocate(3);
+        assert_ne!(a, b);
+        assert_eq!(a >> 44, 3);
+        assert_eq!(ids.check(a, 0, "t", 0, 0, 4), Check::Append);
+        ids.record(a, 0, "t", 0, (0, 4), 100);
+        assert_eq!(ids.check(a, 0, "t", 0, 0, 4), Check::Duplicate(100));
+        assert_eq!(ids.check(a, 0, "t", 0, 5, 9), Check::Append);
+        assert_eq!(
+            ids.check(a, 0, "t", 0, 7, 9),
+            Check::Refuse(code::OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        assert_eq!(ids.check(a, 0, "t", 1, 7, 9), Check::Append, "another partition");
+        ids.record(a, 1, "t", 0, (0, 0), 200);
+        assert_eq!(ids.check(a, 0, "t", 0, 10, 10), Check::Refuse(code::INVALID_PRODUCER_EPOCH));
+        for i in 1..10 {
+            ids.record(a, 1, "t", 0, (i, i), 200 + i as u64);
+        }
+        assert_eq!(ids.check(a, 1, "t", 0, 9, 9), Check::Duplicate(209));
+        assert_eq!(
+            ids.check(a, 1, "t", 0, 2, 2),
+            Check::Refuse(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+            "forgotten"
+        );
+        ids.record(a, 1, "t", 0, (i32::MAX - 1, i32::MAX), 300);
+        assert_eq!(ids.check(a, 1, "t", 0, 0, 3), Check::Append, "sequences wrap");
+    }
+}
