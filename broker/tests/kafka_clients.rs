@@ -1,0 +1,193 @@
+//! Kafka's own clients, unchanged, against three `broker` processes in a real ZooKeeper, each
+//! with a Kafka listener (`--kafka-port 0`): kcat (librdkafka 2.0 from Debian), confluent-kafka
+//! (librdkafka 2.x from PyPI) and kafka-python 3. The Python parts are scripts beside this file
+//! (`tests/kafka/`), each printing what it saw as one JSON line; `scripts/test.sh` installs the
+//! clients.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cluster::Registry;
+use testkit::broker_processes::{BrokerProcesses, registry};
+use testkit::eventually;
+use testkit::zookeeper::ZooKeeperServer;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_broker");
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cluster {
+    brokers: BrokerProcesses,
+    registry: Registry,
+    /// Every broker's Kafka listener, `host:port,…`.
+    bootstrap: String,
+}
+
+/// Three brokers, topics of 3 partitions and replication factor 3 (2 in sync for acks all).
+async fn cluster() -> Cluster {
+    let connect = ZooKeeperServer::shared().connect_string();
+    let args = [
+        "--kafka-port",
+        "0",
+        "--flush-ms",
+        "10",
+        "--num-partitions",
+        "3",
+        "--default-replication-factor",
+        "3",
+        "--min-insync-replicas",
+        "2",
+    ];
+    let brokers = BrokerProcesses::start(Path::new(BINARY), &connect, 3, &args);
+    let registry = registry(&connect).await;
+    let bootstrap = eventually(WAIT, "three brokers with Kafka listeners registered", || async {
+        let brokers = registry.brokers().await.ok()?;
+        let listeners: Vec<String> = brokers
+            .values()
+            .filter_map(|b| b.kafka_port.map(|port| format!("{}:{port}", b.host)))
+            .collect();
+        (listeners.len() == 3).then(|| listeners.join(","))
+    })
+    .await;
+    Cluster { brokers, registry, bootstrap }
+}
+
+/// Runs a client command to its end; its stdout, or a panic with everything it printed.
+fn run(program: &str, args: &[&str], stdin: &[u8]) -> String {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e} (scripts/test.sh installs Kafka's clients)"));
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let (out, err) =
+        (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{program} {args:?} failed: {}\n{out}\n{err}", output.status);
+    out.into_owned()
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/kafka/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The JSON object a script printed last.
+fn report(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.lines().last().expect("a report line")).expect("a JSON report")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_produces_keys_and_headers_and_reads_them_back_with_their_offsets() {
+    let cluster = cluster().await;
+    let b = cluster.bootstrap.as_str();
+    let lines: Vec<String> = (0..50).map(|i| format!("key-{i}\tvalue {i} with spaces")).collect();
+    let input = lines.join("\n") + "\n";
+    run(
+        "kcat",
+        &["-b", b, "-P", "-t", "kcat", "-p", "1", "-K", "\t", "-H", "source=kcat", "-H", "n=1"],
+        input.as_bytes(),
+    );
+    let read = eventually(WAIT, "kcat to read the 50 messages back", || async {
+        let out = run(
+            "kcat",
+            &["-b", b, "-C", "-t", "kcat", "-p", "1", "-e", "-f", "%o\t%k\t%s\t%h\n"],
+            b"",
+        );
+        let read: Vec<String> = out.lines().map(str::to_owned).collect();
+        (read.len() == 50).then_some(read)
+    })
+    .await;
+    for (i, line) in read.iter().enumerate() {
+        assert_eq!(*line, format!("{i}\tkey-{i}\tvalue {i} with spaces\tsource=kcat,n=1"));
+    }
+    // From an offset in the middle, and the offsets kcat is told.
+    let from_ten =
+        run("kcat", &["-b", b, "-C", "-t", "kcat", "-p", "1", "-o", "10", "-e", "-f", "%o\n"], b"");
+    assert_eq!(from_ten.lines().next(), Some("10"));
+    let ends = run("kcat", &["-b", b, "-Q", "-t", "kcat:1:-1"], b"");
+    assert!(ends.contains("offset 50"), "{ends}");
+
+    // kcat -L: leaders and in-sync replicas as ZooKeeper has them.
+    let listing = run("kcat", &["-b", b, "-L", "-t", "kcat", "-J"], b"");
+    let listing: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    let states = cluster.registry.partition_states("kcat").await.unwrap();
+    let partitions = listing["topics"][0]["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 3);
+    for p in partitions {
+        let (state, _) = &states[&(p["partition"].as_i64().unwrap() as i32)];
+        assert_eq!(p["leader"].as_i64(), Some(i64::from(state.leader)));
+        let mut isrs: Vec<i64> =
+            p["isrs"].as_array().unwrap().iter().map(|i| i["id"].as_i64().unwrap()).collect();
+        isrs.sort();
+        let mut expected: Vec<i64> = state.isr.iter().map(|&i| i64::from(i)).collect();
+        expected.sort();
+        assert_eq!(isrs, expected);
+    }
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confluent_kafka_groups_share_partitions_rebalance_and_resume_at_committed_offsets() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("groups.py"), &cluster.bootstrap, "grouped"], b"");
+    let report = report(&out);
+    eprintln!("confluent-kafka groups: {report}");
+    assert_eq!(report["resumed"], 1000);
+    let assigned = report["three_members_assignment"].as_object().unwrap();
+    assert!(assigned.values().all(|a| a.as_array().unwrap().len() == 2), "{assigned:?}");
+    // Committed offsets are record numbers in ZooKeeper.
+    let offsets = cluster.registry.kafka_offsets("grouped-readers").await.unwrap();
+    let committed: i64 = offsets["grouped"].values().sum();
+    assert_eq!(committed, 7000, "{offsets:?}");
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_idempotent_producer_is_read_back_once() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("idempotent.py"), &cluster.bootstrap, "idempotent"], b"");
+    let report = report(&out);
+    eprintln!("kafka-python: {report}");
+    assert_eq!(report["idempotent"], true);
+    assert_eq!((report["read"].clone(), report["distinct"].clone()), (1000.into(), 1000.into()));
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
+    let mut cluster = cluster().await;
+    let mut producer = Command::new("python3")
+        .args([&script("failover.py"), &cluster.bootstrap, "failover"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let leader = eventually(WAIT, "partition 0 of the topic to have a leader", || async {
+        let state = cluster.registry.partition_state("failover", 0).await.ok()??;
+        (state.0.leader >= 0 && state.0.isr.len() == 3).then_some(state.0.leader)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.brokers.kill(leader);
+    eventually(WAIT, "another leader of partition 0", || async {
+        let state = cluster.registry.partition_state("failover", 0).await.ok()??;
+        (state.0.leader >= 0 && state.0.leader != leader).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.brokers.restart(leader);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    producer.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let output = producer.wait_with_output().unwrap();
+    let (out, err) =
+        (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "failover.py: {out}\n{err}");
+    let report = report(&out);
+    eprintln!("leader {leader} killed under confluent-kafka acks all: {report}");
+    assert_eq!(report["missing"], 0);
+    assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");
+}
