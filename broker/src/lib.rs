@@ -12,7 +12,7 @@ mod broker;
 mod config;
 mod connection;
 mod follower;
-mod kafka;
+pub mod kafka;
 mod leader;
 pub mod log;
 mod metrics;

@@ -17,7 +17,7 @@ mod groups;
 mod metadata;
 mod produce;
 mod producer_ids;
-pub(crate) mod request;
+pub mod request;
 mod response;
 mod versions;
 

@@ -565,6 +565,42 @@ pub fn init_producer_id(r: &mut Reader, v: i16, flex: bool) -> Result<InitProduc
     Ok(InitProducerIdRequest { transactional_id, producer_id, producer_epoch })
 }
 
+/// Decodes a whole request frame of any API and version the listener serves, header and body,
+/// as the listener does: `Ok(None)` for one it does not serve. What the fuzz target drives.
+pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
+    use kafka_protocol::messages::ApiKey;
+    let (key, version, _) = peek(&frame)?;
+    let Some(api) = super::versions::served(key, version) else { return Ok(None) };
+    let flex = super::versions::is_flexible(api, version);
+    let mut r = Reader::new(frame);
+    let header = header(&mut r, flex)?;
+    let v = version;
+    match api {
+        ApiKey::ApiVersions => {
+            if flex {
+                r.string(flex)?;
+                r.string(flex)?;
+            }
+            r.tagged_fields(flex)?;
+        }
+        ApiKey::Metadata => drop(metadata(&mut r, v, flex)?),
+        ApiKey::CreateTopics => drop(create_topics(&mut r, v, flex)?),
+        ApiKey::Produce => drop(produce(&mut r, v, flex)?),
+        ApiKey::Fetch => drop(fetch(&mut r, v, flex)?),
+        ApiKey::ListOffsets => drop(list_offsets(&mut r, v, flex)?),
+        ApiKey::FindCoordinator => drop(find_coordinator(&mut r, v, flex)?),
+        ApiKey::JoinGroup => drop(join_group(&mut r, v, flex)?),
+        ApiKey::SyncGroup => drop(sync_group(&mut r, v, flex)?),
+        ApiKey::Heartbeat => drop(heartbeat(&mut r, v, flex)?),
+        ApiKey::LeaveGroup => drop(leave_group(&mut r, v, flex)?),
+        ApiKey::OffsetCommit => drop(offset_commit(&mut r, v, flex)?),
+        ApiKey::OffsetFetch => drop(offset_fetch(&mut r, v, flex)?),
+        ApiKey::InitProducerId => drop(init_producer_id(&mut r, v, flex)?),
+        _ => return Ok(None),
+    }
+    Ok(Some(header))
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::BufMut;

@@ -1,0 +1,206 @@
+//! The `broker` binary's Kafka listener spoken to frame by frame: an idempotent producer's
+//! retried batch is acknowledged with its first offset and not appended twice, a gap in its
+//! sequence is refused; malformed and oversized frames close the connection (never a panic:
+//! the broker goes on serving), and a version it does not serve gets UNSUPPORTED_VERSION
+//! from ApiVersions and a closed connection otherwise, as from a Kafka broker.
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use client::{SimpleConsumer, SimpleConsumerConfig};
+use protocol::record_batch::RecordBatchBuilder;
+use testkit::eventually;
+use testkit::process::{Process, free_port};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_broker");
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Broker {
+    _process: Process,
+    _dir: tempfile::TempDir,
+    native: String,
+    kafka: String,
+}
+
+fn start() -> Broker {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, kafka_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--kafka-port",
+        &kafka_port.to_string(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--flush-ms",
+        "5",
+        "--max-request-bytes",
+        "1000000",
+        "--max-message-bytes",
+        "100000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
+    Broker {
+        _process: process,
+        _dir: dir,
+        native: format!("127.0.0.1:{port}"),
+        kafka: format!("127.0.0.1:{kafka_port}"),
+    }
+}
+
+async fn connect(addr: &str) -> TcpStream {
+    eventually(WAIT, "the Kafka listener to accept", || async {
+        TcpStream::connect(addr).await.ok()
+    })
+    .await
+}
+
+fn str16(buf: &mut BytesMut, s: &str) {
+    buf.put_i16(s.len() as i16);
+    buf.put_slice(s.as_bytes());
+}
+
+/// A request frame: size, header v1 (key, version, correlation id, client id), body.
+fn frame(key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Bytes {
+    let mut f = BytesMut::new();
+    f.put_u32(0);
+    f.put_i16(key);
+    f.put_i16(version);
+    f.put_i32(correlation_id);
+    str16(&mut f, "test");
+    f.put_slice(body);
+    let size = (f.len() - 4) as u32;
+    f[..4].copy_from_slice(&size.to_be_bytes());
+    f.freeze()
+}
+
+/// Sends `frame` and reads the answer's body after its correlation id; `None` when the broker
+/// closed the connection instead.
+async fn call(stream: &mut TcpStream, frame: &[u8]) -> Option<Bytes> {
+    stream.write_all(frame).await.ok()?;
+    let size = stream.read_u32().await.ok()? as usize;
+    let mut body = vec![0u8; size];
+    stream.read_exact(&mut body).await.ok()?;
+    let mut body = Bytes::from(body);
+    body.advance(4); // correlation id
+    Some(body)
+}
+
+fn init_producer_id() -> Bytes {
+    let mut body = BytesMut::new();
+    body.put_i16(-1); // transactional id: null
+    body.put_i32(60_000);
+    frame(22, 0, 1, &body)
+}
+
+/// Produce v3 of one batch of `count` records with sequences from `sequence`.
+fn produce(producer: (i64, i16), sequence: i32, count: i64) -> Bytes {
+    let mut batch = RecordBatchBuilder::new(0).with_producer(producer.0, producer.1, sequence);
+    for i in 0..count {
+        batch.push(
+            i,
+            1_000 + i,
+            None,
+            Some(format!("seq-{}", i32::try_from(i).unwrap() + sequence).as_bytes()),
+            &[],
+        );
+    }
+    let batch = batch.finish();
+    let mut body = BytesMut::new();
+    body.put_i16(-1); // transactional id
+    body.put_i16(-1); // acks all
+    body.put_i32(30_000);
+    body.put_i32(1);
+    str16(&mut body, "idempotent");
+    body.put_i32(1);
+    body.put_i32(0);
+    body.put_i32(batch.len() as i32);
+    body.put_slice(&batch);
+    frame(0, 3, 2, &body)
+}
+
+/// `(error, base_offset)` of a produce v3 answer to one partition.
+fn produced(mut answer: Bytes) -> (i16, i64) {
+    assert_eq!(answer.get_i32(), 1, "one topic");
+    let name = answer.get_i16() as usize;
+    answer.advance(name);
+    assert_eq!(answer.get_i32(), 1, "one partition");
+    let _partition = answer.get_i32();
+    (answer.get_i16(), answer.get_i64())
+}
+
+#[tokio::test]
+async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
+    let broker = start();
+    let mut stream = connect(&broker.kafka).await;
+    // The topic first, as a client's metadata request makes it.
+    let mut metadata = BytesMut::new();
+    metadata.put_i32(1);
+    str16(&mut metadata, "idempotent");
+    call(&mut stream, &frame(3, 4, 9, &[&metadata[..], &[1]].concat())).await.unwrap();
+    let mut answer = call(&mut stream, &init_producer_id()).await.unwrap();
+    let (_throttle, error) = (answer.get_i32(), answer.get_i16());
+    let producer = (answer.get_i64(), answer.get_i16());
+    assert_eq!((error, producer.1), (0, 0));
+    let first = produce(producer, 0, 3);
+    let appended = eventually(WAIT, "the first batch to be appended", || async {
+        let answer = produced(call(&mut connect(&broker.kafka).await, &first).await?);
+        (answer.0 == 0).then_some(answer)
+    })
+    .await;
+    assert_eq!(appended, (0, 0));
+    // The same batch again (a retry after a lost acknowledgement): its first offset, once.
+    assert_eq!(produced(call(&mut stream, &first).await.unwrap()), (0, 0));
+    assert_eq!(produced(call(&mut stream, &produce(producer, 3, 3)).await.unwrap()), (0, 3));
+    // A gap in the sequence.
+    let gap = produced(call(&mut stream, &produce(producer, 10, 1)).await.unwrap());
+    assert_eq!(gap.0, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
+
+    let consumer =
+        SimpleConsumer::connect(&broker.native, SimpleConsumerConfig::default()).await.unwrap();
+    let values = eventually(WAIT, "six records visible", || async {
+        let fetched = consumer.fetch("idempotent", 0, 0).await.ok()?;
+        let values: Vec<String> = fetched
+            .iter()
+            .map(|m| String::from_utf8(m.unwrap().payload.to_vec()).unwrap())
+            .collect();
+        (values.len() >= 6).then_some(values)
+    })
+    .await;
+    assert_eq!(values, ["seq-0", "seq-1", "seq-2", "seq-3", "seq-4", "seq-5"]);
+}
+
+#[tokio::test]
+async fn bad_frames_close_the_connection_and_unsupported_versions_are_refused() {
+    let broker = start();
+    // ApiVersions of a version not served: error 35 in a v0 answer listing what is.
+    let mut stream = connect(&broker.kafka).await;
+    let mut answer = call(&mut stream, &frame(18, 9, 5, &[])).await.unwrap();
+    assert_eq!(answer.get_i16(), 35);
+    let apis = answer.get_i32();
+    assert!(apis >= 10, "{apis} APIs listed");
+    // Another API at a version not served: the connection closes.
+    assert_eq!(call(&mut stream, &frame(3, 99, 6, &[])).await, None);
+
+    // A metadata request whose topic count claims 2^31 - 1 topics in a few bytes.
+    let mut stream = connect(&broker.kafka).await;
+    let mut forged = BytesMut::new();
+    forged.put_i32(i32::MAX);
+    str16(&mut forged, "t");
+    assert_eq!(call(&mut stream, &frame(3, 1, 7, &forged)).await, None);
+
+    // A frame larger than max_request_bytes, and one too short for a header.
+    let mut stream = connect(&broker.kafka).await;
+    assert_eq!(call(&mut stream, &(2_000_000u32).to_be_bytes()).await, None);
+    let mut stream = connect(&broker.kafka).await;
+    assert_eq!(call(&mut stream, &[0, 0, 0, 3, 0, 18, 0]).await, None);
+
+    // The broker goes on: a good ApiVersions is answered.
+    let mut stream = connect(&broker.kafka).await;
+    let mut answer = call(&mut stream, &frame(18, 0, 8, &[])).await.unwrap();
+    assert_eq!(answer.get_i16(), 0);
+}
