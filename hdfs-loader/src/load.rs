@@ -7,10 +7,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use apache_avro::Schema;
-use arrow_array::builder::{ArrayBuilder, Int32Builder, Int64Builder};
+use arrow_array::builder::{
+    ArrayBuilder, BinaryBuilder, Int32Builder, Int64Builder, MapBuilder, StringBuilder,
+    TimestampMillisecondBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef};
-use client::{ConsumerError, SimpleConsumer, SimpleConsumerConfig};
+use client::{ConsumerError, RecordFields, SimpleConsumer, SimpleConsumerConfig};
 
 use events::audit::window_start;
 use object_store::ObjectStore;
@@ -54,6 +57,12 @@ impl TopicContext {
         fields.push(Field::new("_offset", DataType::Int64, false));
         fields.push(Field::new("_index", DataType::Int32, false));
         fields.push(Field::new("_schema_id", DataType::Int32, false));
+        // What a Kafka record carries beside its value, for events produced through a
+        // broker's Kafka listener; null for every other event.
+        fields.push(Field::new("_key", DataType::Binary, true));
+        fields.push(Field::new("_headers", KafkaColumns::headers_type(), true));
+        let utc = DataType::Timestamp(arrow_schema::TimeUnit::Millisecond, Some("UTC".into()));
+        fields.push(Field::new("_timestamp", utc, true));
         Ok(TopicContext {
             topic: topic.to_owned(),
             reader_id,
@@ -112,6 +121,7 @@ struct HourFile {
     /// Each row's position inside its compressed wrapper (0 for an uncompressed message).
     indexes: Int32Builder,
     schema_ids: Int32Builder,
+    kafka: KafkaColumns,
     writer: AsyncArrowWriter<BufWriter>,
     rows: u64,
 }
@@ -317,7 +327,7 @@ impl PartitionLoader<'_> {
             // that a bad message inside a compressed wrapper drops the wrapper's earlier
             // messages too (a commit ends between wrappers). Uncompressed messages pass
             // straight through, and their decoded values are freed at once.
-            let mut wrapper: Vec<(i64, i32, Decoded)> = Vec::new();
+            let mut wrapper: Vec<(i64, i32, Decoded, Option<RecordFields>)> = Vec::new();
             // Position of the next message inside its top-level message: `_index`, counting
             // bad records too, so that an event's index does not depend on its neighbours.
             let mut index: i32 = 0;
@@ -326,7 +336,9 @@ impl PartitionLoader<'_> {
                 let this_index = index;
                 index = index.saturating_add(1);
                 match decoder.decode(&message.payload) {
-                    Ok(event) => wrapper.push((message.offset, this_index, event)),
+                    Ok(event) => {
+                        wrapper.push((message.offset, this_index, event, message.record.clone()))
+                    }
                     Err(reason) => match &self.config.bad_records {
                         Some(dir) => {
                             write_bad_record(
@@ -388,12 +400,12 @@ impl PartitionLoader<'_> {
         &self,
         files: &mut BTreeMap<Hour, HourFile>,
         chunk: &mut Chunk,
-        events: &mut Vec<(i64, i32, Decoded)>,
+        events: &mut Vec<(i64, i32, Decoded, Option<RecordFields>)>,
         start: i64,
         partition_label: &str,
     ) -> Result<(), ConsumerOrLoad> {
         let topic = self.topic.topic.as_str();
-        for (offset, index, event) in events.drain(..) {
+        for (offset, index, event, record) in events.drain(..) {
             let hour = Hour::of(event.time_ms);
             let file = match files.get_mut(&hour) {
                 Some(file) => file,
@@ -418,6 +430,7 @@ impl PartitionLoader<'_> {
             file.offsets.append_value(offset);
             file.indexes.append_value(index);
             file.schema_ids.append_value(event.schema_id);
+            file.kafka.append(record.as_ref());
             file.rows += 1;
             chunk.rows += 1;
             *chunk
@@ -459,6 +472,7 @@ impl PartitionLoader<'_> {
             offsets: Int64Builder::with_capacity(capacity),
             indexes: Int32Builder::with_capacity(capacity),
             schema_ids: Int32Builder::with_capacity(capacity),
+            kafka: KafkaColumns::default(),
             writer,
             rows: 0,
         })
@@ -485,6 +499,7 @@ impl PartitionLoader<'_> {
         arrays.push(Arc::new(file.offsets.finish()));
         arrays.push(Arc::new(file.indexes.finish()));
         arrays.push(Arc::new(file.schema_ids.finish()));
+        file.kafka.finish_into(&mut arrays);
         let batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
             .map_err(|e| convert(e.into()))?;
         file.writer.write(&batch).await.map_err(|e| self.parquet_error(e))?;
@@ -502,6 +517,53 @@ impl PartitionLoader<'_> {
             partition: self.partition.to_string(),
             source,
         }
+    }
+}
+
+/// `_key`, `_headers` and `_timestamp`: a Kafka record's key, headers (keys as UTF-8 strings,
+/// as Kafka has them) and timestamp (ms, UTC), null for an event that did not come as one.
+struct KafkaColumns {
+    keys: BinaryBuilder,
+    headers: MapBuilder<StringBuilder, BinaryBuilder>,
+    timestamps: TimestampMillisecondBuilder,
+}
+
+impl Default for KafkaColumns {
+    fn default() -> KafkaColumns {
+        KafkaColumns {
+            keys: BinaryBuilder::new(),
+            headers: MapBuilder::new(None, StringBuilder::new(), BinaryBuilder::new()),
+            timestamps: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+        }
+    }
+}
+
+impl KafkaColumns {
+    /// The Arrow type of `_headers`: what the builder makes.
+    fn headers_type() -> DataType {
+        arrow_array::Array::data_type(&KafkaColumns::default().headers.finish()).clone()
+    }
+
+    fn append(&mut self, record: Option<&RecordFields>) {
+        let Some(record) = record else {
+            self.keys.append_null();
+            self.headers.append(false).expect("keys and values stay even");
+            self.timestamps.append_null();
+            return;
+        };
+        self.keys.append_option(record.key.as_deref());
+        for (key, value) in &record.headers {
+            self.headers.keys().append_value(String::from_utf8_lossy(key));
+            self.headers.values().append_option(value.as_deref());
+        }
+        self.headers.append(true).expect("keys and values stay even");
+        self.timestamps.append_value(record.timestamp);
+    }
+
+    fn finish_into(&mut self, arrays: &mut Vec<ArrayRef>) {
+        arrays.push(Arc::new(self.keys.finish()));
+        arrays.push(Arc::new(self.headers.finish()));
+        arrays.push(Arc::new(self.timestamps.finish()));
     }
 }
 

@@ -309,3 +309,76 @@ async fn events_in_compressed_wrappers_load_once_each_share_their_wrappers_offse
     let again = cluster.run(&small, &store).await.unwrap();
     assert_eq!(again.rows, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_produced_through_the_kafka_listener_keep_their_key_headers_and_timestamp() {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+
+    let cluster = Cluster::start(1).await;
+    let schema_id = cluster.page_view_schema_id().await;
+    // Three events as a Kafka producer sends them: one RecordBatch, keys and headers...
+    let mut batch = protocol::record_batch::RecordBatchBuilder::new(0);
+    for n in 0..3i64 {
+        let value = testkit::events::page_view(BASE_TIME_MS + n, testkit::events::event_id(n), n);
+        let payload =
+            events::envelope::encode_with(&cluster.registry, schema_id, value).await.unwrap();
+        let key = format!("member-{n}");
+        batch.push(
+            n,
+            1_700_000_000_000 + n,
+            Some(key.as_bytes()),
+            Some(&payload),
+            &[(b"source", Some(b"kafka"))],
+        );
+    }
+    let mut set = Vec::new();
+    protocol::encode_batch_message(&mut set, &batch.finish());
+    // ...and one as Tributary's own producer sends it.
+    let value = testkit::events::page_view(BASE_TIME_MS + 3, testkit::events::event_id(3), 3);
+    let payload = events::envelope::encode_with(&cluster.registry, schema_id, value).await.unwrap();
+    protocol::encode_message(&mut set, protocol::Codec::None, &payload);
+    let conn = cluster.broker().connect().await;
+    conn.produce(TOPIC, 0, protocol::Acks::Flushed, set.into()).await.unwrap();
+
+    let (dir, store) = local_store();
+    let summary = cluster.run(&config("kafka-fields"), &store).await.unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 4);
+    let mut rows = Vec::new();
+    for path in walk(dir.path().join(TOPIC)) {
+        let file = std::fs::File::open(&path).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let keys = batch.column_by_name("_key").unwrap().as_binary::<i32>().clone();
+            let headers = batch.column_by_name("_headers").unwrap().as_map().clone();
+            let times = batch.column_by_name("_timestamp").unwrap();
+            let times =
+                times.as_primitive::<arrow_array::types::TimestampMillisecondType>().clone();
+            for i in 0..batch.num_rows() {
+                let key =
+                    keys.is_valid(i).then(|| String::from_utf8(keys.value(i).to_vec()).unwrap());
+                let header = headers.is_valid(i).then(|| {
+                    let entries = headers.value(i);
+                    let names = entries.column(0).as_string::<i32>().value(0).to_owned();
+                    let values = entries.column(1).as_binary::<i32>().value(0).to_vec();
+                    (names, String::from_utf8(values).unwrap())
+                });
+                rows.push((key, header, times.is_valid(i).then(|| times.value(i))));
+            }
+        }
+    }
+    rows.sort();
+    let kafka = |n: i64| {
+        (
+            Some(format!("member-{n}")),
+            Some(("source".to_owned(), "kafka".to_owned())),
+            Some(1_700_000_000_000 + n),
+        )
+    };
+    assert_eq!(rows, vec![(None, None, None), kafka(0), kafka(1), kafka(2)]);
+}
