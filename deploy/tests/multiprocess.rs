@@ -95,9 +95,9 @@ impl Deployment {
         ];
         let mut ports: BTreeMap<&'static str, u16> =
             names.into_iter().zip(free_ports(names.len())).collect();
-        // The nine brokers on consecutive ports, their metrics ports nine above them and their
-        // proxies' nine above those.
-        let brokers = free_port_block(if proxies { 3 * BROKERS } else { 2 * BROKERS });
+        // The nine brokers on consecutive ports, their metrics ports nine above them, their
+        // Kafka listeners nine above those and their proxies' nine above those.
+        let brokers = free_port_block(if proxies { 4 * BROKERS } else { 3 * BROKERS });
         let broker_names = [
             "live-a-0",
             "live-a-1",
@@ -141,7 +141,8 @@ settings = {{ register_schemas = "{schemas}" }}
 [broker]
 config = "{configs}/broker.toml"
 settings = {{ num_partitions = 3, flush_ms = 100, zookeeper_session_timeout_ms = 3000, default_replication_factor = 3, min_insync_replicas = 2 }}
-metrics_port_offset = {BROKERS}{proxy_offset}
+metrics_port_offset = {BROKERS}
+kafka_port_offset = {kafka_offset}{proxy_offset}
 
 [live.live-a]
 broker_ports = [{la0}, {la1}, {la2}]
@@ -181,8 +182,9 @@ scrape_interval = "1s"
 rules = "{rules}"
 {extra}"#,
             binaries = Path::new(TRIBUTARY).parent().expect("bin dir").display(),
+            kafka_offset = 2 * BROKERS,
             proxy_offset = if proxies {
-                format!("\nproxy_port_offset = {}", 2 * BROKERS)
+                format!("\nproxy_port_offset = {}", 3 * BROKERS)
             } else {
                 String::new()
             },
@@ -500,6 +502,9 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     let dashboard = format!("https://127.0.0.1:{}/", p("audit"));
     assert!(up.contains(&format!("dashboard       {dashboard}?token={}", token.trim())), "{up}");
     assert!(up.contains(&format!("--tls-cert {}", pki.join("operator.crt").display())), "{up}");
+    // Every broker has a Kafka listener too, and `up` says where.
+    let kafka = format!("Kafka clients at 127.0.0.1:{}", p("live-a-0") + 2 * BROKERS);
+    assert!(up.contains(&kafka), "{up}");
     // Everything below is read as the operator, over mutual TLS.
     let as_who = |who: Option<&str>| {
         service::tls::install_crypto_provider();
@@ -914,7 +919,7 @@ fn chaos_for_two_minutes_loses_nothing_an_agent_acknowledged() {
 
     deployment.ok("up", &[]);
     let status = deployment.ok("status", &[]);
-    let proxy = deployment.ports["live-a-0"] + 2 * BROKERS;
+    let proxy = deployment.ports["live-a-0"] + 3 * BROKERS;
     assert!(status.contains(&format!("(as 127.0.0.1:{proxy})")), "{status}");
     assert!(status.contains("proxy-analytics-2"), "{status}");
 

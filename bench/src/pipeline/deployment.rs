@@ -223,6 +223,8 @@ settings = {{ register_schemas = "{schemas}" }}
 
 [broker]
 settings = {{ num_partitions = {PARTITIONS}, flush_ms = 200, default_replication_factor = {rf}, min_insync_replicas = {min_insync} }}
+# The native pipeline is measured: no Kafka listeners (their ports would fall outside the block).
+kafka_port_offset = 0
 
 [live.live-a]
 broker_ports = [{la}]

@@ -19,6 +19,8 @@ pub struct Cluster {
     pub chroot: String,
     /// Broker addresses, `host:port`, in broker id order.
     pub addrs: Vec<String>,
+    /// Their Kafka listeners, for Kafka's own clients, in the same order.
+    pub kafka_addrs: Vec<String>,
     pub data_dirs: Vec<PathBuf>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<Result<(), broker::BrokerError>>>,
@@ -81,6 +83,7 @@ impl Cluster {
             name: spec.name.clone(),
             chroot: chroot.clone(),
             addrs: Vec::new(),
+            kafka_addrs: Vec::new(),
             data_dirs: Vec::new(),
             stop: stop.clone(),
             tasks: Vec::new(),
@@ -109,14 +112,23 @@ impl Cluster {
                 what: format!("broker {}/{id}", spec.name),
                 source: e,
             })?;
+            let kafka = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
+                DemoError::Bind { what: format!("Kafka listener {}/{id}", spec.name), source: e }
+            })?;
+            let kafka_addr = kafka.local_addr().map_err(|e| DemoError::Bind {
+                what: format!("Kafka listener {}/{id}", spec.name),
+                source: e,
+            })?;
             let broker = Broker::open(config).await.map_err(|e| DemoError::Broker {
                 cluster: spec.name.clone(),
                 id,
                 source: e,
             })?;
             broker.register_in(session(embedded, &chroot)?);
-            cluster.tasks.push(tokio::spawn(broker::serve(listener, broker, stop.clone())));
+            let served = broker::serve_with(listener, Some(kafka), broker, stop.clone());
+            cluster.tasks.push(tokio::spawn(served));
             cluster.addrs.push(addr.to_string());
+            cluster.kafka_addrs.push(kafka_addr.to_string());
             cluster.data_dirs.push(dir);
         }
         // Every broker registered before anything creates a topic: replicas go to all of them.

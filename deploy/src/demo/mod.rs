@@ -274,6 +274,7 @@ impl Pipeline {
         }
         for cluster in self.live.iter().chain([&self.analytics]) {
             println!("  {:<9} brokers {}", cluster.name, cluster.addrs.join(", "));
+            println!("  {:<9} Kafka   {}", "", cluster.kafka_addrs.join(","));
         }
         println!("  registry  {}", self.registry.url);
         for (cluster, url) in self.live.iter().zip(&self.agent_urls) {

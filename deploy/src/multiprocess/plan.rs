@@ -434,6 +434,7 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     let metrics_url = format!("{}://{metrics}/metrics", scheme(topology));
     let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
     let advertised = topology.broker_proxy_port(port);
+    let kafka = topology.broker_kafka_port(port);
     let typed = TypedConfig::new(
         &[
             "broker_id",
@@ -441,6 +442,8 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
             "port",
             "advertised_host",
             "advertised_port",
+            "kafka_port",
+            "kafka_host",
             "data_dir",
             "zookeeper",
             "metrics",
@@ -451,6 +454,8 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
             c.port = port;
             c.advertised_host = None;
             c.advertised_port = advertised;
+            c.kafka_port = kafka;
+            c.kafka_host = None;
             c.data_dir = data_dir.clone();
             c.zookeeper = Some(zookeeper.clone());
             c.metrics = Some(metrics.clone());
@@ -474,6 +479,9 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
         }
         None => format!("{HOST}:{port} in {}", topology.zookeeper_connect(cluster)),
     };
+    if let Some(kafka) = kafka {
+        component.address.push_str(&format!(", Kafka clients at {HOST}:{kafka}"));
+    }
     component.metrics = Some(metrics_url);
     if topology.security.tls {
         // One ACL file per cluster, written by each of its brokers' start (the same text).

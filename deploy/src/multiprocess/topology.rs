@@ -197,6 +197,10 @@ pub struct Broker {
     /// other brokers reach it through the proxy, whose path `tributary chaos` cuts. Unset:
     /// no proxies.
     pub proxy_port_offset: Option<u16>,
+    /// Every broker also speaks the Apache Kafka protocol, for Kafka's own clients, on its
+    /// port plus this (default 3000: broker 9101's Kafka listener is 12101). Set to 0 for none.
+    #[serde(default = "defaults::broker_kafka_port_offset")]
+    pub kafka_port_offset: u16,
 }
 
 impl Broker {
@@ -213,6 +217,7 @@ impl Default for Broker {
             settings: toml::Table::new(),
             metrics_port_offset: defaults::broker_metrics_port_offset(),
             proxy_port_offset: None,
+            kafka_port_offset: defaults::broker_kafka_port_offset(),
         }
     }
 }
@@ -352,6 +357,9 @@ mod defaults {
     }
     pub fn broker_metrics_port_offset() -> u16 {
         1000
+    }
+    pub fn broker_kafka_port_offset() -> u16 {
+        3000
     }
 }
 
@@ -640,6 +648,9 @@ impl Topology {
         if let Some(proxy) = self.broker_proxy_port(port) {
             ports.push((format!("{key} + broker.proxy_port_offset"), proxy));
         }
+        if let Some(kafka) = self.broker_kafka_port(port) {
+            ports.push((format!("{key} + broker.kafka_port_offset"), kafka));
+        }
     }
 
     pub fn schema_registry_port(&self) -> u16 {
@@ -667,6 +678,15 @@ impl Topology {
     /// `broker.proxy_port_offset`.
     pub fn broker_proxy_port(&self, port: u16) -> Option<u16> {
         Some(port.saturating_add(self.broker.proxy_port_offset?))
+    }
+
+    /// The port of the Kafka listener of the broker listening on `port`, unless
+    /// `broker.kafka_port_offset` is 0.
+    pub fn broker_kafka_port(&self, port: u16) -> Option<u16> {
+        match self.broker.kafka_port_offset {
+            0 => None,
+            offset => Some(port.saturating_add(offset)),
+        }
     }
 
     /// Where clients reach the broker listening on `port`: its proxy's port, or its own.
