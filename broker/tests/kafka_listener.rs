@@ -99,6 +99,11 @@ fn init_producer_id() -> Bytes {
 
 /// Produce v3 of one batch of `count` records with sequences from `sequence`.
 fn produce(producer: (i64, i16), sequence: i32, count: i64) -> Bytes {
+    produce_to("idempotent", producer, sequence, count)
+}
+
+/// Produce v3 to partition 0 of `topic`.
+fn produce_to(topic: &str, producer: (i64, i16), sequence: i32, count: i64) -> Bytes {
     let mut batch = RecordBatchBuilder::new(0).with_producer(producer.0, producer.1, sequence);
     for i in 0..count {
         batch.push(
@@ -115,7 +120,7 @@ fn produce(producer: (i64, i16), sequence: i32, count: i64) -> Bytes {
     body.put_i16(-1); // acks all
     body.put_i32(30_000);
     body.put_i32(1);
-    str16(&mut body, "idempotent");
+    str16(&mut body, topic);
     body.put_i32(1);
     body.put_i32(0);
     body.put_i32(batch.len() as i32);
@@ -172,6 +177,54 @@ async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
     })
     .await;
     assert_eq!(values, ["seq-0", "seq-1", "seq-2", "seq-3", "seq-4", "seq-5"]);
+}
+
+/// A client pipelines requests, as librdkafka does, and its bytes arrive in pieces: the frame
+/// half read when an earlier answer is written must go on from where it was.
+#[tokio::test]
+async fn pipelined_frames_arriving_in_pieces_are_all_answered() {
+    const FRAMES: usize = 300;
+    let broker = start();
+    let stream = connect(&broker.kafka).await;
+    let mut metadata = BytesMut::new();
+    metadata.put_i32(1);
+    str16(&mut metadata, "pipelined");
+    let (mut input, mut output) = stream.into_split();
+    let first = frame(3, 4, 9, &[&metadata[..], &[1]].concat());
+    output.write_all(&first).await.unwrap();
+    let size = input.read_u32().await.unwrap() as usize;
+    input.read_exact(&mut vec![0u8; size]).await.unwrap();
+
+    let frames: Vec<u8> =
+        (0..FRAMES).flat_map(|_| produce_to("pipelined", (-1, -1), -1, 5)).collect();
+    let writer = tokio::spawn(async move {
+        for (i, piece) in frames.chunks(13).enumerate() {
+            output.write_all(piece).await.unwrap();
+            if i % 40 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        output
+    });
+    let mut offsets = Vec::new();
+    for _ in 0..FRAMES {
+        let answer = tokio::time::timeout(WAIT, async {
+            let size = input.read_u32().await.ok()? as usize;
+            let mut body = vec![0u8; size];
+            input.read_exact(&mut body).await.ok()?;
+            Some(Bytes::from(body))
+        })
+        .await
+        .expect("an answer in time")
+        .expect("the connection to stay open");
+        let mut answer = answer.slice(4..);
+        let (error, base_offset) = produced(answer.split_to(answer.len()));
+        assert_eq!(error, 0);
+        offsets.push(base_offset);
+    }
+    writer.await.unwrap();
+    let expected: Vec<i64> = (0..FRAMES as i64).map(|i| i * 5).collect();
+    assert_eq!(offsets, expected);
 }
 
 #[tokio::test]

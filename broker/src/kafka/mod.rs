@@ -143,10 +143,21 @@ type Answer = Result<Option<BytesMut>, Ended>;
 
 impl Client {
     async fn run(self, stream: ServerStream, stop: CancellationToken) -> Result<(), Ended> {
-        let (mut input, mut output) = tokio::io::split(stream);
+        let (input, mut output) = tokio::io::split(stream);
         let mut in_flight = FuturesOrdered::new();
-        let client_timeout = self.broker.config().client_timeout();
-        let max_request_bytes = self.broker.config().max_request_bytes as usize;
+        // Frames come from a stream that keeps a half-read frame across `select!` rounds: a
+        // read future dropped when an answer wins the race would lose the bytes it had read.
+        let frames = futures::stream::unfold(input, |mut input| {
+            let broker = Arc::clone(&self.broker);
+            async move {
+                let client_timeout = broker.config().client_timeout();
+                let max_request_bytes = broker.config().max_request_bytes as usize;
+                let frame =
+                    read_frame(&mut input, max_request_bytes, client_timeout, &broker).await;
+                Some((frame, input))
+            }
+        });
+        let mut frames = std::pin::pin!(frames);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Ok(()),
@@ -156,10 +167,12 @@ impl Client {
                         output.write_all(&answer).await?;
                     }
                 }
-                frame = read_frame(&mut input, max_request_bytes, client_timeout, &self.broker),
-                    if in_flight.len() < IN_FLIGHT_MAX =>
-                {
-                    let Some(frame) = frame? else { return Ok(()) };
+                frame = frames.next(), if in_flight.len() < IN_FLIGHT_MAX => {
+                    let frame = match frame {
+                        Some(Ok(Some(frame))) => frame,
+                        Some(Err(e)) => return Err(e),
+                        Some(Ok(None)) | None => return Ok(()),
+                    };
                     in_flight.push_back(self.start(frame).await);
                 }
             }
