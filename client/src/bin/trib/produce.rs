@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use client::{Partitioner, Producer, ProducerConfig};
+use client::{BrokerSource, Partitioner, Producer, ProducerConfig};
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -32,7 +32,11 @@ pub async fn run(args: ProduceArgs, json: bool) -> anyhow::Result<()> {
         tls: crate::tls::config(),
         ..ProducerConfig::default()
     };
-    let producer = Producer::new(config, args.brokers.brokers().await?.source())?;
+    let source = args.brokers.brokers().await?.source();
+    if let Some(partition) = args.partition {
+        require_partition(source.as_ref(), &args.topic, partition).await?;
+    }
+    let producer = Producer::new(config, source)?;
     let mut progress = Progress::new("produced", args.progress);
     let sent = send_lines(&producer, &args, &mut progress).await;
     producer.close().await;
@@ -94,6 +98,30 @@ fn trim_newline(line: &[u8]) -> &[u8] {
 /// Field `n` (1-based) of `line`; `None` when the line has fewer fields.
 fn field(line: &[u8], delimiter: u8, n: u32) -> Option<&[u8]> {
     line.split(|b| *b == delimiter).nth(n as usize - 1)
+}
+
+/// Fails unless `topic` has `partition` with a live leader: a fixed partition of a topic the
+/// cluster does not have yet cannot be routed (a produce without `--partition` creates it).
+async fn require_partition(
+    source: &dyn BrokerSource,
+    topic: &str,
+    partition: i32,
+) -> anyhow::Result<()> {
+    let layout = source.topic_layout(topic).await?;
+    if !layout.known {
+        anyhow::bail!(
+            "topic {topic} does not exist: create it with `trib topics create`, \
+             or produce without --partition (the first produce creates it)"
+        );
+    }
+    if !layout.partitions.iter().any(|p| p.partition == partition) {
+        let mut have: Vec<i32> = layout.partitions.iter().map(|p| p.partition).collect();
+        have.sort_unstable();
+        anyhow::bail!(
+            "topic {topic} has no partition {partition} with a live leader (partitions led now: {have:?})"
+        );
+    }
+    Ok(())
 }
 
 /// Every message to `partition`, on the first broker that has it.
