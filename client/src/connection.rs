@@ -13,7 +13,7 @@ use protocol::{
     Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, MetadataRequest,
     MetadataResponse, MultiFetchRequest, MultiFetchWaitRequest, MultiProduceRequest,
     MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest, ProduceResponse,
-    Request, Response,
+    RecordNumberRequest, Request, Response,
 };
 use service::tls::{ClientStream, MaybeTls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -247,6 +247,22 @@ impl Connection {
         match self.call(request).await? {
             Response::Offsets(o) => Ok(o.offsets),
             other => Err(unexpected(ApiKey::Offsets, &other)),
+        }
+    }
+
+    /// `RECORD_NUMBER`: the Kafka record number of the message at byte `offset`, or of the
+    /// next record when `offset` is the log's end.
+    pub async fn record_number(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ClientError> {
+        let request =
+            Request::RecordNumber(RecordNumberRequest { topic: topic.into(), partition, offset });
+        match self.call(request).await? {
+            Response::RecordNumber(r) => Ok(r.record),
+            other => Err(unexpected(ApiKey::RecordNumber, &other)),
         }
     }
 

@@ -287,3 +287,90 @@ async fn groups_of_an_authenticated_cluster_change_only_with_its_credentials() {
     .await
     .unwrap();
 }
+
+/// `trib groups` shows a group that Kafka's own clients keep through the brokers' Kafka
+/// listeners beside native groups: kcat (librdkafka) reads a topic in a group and commits;
+/// `list` names the group, `describe` gives its committed record numbers, the log ends in
+/// records, the lag, and the coordinator the brokers pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_show_kafka_protocol_groups() {
+    let zk = ZooKeeperServer::shared().connect_string();
+    let mut brokers = Vec::new();
+    for id in 0..2 {
+        let zk = zk.clone();
+        let broker = TestBroker::start_with(move |c| {
+            c.broker_id = id;
+            c.zookeeper = Some(zk);
+            c.kafka_port = Some(0);
+            c.flush_messages = 1;
+        })
+        .await;
+        brokers.push(broker);
+    }
+    brokers[0].connect().await.create_topic("events", 2, &[]).await.unwrap();
+    let bootstrap = testkit::eventually(Duration::from_secs(20), "Kafka listeners", || async {
+        let ports: Option<Vec<String>> = brokers
+            .iter()
+            .map(|b| b.broker.kafka_port().map(|p| format!("127.0.0.1:{p}")))
+            .collect();
+        ports.map(|p| p.join(","))
+    })
+    .await;
+    tokio::task::spawn_blocking(move || {
+        let payloads: Vec<String> = (0..30).map(|i| format!("event-{i}")).collect();
+        produce(&zk, &payloads);
+        let consumed = Command::new("kcat")
+            .args(["-b", &bootstrap, "-G", "kafka-readers", "events", "-e", "-q"])
+            .args(["-X", "auto.offset.reset=earliest", "-X", "auto.commit.interval.ms=100"])
+            .output()
+            .expect("kcat (scripts/test.sh installs it)");
+        let err = String::from_utf8_lossy(&consumed.stderr);
+        assert!(consumed.status.success(), "{err}");
+        let read: BTreeSet<String> =
+            String::from_utf8_lossy(&consumed.stdout).lines().map(str::to_owned).collect();
+        assert_eq!(read, payloads.into_iter().collect(), "{err}");
+
+        let listed = trib_json(&["groups", "list", "--zookeeper", &zk]);
+        assert_eq!(listed, serde_json::json!(["kafka-readers"]));
+        let text =
+            Command::new(TRIB).args(["groups", "list", "--zookeeper", &zk]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&text.stdout), "kafka-readers  (Kafka protocol)\n");
+
+        let describe = ["groups", "describe", "--zookeeper", &zk, "--group", "kafka-readers"];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let described = loop {
+            let described = trib_json(&describe);
+            let committed: i64 = described["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["committed"].as_i64().unwrap())
+                .sum();
+            if committed == 30 || Instant::now() > deadline {
+                break described;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(described["protocol"], "kafka");
+        assert!([0, 1].contains(&described["coordinator"].as_i64().unwrap()), "{described}");
+        let partitions = described["partitions"].as_array().unwrap();
+        assert_eq!(partitions.len(), 2, "{described}");
+        let mut total = 0;
+        for p in partitions {
+            assert_eq!(p["topic"], "events");
+            assert_eq!(p["log_end"], p["committed"], "{described}");
+            assert_eq!(p["lag"], 0, "{described}");
+            total += p["committed"].as_i64().unwrap();
+        }
+        assert_eq!(total, 30, "{described}");
+        let text = Command::new(TRIB).args(describe).output().unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.starts_with("group kafka-readers (Kafka protocol): coordinator broker "),
+            "{text}"
+        );
+    })
+    .await
+    .unwrap();
+    drop(brokers);
+}

@@ -36,5 +36,5 @@ pub use partitions::{
     elect_leader,
 };
 pub use path::{join, validate_path};
-pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription};
+pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription, kafka_coordinator};
 pub use zookeeper::{Digest, ZooKeeper, ZooKeeperConfig};

@@ -72,6 +72,20 @@ impl BrokerInfo {
     }
 }
 
+/// The broker that coordinates the Kafka consumer group `group`, among `ids`, the brokers with
+/// a Kafka listener: the one the group id's 64-bit FNV-1a hash picks in id order. Every broker
+/// and `trib` compute it alike (DESIGN "Kafka protocol listener").
+pub fn kafka_coordinator(group: &str, ids: impl IntoIterator<Item = i32>) -> Option<i32> {
+    let mut ids: Vec<i32> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let hash = group
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let pick = usize::try_from(hash % ids.len().max(1) as u64).ok()?;
+    ids.get(pick).copied()
+}
+
 /// A consumer's streams per topic.
 pub type Subscription = BTreeMap<String, u32>;
 

@@ -45,9 +45,15 @@ impl TestBroker {
         configure(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr").to_string();
+        // A Kafka listener when the configuration asks for one, as the binary binds it.
+        let kafka = match config.kafka_listen_addr() {
+            Some(kafka) => Some(tokio::net::TcpListener::bind(kafka).await.expect("bind Kafka")),
+            None => None,
+        };
         let broker = Broker::open(config).await.expect("broker opens");
         let stop = CancellationToken::new();
-        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
+        let serve = broker::serve_with(listener, kafka, Arc::clone(&broker), stop.clone());
+        let task = tokio::spawn(serve);
         TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
     }
 

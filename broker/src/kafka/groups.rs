@@ -240,20 +240,9 @@ impl Coordinator {
 
 /// The broker that coordinates `group`: `(id, host, kafka port)`.
 fn coordinator_of(client: &Client, group: &str) -> Option<(i32, String, u16)> {
-    let mut brokers = client.broker.kafka_endpoints();
-    brokers.sort_by_key(|(id, _, _)| *id);
-    if brokers.is_empty() {
-        return None;
-    }
-    let hash = protocol_hash(group);
-    Some(brokers.swap_remove((hash % brokers.len() as u64) as usize))
-}
-
-/// FNV-1a of the group id: the same on every broker.
-fn protocol_hash(group: &str) -> u64 {
-    group
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    let brokers = client.broker.kafka_endpoints();
+    let id = cluster::kafka_coordinator(group, brokers.iter().map(|(id, _, _)| *id))?;
+    brokers.into_iter().find(|(b, _, _)| *b == id)
 }
 
 /// Whether this broker coordinates `group`.

@@ -345,6 +345,20 @@ impl SimpleConsumer {
         self.single_offset(topic, partition, OffsetTime::Latest).await
     }
 
+    /// The Kafka record number of the message at byte `offset` (of the next record at the
+    /// log's end): how Kafka clients number what is before it.
+    pub async fn record_number(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ConsumerError> {
+        self.conn
+            .record_number(topic, partition, offset)
+            .await
+            .map_err(|source| ConsumerError::Request { topic: topic.to_owned(), partition, source })
+    }
+
     async fn single_offset(
         &self,
         topic: &str,

@@ -137,12 +137,15 @@ pub enum BrokersCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum GroupsCommand {
-    /// Every consumer group in the registry.
+    /// Every consumer group in the registry: native groups, then groups of Kafka's own clients
+    /// (marked "(Kafka protocol)").
     List {
         #[command(flatten)]
         brokers: BrokerArgs,
     },
-    /// Per partition of each topic the group reads: owner, committed offset, log end, lag.
+    /// Per partition of each topic the group reads: owner, committed offset, log end, lag. A
+    /// Kafka-protocol group: committed record numbers, log end and lag in records, and the
+    /// broker coordinating it.
     Describe {
         #[command(flatten)]
         brokers: BrokerArgs,

@@ -18,20 +18,38 @@ pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
     match command {
         GroupsCommand::List { brokers } => {
             let brokers = brokers.brokers().await?;
-            let groups =
-                brokers.registry()?.groups().await.context("cannot read the consumer registry")?;
+            let registry = brokers.registry()?;
+            let native = registry.groups().await.context("cannot read the consumer registry")?;
+            let kafka = registry.kafka_groups().await.context("cannot read the Kafka groups")?;
             if json {
-                println!("{}", json!(groups));
-            } else if groups.is_empty() {
+                let all: std::collections::BTreeSet<&String> =
+                    native.iter().chain(&kafka).collect();
+                println!("{}", json!(all));
+            } else if native.is_empty() && kafka.is_empty() {
                 eprintln!("trib: no consumer groups");
             } else {
-                groups.iter().for_each(|g| println!("{g}"));
+                native.iter().for_each(|g| println!("{g}"));
+                kafka.iter().for_each(|g| println!("{g}  (Kafka protocol)"));
             }
             Ok(())
         }
         GroupsCommand::Describe { brokers, group } => {
             let brokers = brokers.brokers().await?;
-            describe(brokers.registry()?, &group, json).await
+            let registry = brokers.registry()?;
+            let native =
+                registry.group_topics(&group).await.context("cannot read the consumer registry")?;
+            let kafka =
+                registry.kafka_offsets(&group).await.context("cannot read the Kafka groups")?;
+            if native.is_empty() && kafka.is_empty() {
+                anyhow::bail!(crate::Refused(format!("no consumer group {group}")));
+            }
+            if !native.is_empty() {
+                describe(registry, &group, json).await?;
+            }
+            if !kafka.is_empty() {
+                describe_kafka(&brokers, &group, kafka, json).await?;
+            }
+            Ok(())
         }
         GroupsCommand::Reset { brokers, group, topic, to, execute } => {
             let brokers = brokers.brokers().await?;
@@ -182,9 +200,6 @@ async fn delete(
 
 async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyhow::Result<()> {
     let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
-    if topics.is_empty() {
-        anyhow::bail!(crate::Refused(format!("no consumer group {group}")));
-    }
     let members = registry.consumers(group).await?;
     let mut owners = BTreeMap::new();
     for topic in &topics {
@@ -237,6 +252,69 @@ async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyh
     }
     if rows.iter().any(|r| r.lag.is_some_and(|l| l.from_start())) {
         println!("* nothing committed: the lag counts from the start of the log");
+    }
+    Ok(())
+}
+
+/// A Kafka-protocol group (DESIGN "Kafka protocol listener"): its offsets are record numbers,
+/// and its members and their assignment live with its coordinator, which this names.
+async fn describe_kafka(
+    brokers: &Brokers,
+    group: &str,
+    offsets: BTreeMap<String, BTreeMap<i32, i64>>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let registry = brokers.registry()?;
+    let live = registry.brokers().await.context("cannot read the live brokers")?;
+    let with_listener = live.iter().filter(|(_, b)| b.kafka_port.is_some()).map(|(id, _)| *id);
+    let coordinator = cluster::kafka_coordinator(group, with_listener);
+    let mut rows = Vec::new();
+    for (topic, partitions) in &offsets {
+        for (&partition, &committed) in partitions {
+            // The log end in records; `None` while the partition has no reachable leader.
+            let end = async {
+                let conn = brokers.connect_for(topic, partition).await?;
+                let consumer =
+                    SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
+                let byte_end = consumer.latest_offset(topic, partition).await?;
+                anyhow::Ok(consumer.record_number(topic, partition, byte_end).await?)
+            };
+            let end = end.await.ok();
+            rows.push((topic, partition, committed, end, end.map(|end| (end - committed).max(0))));
+        }
+    }
+    if json {
+        let partitions: Vec<_> = rows
+            .iter()
+            .map(|(topic, partition, committed, end, lag)| {
+                json!({"topic": topic, "partition": partition, "committed": committed,
+                       "log_end": end, "lag": lag})
+            })
+            .collect();
+        let value = json!({"group": group, "protocol": "kafka", "coordinator": coordinator,
+                           "partitions": partitions});
+        println!("{value}");
+        return Ok(());
+    }
+    let coordinator = coordinator.map_or("none live".to_owned(), |id| format!("broker {id}"));
+    println!(
+        "group {group} (Kafka protocol): coordinator {coordinator}, which holds its members and \
+         their assignment; offsets in records"
+    );
+    println!(
+        "{:<20} {:>9} {:>14} {:>14} {:>12}",
+        "topic", "partition", "committed", "log end", "lag"
+    );
+    let show = |o: Option<i64>| o.map_or("-".to_owned(), |o| o.to_string());
+    for (topic, partition, committed, end, lag) in &rows {
+        println!(
+            "{:<20} {:>9} {:>14} {:>14} {:>12}",
+            topic,
+            partition.to_string(),
+            committed,
+            show(*end),
+            show(*lag)
+        );
     }
     Ok(())
 }
