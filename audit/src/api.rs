@@ -88,7 +88,6 @@ pub(crate) struct TopicSummary {
 #[derive(Debug, Serialize)]
 pub(crate) struct WindowDetail {
     pub topic: String,
-    pub reference_tier: Option<&'static str>,
     #[serde(flatten)]
     pub report: WindowReport,
     /// The tiers that take part, in pipeline order.
@@ -164,12 +163,15 @@ pub(crate) fn window_detail(
     let report = ledger
         .window(topic, start, clock)
         .ok_or_else(|| ApiError::UnknownWindow { topic: topic.to_owned(), start })?;
-    let tiers = ledger.active_tiers();
+    let tiers: Vec<Tier> = ledger
+        .active_tiers()
+        .into_iter()
+        .filter(|t| report.tiers.contains_key(t.as_str()))
+        .collect();
     let hosts =
         tiers.iter().map(|tier| (tier.as_str(), ledger.hosts(topic, start, *tier))).collect();
     Ok(WindowDetail {
         topic: topic.to_owned(),
-        reference_tier: ledger.reference_tier().map(Tier::as_str),
         report,
         order: tiers.into_iter().map(Tier::as_str).collect(),
         hosts,

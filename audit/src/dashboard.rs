@@ -170,7 +170,8 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
                     continue;
                 }
                 let verdict = report.tier_verdicts.get(tier_name).copied().unwrap_or(Verdict::Open);
-                let reference = report.tiers.get(tiers[0].as_str()).copied().unwrap_or(0);
+                let reference = report.reference_tier.and_then(|t| report.tiers.get(t));
+                let reference = reference.copied().unwrap_or(0);
                 let _ = write!(
                     body,
                     r#"<td><a class="cell {v}" href="{href}" data-topic="{t}" data-tier="{tier_name}" data-window="{start}" data-verdict="{v}" title="{tier_name}: {c} of {r} — {v}">{text}</a></td>"#,
@@ -274,7 +275,7 @@ pub(crate) async fn window_page(
         Err(e) => return error_page(&shared, e),
     };
     let report = &detail.report;
-    let reference = detail.reference_tier;
+    let reference = detail.report.reference_tier;
     let reference_count = reference.and_then(|t| report.tiers.get(t)).copied().unwrap_or(0);
     let t = escape(&topic);
     let mut body = format!(

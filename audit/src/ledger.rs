@@ -109,7 +109,10 @@ pub struct WindowReport {
     pub window_start: i64,
     pub window_ms: i64,
     pub verdict: Verdict,
-    /// Count per tier that takes part (has ever reported).
+    /// The tier the others are compared with: `agent`, or for a topic no agent counts (one
+    /// produced straight into a live cluster) the first tier that counts it.
+    pub reference_tier: Option<&'static str>,
+    /// Count per tier that takes part (has ever reported, from the reference tier on).
     pub tiers: BTreeMap<&'static str, i64>,
     /// Per downstream tier with a verdict: how many events it lacks (loss) ...
     pub missing: BTreeMap<&'static str, i64>,
@@ -252,16 +255,32 @@ impl Ledger {
         if from_ms > to_ms {
             return Vec::new();
         }
+        let tiers = self.topic_tiers(windows);
         windows
             .range(from_ms..=to_ms)
-            .map(|(start, window)| self.report(*start, window, clock))
+            .map(|(start, window)| self.report(&tiers, *start, window, clock))
             .collect()
     }
 
     /// The report of one window, if anything was counted in it.
     pub fn window(&self, topic: &str, window_start: i64, clock: Clock) -> Option<WindowReport> {
-        let window = self.topics.get(topic)?.get(&window_start)?;
-        Some(self.report(window_start, window, clock))
+        let windows = self.topics.get(topic)?;
+        let window = windows.get(&window_start)?;
+        Some(self.report(&self.topic_tiers(windows), window_start, window, clock))
+    }
+
+    /// The tiers a topic's windows are checked at: the active tiers from the first, in pipeline
+    /// order, that counted any event of the topic. A topic produced straight into a live
+    /// cluster (by Kafka's own clients, through a broker's Kafka listener) has no agent counts,
+    /// so it is checked from `live` on rather than reported duplicated everywhere.
+    fn topic_tiers(&self, windows: &BTreeMap<i64, Window>) -> Vec<Tier> {
+        let active = self.active_tiers();
+        let counted =
+            |tier: &Tier| windows.values().any(|w| !w.hosts[tier_index(*tier)].is_empty());
+        match active.iter().position(counted) {
+            Some(first) => active[first..].to_vec(),
+            None => active,
+        }
     }
 
     /// The `last` most recent window starts of any topic, oldest first.
@@ -274,8 +293,13 @@ impl Ledger {
         starts.split_off(skip)
     }
 
-    fn report(&self, window_start: i64, window: &Window, clock: Clock) -> WindowReport {
-        let active = self.active_tiers();
+    fn report(
+        &self,
+        active: &[Tier],
+        window_start: i64,
+        window: &Window,
+        clock: Clock,
+    ) -> WindowReport {
         let tiers = active.iter().map(|t| (t.as_str(), window.total(*t))).collect();
         let window_end = window_start.saturating_add(self.window_ms);
         let past = |grace_ms: i64| clock.caught_up && clock.now_ms >= window_end + grace_ms;
@@ -284,6 +308,7 @@ impl Ledger {
             window_start,
             window_ms: self.window_ms,
             verdict: Verdict::Open,
+            reference_tier: active.first().map(|t| t.as_str()),
             tiers,
             missing: BTreeMap::new(),
             duplicate: BTreeMap::new(),
@@ -330,7 +355,7 @@ impl Ledger {
     pub fn hosts(&self, topic: &str, window_start: i64, tier: Tier) -> Vec<HostCount> {
         let Some(windows) = self.topics.get(topic) else { return Vec::new() };
         let Some(window) = windows.get(&window_start) else { return Vec::new() };
-        let reference = self.reference_tier().map_or(0, |r| window.total(r));
+        let reference = self.topic_tiers(windows).first().map_or(0, |r| window.total(*r));
         let index = tier_index(tier);
 
         // The nearest other windows where this tier reported, by distance in time.
@@ -579,6 +604,31 @@ mod tests {
         assert_eq!(ledger.reference_tier(), Some(Tier::Live));
         let report = ledger.window("t", 0, closed()).unwrap();
         assert_eq!(report.missing.get("mirror"), Some(&1));
+    }
+
+    #[test]
+    fn a_topic_no_agent_counts_is_checked_from_the_live_tier_on() {
+        // Page views come through agents; `kafka-clicks` straight into a live cluster.
+        let mut ledger = ledger(&[
+            record(Tier::Agent, "web", "page-view", 0, 5),
+            record(Tier::Mirror, "m", "page-view", 0, 5),
+            record(Tier::Mirror, "m", "kafka-clicks", 0, 7),
+            record(Tier::Loader, "l", "kafka-clicks", 0, 6),
+        ]);
+        ledger.add_live("dc-a", "page-view", 0, 5);
+        ledger.add_live("dc-a", "kafka-clicks", 0, 7);
+        let clicks = ledger.window("kafka-clicks", 0, closed()).unwrap();
+        assert_eq!(clicks.count(Tier::Agent), None, "no agent tier for this topic");
+        assert_eq!(clicks.count(Tier::Live), Some(7));
+        assert_eq!(clicks.missing.get("loader"), Some(&1), "{clicks:?}");
+        assert_eq!(clicks.verdict, Verdict::Loss);
+        ledger.apply(&record(Tier::Loader, "l", "kafka-clicks", 0, 7)).unwrap();
+        let clicks = ledger.window("kafka-clicks", 0, closed()).unwrap();
+        assert_eq!(clicks.verdict, Verdict::Complete);
+        // The other topic is still checked against its agents.
+        let views = ledger.window("page-view", 0, closed()).unwrap();
+        assert_eq!(views.count(Tier::Agent), Some(5));
+        assert_eq!(views.tier_verdicts.get("loader"), Some(&Verdict::Loss));
     }
 
     #[test]
