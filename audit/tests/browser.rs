@@ -40,7 +40,14 @@ async fn feed(
     dc_a: &Cluster,
     dc_b: &Cluster,
 ) -> Anomalies {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    let mut now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    // The newest two windows stay open while the test looks (the one before the current is
+    // decided a minute after the next boundary): late in a minute, start after the boundary.
+    if now.rem_euclid(W) > W - 30_000 {
+        let wait = W - now.rem_euclid(W) + 100;
+        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64;
+    }
     let current = now.div_euclid(W) * W;
     let first = current - (WINDOWS - 1) * W;
     let anomalies = Anomalies { loss_window: first + 7 * W, duplication_window: first + 4 * W };
