@@ -358,7 +358,7 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
         }
     });
     if let Err(e) = counted_events {
-        tracing::warn!(partition = %run.partition, error = %e, "cannot inflate a copied wrapper to count its events");
+        tracing::warn!(partition = %run.partition, error = %e, "cannot count the events of a copied message");
     }
     let bytes = run.set.len() as u64;
     stats.messages.fetch_add(run.messages, Ordering::Relaxed);

@@ -1,23 +1,41 @@
 //! What the mirror reads of a message it copies: only the `header.time` of each event, for
-//! the audit and the record age. A framed message is either one event or a compressed
-//! wrapper of several, inflated here to count them; the bytes sent on are never touched.
+//! the audit and the record age. A framed message is one event, a compressed wrapper of
+//! several (inflated here to count them), or a Kafka RecordBatch (magic 2, from a broker's
+//! Kafka listener), whose records are the events; the bytes sent on are never touched.
 
 use client::CompressionError;
 use events::envelope::header_time;
-use protocol::MessageSetIter;
+use protocol::record_batch::{InvalidBatch, RecordBatchRef};
+use protocol::{MAGIC_BATCH, MessageSetIter};
 
-/// Bytes one wrapper may inflate to when counting its events.
+/// Bytes one wrapper or batch may inflate to when counting its events.
 const INFLATED_BYTES_MAX: usize = 64 << 20;
+
+/// Why the events of a copied message could not be counted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CountError {
+    #[error("a wrapper does not inflate: {0}")]
+    Wrapper(#[from] CompressionError),
+    #[error("a Kafka batch does not read: {0}")]
+    Batch(#[from] InvalidBatch),
+}
 
 /// The events of framed messages back to back: the `header.time` of each (ms since the
 /// epoch), `None` for a payload that is not an event envelope. A compressed wrapper is
-/// inflated to reach the events inside.
+/// inflated, and a Kafka batch read record by record, to reach the events inside.
 pub(crate) fn for_each_event(
     framed: &[u8],
     mut event: impl FnMut(Option<i64>),
-) -> Result<(), CompressionError> {
+) -> Result<(), CountError> {
     // The group consumer checked every message before handing it out.
     for (_, message) in MessageSetIter::new(framed, 0).map_while(Result::ok) {
+        if message.magic == MAGIC_BATCH {
+            let records = RecordBatchRef::parse(message.payload)?.records(INFLATED_BYTES_MAX)?;
+            for record in records.iter() {
+                event(record?.value.and_then(header_time));
+            }
+            continue;
+        }
         if !message.is_compressed() {
             event(header_time(message.payload));
             continue;
@@ -81,4 +99,17 @@ mod tests {
             assert_eq!(times(&wrapper), expected, "a plain message, then a wrapper: {codec:?}");
         }
     }
+
+    #[test]
+    fn reads_the_time_of_each_record_of_a_kafka_batch() {
+        let mut batch = protocol::record_batch::RecordBatchBuilder::new(0);
+        batch.push(0, 5, Some(b"k"), Some(&envelope(42)), &[(b"h", Some(b"v"))]);
+        batch.push(1, 5, None, Some(b"not an event"), &[]);
+        batch.push(2, 5, None, None, &[]);
+        let mut framed = BytesMut::new();
+        protocol::encode_batch_message(&mut framed, &batch.finish());
+        protocol::encode_message(&mut framed, Codec::None, &envelope(7));
+        assert_eq!(times(&framed), [Some(42), None, None, Some(7)]);
+    }
+
 }
