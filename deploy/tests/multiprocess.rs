@@ -1,8 +1,11 @@
 //! `tributary up/status/down` through the real binary: the whole two-datacenter pipeline as
 //! separate processes (real ZooKeeper, SeaweedFS, HAProxy), secured as `up` secures it by
 //! default (mutual TLS, ACLs, the dashboard's token) and read here as the operator, a process
-//! holding another service's certificate refused, a live broker and the mirror killed with
-//! `kill -9` mid-run, and the books checked at the end; plus the failure modes of the command
+//! holding another service's certificate refused, Kafka's own client (confluent-kafka) reading
+//! the agents' events from the analytics cluster and producing Avro events with keys and
+//! headers into a live topic (checked by the audit from the live tier on and loaded with
+//! `_key` and `_headers`), a live broker and the mirror killed with `kill -9` mid-run, and
+//! the books checked at the end; plus the failure modes of the command
 //! itself (a bad topology file, a component that never becomes ready).
 //!
 //! The component binaries must be built beside `tributary` (`cargo test --workspace` builds
@@ -21,6 +24,9 @@ const TRIBUTARY: &str = env!("CARGO_BIN_EXE_tributary");
 const TOPICS: [&str; 3] = ["page-view", "click", "search"];
 const WINDOW_MS: u64 = 10_000;
 const GRACE_MS: u64 = 8_000;
+/// The live topic confluent-kafka produces into, and how many clicks.
+const KAFKA_TOPIC: &str = "kafka-clicks";
+const KAFKA_CLICKS: u64 = 500;
 
 /// Runs `tributary ARGS` to completion.
 fn tributary(args: &[&str]) -> Output {
@@ -446,15 +452,7 @@ fn parquet_ids(runtime: &tokio::runtime::Runtime, s3_port: u16) -> (u64, HashSet
     use object_store::{ObjectStore, ObjectStoreExt};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    let store = object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(format!("http://127.0.0.1:{s3_port}"))
-        .with_bucket_name("tributary")
-        .with_region("us-east-1")
-        .with_access_key_id("tributary")
-        .with_secret_access_key("tributary")
-        .with_allow_http(true)
-        .build()
-        .expect("S3 client");
+    let store = s3_store(s3_port);
     runtime.block_on(async {
         let mut rows = 0u64;
         let mut ids = HashSet::new();
@@ -541,6 +539,28 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         let b = agent_counts(&runtime, &http, p("live-b-agent"))?;
         (a.1 > 0 && b.1 > 0).then_some(())
     });
+
+    // Kafka's own client, over mutual TLS as the operator: confluent-kafka decodes the agents'
+    // page views from the analytics cluster with its AvroDeserializer against our registry, and
+    // produces clicks with its AvroSerializer, keys and headers, into a live topic of their own.
+    let kafka_at =
+        |names: [&str; 3]| names.map(|n| format!("127.0.0.1:{}", p(n) + 2 * BROKERS)).join(",");
+    let interop = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kafka/interop.py"))
+        .arg(kafka_at(["live-a-0", "live-a-1", "live-a-2"]))
+        .arg(kafka_at(["analytics-0", "analytics-1", "analytics-2"]))
+        .arg(format!("https://127.0.0.1:{}", p("registry")))
+        .arg(&pki)
+        .arg(KAFKA_TOPIC)
+        .arg(KAFKA_CLICKS.to_string())
+        .output()
+        .expect("python3 (scripts/test.sh installs confluent-kafka[avro])");
+    let (out, err) = (text(&interop.stdout), text(&interop.stderr));
+    assert!(interop.status.success(), "interop.py: {out}\n{err}");
+    let interop: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("a JSON report");
+    assert_eq!(interop["decoded"], 20, "{interop}");
+    assert_eq!(interop["produced"], KAFKA_CLICKS, "{interop}\n{err}");
 
     // Every service's /metrics, as `up` lists them, is read by a real OpenMetrics parser.
     let pages: Vec<&str> = up
@@ -780,6 +800,41 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         );
     }
 
+    // The clicks confluent-kafka produced straight into live-a are checked from the live tier
+    // on (no agent counted them): complete; and loaded with their keys and headers.
+    eventually(Duration::from_secs(90), "the Kafka-produced topic complete from live on", |seen| {
+        let windows = windows(&runtime, &http, p("audit"), KAFKA_TOPIC)?;
+        *seen = format!("{windows:?}");
+        let mut live = 0;
+        for window in &windows {
+            let tiers = &window["tiers"];
+            let complete = window["verdict"] == "complete"
+                && window["reference_tier"] == "live"
+                && tiers.get("agent").is_none()
+                && tiers["mirror"] == tiers["live"]
+                && tiers["loader"] == tiers["live"];
+            if !complete {
+                return None;
+            }
+            live += tiers["live"].as_u64()?;
+        }
+        (live == KAFKA_CLICKS).then_some(())
+    });
+    let mut keyed = parquet_keys_and_headers(&runtime, p("s3"), KAFKA_TOPIC);
+    keyed.sort();
+    keyed.dedup();
+    let mut expected: Vec<KeyedRow> = (0..KAFKA_CLICKS)
+        .map(|i| {
+            let headers = vec![
+                ("n".into(), i.to_string().into_bytes()),
+                ("source".into(), b"confluent-kafka".to_vec()),
+            ];
+            (format!("member-{i}"), headers)
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(keyed, expected);
+
     // `down` leaves nothing behind.
     let down = deployment.ok("down", &[]);
     assert!(
@@ -794,6 +849,68 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         "multi-process end-to-end: {acknowledged} events, {rows} rows, {:?}",
         begun.elapsed()
     );
+}
+
+/// A row's `_key` as text and its `_headers`, sorted by name.
+type KeyedRow = (String, Vec<(String, Vec<u8>)>);
+
+/// Every row's `_key` (as text) and `_headers` (sorted by name) under
+/// `s3://tributary/warehouse/{topic}/`.
+fn parquet_keys_and_headers(
+    runtime: &tokio::runtime::Runtime,
+    s3_port: u16,
+    topic: &str,
+) -> Vec<KeyedRow> {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    use futures::TryStreamExt;
+    use object_store::{ObjectStore, ObjectStoreExt};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let store = s3_store(s3_port);
+    runtime.block_on(async {
+        let mut rows = Vec::new();
+        let prefix = object_store::path::Path::from(format!("warehouse/{topic}"));
+        let files: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
+        for file in files.iter().filter(|f| f.location.as_ref().ends_with(".parquet")) {
+            let bytes = store.get(&file.location).await.expect("get").bytes().await.expect("read");
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .expect("parquet")
+                .build()
+                .expect("reader");
+            for batch in reader {
+                let batch = batch.expect("batch");
+                let keys = batch.column_by_name("_key").expect("_key column");
+                let keys = keys.as_binary::<i32>();
+                let headers = batch.column_by_name("_headers").expect("_headers column");
+                let headers = headers.as_map();
+                for i in 0..batch.num_rows() {
+                    let key = String::from_utf8_lossy(keys.value(i)).into_owned();
+                    let entries = headers.value(i);
+                    let names = entries.column(0).as_string::<i32>();
+                    let values = entries.column(1).as_binary::<i32>();
+                    let mut pairs: Vec<(String, Vec<u8>)> = (0..entries.len())
+                        .map(|j| (names.value(j).to_owned(), values.value(j).to_vec()))
+                        .collect();
+                    pairs.sort();
+                    rows.push((key, pairs));
+                }
+            }
+        }
+        rows
+    })
+}
+
+fn s3_store(s3_port: u16) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(format!("http://127.0.0.1:{s3_port}"))
+        .with_bucket_name("tributary")
+        .with_region("us-east-1")
+        .with_access_key_id("tributary")
+        .with_secret_access_key("tributary")
+        .with_allow_http(true)
+        .build()
+        .expect("S3 client")
 }
 
 #[test]
