@@ -12,7 +12,8 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -62,6 +63,26 @@ consumer.close()
 #    topic's own subject, `{topic}-value` (TopicNameStrategy), which the loader reads.
 schema = registry.get_latest_version("click-value").schema.schema_str
 serialize = AvroSerializer(registry, schema)
+# The topic first, as an operator would, and its partitions led with their replicas in sync
+# before the first acks-all produce.
+admin = AdminClient(dict(tls, **{"bootstrap.servers": live}))
+created = admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])
+try:
+    created[topic].result(30)
+except KafkaException as e:
+    if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        raise
+deadline = time.time() + 60
+while True:
+    found = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if found is not None and found.error is None and len(found.partitions) == 3 and all(
+        p.leader >= 0 and len(p.isrs) >= 2 for p in found.partitions.values()
+    ):
+        break
+    if time.time() > deadline:
+        raise SystemExit(f"{topic}: partitions not led and in sync: {found}")
+    time.sleep(0.5)
+
 producer_conf = dict(tls, **{"bootstrap.servers": live, "acks": "all",
                              "enable.idempotence": True, "compression.type": "lz4"})
 if os.environ.get("INTEROP_DEBUG"):
@@ -91,6 +112,6 @@ for i in range(count):
                      headers=[("source", b"confluent-kafka"), ("n", str(i).encode())],
                      on_delivery=report)
     producer.poll(0)
-left = producer.flush(60)
+left = producer.flush(120)
 print(json.dumps({"decoded": len(decoded), "produced": len(delivered), "failed": failed,
                   "undelivered": left}))
