@@ -111,5 +111,4 @@ mod tests {
         protocol::encode_message(&mut framed, Codec::None, &envelope(7));
         assert_eq!(times(&framed), [Some(42), None, None, Some(7)]);
     }
-
 }
