@@ -31,7 +31,7 @@ fn schemas() -> &'static Vec<(Schema, Names, TopicSchema)> {
 
 fuzz_target!(|data: &[u8]| {
     let defaults = HeaderDefaults { server: "fuzz".into(), service: "fuzz".into() };
-    for (schema, names, topic) in schemas() {
+    for (_, _, topic) in schemas() {
         if let Some(fast) = encode_event_text(topic, data, &defaults, 1_000, 1 << 20) {
             let value: serde_json::Value =
                 serde_json::from_slice(data).expect("the fast path takes only valid JSON");
