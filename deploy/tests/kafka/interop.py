@@ -5,6 +5,9 @@ is Tributary's envelope), then produces clicks with its AvroSerializer, keys and
 live topic of their own. Prints one JSON line: what it read and what it sent.
 
     interop.py LIVE_BOOTSTRAP ANALYTICS_BOOTSTRAP REGISTRY_URL PKI_DIR TOPIC COUNT
+
+INTEROP_DEBUG=eos,msg,broker,protocol (librdkafka's `debug` contexts) logs the producer's view
+on stderr.
 """
 
 import json
