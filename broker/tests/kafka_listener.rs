@@ -257,3 +257,28 @@ async fn bad_frames_close_the_connection_and_unsupported_versions_are_refused() 
     let mut answer = call(&mut stream, &frame(18, 0, 8, &[])).await.unwrap();
     assert_eq!(answer.get_i16(), 0);
 }
+
+/// `--kafka-host` binds the Kafka listener to that address alone, apart from `--host`.
+#[tokio::test]
+async fn kafka_host_binds_the_kafka_listener_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, kafka_port) = (free_port(), free_port());
+    let args: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--kafka-port",
+        &kafka_port.to_string(),
+        "--kafka-host",
+        "127.0.0.2",
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let _process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
+    let mut stream = connect(&format!("127.0.0.2:{kafka_port}")).await;
+    let answer = call(&mut stream, &frame(18, 0, 1, &[])).await.expect("ApiVersions answered");
+    assert_eq!(&answer[..2], &[0, 0], "no error");
+    let elsewhere = TcpStream::connect(format!("127.0.0.1:{kafka_port}")).await;
+    assert!(elsewhere.is_err(), "not bound on 127.0.0.1");
+}
