@@ -3,7 +3,7 @@
 //! allocates more than the frame's bytes can hold (an array's count cannot outrun them).
 #![no_main]
 
-use broker::kafka::request::decode_frame;
+use protocol::kafka::request::decode_frame;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 

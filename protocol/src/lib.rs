@@ -10,6 +10,7 @@
 
 pub mod compression;
 mod error;
+pub mod kafka;
 mod message;
 mod message_set;
 pub mod record_batch;

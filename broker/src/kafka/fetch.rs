@@ -21,11 +21,11 @@ use kafka_protocol::messages::{ApiKey, FetchResponse, ListOffsetsResponse, Topic
 use protocol::record_batch::RecordBatchBuilder;
 use protocol::{Codec, ErrorCode, MAGIC_BATCH, MessageSetIter};
 
-use super::request::{FetchRequest, Header, ListOffsetsRequest};
-use super::response::{code, encode, kafka_error, str_bytes};
 use super::{Client, Malformed};
 use crate::acl::Operation;
 use crate::log::{LogError, Partition};
+use protocol::kafka::request::{FetchRequest, Header, ListOffsetsRequest};
+use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
 /// Bytes a wrapper may inflate to while it is converted.
 const INFLATED_BYTES_MAX: usize = 64 << 20;

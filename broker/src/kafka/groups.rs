@@ -31,13 +31,13 @@ use kafka_protocol::messages::{
 };
 use tokio::sync::oneshot;
 
-use super::request::{
+use super::{Client, Malformed};
+use crate::acl::Operation;
+use protocol::kafka::request::{
     FindCoordinatorRequest, Header, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
-use super::response::{code, encode, str_bytes};
-use super::{Client, Malformed};
-use crate::acl::Operation;
+use protocol::kafka::response::{code, encode, str_bytes};
 
 /// Session timeouts a member may ask for, as Kafka's defaults bound them.
 const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;

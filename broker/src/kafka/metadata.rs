@@ -14,10 +14,11 @@ use kafka_protocol::messages::{
 };
 use protocol::ErrorCode;
 
-use super::request::{CreateTopicsRequest, Header, MetadataRequest};
-use super::response::{code, encode, encode_version, kafka_error, str_bytes};
-use super::{Client, Malformed, versions};
+use super::{Client, Malformed};
 use crate::acl::Operation;
+use protocol::kafka::request::{CreateTopicsRequest, Header, MetadataRequest};
+use protocol::kafka::response::{code, encode, encode_version, kafka_error, str_bytes};
+use protocol::kafka::versions;
 
 /// The cluster id Kafka clients are told.
 const CLUSTER_ID: &str = "tributary";

@@ -17,9 +17,6 @@ mod groups;
 mod metadata;
 mod produce;
 mod producer_ids;
-pub mod request;
-mod response;
-mod versions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +32,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::broker::Broker;
-use request::{Malformed, Reader};
+use protocol::kafka::request::{self, Malformed, Reader};
+use protocol::kafka::versions;
 use service::tls::{MaybeTls, ServerStream};
 
 /// What the Kafka listener keeps across connections.

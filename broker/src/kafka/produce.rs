@@ -17,11 +17,11 @@ use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
 
 use super::producer_ids::Check;
-use super::request::{Header, ProduceRequest};
-use super::response::{code, encode, kafka_error, str_bytes};
 use super::{Answer, Client, Malformed};
 use crate::acl::Operation;
 use crate::broker::AppendedRun;
+use protocol::kafka::request::{Header, ProduceRequest};
+use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
 /// An answer still waiting for its `acks`.
 pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ProducerId};
 
-use super::request::{Header, InitProducerIdRequest};
-use super::response::{code, encode};
 use super::{Client, Malformed};
+use protocol::kafka::request::{Header, InitProducerIdRequest};
+use protocol::kafka::response::{code, encode};
 
 /// Batches remembered per producer and partition.
 pub const BATCHES_KEPT: usize = 5;

@@ -12,7 +12,7 @@ use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::partition::{LogError, io_error};
+use super::error::{LogError, io_error};
 
 /// Name of the checkpoint in a partition's directory.
 pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";

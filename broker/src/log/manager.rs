@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use nix::fcntl::{Flock, FlockArg};
 use thiserror::Error;
 
-use super::partition::{LogError, Partition, sync_dir};
+use super::error::{LogError, sync_dir};
+use super::partition::Partition;
 use crate::config::{BrokerConfig, ConfigError, LogConfig, TopicOverrides};
 
 /// Folder of per-topic settings. A partition folder always ends in `-{digits}`, so no topic

@@ -1,12 +1,12 @@
 //! Answers: a response header and body encoded by `kafka-protocol` in the request's version,
 //! and Tributary's error codes as Kafka's.
 
+use crate::ErrorCode;
 use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use protocol::ErrorCode;
 
-use super::request::Header;
+use crate::kafka::request::Header;
 
 /// Kafka's error codes the listener answers with.
 pub mod code {
@@ -65,9 +65,13 @@ pub fn kafka_error(error: ErrorCode) -> i16 {
 }
 
 /// An answer that cannot be encoded: a programming error, logged, and the connection closed.
-pub fn unencodable(api: ApiKey, version: i16, e: impl std::fmt::Display) -> super::Malformed {
+pub fn unencodable(
+    api: ApiKey,
+    version: i16,
+    e: impl std::fmt::Display,
+) -> crate::kafka::request::Malformed {
     tracing::error!(?api, version, error = %e, "cannot encode a Kafka answer");
-    super::Malformed("an answer that does not encode")
+    crate::kafka::request::Malformed("an answer that does not encode")
 }
 
 /// The frame of an answer to `header`: size, response header (v0, or v1 in a flexible
@@ -76,7 +80,7 @@ pub fn encode<R: Encodable>(
     api: ApiKey,
     header: &Header,
     body: &R,
-) -> Result<BytesMut, super::Malformed> {
+) -> Result<BytesMut, crate::kafka::request::Malformed> {
     encode_version(api, header.version, header.correlation_id, body)
 }
 
@@ -85,7 +89,7 @@ pub fn encode_version<R: Encodable>(
     version: i16,
     correlation_id: i32,
     body: &R,
-) -> Result<BytesMut, super::Malformed> {
+) -> Result<BytesMut, crate::kafka::request::Malformed> {
     let header_version = api.response_header_version(version);
     let response_header = ResponseHeader::default().with_correlation_id(correlation_id);
     let fail = |e| unencodable(api, version, e);

@@ -1,5 +1,5 @@
 //! Kafka requests, decoded by hand from a frame's bytes for the API versions the listener
-//! serves ([`super::versions`]). Field order and presence follow Kafka's message specs (as
+//! serves ([`crate::kafka::versions`]). Field order and presence follow Kafka's message specs (as
 //! `kafka-protocol` generates them); flexible versions use compact strings, arrays and bytes
 //! and end each structure with tagged fields, which are skipped.
 //!
@@ -570,8 +570,8 @@ pub fn init_producer_id(r: &mut Reader, v: i16, flex: bool) -> Result<InitProduc
 pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
     use kafka_protocol::messages::ApiKey;
     let (key, version, _) = peek(&frame)?;
-    let Some(api) = super::versions::served(key, version) else { return Ok(None) };
-    let flex = super::versions::is_flexible(api, version);
+    let Some(api) = crate::kafka::versions::served(key, version) else { return Ok(None) };
+    let flex = crate::kafka::versions::is_flexible(api, version);
     let mut r = Reader::new(frame);
     let header = header(&mut r, flex)?;
     let v = version;

@@ -1,0 +1,138 @@
+//! Reads: where a fetch's bytes are, record numbers from byte offsets and back, and offsets
+//! by time.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use super::{FileSlice, Partition, State};
+use crate::log::error::{LogError, io_error};
+use crate::log::index::{self, SegmentIndex};
+use crate::log::segment::Segment;
+
+impl Partition {
+    // Record numbers (DESIGN "Kafka protocol listener").
+
+    /// The number the next record appended gets: the log's end in records.
+    pub fn end_record(&self) -> u64 {
+        self.state().active_index().end_record()
+    }
+
+    /// The number of the log's first record.
+    pub fn start_record(&self) -> u64 {
+        self.state().indexes[0].first_record()
+    }
+
+    /// The number of the record at byte `offset` (a message boundary, or the log's end).
+    /// Blocking: may read the messages between an index entry and `offset`.
+    pub fn record_at_offset(&self, offset: i64) -> Result<u64, LogError> {
+        let (segment, from, position) = {
+            let state = self.state();
+            let position = self.within(&state, offset, state.end)?;
+            if position == state.end {
+                return Ok(state.active_index().end_record());
+            }
+            if let Some(recent) = state.recent_ends.iter().rev().find(|e| e.byte == position) {
+                return Ok(recent.record);
+            }
+            let i = state.segments.partition_point(|s| s.base_offset <= position) - 1;
+            (Arc::clone(&state.segments[i]), state.indexes[i].floor_byte(position), position)
+        };
+        index::record_at(&segment.file, segment.base_offset, from, position)
+            .map_err(io_error("indexing", &segment.path))
+    }
+
+    /// The message holding record `record`: its byte offset and the number of its first
+    /// record; `None` when `record` is not in the log (before its start or at its end or past).
+    /// Blocking: reads the messages between an index entry and it.
+    pub fn locate_record(&self, record: u64) -> Result<Option<(u64, u64)>, LogError> {
+        let (segment, end, from) = {
+            let state = self.state();
+            if record < state.indexes[0].first_record()
+                || record >= state.active_index().end_record()
+            {
+                return Ok(None);
+            }
+            let i = state.indexes.partition_point(|index| index.first_record() <= record) - 1;
+            let segment = Arc::clone(&state.segments[i]);
+            (segment, state.segment_end(i), state.indexes[i].floor_record(record))
+        };
+        index::locate(&segment.file, segment.base_offset, end, from, record)
+            .map_err(io_error("indexing", &segment.path))
+    }
+
+    /// Base offsets of the segments, oldest first.
+    pub fn segment_bases(&self) -> Vec<u64> {
+        self.state().segments.iter().map(|s| s.base_offset).collect()
+    }
+
+    /// Up to `max_bytes` of visible log from `offset`, within one segment. `None` when `offset`
+    /// is the visible end. A slice may end in a partial message; the consumer drops it.
+    pub fn read(&self, offset: i64, max_bytes: u32) -> Result<Option<FileSlice>, LogError> {
+        let visible_end = self.visible_end();
+        let state = self.state();
+        let offset = self.within(&state, offset, visible_end)?;
+        if offset == visible_end {
+            return Ok(None);
+        }
+        let i = state.segments.partition_point(|s| s.base_offset <= offset) - 1;
+        let segment = Arc::clone(&state.segments[i]);
+        let limit = state.segment_end(i).min(visible_end);
+        let len = (limit - offset).min(u64::from(max_bytes));
+        let position = offset - segment.base_offset;
+        Ok(Some(FileSlice { segment, position, len }))
+    }
+
+    /// `offset` as a position of the log between its start and `end`, or
+    /// [`LogError::OffsetOutOfRange`].
+    pub(super) fn within(&self, state: &State, offset: i64, end: u64) -> Result<u64, LogError> {
+        let start = state.segments[0].base_offset;
+        match u64::try_from(offset) {
+            Ok(position) if position >= start && position <= end => Ok(position),
+            _ => Err(LogError::OffsetOutOfRange {
+                topic: self.topic.clone(),
+                partition: self.index,
+                offset,
+                start,
+                end,
+            }),
+        }
+    }
+
+    /// The record number of the first record of the oldest segment last modified at or after
+    /// `time_ms` (ms since the epoch): where records written at or after that time begin, at
+    /// a segment's grain; `None` if every segment is older. Blocking (reads file times).
+    pub fn first_record_since(&self, time_ms: i64) -> Result<Option<u64>, LogError> {
+        let (segments, firsts): (Vec<Arc<Segment>>, Vec<u64>) = {
+            let state = self.state();
+            (state.segments.clone(), state.indexes.iter().map(SegmentIndex::first_record).collect())
+        };
+        for (segment, first) in segments.iter().zip(firsts) {
+            let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
+            let modified_ms =
+                modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            if modified_ms >= time_ms {
+                return Ok(Some(first));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified
+    /// at or before it, newest first, at most `max_number`. Blocking (reads file times).
+    pub fn offsets_before(&self, time_ms: i64, max_number: usize) -> Result<Vec<i64>, LogError> {
+        let segments = self.state().segments.clone();
+        let mut offsets = Vec::new();
+        for segment in segments.iter().rev() {
+            if offsets.len() >= max_number {
+                break;
+            }
+            let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
+            let modified_ms =
+                modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            if modified_ms <= time_ms {
+                offsets.push(segment.base_offset as i64);
+            }
+        }
+        Ok(offsets)
+    }
+}

@@ -1,0 +1,77 @@
+//! Retention: whole segments deleted from the head by age (`retention_ms`) and size
+//! (`retention_bytes`).
+
+use std::fs;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{Partition, lock};
+use crate::log::error::{LogError, io_error};
+use crate::log::segment::Segment;
+
+impl Partition {
+    /// Deletes whole segments from the head: those last modified more than `retention_ms` ago,
+    /// then more while the log is larger than `retention_bytes`. Only flushed segments go; the
+    /// active segment goes only after a roll, when it has expired too. Blocking. Returns the
+    /// base offsets deleted.
+    pub fn enforce_retention(&self, now: SystemTime) -> Result<Vec<u64>, LogError> {
+        let mut doomed = Vec::new();
+        {
+            let mut state = self.state();
+            let visible_end = self.flushed_end();
+            let retention = Duration::from_millis(state.config.retention_ms);
+            let expired = |s: &Segment| -> Result<bool, LogError> {
+                let modified = s.modified().map_err(io_error("reading", &s.path))?;
+                Ok(now.duration_since(modified).is_ok_and(|age| age > retention))
+            };
+            let mut count = 0;
+            while count < state.segments.len() && state.segment_end(count) <= visible_end {
+                if !expired(&state.segments[count])? {
+                    break;
+                }
+                count += 1;
+            }
+            if let Some(limit) = state.config.retention_bytes {
+                let mut size =
+                    state.end - state.segments[count.min(state.segments.len() - 1)].base_offset;
+                while count + 1 < state.segments.len()
+                    && size > limit
+                    && state.segment_end(count) <= visible_end
+                {
+                    size -= state.segment_end(count) - state.segments[count].base_offset;
+                    count += 1;
+                }
+            }
+            if count == state.segments.len() {
+                // Everything expired: start an empty segment so the log keeps its end offset.
+                if state.end > state.active().base_offset {
+                    self.roll(&mut state)?;
+                } else {
+                    count -= 1;
+                }
+            }
+            if count > 0 {
+                for index in state.indexes.drain(..count) {
+                    if let Err(e) = index.delete() {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot delete a segment's index");
+                    }
+                }
+                doomed.extend(state.segments.drain(..count));
+                state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
+                state.dir_unsynced = true;
+            }
+        }
+        let mut deleted = Vec::with_capacity(doomed.len());
+        for segment in doomed {
+            fs::remove_file(&segment.path).map_err(io_error("deleting", &segment.path))?;
+            tracing::info!(topic = %self.topic, partition = self.index, segment = %segment.path.display(), "retention deleted segment");
+            deleted.push(segment.base_offset);
+        }
+        if !deleted.is_empty() {
+            self.flush()?;
+            let start = self.start_offset();
+            lock(&self.epochs).truncate_from_start(start)?;
+        }
+        Ok(deleted)
+    }
+}
