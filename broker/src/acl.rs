@@ -1,4 +1,4 @@
-//! Who may do what (`DESIGN.md`, "Security"): a broker given `acl_file` allows a request only
+//! Who may do what (`docs/design.md`, "ACL file"): a broker given `acl_file` allows a request only
 //! if a rule of the file allows its principal the operation on every topic it touches, and
 //! answers anything else with error 14. The file:
 //!

@@ -1,5 +1,6 @@
 //! Broker configuration: a TOML file whose keys are the flags' names, defaults from
-//! `DESIGN.md`, and per-topic overrides that `CREATE_TOPIC` may set.
+//! `docs/design.md` ("Broker configuration"), and per-topic overrides that `CREATE_TOPIC` may
+//! set ("CREATE_TOPIC and topic settings").
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,7 +32,7 @@ pub enum ConfigError {
     NotANumber { key: String, value: String },
 }
 
-/// When appended data becomes visible to fetches (`DESIGN.md`, "Visibility").
+/// When appended data becomes visible to fetches (`docs/design.md`, "Visibility").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VisibleAfter {
@@ -77,8 +78,8 @@ pub struct BrokerConfig {
     /// front of the broker. Each unset: the listening one.
     pub advertised_host: Option<String>,
     pub advertised_port: Option<u16>,
-    /// The port of the Kafka protocol listener (DESIGN "Kafka protocol listener"), for Kafka's
-    /// own clients; unset: none. 0 takes a free port (registered and answered in metadata).
+    /// The port of the Kafka protocol listener (docs/design.md, "Kafka protocol listener"), for
+    /// Kafka's own clients; unset: none. 0 takes a free port (registered and answered in metadata).
     pub kafka_port: Option<u16>,
     /// The address the Kafka listener listens on; `host` when unset. Kafka clients are told
     /// `advertised_host` (or this) with the listener's port.
@@ -161,6 +162,9 @@ pub struct LogConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
+    /// The longest message the broker takes (the broker's `max_message_bytes`): also the
+    /// longest a length read back from a segment file may claim.
+    pub max_message_bytes: u32,
 }
 
 impl Default for BrokerConfig {
@@ -353,6 +357,7 @@ impl BrokerConfig {
             flush_messages: self.flush_messages,
             flush_ms: self.flush_ms,
             visible_after: self.visible_after,
+            max_message_bytes: self.max_message_bytes,
         }
     }
 
@@ -458,6 +463,22 @@ const TOPIC_KEYS: [&str; 6] = [
     "flush_messages",
     "flush_ms",
 ];
+
+/// Topic settings that belong to the cluster rather than to a log: how many replicas, how
+/// many must be in sync for `acks` all, and whether an out-of-sync replica may lead.
+pub(crate) const REPLICATION_FACTOR: &str = "replication_factor";
+pub(crate) const MIN_INSYNC_REPLICAS: &str = "min_insync_replicas";
+pub(crate) const CLUSTER_KEYS: [&str; 3] =
+    [REPLICATION_FACTOR, MIN_INSYNC_REPLICAS, cluster::UNCLEAN_LEADER_ELECTION];
+
+/// Splits a topic's settings into the cluster's ([`CLUSTER_KEYS`]) and its logs'.
+pub(crate) fn split_cluster_keys(
+    configs: &[(String, String)],
+) -> (BTreeMap<String, String>, Vec<(String, String)>) {
+    let (cluster, log): (Vec<_>, Vec<_>) =
+        configs.iter().cloned().partition(|(k, _)| CLUSTER_KEYS.contains(&k.as_str()));
+    (cluster.into_iter().collect(), log)
+}
 
 /// A topic's own settings, as stored beside its partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

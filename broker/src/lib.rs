@@ -10,24 +10,19 @@
 pub mod acl;
 mod broker;
 mod config;
-mod connection;
-mod follower;
-pub mod kafka;
-mod leader;
+mod kafka;
 pub mod log;
+mod membership;
 mod metrics;
-mod registration;
-mod replicas;
-mod scrub;
-mod sendfile;
-mod server;
-mod stream;
+mod native;
+mod net;
+mod node;
+mod replication;
 
-pub use broker::{Broker, BrokerError, Following, ReplicaPlan};
+pub use broker::{Broker, BrokerError, Listeners, run};
 pub use config::{
     BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides, VisibleAfter,
 };
-pub use follower::FollowerError;
-pub use leader::Leadership;
 pub use metrics::Metrics;
-pub use server::{run, serve, serve_with};
+pub use node::Node;
+pub use replication::{FollowerError, Following, Leadership, ReplicaPlan, Replicas};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use broker::{Broker, BrokerConfig, VisibleAfter};
+use broker::{Broker, BrokerConfig, Listeners, VisibleAfter};
 use clap::Parser;
 use serde::Serialize;
 use service::Failure;
@@ -155,10 +155,12 @@ fn start(cli: Cli) -> Result<(), Failure> {
 
 async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
-    let addr = config.listen_addr();
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let native = config.listen_addr();
+    let listeners =
+        Listeners::bind(&config).await.with_context(|| match config.kafka_listen_addr() {
+            Some(kafka) => format!("cannot listen on {native} and for Kafka clients on {kafka}"),
+            None => format!("cannot listen on {native}"),
+        })?;
     let metrics = match &config.metrics {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -167,15 +169,7 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let kafka = match config.kafka_listen_addr() {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(&addr)
-                .await
-                .with_context(|| format!("cannot listen for Kafka clients on {addr}"))?,
-        ),
-        None => None,
-    };
-    let broker = Broker::open(config).await?;
+    let broker = Broker::open(config, &listeners, None).await?;
     if let Some(listener) = metrics {
         tracing::info!(addr = %listener.local_addr()?, "metrics at /metrics");
         let registry = broker.metrics().registry();
@@ -183,6 +177,6 @@ async fn serve(config: BrokerConfig) -> anyhow::Result<()> {
         let tls = broker.tls().cloned();
         tokio::spawn(service::metrics::serve(listener, registry, tls, shutdown.clone()));
     }
-    broker::serve_with(listener, kafka, broker, shutdown).await?;
+    broker.serve(listeners, shutdown).await?;
     Ok(())
 }

@@ -182,9 +182,9 @@ pub struct Metrics {
 type ControllerSlot = Arc<Mutex<Option<Arc<AtomicUsize>>>>;
 
 impl Metrics {
-    /// The broker's metrics, with the partitions of `logs` and the ISRs of the partitions it
-    /// leads (`leaders`) read at every scrape.
-    pub(crate) fn new(logs: Arc<LogManager>, leaders: crate::broker::Leaders) -> Metrics {
+    /// The broker's metrics, with the partitions of `logs` and the replica counts of the
+    /// partitions it leads (`led`) read at every scrape.
+    pub(crate) fn new(logs: Arc<LogManager>, led: LedReplicas) -> Metrics {
         let mut registry = Registry::with_prefix("tributary_broker");
         let requests = Family::<RequestLabels, Counter>::default();
         let request_handles = RequestKind::ALL
@@ -233,7 +233,19 @@ impl Metrics {
         for stalled in [Stalled::request, Stalled::response] {
             let _ = metrics.clients_timed_out.get_or_create(&StalledLabels { stalled });
         }
-        let m = &metrics;
+        metrics.register_connections(&mut registry);
+        metrics.register_data_path(&mut registry);
+        registry.register_collector(Box::new(PartitionCollector {
+            logs,
+            led,
+            controller: Arc::clone(&metrics.controller),
+        }));
+        Metrics { registry: Arc::new(registry), ..metrics }
+    }
+
+    /// Connections, their limits, security and the scrubber.
+    fn register_connections(&self, registry: &mut Registry) {
+        let m = self;
         registry.register(
             "connections_accepted",
             "Connections accepted",
@@ -295,6 +307,11 @@ impl Metrics {
             "Damaged ranges no replica had whole: left as found, refused by consumers' CRC checks",
             m.scrub_unrepaired.clone(),
         );
+    }
+
+    /// Requests, their latencies and what they moved.
+    fn register_data_path(&self, registry: &mut Registry) {
+        let m = self;
         registry.register("requests", "Requests by type", m.requests.clone());
         registry.register(
             "request_errors",
@@ -352,13 +369,6 @@ impl Metrics {
             "How long a partition's flush (its fsyncs) took",
             m.flush_latency.clone(),
         );
-        registry.register_collector(Box::new(PartitionCollector {
-            logs,
-            // Weak: each leader holds these metrics.
-            leaders: Arc::downgrade(&leaders),
-            controller: Arc::clone(&metrics.controller),
-        }));
-        Metrics { registry: Arc::new(registry), ..metrics }
     }
 
     /// While this broker is the controller: the count of offline partitions it keeps.
@@ -490,9 +500,13 @@ type PartitionValue = fn(&crate::log::Partition) -> u64;
 /// cluster's offline partitions.
 struct PartitionCollector {
     logs: Arc<LogManager>,
-    leaders: std::sync::Weak<crate::broker::LeaderMap>,
+    led: LedReplicas,
     controller: ControllerSlot,
 }
+
+/// `((topic, partition), (in-sync replicas, replicas))` of each partition this broker leads
+/// with followers, sorted; read at every scrape.
+pub(crate) type LedReplicas = Box<dyn Fn() -> Vec<((String, u32), (usize, usize))> + Send + Sync>;
 
 impl std::fmt::Debug for PartitionCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -524,18 +538,7 @@ impl Collector for PartitionCollector {
                 gauge.encode(family.encode_family(&labels)?)?;
             }
         }
-        let led: Vec<((String, u32), (usize, usize))> = match self.leaders.upgrade() {
-            Some(leaders) => {
-                let leaders = leaders.read().unwrap_or_else(|p| p.into_inner());
-                let mut led: Vec<_> = leaders
-                    .iter()
-                    .map(|(key, l)| (key.clone(), (l.isr().len(), l.replica_count())))
-                    .collect();
-                led.sort();
-                led
-            }
-            None => Vec::new(),
-        };
+        let led = (self.led)();
         type Count = fn(&(usize, usize)) -> usize;
         let families: [(&str, &str, Count); 2] = [
             (

@@ -261,7 +261,9 @@ async fn the_broker_refuses_to_share_a_data_directory() {
     let broker = TestBroker::start().await;
     let mut config = testkit::broker::test_config(broker.data_dir());
     config.port = 0;
-    let err = broker::Broker::open(config).await.err().expect("second broker refused");
+    let listeners = broker::Listeners::bind(&config).await.unwrap();
+    let err =
+        broker::Broker::open(config, &listeners, None).await.err().expect("second broker refused");
     assert!(err.to_string().contains("another broker"), "{err}");
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use broker::{Broker, serve};
+use broker::{Broker, Listeners};
 use cluster::{BrokerInfo, Embedded, Registry};
 use protocol::Acks;
 use testkit::broker::{message_set, test_config};
@@ -15,12 +15,13 @@ async fn a_broker_registers_in_an_embedded_session() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
     config.broker_id = 4;
-    let broker = Broker::open(config).await.unwrap();
-    broker.register_in(embedded.session("/tributary/live-a").unwrap());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+    let native = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = native.local_addr().unwrap().port();
+    let listeners = Listeners { native, kafka: None };
+    let session = embedded.session("/tributary/live-a").unwrap();
+    let broker = Broker::open(config, &listeners, Some(session)).await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(serve(listener, broker, stop.clone()));
+    let server = tokio::spawn(broker.serve(listeners, stop.clone()));
 
     let brokers = eventually(Duration::from_secs(10), "the broker's node", || async {
         let brokers = observer.brokers().await.unwrap();

@@ -81,7 +81,7 @@ fn assert_same_files(a: &Path, b: &Path) {
 }
 
 async fn follow(follower: &TestBroker, leader: &TestBroker, epoch: i32) -> Following {
-    follower.broker.follow(TOPIC, 0, leader.addr.clone(), epoch).expect("follow")
+    follower.broker.replicas().follow(TOPIC, 0, leader.addr.clone(), epoch).expect("follow")
 }
 
 fn start_epoch(broker: &TestBroker, epoch: i32) {
@@ -313,7 +313,7 @@ async fn replicated_pair(
     .await;
     let leadership =
         Leadership { epoch: 1, replicas: vec![1, 2], isr: vec![1, 2], min_insync_replicas };
-    a.broker.lead(TOPIC, 0, leadership).await.expect("lead");
+    a.broker.replicas().lead(TOPIC, 0, leadership).await.expect("lead");
     (a, b)
 }
 
@@ -332,7 +332,7 @@ async fn acks_all_waits_for_the_isr_and_consumers_see_only_the_high_watermark() 
     let following = follow(&b, &a, 1).await;
     let offset = produce_all(&a, 1).await.expect("acks all with both in sync");
     assert!(partition(&b).end() > offset as u64, "the follower had it before the answer");
-    assert_eq!(a.broker.isr(TOPIC, 0), Some(vec![1, 2]));
+    assert_eq!(a.broker.replicas().isr(TOPIC, 0), Some(vec![1, 2]));
     following.stop().await.unwrap();
 
     // Appended on the leader alone: consumers do not see it while `b` is in the ISR.
@@ -346,7 +346,7 @@ async fn acks_all_waits_for_the_isr_and_consumers_see_only_the_high_watermark() 
     assert_eq!(partition(&a).visible_end(), before, "capped at the high watermark");
     // `b` lags past replica_lag_ms: it leaves the ISR, and the leader alone moves the HW.
     eventually(WAIT, "the ISR shrinks", || async {
-        (a.broker.isr(TOPIC, 0) == Some(vec![1])).then_some(())
+        (a.broker.replicas().isr(TOPIC, 0) == Some(vec![1])).then_some(())
     })
     .await;
     eventually(WAIT, "visible up to the end", || async {
@@ -358,7 +358,7 @@ async fn acks_all_waits_for_the_isr_and_consumers_see_only_the_high_watermark() 
     // `b` catches up and rejoins.
     let following = follow(&b, &a, 1).await;
     eventually(WAIT, "the ISR expands", || async {
-        (a.broker.isr(TOPIC, 0) == Some(vec![1, 2])).then_some(())
+        (a.broker.replicas().isr(TOPIC, 0) == Some(vec![1, 2])).then_some(())
     })
     .await;
     produce_all(&a, 4).await.expect("acks all again");
@@ -379,8 +379,8 @@ async fn acks_all_times_out_when_an_in_sync_follower_does_not_fetch() {
     .await;
     assert_eq!(produce_all(&a, 1).await, Err(ErrorCode::RequestTimedOut));
     assert_eq!(a.broker.metrics().under_replicated.get(), 0, "both in sync, if silent");
-    a.broker.resign(TOPIC, 0);
-    assert_eq!(a.broker.isr(TOPIC, 0), None);
+    a.broker.replicas().resign(TOPIC, 0);
+    assert_eq!(a.broker.replicas().isr(TOPIC, 0), None);
 }
 
 /// A produce waiting for the in-sync replicas does not hold up the produces pipelined behind

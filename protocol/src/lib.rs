@@ -6,7 +6,7 @@
 //! exactly the bytes it stored, so the types here are views over byte buffers: validating a
 //! MessageSet or iterating over it never copies a payload.
 //!
-//! Contracts are fixed by `DESIGN.md` ("On disk and on the wire", "Requests").
+//! Contracts are fixed by `docs/design.md` ("Wire format", "Requests").
 
 pub mod compression;
 mod error;
@@ -49,5 +49,9 @@ pub const DEFAULT_PORT: u16 = 6667;
 pub const OFFSETS_LATEST: i64 = -1;
 /// `OFFSETS` time meaning "the start of the first segment".
 pub const OFFSETS_EARLIEST: i64 = -2;
+/// The `replica_id` of a `REPLICA_FETCH` that reads another replica's bytes to repair a
+/// damaged segment with: any replica answers it, and no leader takes it for a follower's
+/// progress.
+pub const REPAIR_READER_ID: i32 = -1;
 /// `PRODUCE` partition meaning "the broker picks one of its partitions".
 pub const ANY_PARTITION: i32 = -1;

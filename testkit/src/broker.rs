@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use broker::{Broker, BrokerConfig};
+use broker::{Broker, BrokerConfig, Listeners};
 use bytes::{Bytes, BytesMut};
 use client::Connection;
 use protocol::{Codec, MessageSetIter};
@@ -43,17 +43,27 @@ impl TestBroker {
         init_logging();
         let mut config = test_config(data_dir.path());
         configure(&mut config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr").to_string();
-        // A Kafka listener when the configuration asks for one, as the binary binds it.
+        let native = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        TestBroker::serve(native, config, None, data_dir).await
+    }
+
+    /// Opens a broker on `native` (and a Kafka listener when the configuration asks for one,
+    /// as the binary binds it), registered in `session` if given, and serves it.
+    async fn serve(
+        native: tokio::net::TcpListener,
+        config: BrokerConfig,
+        session: Option<Arc<dyn cluster::Coordinator>>,
+        data_dir: TempDir,
+    ) -> TestBroker {
+        let addr = native.local_addr().expect("local addr").to_string();
         let kafka = match config.kafka_listen_addr() {
             Some(kafka) => Some(tokio::net::TcpListener::bind(kafka).await.expect("bind Kafka")),
             None => None,
         };
-        let broker = Broker::open(config).await.expect("broker opens");
+        let listeners = Listeners { native, kafka };
+        let broker = Broker::open(config, &listeners, session).await.expect("broker opens");
         let stop = CancellationToken::new();
-        let serve = broker::serve_with(listener, kafka, Arc::clone(&broker), stop.clone());
-        let task = tokio::spawn(serve);
+        let task = tokio::spawn(Arc::clone(&broker).serve(listeners, stop.clone()));
         TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
     }
 
@@ -67,13 +77,8 @@ impl TestBroker {
         let data_dir = tempfile::tempdir().expect("temp dir");
         let mut config = test_config(data_dir.path());
         configure(&mut config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr").to_string();
-        let broker = Broker::open(config).await.expect("broker opens");
-        broker.register_in(session);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
-        TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
+        let native = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        TestBroker::serve(native, config, Some(session), data_dir).await
     }
 
     pub fn data_dir(&self) -> &Path {
@@ -157,12 +162,8 @@ impl TestBroker {
         init_logging();
         let mut config = test_config(data_dir.path());
         configure(&mut config);
-        let listener = bind_with_retry(addr).await;
-        let broker = Broker::open(config).await.expect("broker opens");
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(broker::serve(listener, Arc::clone(&broker), stop.clone()));
-        let addr = addr.to_owned();
-        TestBroker { addr, broker, data_dir: Some(data_dir), stop, task: Some(task) }
+        let native = bind_with_retry(addr).await;
+        TestBroker::serve(native, config, None, data_dir).await
     }
 }
 

@@ -115,17 +115,15 @@ impl Cluster {
     /// A broker registered in `chroot` of an embedded coordination backend.
     pub async fn embedded(embedded: &cluster::Embedded, chroot: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("broker data dir");
-        let broker = broker::Broker::open(testkit::broker::test_config(dir.path()))
-            .await
-            .expect("broker opens");
-        broker.register_in(embedded.session(chroot).expect("embedded session"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().unwrap().to_string();
-        let task = tokio::spawn(broker::serve(
-            listener,
-            broker,
-            tokio_util::sync::CancellationToken::new(),
-        ));
+        let native = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = native.local_addr().unwrap().to_string();
+        let listeners = broker::Listeners { native, kafka: None };
+        let session = embedded.session(chroot).expect("embedded session");
+        let config = testkit::broker::test_config(dir.path());
+        let broker =
+            broker::Broker::open(config, &listeners, Some(session)).await.expect("broker opens");
+        let task =
+            tokio::spawn(broker.serve(listeners, tokio_util::sync::CancellationToken::new()));
         Cluster {
             connect: format!("embedded:{chroot}"),
             coordinator: embedded.session(chroot).expect("embedded session"),

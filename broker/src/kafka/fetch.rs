@@ -21,9 +21,10 @@ use kafka_protocol::messages::{ApiKey, FetchResponse, ListOffsetsResponse, Topic
 use protocol::record_batch::RecordBatchBuilder;
 use protocol::{Codec, ErrorCode, MAGIC_BATCH, MessageSetIter};
 
-use super::{Client, Malformed};
+use super::client::Client;
 use crate::acl::Operation;
 use crate::log::{LogError, Partition};
+use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{FetchRequest, Header, ListOffsetsRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
@@ -44,16 +45,16 @@ pub async fn fetch(
     header: &Header,
     request: FetchRequest,
 ) -> Result<BytesMut, Malformed> {
-    let broker = &client.broker;
+    let node = &client.node;
     let mut reads = read_all(client, &request).await;
     let bytes = |reads: &[(String, Vec<(i32, Read)>)]| -> usize {
         reads.iter().flat_map(|(_, ps)| ps.iter()).map(|(_, r)| r.records.len()).sum()
     };
     let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64)
-        .min(broker.config().max_fetch_wait());
+        .min(node.config().max_fetch_wait());
     if bytes(&reads) < request.min_bytes.max(1) as usize
         && !wait.is_zero()
-        && let Some(_slot) = broker.try_park()
+        && let Some(_slot) = client.admission.try_park()
     {
         wait_for_data(client, &request, wait).await;
         reads = read_all(client, &request).await;
@@ -88,8 +89,7 @@ async fn read_all(client: &Client, request: &FetchRequest) -> Vec<(String, Vec<(
     let mut budget = request.max_bytes.max(1) as usize;
     let mut reads = Vec::with_capacity(request.topics.len());
     for (topic, partitions) in &request.topics {
-        let allowed =
-            client.broker.authorizer().check(&client.principal, topic, Operation::Consume);
+        let allowed = client.node.authorizer().check(&client.principal, topic, Operation::Consume);
         let mut read = Vec::with_capacity(partitions.len());
         for p in partitions {
             let result = if !allowed {
@@ -114,11 +114,11 @@ async fn read_partition(
     max_bytes: usize,
 ) -> Read {
     let failed = |error| Read { error, ..Read::default() };
-    let p = match client.broker.partition(topic, partition) {
+    let p = match client.node.replicas().led(topic, partition) {
         Ok(p) => p,
         Err(e) => return failed(kafka_error(e)),
     };
-    let max_message_bytes = client.broker.config().max_message_bytes as usize;
+    let max_message_bytes = client.node.config().max_message_bytes as usize;
     let read = tokio::task::spawn_blocking(move || {
         read_records(&p, fetch_offset, max_bytes, max_message_bytes)
     })
@@ -240,7 +240,7 @@ async fn wait_for_data(client: &Client, request: &FetchRequest, wait: Duration) 
     let mut watches = Vec::new();
     for (topic, partitions) in &request.topics {
         for p in partitions {
-            if let Ok(partition) = client.broker.partition(topic, p.partition) {
+            if let Ok(partition) = client.node.replicas().led(topic, p.partition) {
                 watches.push(partition.watch_visible());
             }
         }
@@ -262,8 +262,7 @@ pub async fn list_offsets(
 ) -> Result<BytesMut, Malformed> {
     let mut topics = Vec::with_capacity(request.topics.len());
     for (topic, partitions) in request.topics {
-        let allowed =
-            client.broker.authorizer().check(&client.principal, &topic, Operation::Consume);
+        let allowed = client.node.authorizer().check(&client.principal, &topic, Operation::Consume);
         let mut answers = Vec::with_capacity(partitions.len());
         for (partition, timestamp) in partitions {
             let answer = |error, offset| {
@@ -277,7 +276,7 @@ pub async fn list_offsets(
                 answers.push(answer(code::TOPIC_AUTHORIZATION_FAILED, -1));
                 continue;
             }
-            let p = match client.broker.partition(&topic, partition) {
+            let p = match client.node.replicas().led(&topic, partition) {
                 Ok(p) => p,
                 Err(e) => {
                     answers.push(answer(kafka_error(e), -1));

@@ -1,6 +1,6 @@
 //! Kafka consumer groups: the group coordinator of the classic protocol (FindCoordinator,
 //! JoinGroup, SyncGroup, Heartbeat, LeaveGroup) and committed offsets (OffsetCommit,
-//! OffsetFetch), as `DESIGN.md` ("Kafka protocol listener") lays them out.
+//! OffsetFetch), as `docs/design.md` ("Kafka protocol listener") lays them out.
 //!
 //! A group's coordinator is the live broker with a Kafka listener that the group id's hash
 //! picks among them; another broker answers `NOT_COORDINATOR`. Membership lives in the
@@ -13,8 +13,7 @@
 //! ZooKeeper at `/kafka-groups/{group}/offsets/{topic}/{p}`, so a new coordinator finds them;
 //! a broker without a cluster registry keeps them in memory.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -31,223 +30,28 @@ use kafka_protocol::messages::{
 };
 use tokio::sync::oneshot;
 
-use super::{Client, Malformed};
+use super::client::Client;
+use super::coordinator::{
+    GROUPS_MAX, Group, Joined, MEMBERS_MAX, Member, Phase, SESSION_TIMEOUT_MS,
+};
 use crate::acl::Operation;
+use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{
     FindCoordinatorRequest, Header, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
     OffsetCommitRequest, OffsetFetchRequest, SyncGroupRequest,
 };
 use protocol::kafka::response::{code, encode, str_bytes};
 
-/// Session timeouts a member may ask for, as Kafka's defaults bound them.
-const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 1_000..=1_800_000;
-/// Groups kept at most: a join that would make more is refused.
-const GROUPS_MAX: usize = 10_000;
-/// Members of one group at most.
-const MEMBERS_MAX: usize = 1_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Empty,
-    /// Waiting for the members to join.
-    Joining,
-    /// Joined: waiting for the leader's assignments.
-    Syncing,
-    Stable,
-}
-
-/// A JoinGroup's answer.
-#[derive(Debug, Clone)]
-struct Joined {
-    error: i16,
-    generation: i32,
-    protocol: String,
-    leader: String,
-    member_id: String,
-    /// The members and their metadata, for the leader only.
-    members: Vec<(String, Bytes)>,
-}
-
-#[derive(Debug)]
-struct Member {
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
-    protocols: Vec<(String, Bytes)>,
-    assignment: Bytes,
-    last_seen: Instant,
-    /// Its JoinGroup, waiting for the rebalance to complete.
-    joining: Option<oneshot::Sender<Joined>>,
-    /// Its SyncGroup, waiting for the leader's.
-    syncing: Option<oneshot::Sender<(i16, Bytes)>>,
-}
-
-#[derive(Debug)]
-struct Group {
-    phase: Phase,
-    generation: i32,
-    protocol_type: Option<String>,
-    protocol: String,
-    leader: String,
-    members: BTreeMap<String, Member>,
-    /// When a rebalance completes even if members have not joined.
-    rebalance_deadline: Option<Instant>,
-    next_member: u64,
-}
-
-impl Group {
-    fn new() -> Group {
-        Group {
-            phase: Phase::Empty,
-            generation: 0,
-            protocol_type: None,
-            protocol: String::new(),
-            leader: String::new(),
-            members: BTreeMap::new(),
-            rebalance_deadline: None,
-            next_member: 0,
-        }
-    }
-
-    /// Starts a rebalance: the members join again within the longest rebalance timeout. A
-    /// SyncGroup still waiting learns of it.
-    fn rebalance(&mut self, now: Instant) {
-        let timeout = self.members.values().map(|m| m.rebalance_timeout).max();
-        self.phase = if self.members.is_empty() { Phase::Empty } else { Phase::Joining };
-        self.rebalance_deadline = timeout.map(|t| now + t);
-        for member in self.members.values_mut() {
-            if let Some(waiting) = member.syncing.take() {
-                let _ = waiting.send((code::REBALANCE_IN_PROGRESS, Bytes::new()));
-            }
-        }
-    }
-
-    /// Completes the rebalance once every member has joined, or at its deadline with those
-    /// that have: a new generation, a protocol every member takes, a leader.
-    fn try_complete(&mut self, now: Instant) {
-        if self.phase != Phase::Joining {
-            return;
-        }
-        let all_joined = self.members.values().all(|m| m.joining.is_some());
-        let overdue = self.rebalance_deadline.is_some_and(|d| now >= d);
-        if !all_joined && !overdue {
-            return;
-        }
-        self.members.retain(|_, m| m.joining.is_some());
-        if self.members.is_empty() {
-            self.phase = Phase::Empty;
-            self.generation += 1;
-            return;
-        }
-        self.generation += 1;
-        if !self.members.contains_key(&self.leader) {
-            self.leader = self.members.keys().next().expect("not empty").clone();
-        }
-        // The leader's most preferred protocol that every member takes.
-        let leader = &self.members[&self.leader];
-        let common = leader.protocols.iter().map(|(name, _)| name).find(|name| {
-            self.members.values().all(|m| m.protocols.iter().any(|(n, _)| n == *name))
-        });
-        let Some(protocol) = common.cloned() else {
-            for (id, member) in &mut self.members {
-                if let Some(waiting) = member.joining.take() {
-                    let _ = waiting.send(Joined::error(code::INCONSISTENT_GROUP_PROTOCOL, id));
-                }
-            }
-            self.members.clear();
-            self.phase = Phase::Empty;
-            return;
-        };
-        self.protocol = protocol;
-        self.phase = Phase::Syncing;
-        self.rebalance_deadline = None;
-        let metadata: Vec<(String, Bytes)> = self
-            .members
-            .iter()
-            .map(|(id, m)| {
-                let chosen = m.protocols.iter().find(|(n, _)| *n == self.protocol);
-                (id.clone(), chosen.map(|(_, meta)| meta.clone()).unwrap_or_default())
-            })
-            .collect();
-        for (id, member) in &mut self.members {
-            member.last_seen = now;
-            if let Some(waiting) = member.joining.take() {
-                let members = if *id == self.leader { metadata.clone() } else { Vec::new() };
-                let _ = waiting.send(Joined {
-                    error: code::NONE,
-                    generation: self.generation,
-                    protocol: self.protocol.clone(),
-                    leader: self.leader.clone(),
-                    member_id: id.clone(),
-                    members,
-                });
-            }
-        }
-    }
-
-    /// Drops members whose session expired (those waiting in a join are not expected to
-    /// heartbeat), and rebalances if any went.
-    fn expire(&mut self, now: Instant) {
-        let before = self.members.len();
-        self.members.retain(|_, m| {
-            m.joining.is_some() || now.duration_since(m.last_seen) < m.session_timeout
-        });
-        if self.members.len() != before {
-            self.rebalance(now);
-        }
-        self.try_complete(now);
-    }
-}
-
-impl Joined {
-    fn error(error: i16, member_id: &str) -> Joined {
-        Joined {
-            error,
-            generation: -1,
-            protocol: String::new(),
-            leader: String::new(),
-            member_id: member_id.to_owned(),
-            members: Vec::new(),
-        }
-    }
-}
-
-/// A group's committed offsets, by topic and partition.
-type GroupOffsets = BTreeMap<String, BTreeMap<i32, i64>>;
-
-/// The groups this broker coordinates, and the offsets of a broker without a registry.
-#[derive(Debug, Default)]
-pub struct Coordinator {
-    groups: Mutex<HashMap<String, Group>>,
-    offsets: Mutex<HashMap<String, GroupOffsets>>,
-}
-
-impl Coordinator {
-    fn groups(&self) -> std::sync::MutexGuard<'_, HashMap<String, Group>> {
-        self.groups.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Drops expired members and completes overdue rebalances: run every so often.
-    pub fn tick(&self) {
-        let now = Instant::now();
-        let mut groups = self.groups();
-        for group in groups.values_mut() {
-            group.expire(now);
-        }
-        // A group without members has nothing to keep: its offsets are in the registry.
-        groups.retain(|_, g| !g.members.is_empty());
-    }
-}
-
 /// The broker that coordinates `group`: `(id, host, kafka port)`.
 fn coordinator_of(client: &Client, group: &str) -> Option<(i32, String, u16)> {
-    let brokers = client.broker.kafka_endpoints();
+    let brokers = client.node.kafka_endpoints();
     let id = cluster::kafka_coordinator(group, brokers.iter().map(|(id, _, _)| *id))?;
     brokers.into_iter().find(|(b, _, _)| *b == id)
 }
 
 /// Whether this broker coordinates `group`.
 fn coordinates(client: &Client, group: &str) -> bool {
-    coordinator_of(client, group).is_some_and(|(id, _, _)| id == client.broker.config().broker_id)
+    coordinator_of(client, group).is_some_and(|(id, _, _)| id == client.node.config().broker_id)
 }
 
 pub fn find_coordinator(
@@ -304,7 +108,7 @@ pub async fn join_group(
         return refuse(code::INVALID_SESSION_TIMEOUT);
     }
     let waiting = {
-        let coordinator = &client.broker.kafka().groups;
+        let coordinator = &client.state.groups;
         let mut groups = coordinator.groups();
         if !groups.contains_key(&request.group_id) && groups.len() >= GROUPS_MAX {
             return refuse(code::COORDINATOR_NOT_AVAILABLE);
@@ -336,32 +140,22 @@ pub async fn join_group(
             return refuse(code::COORDINATOR_NOT_AVAILABLE);
         }
         let (sender, receiver) = oneshot::channel();
-        match group.members.get_mut(&member_id) {
-            Some(member) => {
-                member.protocols = request.protocols.clone();
-                member.session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
-                member.rebalance_timeout =
-                    Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64);
-                member.last_seen = now;
-                member.joining = Some(sender);
-            }
-            None => {
-                group.members.insert(
-                    member_id.clone(),
-                    Member {
-                        session_timeout: Duration::from_millis(request.session_timeout_ms as u64),
-                        rebalance_timeout: Duration::from_millis(
-                            request.rebalance_timeout_ms.max(0) as u64,
-                        ),
-                        protocols: request.protocols.clone(),
-                        assignment: Bytes::new(),
-                        last_seen: now,
-                        joining: Some(sender),
-                        syncing: None,
-                    },
-                );
-            }
-        }
+        // A member joining again keeps its assignment until the rebalance gives it another.
+        let member = group.members.entry(member_id).or_insert_with(|| Member {
+            session_timeout: Duration::ZERO,
+            rebalance_timeout: Duration::ZERO,
+            protocols: Vec::new(),
+            assignment: Bytes::new(),
+            last_seen: now,
+            joining: None,
+            syncing: None,
+        });
+        member.protocols = request.protocols.clone();
+        member.session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
+        member.rebalance_timeout =
+            Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64);
+        member.last_seen = now;
+        member.joining = Some(sender);
         group.protocol_type = Some(request.protocol_type.clone());
         // A join outside a rebalance starts one; in one under way, it just joins it.
         if group.phase != Phase::Joining {
@@ -388,7 +182,7 @@ pub async fn sync_group(
         return encode(ApiKey::SyncGroup, header, &answer(code::NOT_COORDINATOR, Bytes::new()));
     }
     let waiting = {
-        let mut groups = client.broker.kafka().groups.groups();
+        let mut groups = client.state.groups.groups();
         let now = Instant::now();
         let Some(group) = groups.get_mut(&request.group_id) else {
             return encode(
@@ -441,7 +235,7 @@ pub fn heartbeat(
     let error = if !coordinates(client, &request.group_id) {
         code::NOT_COORDINATOR
     } else {
-        let mut groups = client.broker.kafka().groups.groups();
+        let mut groups = client.state.groups.groups();
         match groups.get_mut(&request.group_id) {
             None => code::UNKNOWN_MEMBER_ID,
             Some(group) => {
@@ -473,7 +267,7 @@ pub fn leave_group(
     let error = if !coordinates(client, &request.group_id) {
         code::NOT_COORDINATOR
     } else {
-        let mut groups = client.broker.kafka().groups.groups();
+        let mut groups = client.state.groups.groups();
         match groups.get_mut(&request.group_id) {
             None => code::UNKNOWN_MEMBER_ID,
             Some(group) => {
@@ -511,7 +305,7 @@ pub async fn offset_commit(
         // A consumer outside any group (assign, not subscribe) commits as it likes.
         None
     } else {
-        let groups = client.broker.kafka().groups.groups();
+        let groups = client.state.groups.groups();
         match groups.get(&request.group_id) {
             None => Some(code::UNKNOWN_MEMBER_ID),
             Some(group) if !group.members.contains_key(&request.member_id) => {
@@ -524,11 +318,10 @@ pub async fn offset_commit(
             Some(_) => None,
         }
     };
-    let registry = client.broker.registry();
+    let registry = client.node.registry();
     let mut topics = Vec::with_capacity(request.topics.len());
     for (topic, partitions) in request.topics {
-        let allowed =
-            client.broker.authorizer().check(&client.principal, &topic, Operation::Consume);
+        let allowed = client.node.authorizer().check(&client.principal, &topic, Operation::Consume);
         let mut answers = Vec::with_capacity(partitions.len());
         for (partition, offset, _metadata) in partitions {
             let error = match group_error {
@@ -548,13 +341,8 @@ pub async fn offset_commit(
                         }
                     }
                     None => {
-                        let mut offsets = client
-                            .broker
-                            .kafka()
-                            .groups
-                            .offsets
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner());
+                        let mut offsets =
+                            client.state.groups.offsets.lock().unwrap_or_else(|p| p.into_inner());
                         offsets
                             .entry(request.group_id.clone())
                             .or_default()
@@ -591,7 +379,7 @@ pub async fn offset_fetch(
     if !coordinates(client, &request.group_id) {
         return fail(code::NOT_COORDINATOR);
     }
-    let committed = match client.broker.registry() {
+    let committed = match client.node.registry() {
         Some(registry) => match registry.kafka_offsets(&request.group_id).await {
             Ok(committed) => committed,
             Err(e) => {
@@ -600,8 +388,7 @@ pub async fn offset_fetch(
             }
         },
         None => {
-            let offsets =
-                client.broker.kafka().groups.offsets.lock().unwrap_or_else(|p| p.into_inner());
+            let offsets = client.state.groups.offsets.lock().unwrap_or_else(|p| p.into_inner());
             offsets.get(&request.group_id).cloned().unwrap_or_default()
         }
     };
@@ -613,7 +400,7 @@ pub async fn offset_fetch(
         .into_iter()
         .map(|(topic, partitions)| {
             let allowed =
-                client.broker.authorizer().check(&client.principal, &topic, Operation::Consume);
+                client.node.authorizer().check(&client.principal, &topic, Operation::Consume);
             let answers = partitions
                 .into_iter()
                 .map(|partition| {
@@ -635,61 +422,4 @@ pub async fn offset_fetch(
         })
         .collect();
     encode(ApiKey::OffsetFetch, header, &OffsetFetchResponse::default().with_topics(topics))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn member(protocols: &[&str], joining: Option<oneshot::Sender<Joined>>) -> Member {
-        Member {
-            session_timeout: Duration::from_secs(10),
-            rebalance_timeout: Duration::from_secs(30),
-            protocols: protocols
-                .iter()
-                .map(|p| (p.to_string(), Bytes::from(p.to_string())))
-                .collect(),
-            assignment: Bytes::new(),
-            last_seen: Instant::now(),
-            joining,
-            syncing: None,
-        }
-    }
-
-    #[test]
-    fn a_rebalance_completes_when_every_member_joined_with_a_protocol_all_take() {
-        let now = Instant::now();
-        let mut group = Group::new();
-        let (a, mut a_joined) = oneshot::channel();
-        group.members.insert("a".into(), member(&["range", "roundrobin"], Some(a)));
-        group.members.insert("b".into(), member(&["roundrobin"], None));
-        group.rebalance(now);
-        group.try_complete(now);
-        assert_eq!(group.phase, Phase::Joining, "b has not joined yet");
-        let (b, mut b_joined) = oneshot::channel();
-        group.members.get_mut("b").unwrap().joining = Some(b);
-        group.try_complete(now);
-        assert_eq!(group.phase, Phase::Syncing);
-        let (a, b) = (a_joined.try_recv().unwrap(), b_joined.try_recv().unwrap());
-        assert_eq!((a.error, a.generation, a.protocol.as_str()), (code::NONE, 1, "roundrobin"));
-        assert_eq!(a.leader, "a");
-        assert_eq!(a.members.len(), 2, "the leader gets every member's metadata");
-        assert!(b.members.is_empty());
-    }
-
-    #[test]
-    fn members_that_do_not_join_or_heartbeat_are_dropped() {
-        let now = Instant::now();
-        let mut group = Group::new();
-        let (a, _a_joined) = oneshot::channel();
-        group.members.insert("a".into(), member(&["range"], Some(a)));
-        group.members.insert("b".into(), member(&["range"], None));
-        group.rebalance(now);
-        group.try_complete(now + Duration::from_secs(31));
-        assert_eq!(group.members.keys().collect::<Vec<_>>(), ["a"], "b missed the rebalance");
-        group.phase = Phase::Stable;
-        group.expire(now + Duration::from_secs(31 + 11));
-        assert!(group.members.is_empty(), "a's session expired");
-        assert_eq!(group.phase, Phase::Empty);
-    }
 }

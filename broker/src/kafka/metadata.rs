@@ -14,8 +14,9 @@ use kafka_protocol::messages::{
 };
 use protocol::ErrorCode;
 
-use super::{Client, Malformed};
+use super::client::Client;
 use crate::acl::Operation;
+use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{CreateTopicsRequest, Header, MetadataRequest};
 use protocol::kafka::response::{code, encode, encode_version, kafka_error, str_bytes};
 use protocol::kafka::versions;
@@ -54,24 +55,23 @@ pub async fn metadata(
     header: &Header,
     request: MetadataRequest,
 ) -> Result<BytesMut, Malformed> {
-    let broker = &client.broker;
-    let authorizer = broker.authorizer();
+    let node = &client.node;
+    let authorizer = node.authorizer();
     let asked: Vec<String> = request.topics.clone().unwrap_or_default();
     // Unknown topics asked for are created, as a Kafka broker with auto.create.topics.enable
     // does, when the client allows it and the principal may create them.
-    if request.allow_auto_topic_creation && broker.config().auto_create_topics && !asked.is_empty()
-    {
-        let known = broker.metadata(&asked);
+    if request.allow_auto_topic_creation && node.config().auto_create_topics && !asked.is_empty() {
+        let known = node.metadata(&asked);
         for topic in known.topics.iter().filter(|t| t.error == ErrorCode::UnknownTopic) {
             if authorizer.check(&client.principal, &topic.name, Operation::Create)
-                && let Err(e) = broker.create_topic(&topic.name, 0, &[]).await
+                && let Err(e) = node.create_topic(&topic.name, 0, &[]).await
             {
                 tracing::debug!(topic = %topic.name, error = ?e, "auto-creating a topic for a Kafka client failed");
             }
         }
     }
-    let native = broker.metadata(&asked);
-    let brokers = broker
+    let native = node.metadata(&asked);
+    let brokers = node
         .kafka_endpoints()
         .into_iter()
         .map(|(id, host, port)| {
@@ -122,7 +122,7 @@ pub async fn metadata(
     let body = MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(str_bytes(CLUSTER_ID)))
-        .with_controller_id(BrokerId(broker.config().broker_id))
+        .with_controller_id(BrokerId(node.config().broker_id))
         .with_topics(topics);
     encode(ApiKey::Metadata, header, &body)
 }
@@ -138,7 +138,7 @@ pub async fn create_topics(
     header: &Header,
     request: CreateTopicsRequest,
 ) -> Result<BytesMut, Malformed> {
-    let broker = &client.broker;
+    let node = &client.node;
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let result = |error: i16, message: Option<String>| {
@@ -147,7 +147,7 @@ pub async fn create_topics(
                 .with_error_code(error)
                 .with_error_message(message.map(|m| str_bytes(&m)))
         };
-        if !broker.authorizer().check(&client.principal, &topic.name, Operation::Create) {
+        if !node.authorizer().check(&client.principal, &topic.name, Operation::Create) {
             results.push(result(code::TOPIC_AUTHORIZATION_FAILED, None));
             continue;
         }
@@ -155,7 +155,7 @@ pub async fn create_topics(
             results.push(result(code::INVALID_TOPIC_EXCEPTION, None));
             continue;
         }
-        let existing = broker.metadata(std::slice::from_ref(&topic.name));
+        let existing = node.metadata(std::slice::from_ref(&topic.name));
         if existing.topics.iter().any(|t| t.error != ErrorCode::UnknownTopic) {
             let message = format!("topic {} already exists", topic.name);
             results.push(result(code::TOPIC_ALREADY_EXISTS, Some(message)));
@@ -199,7 +199,7 @@ pub async fn create_topics(
             continue;
         }
         let partitions = topic.num_partitions.max(0);
-        match broker.create_topic(&topic.name, partitions, &configs).await {
+        match node.create_topic(&topic.name, partitions, &configs).await {
             Ok(()) => results.push(result(code::NONE, None)),
             Err(ErrorCode::InvalidConfig) => {
                 let message = "a setting Tributary does not take, or a value it refuses";

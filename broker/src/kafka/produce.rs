@@ -16,10 +16,11 @@ use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
 
+use super::client::{Answer, Client};
 use super::producer_ids::Check;
-use super::{Answer, Client, Malformed};
 use crate::acl::Operation;
-use crate::broker::AppendedRun;
+use crate::node::AppendedRun;
+use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{Header, ProduceRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
@@ -54,8 +55,7 @@ pub async fn start(
     };
     let mut topics: Vec<(String, Vec<(i32, Outcome)>)> = Vec::with_capacity(request.topics.len());
     for (topic, partitions) in request.topics {
-        let allowed =
-            client.broker.authorizer().check(&client.principal, &topic, Operation::Produce);
+        let allowed = client.node.authorizer().check(&client.principal, &topic, Operation::Produce);
         let mut outcomes = Vec::with_capacity(partitions.len());
         for (partition, records) in partitions {
             let settled = |error| Outcome::Settled { error, base_offset: -1 };
@@ -75,7 +75,7 @@ pub async fn start(
         }
         topics.push((topic, outcomes));
     }
-    let broker = client.broker.clone();
+    let state = std::sync::Arc::clone(&client.state);
     Ok(Box::pin(async move {
         let mut responses = Vec::with_capacity(topics.len());
         for (topic, outcomes) in topics {
@@ -87,7 +87,7 @@ pub async fn start(
                         let result = run.acknowledged().await.pop().expect("one set");
                         if let Some(i) = idempotent {
                             // In the log now, acknowledged or not: a retry of it is a duplicate.
-                            let producers = &broker.kafka().producers;
+                            let producers = &state.producers;
                             producers.record(
                                 i.id,
                                 i.epoch,
@@ -146,7 +146,7 @@ async fn append(
             let (id, epoch, base) =
                 (batch.producer_id(), batch.producer_epoch(), batch.base_sequence());
             let last = base.wrapping_add(batch.last_offset_delta()) & i32::MAX;
-            let producers = &client.broker.kafka().producers;
+            let producers = &client.state.producers;
             match producers.check(id, epoch, topic, partition, base, last) {
                 Check::Append => {
                     idempotent = Some(Idempotent { id, epoch, sequences: (base, last) })
@@ -163,7 +163,7 @@ async fn append(
         protocol::encode_batch_message(&mut set, batch);
     }
     let set = set.freeze();
-    let run = client.broker.append_run(topic, partition, acks, std::slice::from_ref(&set)).await;
+    let run = client.node.append_run(topic, partition, acks, std::slice::from_ref(&set)).await;
     match run.first_record() {
         Some(first_record) => Outcome::Appended { run, first_record, idempotent },
         None => {

@@ -1,4 +1,5 @@
-//! Idempotent producers (KIP-98): InitProducerId hands out a producer id, and a leader checks
+//! Idempotent producers (KIP-98): InitProducerId hands out a producer id (`init_producer_id`),
+//! and a leader checks
 //! the sequence numbers of each producer's batches per partition, so that a batch a client
 //! sends again after a lost acknowledgement is acknowledged with its first offset, not
 //! appended twice. Kafka's Java and Python clients turn idempotence on by default.
@@ -13,12 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use bytes::BytesMut;
-use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ProducerId};
-
-use super::{Client, Malformed};
-use protocol::kafka::request::{Header, InitProducerIdRequest};
-use protocol::kafka::response::{code, encode};
+use protocol::kafka::response::code;
 
 /// Batches remembered per producer and partition.
 pub const BATCHES_KEPT: usize = 5;
@@ -137,35 +133,6 @@ impl ProducerIds {
         }
         seen.batches.push_back((base, last, first_record));
     }
-}
-
-pub async fn init_producer_id(
-    client: &Client,
-    header: &Header,
-    request: InitProducerIdRequest,
-) -> Result<BytesMut, Malformed> {
-    let body = if request.transactional_id.is_some() {
-        InitProducerIdResponse::default()
-            .with_error_code(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
-    } else if request.producer_id >= 0 && request.producer_epoch >= 0 {
-        // A producer bumping its epoch after an error keeps its id (KIP-360).
-        let epoch = request.producer_epoch.checked_add(1);
-        match epoch {
-            Some(epoch) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(request.producer_id))
-                .with_producer_epoch(epoch),
-            None => {
-                let id = client.broker.kafka().producers.allocate(client.broker.config().broker_id);
-                InitProducerIdResponse::default().with_producer_id(ProducerId(id))
-            }
-        }
-    } else {
-        let id = client.broker.kafka().producers.allocate(client.broker.config().broker_id);
-        InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
-    };
-    encode(ApiKey::InitProducerId, header, &body)
 }
 
 #[cfg(test)]

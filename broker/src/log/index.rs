@@ -1,4 +1,4 @@
-//! Record numbers beside byte offsets (`DESIGN.md`, "Kafka protocol listener"): every
+//! Record numbers beside byte offsets (`docs/design.md`, "Record-number index"): every
 //! partition numbers its records from 0 — a plain message is one record, a magic-1 wrapper one
 //! per inner message, a magic-2 message its batch's last offset delta + 1 — and each segment
 //! has a sparse index, `{base_offset:020}.index`, of `u64 record_number, u64 byte_offset`
@@ -138,6 +138,7 @@ impl SegmentIndex {
         end: u64,
         first_record: Option<u64>,
         sealed: bool,
+        message_bytes_max: u32,
     ) -> io::Result<SegmentIndex> {
         let path = dir.join(file_name(base_offset));
         let mut entries = read_entries(&path, base_offset, end)?;
@@ -171,7 +172,7 @@ impl SegmentIndex {
         if index.entries.len() > 1 && index.end.byte == end {
             index.entries.pop();
         } else {
-            index.scan(segment, base_offset, end)?;
+            index.scan(segment, base_offset, end, message_bytes_max)?;
         }
         index.sealed = sealed;
         index.rewrite()?;
@@ -182,26 +183,20 @@ impl SegmentIndex {
     }
 
     /// Reads the segment from the index's end to `end`, numbering its messages.
-    fn scan(&mut self, segment: &File, base_offset: u64, end: u64) -> io::Result<()> {
+    fn scan(
+        &mut self,
+        segment: &File,
+        base_offset: u64,
+        end: u64,
+        message_bytes_max: u32,
+    ) -> io::Result<()> {
         let from = self.end.byte;
         let reader = PositionalReader { file: segment, position: from - base_offset };
         let mut reader = BufReader::with_capacity(1 << 20, reader);
         let mut message = Vec::new();
         let mut at = from;
         while at < end {
-            let mut header = [0u8; 4];
-            reader.read_exact(&mut header)?;
-            let length = u64::from(u32::from_be_bytes(header));
-            if at + 4 + length > end {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("a message at {at} runs past the end {end}"),
-                ));
-            }
-            message.clear();
-            message.extend_from_slice(&header);
-            message.resize(4 + length as usize, 0);
-            reader.read_exact(&mut message[4..])?;
+            let length = read_message(&mut reader, at, end, message_bytes_max, &mut message)?;
             let records = match MessageSetIter::new(&message, 0).next() {
                 Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or_else(|e| {
                     tracing::warn!(index = %self.path.display(), offset = at, error = %e, "a message whose records cannot be counted counts none");
@@ -209,8 +204,8 @@ impl SegmentIndex {
                 }),
                 _ => 0,
             };
-            self.append_message(at, records, 4 + length);
-            at += 4 + length;
+            self.append_message(at, records, length);
+            at += length;
         }
         Ok(())
     }
@@ -364,27 +359,71 @@ impl Read for PositionalReader<'_> {
     }
 }
 
+/// A message length read from a segment file that cannot be a message's: bit rot in a length
+/// field, caught before anything is allocated for it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the message at byte {at} claims {length} bytes: more than {room} left before {end}, or than \
+     max_message_bytes {max} (raise it if the log holds messages written under a larger limit)"
+)]
+pub struct BadLength {
+    pub at: u64,
+    pub length: u64,
+    pub room: u64,
+    pub end: u64,
+    pub max: u32,
+}
+
+/// Reads the message at byte `at` (its `u32` length, then its body) into `message`, and
+/// returns its size in the log. A length read from the disk is checked as one read from the
+/// wire: it must fit before `end` and within `message_bytes_max`, else [`BadLength`].
+fn read_message(
+    reader: &mut impl Read,
+    at: u64,
+    end: u64,
+    message_bytes_max: u32,
+    message: &mut Vec<u8>,
+) -> io::Result<u64> {
+    let mut header = [0u8; 4];
+    reader.read_exact(&mut header)?;
+    let length = u64::from(u32::from_be_bytes(header));
+    let room = end.saturating_sub(at + 4);
+    if length > room || length > u64::from(message_bytes_max) {
+        let bad = BadLength { at, length, room, end, max: message_bytes_max };
+        return Err(io::Error::new(io::ErrorKind::InvalidData, bad));
+    }
+    message.clear();
+    message.extend_from_slice(&header);
+    message.resize(4 + length as usize, 0);
+    reader.read_exact(&mut message[4..])?;
+    Ok(4 + length)
+}
+
+/// The Kafka records a stored message holds; 0 for one that cannot be counted.
+fn records_of(message: &[u8]) -> u64 {
+    match MessageSetIter::new(message, 0).next() {
+        Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// The number of the record at byte `offset` of the segment based at `base_offset` (a message
 /// boundary, or the segment's end), counting from the index entry `from` at or before it.
 /// Blocking: reads the messages between them.
-pub fn record_at(file: &File, base_offset: u64, from: IndexEntry, offset: u64) -> io::Result<u64> {
+pub fn record_at(
+    file: &File,
+    base_offset: u64,
+    from: IndexEntry,
+    offset: u64,
+    message_bytes_max: u32,
+) -> io::Result<u64> {
     let reader = PositionalReader { file, position: from.byte - base_offset };
     let mut reader = BufReader::with_capacity(64 << 10, reader);
     let (mut at, mut number) = (from.byte, from.record);
     let mut message = Vec::new();
     while at < offset {
-        let mut header = [0u8; 4];
-        reader.read_exact(&mut header)?;
-        let length = u64::from(u32::from_be_bytes(header));
-        message.clear();
-        message.extend_from_slice(&header);
-        message.resize(4 + length as usize, 0);
-        reader.read_exact(&mut message[4..])?;
-        number += match MessageSetIter::new(&message, 0).next() {
-            Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0),
-            _ => 0,
-        };
-        at += 4 + length;
+        at += read_message(&mut reader, at, offset, message_bytes_max, &mut message)?;
+        number += records_of(&message);
     }
     Ok(number)
 }
@@ -399,28 +438,20 @@ pub fn locate(
     end: u64,
     from: IndexEntry,
     record: u64,
+    message_bytes_max: u32,
 ) -> io::Result<Option<(u64, u64)>> {
     let reader = PositionalReader { file, position: from.byte - base_offset };
     let mut reader = BufReader::with_capacity(64 << 10, reader);
     let (mut at, mut number) = (from.byte, from.record);
     let mut message = Vec::new();
     while at < end {
-        let mut header = [0u8; 4];
-        reader.read_exact(&mut header)?;
-        let length = u64::from(u32::from_be_bytes(header));
-        message.clear();
-        message.extend_from_slice(&header);
-        message.resize(4 + length as usize, 0);
-        reader.read_exact(&mut message[4..])?;
-        let records = match MessageSetIter::new(&message, 0).next() {
-            Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0),
-            _ => 0,
-        };
+        let length = read_message(&mut reader, at, end, message_bytes_max, &mut message)?;
+        let records = records_of(&message);
         if record < number + records {
             return Ok(Some((at, number)));
         }
         number += records;
-        at += 4 + length;
+        at += length;
     }
     Ok(None)
 }
@@ -432,6 +463,9 @@ mod tests {
     use protocol::Codec;
 
     use super::*;
+
+    /// The broker's default `max_message_bytes`.
+    const MAX: u32 = 1 << 20;
 
     /// A segment of `n` plain messages of 1000 bytes, then a wrapper of 5, then a plain one.
     fn segment(dir: &Path, n: usize) -> (File, u64) {
@@ -455,12 +489,12 @@ mod tests {
     fn an_index_is_built_from_its_segment_and_finds_every_record() {
         let dir = tempfile::tempdir().unwrap();
         let (file, end) = segment(dir.path(), 20);
-        let index = SegmentIndex::open(dir.path(), &file, 0, end, None, false).unwrap();
+        let index = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
         assert_eq!(index.end_record(), 26, "20 plain, 5 in the wrapper, 1 plain");
         assert!(index.entries.len() >= 4, "about one entry per 4 KiB: {:?}", index.entries);
         for record in 0..26 {
             let from = index.floor_record(record);
-            let (at, first) = locate(&file, 0, end, from, record).unwrap().unwrap();
+            let (at, first) = locate(&file, 0, end, from, record, MAX).unwrap().unwrap();
             let expected = match record {
                 0..=19 => (record * 1009, record),
                 20..=24 => (20 * 1009, 20),
@@ -468,18 +502,19 @@ mod tests {
             };
             assert_eq!((at, first), expected, "record {record}");
         }
-        assert_eq!(locate(&file, 0, end, index.floor_record(26), 26).unwrap(), None);
+        assert_eq!(locate(&file, 0, end, index.floor_record(26), 26, MAX).unwrap(), None);
     }
 
     #[test]
     fn a_sealed_index_is_trusted_and_a_behind_one_is_completed() {
         let dir = tempfile::tempdir().unwrap();
         let (file, end) = segment(dir.path(), 20);
-        let mut index = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), false).unwrap();
+        let mut index =
+            SegmentIndex::open(dir.path(), &file, 0, end, Some(100), false, MAX).unwrap();
         assert_eq!((index.first_record(), index.end_record()), (100, 126));
         index.seal().unwrap();
         let entries = index.entries.clone();
-        let again = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true).unwrap();
+        let again = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true, MAX).unwrap();
         assert_eq!(
             (again.entries.clone(), again.end_record(), again.sealed),
             (entries.clone(), 126, true)
@@ -488,21 +523,50 @@ mod tests {
         let path = dir.path().join(file_name(0));
         let short = fs::read(&path).unwrap();
         fs::write(&path, &short[..ENTRY_BYTES * 2]).unwrap();
-        let completed = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true).unwrap();
+        let completed =
+            SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true, MAX).unwrap();
         assert_eq!((completed.entries.clone(), completed.end_record()), (entries.clone(), 126));
         // Garbage, or an index that disagrees with the previous segment, is rebuilt.
         fs::write(&path, b"not an index at all").unwrap();
-        let rebuilt = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true).unwrap();
+        let rebuilt = SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true, MAX).unwrap();
         assert_eq!(rebuilt.entries, entries);
-        let renumbered = SegmentIndex::open(dir.path(), &file, 0, end, Some(7), true).unwrap();
+        let renumbered = SegmentIndex::open(dir.path(), &file, 0, end, Some(7), true, MAX).unwrap();
         assert_eq!((renumbered.first_record(), renumbered.end_record()), (7, 33));
+    }
+
+    #[test]
+    fn a_rotten_length_is_refused_before_it_is_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, end) = segment(dir.path(), 20);
+        let index = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
+        // Bit rot turns the length of message 3 into 4 GiB - 1.
+        let path = dir.path().join("00000000000000000000.log");
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[3 * 1009..3 * 1009 + 4].copy_from_slice(&[0xff; 4]);
+        fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let from = index.floor_record(0);
+        for found in [
+            locate(&file, 0, end, from, 5, MAX).map(|_| ()),
+            record_at(&file, 0, from, 5 * 1009, MAX).map(|_| ()),
+        ] {
+            let error = found.unwrap_err();
+            let bad = error.get_ref().and_then(|e| e.downcast_ref::<BadLength>()).unwrap();
+            assert_eq!((bad.at, bad.length, bad.max), (3 * 1009, u64::from(u32::MAX), MAX));
+        }
+        // A length within the segment but over max_message_bytes is refused too.
+        bytes[3 * 1009..3 * 1009 + 4].copy_from_slice(&2000u32.to_be_bytes());
+        fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let error = locate(&file, 0, end, from, 5, 1000).unwrap_err();
+        assert!(error.to_string().contains("max_message_bytes 1000"), "{error}");
     }
 
     #[test]
     fn truncation_cuts_the_entries_and_the_numbers() {
         let dir = tempfile::tempdir().unwrap();
         let (file, end) = segment(dir.path(), 20);
-        let mut index = SegmentIndex::open(dir.path(), &file, 0, end, None, false).unwrap();
+        let mut index = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
         index.truncate(10 * 1009, 10).unwrap();
         assert_eq!(index.end_record(), 10);
         assert!(index.entries.iter().all(|e| e.byte < 10 * 1009));

@@ -7,6 +7,7 @@ mod leader_epoch;
 mod manager;
 mod partition;
 mod segment;
+pub mod tasks;
 
 pub use error::LogError;
 pub use leader_epoch::{EPOCHS_MAX, EpochEntry, LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use broker::{Broker, BrokerConfig, VisibleAfter};
+use broker::{Broker, BrokerConfig, Listeners, VisibleAfter};
 use cluster::{Coordinator, Embedded};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -119,13 +119,12 @@ impl Cluster {
                 what: format!("Kafka listener {}/{id}", spec.name),
                 source: e,
             })?;
-            let broker = Broker::open(config).await.map_err(|e| DemoError::Broker {
-                cluster: spec.name.clone(),
-                id,
-                source: e,
-            })?;
-            broker.register_in(session(embedded, &chroot)?);
-            let served = broker::serve_with(listener, Some(kafka), broker, stop.clone());
+            let listeners = Listeners { native: listener, kafka: Some(kafka) };
+            let session = Some(session(embedded, &chroot)?);
+            let broker = Broker::open(config, &listeners, session)
+                .await
+                .map_err(|e| DemoError::Broker { cluster: spec.name.clone(), id, source: e })?;
+            let served = broker.serve(listeners, stop.clone());
             cluster.tasks.push(tokio::spawn(served));
             cluster.addrs.push(addr.to_string());
             cluster.kafka_addrs.push(kafka_addr.to_string());

@@ -19,7 +19,8 @@ impl Partition {
     /// at the log end. A failed write is cut off again so that the log never holds part of a
     /// set. Returns where the first set landed; each next set follows the one before. A
     /// magic-2 message gets its batch's base offset set to the number of its first record
-    /// (DESIGN: the batch's CRC-32C does not cover it; the message's CRC is written again).
+    /// (docs/design.md, "Magic 2: Kafka RecordBatch": the batch's CRC-32C does not cover it;
+    /// the message's CRC is written again).
     pub fn append(&self, sets: &[&[u8]], counted: &[SetRecords]) -> Result<Appended, LogError> {
         self.append_rolling(sets, counted, Roll::BySettings)
     }

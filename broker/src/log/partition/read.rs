@@ -10,7 +10,7 @@ use crate::log::index::{self, SegmentIndex};
 use crate::log::segment::Segment;
 
 impl Partition {
-    // Record numbers (DESIGN "Kafka protocol listener").
+    // Record numbers (docs/design.md, "Record numbers").
 
     /// The number the next record appended gets: the log's end in records.
     pub fn end_record(&self) -> u64 {
@@ -25,7 +25,7 @@ impl Partition {
     /// The number of the record at byte `offset` (a message boundary, or the log's end).
     /// Blocking: may read the messages between an index entry and `offset`.
     pub fn record_at_offset(&self, offset: i64) -> Result<u64, LogError> {
-        let (segment, from, position) = {
+        let (segment, from, position, max) = {
             let state = self.state();
             let position = self.within(&state, offset, state.end)?;
             if position == state.end {
@@ -35,9 +35,10 @@ impl Partition {
                 return Ok(recent.record);
             }
             let i = state.segments.partition_point(|s| s.base_offset <= position) - 1;
-            (Arc::clone(&state.segments[i]), state.indexes[i].floor_byte(position), position)
+            let from = state.indexes[i].floor_byte(position);
+            (Arc::clone(&state.segments[i]), from, position, state.config.max_message_bytes)
         };
-        index::record_at(&segment.file, segment.base_offset, from, position)
+        index::record_at(&segment.file, segment.base_offset, from, position, max)
             .map_err(io_error("indexing", &segment.path))
     }
 
@@ -45,7 +46,7 @@ impl Partition {
     /// record; `None` when `record` is not in the log (before its start or at its end or past).
     /// Blocking: reads the messages between an index entry and it.
     pub fn locate_record(&self, record: u64) -> Result<Option<(u64, u64)>, LogError> {
-        let (segment, end, from) = {
+        let (segment, end, from, max) = {
             let state = self.state();
             if record < state.indexes[0].first_record()
                 || record >= state.active_index().end_record()
@@ -54,9 +55,10 @@ impl Partition {
             }
             let i = state.indexes.partition_point(|index| index.first_record() <= record) - 1;
             let segment = Arc::clone(&state.segments[i]);
-            (segment, state.segment_end(i), state.indexes[i].floor_record(record))
+            let from = state.indexes[i].floor_record(record);
+            (segment, state.segment_end(i), from, state.config.max_message_bytes)
         };
-        index::locate(&segment.file, segment.base_offset, end, from, record)
+        index::locate(&segment.file, segment.base_offset, end, from, record, max)
             .map_err(io_error("indexing", &segment.path))
     }
 

@@ -77,7 +77,7 @@ impl Partition {
             last.file.sync_all().map_err(io_error("syncing", &last.path))?;
         }
         let end = last.base_offset + scan.valid_bytes;
-        let indexes = open_indexes(&dir, &segments, end)?;
+        let indexes = open_indexes(&dir, &segments, end, config.max_message_bytes)?;
         let mut epochs = LeaderEpochCache::open(&dir)?;
         // The checkpoint may run past a log cut short by recovery.
         if epochs.latest().is_some_and(|latest| latest.start_offset > end) {
@@ -122,6 +122,7 @@ fn open_indexes(
     dir: &Path,
     segments: &[Arc<Segment>],
     end: u64,
+    message_bytes_max: u32,
 ) -> Result<Vec<SegmentIndex>, LogError> {
     let mut indexes: Vec<SegmentIndex> = Vec::with_capacity(segments.len());
     for (i, segment) in segments.iter().enumerate() {
@@ -135,6 +136,7 @@ fn open_indexes(
             segment_end,
             first_record,
             sealed,
+            message_bytes_max,
         )
         .map_err(io_error("indexing", &segment.path))?;
         indexes.push(opened);

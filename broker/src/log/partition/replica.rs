@@ -88,7 +88,8 @@ impl Partition {
         }
         let kept = Arc::clone(state.active());
         let from = state.active_index().floor_byte(offset);
-        let record = index::record_at(&kept.file, kept.base_offset, from, offset)
+        let max = state.config.max_message_bytes;
+        let record = index::record_at(&kept.file, kept.base_offset, from, offset, max)
             .map_err(io_error("indexing", &kept.path))?;
         kept.file.set_len(offset - kept.base_offset).map_err(io_error("truncating", &kept.path))?;
         state
@@ -108,7 +109,7 @@ impl Partition {
         Ok(())
     }
 
-    // Leader epochs (DESIGN "Replicated partitions").
+    // Leader epochs (docs/design.md, "Leader epochs" and "Leader-epoch checkpoint").
 
     /// The latest leader epoch of the log, if it has one.
     pub fn leader_epoch(&self) -> Option<i32> {

@@ -19,13 +19,37 @@
 //!                                  ─▶ valid, same segment? pwrite + fsync in place, scan again
 //! ```
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
-use crate::log::{Damage, Partition};
+use super::link::fetch_range;
+use crate::log::{Damage, LogManager, Partition};
+use crate::metrics::Metrics;
+
+/// Another replica a damaged range may be copied from: its id, its address, and the leader
+/// epochs to ask it in (its log is in one of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairSource {
+    pub replica: i32,
+    pub addr: String,
+    pub epochs: Vec<i32>,
+}
+
+/// The replicas to copy a partition's damage from, in the order to try them; none for a
+/// broker outside a cluster.
+pub type RepairSources = Arc<dyn Fn(&Partition) -> Vec<RepairSource> + Send + Sync>;
+
+/// What the scrubber reads and where it repairs from.
+pub struct Scrubber {
+    pub logs: Arc<LogManager>,
+    pub sources: RepairSources,
+    /// What repair reads connect to other brokers with, under TLS.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub max_message_bytes: u32,
+    pub metrics: Arc<Metrics>,
+}
 
 /// The first pass starts this soon after the broker does, or after `scrub_interval_ms` if
 /// that is sooner: a broker restarted more often than its interval still scrubs.
@@ -37,8 +61,8 @@ const REPAIR_STEP_BYTES: u64 = 16 << 20;
 
 /// Scrubs every sealed segment of the broker's partitions, a pass every `interval`, until
 /// `stop`.
-pub(crate) async fn run(
-    broker: Weak<Broker>,
+pub async fn run(
+    scrubber: Scrubber,
     interval: Duration,
     bytes_per_s: u64,
     stop: CancellationToken,
@@ -49,17 +73,16 @@ pub(crate) async fn run(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(wait) => {}
         }
-        let Some(broker) = broker.upgrade() else { return };
-        let scrubbed = pass(&broker, bytes_per_s, &stop).await;
+        let scrubbed = pass(&scrubber, bytes_per_s, &stop).await;
         tracing::debug!(bytes = scrubbed, "scrub pass done");
         wait = interval;
     }
 }
 
 /// One pass over every partition; the bytes it read.
-async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) -> u64 {
+async fn pass(scrubber: &Scrubber, bytes_per_s: u64, stop: &CancellationToken) -> u64 {
     let mut scrubbed = 0;
-    for partition in broker.logs().partitions() {
+    for partition in scrubber.logs.partitions() {
         let bases = partition.segment_bases();
         for &base in bases.iter().take(bases.len().saturating_sub(1)) {
             if stop.is_cancelled() || partition.removed().is_cancelled() {
@@ -80,17 +103,17 @@ async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) 
                 }
             };
             scrubbed += bytes;
-            broker.metrics().scrub_bytes.inc_by(bytes);
+            scrubber.metrics.scrub_bytes.inc_by(bytes);
             if let Some(damage) = damage {
-                broker.metrics().scrub_damage_found.inc();
+                scrubber.metrics.scrub_damage_found.inc();
                 tracing::error!(
                     partition = ?partition, from = damage.from, to = damage.to,
                     reason = %damage.reason, "damaged messages in a sealed segment"
                 );
-                if repair_segment(broker, &partition, damage).await {
-                    broker.metrics().scrub_repaired.inc();
+                if repair_segment(scrubber, &partition, damage).await {
+                    scrubber.metrics.scrub_repaired.inc();
                 } else {
-                    broker.metrics().scrub_unrepaired.inc();
+                    scrubber.metrics.scrub_unrepaired.inc();
                 }
             }
             if bytes_per_s > 0 {
@@ -107,9 +130,13 @@ async fn pass(broker: &Arc<Broker>, bytes_per_s: u64, stop: &CancellationToken) 
 
 /// Repairs `damage` a step at a time, scanning the segment again after each, until it scans
 /// whole; whether it does.
-async fn repair_segment(broker: &Broker, partition: &Arc<Partition>, mut damage: Damage) -> bool {
+async fn repair_segment(
+    scrubber: &Scrubber,
+    partition: &Arc<Partition>,
+    mut damage: Damage,
+) -> bool {
     loop {
-        let Some(step) = repair(broker, partition, &damage).await else { return false };
+        let Some(step) = repair(scrubber, partition, &damage).await else { return false };
         let p = Arc::clone(partition);
         let base = damage.segment_base;
         match tokio::task::spawn_blocking(move || p.scrub_segment(base)).await {
@@ -123,8 +150,8 @@ async fn repair_segment(broker: &Broker, partition: &Arc<Partition>, mut damage:
 
 /// Copies up to [`REPAIR_STEP_BYTES`] of whole messages from the start of the damage from the
 /// first replica that has them, and writes them over it; how many bytes were written.
-async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) -> Option<u64> {
-    let sources = broker.repair_sources(partition);
+async fn repair(scrubber: &Scrubber, partition: &Arc<Partition>, damage: &Damage) -> Option<u64> {
+    let sources = (scrubber.sources)(partition);
     if sources.is_empty() {
         tracing::error!(
             partition = ?partition, from = damage.from,
@@ -132,16 +159,9 @@ async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) ->
         );
         return None;
     }
-    for (replica, addr, epochs) in sources {
-        let copied = crate::follower::fetch_range(
-            &addr,
-            broker.replica_tls(),
-            partition,
-            &epochs,
-            damage,
-            REPAIR_STEP_BYTES,
-        )
-        .await;
+    for RepairSource { replica, addr, epochs } in sources {
+        let tls = scrubber.tls.as_ref();
+        let copied = fetch_range(&addr, tls, partition, &epochs, damage, REPAIR_STEP_BYTES).await;
         let bytes = match copied {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -151,7 +171,7 @@ async fn repair(broker: &Broker, partition: &Arc<Partition>, damage: &Damage) ->
         };
         let step = bytes.len() as u64;
         let (p, segment_base, from) = (Arc::clone(partition), damage.segment_base, damage.from);
-        let length_max = broker.config().max_message_bytes;
+        let length_max = scrubber.max_message_bytes;
         let written =
             tokio::task::spawn_blocking(move || p.repair(segment_base, from, &bytes, length_max))
                 .await;

@@ -1,4 +1,4 @@
-//! A partition this broker leads with followers (`DESIGN.md`, "Replicated partitions"): it
+//! A partition this broker leads with followers (`docs/design.md`, "Replicated partitions"): it
 //! keeps the in-sync replicas (ISR) and the high watermark (HW), the smallest log end over the
 //! ISR, which caps what consumers see and what an `acks` 3 produce waits for.
 //!
@@ -18,13 +18,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use protocol::ErrorCode;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::log::Partition;
 use crate::metrics::Metrics;
-use crate::replicas::IsrStore;
+
+/// Writes a leader's ISR to its partition's state, if the state still names this leader in
+/// its epoch; `true` once written. What the membership layer hands a leader in a cluster.
+pub type IsrStore = Arc<dyn Fn(Vec<i32>) -> BoxFuture<'static, bool> + Send + Sync>;
 
 /// Who leads a partition and with whom: what a controller (or a test) hands a leader.
 #[derive(Debug, Clone, PartialEq, Eq)]

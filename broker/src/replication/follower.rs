@@ -1,4 +1,4 @@
-//! A follower of one partition (`DESIGN.md`, "Replicated partitions"): it copies the leader's
+//! A follower of one partition (`docs/design.md`, "Replicated partitions"): it copies the leader's
 //! bytes verbatim, so that a byte offset names the same message on every replica, after first
 //! cutting what it must not keep by the leader-epoch rule of KIP-101 and KIP-279 — never by
 //! the high watermark.
@@ -9,23 +9,20 @@
 //! fetch:    REPLICA_FETCH from my log end ─▶ whole messages appended as they came, in their epoch
 //! ```
 //!
-//! The follower speaks the broker protocol to its leader over one connection, one request at
-//! a time: a follower needs no pipelining, and a broker does not link the client crate.
+//! The follower speaks the broker protocol to its leader over one [`PeerLink`].
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use bytes::BytesMut;
 use protocol::{
-    ApiKey, ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, RecordNumberRequest,
-    ReplicaFetchPart, ReplicaFetchPartition, ReplicaFetchRequest, Request, Response,
-    UNDEFINED_EPOCH,
+    ErrorCode, OffsetForLeaderEpochRequest, OffsetsRequest, RecordNumberRequest, ReplicaFetchPart,
+    ReplicaFetchPartition, ReplicaFetchRequest, Request, Response, UNDEFINED_EPOCH,
 };
-use service::tls::ClientStream;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use super::link::{LinkError, PeerLink, whole_messages};
+use crate::log::index::{CountError, count_records};
 use crate::log::{LogError, Partition};
 
 /// Whole messages of a fetch are appended; a fetch ends in at most one partial message, so a
@@ -70,66 +67,47 @@ pub enum FollowerError {
     Uncountable(String),
 }
 
-/// A connection's failure: worth a reconnect.
-#[derive(Debug, Error)]
-enum LinkError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("undecodable answer: {0}")]
-    Decode(#[from] protocol::DecodeError),
-    #[error("answered with {0}")]
-    Error(ErrorCode),
-    #[error("answer {size} bytes long, more than {max}")]
-    TooLarge { size: usize, max: usize },
-    #[error("unencodable request: {0}")]
-    Encode(#[from] protocol::EncodeError),
+/// A running follower of one partition.
+pub struct Following {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), FollowerError>>,
 }
 
-/// One request at a time to the leader.
-struct LeaderLink {
-    stream: ClientStream,
-    response_bytes_max: usize,
-}
-
-impl LeaderLink {
-    async fn connect(
-        addr: &str,
-        tls: Option<&Arc<rustls::ClientConfig>>,
-        response_bytes_max: usize,
-    ) -> Result<LeaderLink, LinkError> {
-        let stream = ClientStream::connect(addr, tls).await?;
-        Ok(LeaderLink { stream, response_bytes_max })
+impl Following {
+    /// Starts copying `partition` as [`follow`] does, until [`Following::stop`] or `stop`.
+    pub(crate) fn start(
+        partition: Arc<Partition>,
+        config: FollowerConfig,
+        stop: &CancellationToken,
+    ) -> Following {
+        let stop = stop.child_token();
+        let task = tokio::spawn(follow(partition, config, stop.clone()));
+        Following { stop, task }
     }
 
-    async fn call(&mut self, request: &Request) -> Result<Response, LinkError> {
-        let key: ApiKey = request.api_key();
-        let mut frame = BytesMut::new();
-        request.encode(&mut frame)?;
-        self.stream.write_all(&frame).await?;
-        self.stream.flush().await?;
-        let size = self.stream.read_u32().await? as usize;
-        if size > self.response_bytes_max || size < 2 {
-            return Err(LinkError::TooLarge { size, max: self.response_bytes_max });
+    /// Whether the follower has stopped by itself (the leader refused it, or its log failed).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops following and says why the follower had stopped, if it had.
+    pub async fn stop(self) -> Result<(), FollowerError> {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(FollowerError::Log(LogError::Io {
+                context: "following",
+                path: Default::default(),
+                source: std::io::Error::other(e),
+            })),
         }
-        // Read without zeroing first: an answer is up to a fetch's bytes.
-        let mut body = BytesMut::with_capacity(size);
-        while body.len() < size {
-            if self.stream.read_buf(&mut body).await? == 0 {
-                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
-            }
-        }
-        let error = ErrorCode::from_i16(i16::from_be_bytes([body[0], body[1]]));
-        if !error.is_ok() {
-            return Err(LinkError::Error(error));
-        }
-        Ok(Response::decode(key, body.freeze().slice(2..))?)
     }
 }
 
 /// Copies `partition` from its leader until `stop` or until the leader is in a newer epoch
 /// than this follower's. Connection failures, and a leader that does not lead this epoch
 /// yet, are retried with backoff, forever.
-pub async fn follow(
+async fn follow(
     partition: Arc<Partition>,
     config: FollowerConfig,
     stop: CancellationToken,
@@ -182,7 +160,7 @@ async fn connect_and_copy(
 ) -> Result<Infallible, Failure> {
     let response_bytes_max = fetch_max_bytes as usize + 4096;
     let mut link =
-        LeaderLink::connect(&config.leader_addr, config.tls.as_ref(), response_bytes_max).await?;
+        PeerLink::connect(&config.leader_addr, config.tls.as_ref(), response_bytes_max).await?;
     truncate(&mut link, partition, config).await?;
     backoff.reset();
     loop {
@@ -220,7 +198,7 @@ impl From<LogError> for Failure {
 /// again about it until both logs know the epoch asked about (KIP-279). A log with no epoch
 /// the leader knows keeps nothing.
 async fn truncate(
-    link: &mut LeaderLink,
+    link: &mut PeerLink,
     partition: &Arc<Partition>,
     config: &FollowerConfig,
 ) -> Result<(), Failure> {
@@ -270,7 +248,7 @@ async fn truncate(
 
 /// One fetch from the local log end; appends the whole messages it brought.
 async fn copy_once(
-    link: &mut LeaderLink,
+    link: &mut PeerLink,
     partition: &Arc<Partition>,
     config: &FollowerConfig,
     fetch_max_bytes: u32,
@@ -304,12 +282,10 @@ async fn copy_once(
     let whole = whole_messages(&messages);
     if whole > 0 {
         let set = &messages[..whole];
-        let counted = crate::log::index::count_records(set, config.max_message_bytes).map_err(
-            |e| match e {
-                crate::log::index::CountError::Invalid(e) => FollowerError::InvalidData(e),
-                e => FollowerError::Uncountable(e.to_string()),
-            },
-        )?;
+        let counted = count_records(set, config.max_message_bytes).map_err(|e| match e {
+            CountError::Invalid(e) => FollowerError::InvalidData(e),
+            e => FollowerError::Uncountable(e.to_string()),
+        })?;
         let segment_base = u64::try_from(segment_base).unwrap_or(0);
         partition.append_replica(set, &counted, data_epoch, segment_base)?;
         let rate = config.throttle_bytes_per_s.load(std::sync::atomic::Ordering::Relaxed);
@@ -330,7 +306,7 @@ async fn copy_once(
 /// retention deleted what this replica has, while it was away), this log starts again, empty,
 /// at the leader's start. Otherwise the error stands, and the follower reconnects.
 async fn restart_at_leader_start(
-    link: &mut LeaderLink,
+    link: &mut PeerLink,
     partition: &Arc<Partition>,
 ) -> Result<(), Failure> {
     let request = Request::Offsets(OffsetsRequest {
@@ -369,119 +345,4 @@ async fn restart_at_leader_start(
         },
     )??;
     Ok(())
-}
-
-/// Why a copy of a range from another replica was not had.
-#[derive(Debug, Error)]
-pub(crate) enum RangeError {
-    #[error("{0}")]
-    Link(String),
-    #[error("its segment there starts at {theirs}, this one at {ours}")]
-    OtherSegment { theirs: i64, ours: u64 },
-    #[error("it is in none of the epochs tried")]
-    NoEpoch,
-    #[error("it has nothing at {0}")]
-    Short(u64),
-}
-
-impl From<LinkError> for RangeError {
-    fn from(e: LinkError) -> RangeError {
-        RangeError::Link(e.to_string())
-    }
-}
-
-/// The whole messages of `partition`'s log from the start of the damage, up to `max_bytes`
-/// of them (and at least one), as the replica at `addr` holds them, read with `REPLICA_FETCH`
-/// as the repair reader (no leader takes it for a follower's progress). A replica answers in
-/// the epoch its log is in: `epochs` are tried in order until one is taken. The bytes must
-/// come from the replica's segment based where the damaged one is.
-pub(crate) async fn fetch_range(
-    addr: &str,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    partition: &Partition,
-    epochs: &[i32],
-    damage: &crate::log::Damage,
-    max_bytes: u64,
-) -> Result<Vec<u8>, RangeError> {
-    const STEP_BYTES: u64 = 1 << 20;
-    let from = damage.from;
-    let wanted = damage.to.min(from + max_bytes);
-    let mut link = LeaderLink::connect(addr, tls, STEP_BYTES as usize + 4096).await?;
-    let mut bytes = Vec::new();
-    let mut epochs = epochs.iter().copied().peekable();
-    // Up to the bound, and on past it only until the first message is whole.
-    while from + (bytes.len() as u64) < damage.to
-        && (from + (bytes.len() as u64) < wanted || whole_messages(&bytes) == 0)
-    {
-        let Some(&epoch) = epochs.peek() else { return Err(RangeError::NoEpoch) };
-        let offset = from + bytes.len() as u64;
-        let request = Request::ReplicaFetch(ReplicaFetchRequest {
-            replica_id: crate::broker::REPAIR_READER_ID,
-            max_wait_ms: 0,
-            min_bytes: 0,
-            fetches: vec![ReplicaFetchPartition {
-                topic: partition.topic().to_owned(),
-                partition: partition.index() as i32,
-                leader_epoch: epoch,
-                offset: offset as i64,
-                max_bytes: STEP_BYTES.min(damage.to - offset) as i32,
-            }],
-        });
-        let answer = match link.call(&request).await {
-            Ok(Response::ReplicaFetch(mut answer)) => answer.parts.pop(),
-            Ok(_) => None,
-            Err(LinkError::Error(ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch)) => {
-                epochs.next();
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let Some(part) = answer else { return Err(LinkError::Error(ErrorCode::Unknown).into()) };
-        match part.error {
-            ErrorCode::None if part.segment_base != damage.segment_base as i64 => {
-                let ours = damage.segment_base;
-                return Err(RangeError::OtherSegment { theirs: part.segment_base, ours });
-            }
-            ErrorCode::None if part.messages.is_empty() => return Err(RangeError::Short(offset)),
-            ErrorCode::None => bytes.extend_from_slice(&part.messages),
-            ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch => {
-                epochs.next();
-            }
-            error => return Err(LinkError::Error(error).into()),
-        }
-    }
-    // A message the bound cut in two is left for the next step.
-    bytes.truncate(whole_messages(&bytes));
-    Ok(bytes)
-}
-
-/// Length of the prefix of `set` made of whole messages (by their length fields).
-fn whole_messages(set: &[u8]) -> usize {
-    let mut at = 0;
-    while let Some(header) = set.get(at..at + 4) {
-        let length = u32::from_be_bytes(header.try_into().expect("four bytes")) as usize;
-        let end = at + 4 + length;
-        if end > set.len() {
-            break;
-        }
-        at = end;
-    }
-    at
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn whole_messages_stop_before_a_partial_one() {
-        let mut set = Vec::new();
-        protocol::encode_message(&mut set, protocol::Codec::None, b"one");
-        let first = set.len();
-        protocol::encode_message(&mut set, protocol::Codec::None, b"two");
-        assert_eq!(whole_messages(&set), set.len());
-        assert_eq!(whole_messages(&set[..set.len() - 1]), first);
-        assert_eq!(whole_messages(&set[..3]), 0);
-        assert_eq!(whole_messages(&[]), 0);
-    }
 }

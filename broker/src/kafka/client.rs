@@ -1,0 +1,48 @@
+//! Who a Kafka connection serves and with what: the node every API calls, the admission both
+//! listeners share, the state the Kafka APIs keep across connections (groups, producer
+//! ids), and the connection's principal; and what a handler answers with.
+
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use protocol::kafka::request::Malformed;
+
+use super::coordinator::Coordinator;
+use super::producer_ids::ProducerIds;
+use crate::net::admission::Admission;
+use crate::node::Node;
+
+/// What the Kafka listener keeps across connections.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub groups: Arc<Coordinator>,
+    pub producers: ProducerIds,
+}
+
+/// Who a connection serves.
+#[derive(Clone)]
+pub(crate) struct Client {
+    pub node: Arc<Node>,
+    pub admission: Arc<Admission>,
+    pub state: Arc<State>,
+    /// The connection's principal: its client certificate's CN, or `anonymous`.
+    pub principal: Arc<str>,
+}
+
+/// Why a connection ends.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Ended {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Malformed(#[from] Malformed),
+    #[error("a frame of {0} bytes, beyond max_request_bytes")]
+    TooLarge(usize),
+    #[error("a request half sent for client_timeout_ms")]
+    TimedOut,
+    #[error("API {key} version {version} is not served")]
+    Unsupported { key: i16, version: i16 },
+}
+
+/// An answer to write: `None` for a produce with acks 0, which Kafka does not answer.
+pub(crate) type Answer = Result<Option<BytesMut>, Ended>;

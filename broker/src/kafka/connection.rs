@@ -1,0 +1,193 @@
+//! One Kafka connection: frames read and answered in order, as Kafka clients expect; up to
+//! [`IN_FLIGHT_MAX`] requests of a connection are worked on at once, so a client's pipelined
+//! produces wait for their acks together. A frame that does not decode closes the
+//! connection; a version that is not served is answered `UNSUPPORTED_VERSION` for
+//! ApiVersions (whose answer every client can read) and closes the connection otherwise, as a
+//! Kafka broker does.
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use kafka_protocol::messages::ApiKey;
+use protocol::kafka::request::{self, Reader};
+use protocol::kafka::versions;
+use service::tls::ServerStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use super::client::{Answer, Client, Ended};
+use super::{fetch, groups, init_producer_id, metadata, produce};
+use crate::metrics::Stalled;
+
+/// Requests of one connection worked on at once; more wait to be read.
+const IN_FLIGHT_MAX: usize = 16;
+/// Bytes of a request frame read without taking a share of `request_memory_bytes`.
+const SMALL_REQUEST_BYTES: usize = 4 << 10;
+
+impl Client {
+    /// Serves the connection until the client closes, sends something unusable, or `stop`.
+    pub(crate) async fn run(
+        self,
+        stream: ServerStream,
+        stop: CancellationToken,
+    ) -> Result<(), Ended> {
+        let (input, mut output) = tokio::io::split(stream);
+        let mut in_flight = FuturesOrdered::new();
+        // Frames come from a stream that keeps a half-read frame across `select!` rounds: a
+        // read future dropped when an answer wins the race would lose the bytes it had read.
+        let frames = futures::stream::unfold(input, |mut input| {
+            let client = self.clone();
+            async move {
+                let frame = read_frame(&mut input, &client).await;
+                Some((frame, input))
+            }
+        });
+        let mut frames = std::pin::pin!(frames);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                answered = in_flight.next(), if !in_flight.is_empty() => {
+                    let answered: Answer = answered.expect("not empty");
+                    if let Some(answer) = answered? {
+                        output.write_all(&answer).await?;
+                    }
+                }
+                frame = frames.next(), if in_flight.len() < IN_FLIGHT_MAX => {
+                    let frame = match frame {
+                        Some(Ok(Some(frame))) => frame,
+                        Some(Err(e)) => return Err(e),
+                        Some(Ok(None)) | None => return Ok(()),
+                    };
+                    in_flight.push_back(self.start(frame).await);
+                }
+            }
+        }
+    }
+
+    /// Starts on a request frame: a produce is appended now, in the order the connection sent
+    /// it; everything else is worked on in the returned future, beside later requests.
+    async fn start(&self, frame: Bytes) -> produce::Pending {
+        if let Ok((key, version, _)) = request::peek(&frame)
+            && versions::served(key, version) == Some(ApiKey::Produce)
+        {
+            let flexible = versions::is_flexible(ApiKey::Produce, version);
+            let mut r = Reader::new(frame);
+            let started = async {
+                let header = request::header(&mut r, flexible)?;
+                let request = request::produce(&mut r, version, flexible)?;
+                produce::start(self, header, request).await
+            };
+            return match started.await {
+                Ok(pending) => pending,
+                Err(e) => Box::pin(async move { Err(Ended::Malformed(e)) }),
+            };
+        }
+        let client = self.clone();
+        Box::pin(async move { client.handle(frame).await })
+    }
+
+    /// Answers one request frame.
+    async fn handle(self, frame: Bytes) -> Answer {
+        let (key, version, correlation_id) = request::peek(&frame)?;
+        let Some(api) = versions::served(key, version) else {
+            if key == ApiKey::ApiVersions as i16 {
+                return Ok(Some(metadata::unsupported_api_versions(correlation_id)?));
+            }
+            return Err(Ended::Unsupported { key, version });
+        };
+        let flexible = versions::is_flexible(api, version);
+        let mut r = Reader::new(frame);
+        let header = request::header(&mut r, flexible)?;
+        let (v, f) = (version, flexible);
+        let answer = match api {
+            ApiKey::ApiVersions => Some(metadata::api_versions(&header)?),
+            ApiKey::Metadata => {
+                let request = request::metadata(&mut r, v, f)?;
+                Some(metadata::metadata(&self, &header, request).await?)
+            }
+            ApiKey::CreateTopics => {
+                let request = request::create_topics(&mut r, v, f)?;
+                Some(metadata::create_topics(&self, &header, request).await?)
+            }
+            ApiKey::Produce => unreachable!("Client::start appends produces itself"),
+            ApiKey::Fetch => {
+                let request = request::fetch(&mut r, v, f)?;
+                Some(fetch::fetch(&self, &header, request).await?)
+            }
+            ApiKey::ListOffsets => {
+                let request = request::list_offsets(&mut r, v, f)?;
+                Some(fetch::list_offsets(&self, &header, request).await?)
+            }
+            ApiKey::FindCoordinator => {
+                let request = request::find_coordinator(&mut r, v, f)?;
+                Some(groups::find_coordinator(&self, &header, request)?)
+            }
+            ApiKey::JoinGroup => {
+                let request = request::join_group(&mut r, v, f)?;
+                Some(groups::join_group(&self, &header, request).await?)
+            }
+            ApiKey::SyncGroup => {
+                let request = request::sync_group(&mut r, v, f)?;
+                Some(groups::sync_group(&self, &header, request).await?)
+            }
+            ApiKey::Heartbeat => {
+                let request = request::heartbeat(&mut r, v, f)?;
+                Some(groups::heartbeat(&self, &header, request)?)
+            }
+            ApiKey::LeaveGroup => {
+                let request = request::leave_group(&mut r, v, f)?;
+                Some(groups::leave_group(&self, &header, request)?)
+            }
+            ApiKey::OffsetCommit => {
+                let request = request::offset_commit(&mut r, v, f)?;
+                Some(groups::offset_commit(&self, &header, request).await?)
+            }
+            ApiKey::OffsetFetch => {
+                let request = request::offset_fetch(&mut r, v, f)?;
+                Some(groups::offset_fetch(&self, &header, request).await?)
+            }
+            ApiKey::InitProducerId => {
+                let request = request::init_producer_id(&mut r, v, f)?;
+                Some(init_producer_id::init_producer_id(&self, &header, request).await?)
+            }
+            _ => unreachable!("versions::served names only the APIs above"),
+        };
+        Ok(answer)
+    }
+}
+
+/// Reads one frame: its size (`None` when the client has closed), then its bytes, within
+/// `client_timeout` of the first byte. A large frame first takes its share of the broker's
+/// request memory.
+async fn read_frame<R: tokio::io::AsyncRead + Unpin>(
+    input: &mut R,
+    client: &Client,
+) -> Result<Option<Bytes>, Ended> {
+    let client_timeout = client.node.config().client_timeout();
+    let max_request_bytes = client.node.config().max_request_bytes as usize;
+    let mut size = [0u8; 4];
+    if input.read(&mut size[..1]).await? == 0 {
+        return Ok(None);
+    }
+    let rest = async {
+        input.read_exact(&mut size[1..]).await?;
+        let size = u32::from_be_bytes(size) as usize;
+        if size > max_request_bytes {
+            return Err(Ended::TooLarge(size));
+        }
+        let _memory = match size > SMALL_REQUEST_BYTES {
+            true => Some(client.admission.request_memory(size).await),
+            false => None,
+        };
+        let mut frame = BytesMut::zeroed(size);
+        input.read_exact(&mut frame).await?;
+        Ok(frame.freeze())
+    };
+    match tokio::time::timeout(client_timeout, rest).await {
+        Ok(frame) => frame.map(Some),
+        Err(_) => {
+            client.node.metrics().client_timed_out(Stalled::request);
+            Err(Ended::TimedOut)
+        }
+    }
+}

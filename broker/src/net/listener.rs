@@ -1,0 +1,123 @@
+//! The one accept loop both of a broker's listeners run (its own protocol's and Kafka's): a
+//! connection beyond `max_connections` (counted over both) is closed at once, an accept that
+//! fails (out of file descriptors, typically) backs off instead of spinning, and a TLS
+//! listener completes the handshake and learns the client's principal before the connection
+//! is handed to its protocol.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use service::tls::{MaybeTls, ServerStream, ServerTls};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+
+/// What the listeners of one broker share.
+#[derive(Clone)]
+pub struct Listening {
+    /// One permit per open connection (`max_connections`).
+    pub limit: Arc<Semaphore>,
+    pub tls: Option<Arc<ServerTls>>,
+    pub metrics: Arc<Metrics>,
+    /// Every connection's task, so that shutdown can wait for them.
+    pub connections: TaskTracker,
+}
+
+/// A connection accepted and through its handshake: the stream, the principal its client
+/// certificate names (`anonymous` without TLS), and where it came from.
+pub struct Accepted {
+    pub stream: ServerStream,
+    pub principal: String,
+    pub peer: SocketAddr,
+}
+
+/// Accepts connections on `listener` until `stop`, and serves each in a task of its own with
+/// `serve`, within the connection limit.
+pub async fn accept<F, Fut>(
+    listener: TcpListener,
+    protocol: &'static str,
+    shared: Listening,
+    stop: CancellationToken,
+    serve: F,
+) where
+    F: Fn(Accepted) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let serve = Arc::new(serve);
+    let mut backoff = service::Backoff::from_ms(1, 1_000);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(protocol, error = %e, "accept failed");
+                    backoff.sleep().await;
+                    continue;
+                }
+            },
+        };
+        backoff.reset();
+        let metrics = Arc::clone(&shared.metrics);
+        let Ok(permit) = Arc::clone(&shared.limit).try_acquire_owned() else {
+            metrics.connections_refused.inc();
+            tracing::warn!(%peer, protocol, "too many connections; closing");
+            continue;
+        };
+        metrics.connections_accepted.inc();
+        metrics.connections_open.inc();
+        let _ = stream.set_nodelay(true);
+        let (serve, tls) = (Arc::clone(&serve), shared.tls.clone());
+        shared.connections.spawn(async move {
+            let opened = match tls {
+                None => Some((MaybeTls::Plain(stream), service::tls::ANONYMOUS.to_owned())),
+                Some(tls) => handshake(stream, &tls, &metrics, peer).await,
+            };
+            if let Some((stream, principal)) = opened {
+                serve(Accepted { stream, principal, peer }).await;
+            }
+            metrics.connections_open.dec();
+            drop(permit);
+        });
+    }
+}
+
+/// The TLS handshake of a new connection, and the principal its certificate names. A client
+/// that fails it — plaintext on a TLS port, a certificate the CA did not sign, none where one
+/// is required, silence — is logged and closed, never left hanging.
+async fn handshake(
+    stream: tokio::net::TcpStream,
+    tls: &ServerTls,
+    metrics: &Metrics,
+    peer: SocketAddr,
+) -> Option<(ServerStream, String)> {
+    let refused = |reason: String| {
+        metrics.tls_handshake_failures.inc();
+        tracing::warn!(%peer, %reason, "TLS handshake failed; closing");
+    };
+    let accepted = match service::tls::accept(stream, tls).await {
+        Ok(accepted) => accepted,
+        Err(e) if !e.is_failure() => {
+            tracing::debug!(%peer, reason = %e, "TLS handshake ended");
+            return None;
+        }
+        Err(e) => {
+            refused(e.to_string());
+            return None;
+        }
+    };
+    match accepted.principal() {
+        Ok(principal) => {
+            tracing::debug!(%peer, %principal, "TLS connection");
+            Some((accepted, principal))
+        }
+        Err(e) => {
+            refused(format!("the client certificate names no principal: {e}"));
+            None
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Fetch data to a client's socket: on a plaintext connection from the segment file by
+//! `sendfile(2)`, so the bytes never pass through this process's memory (paper §3.1,
+//! "Efficient transfer"); on a TLS connection read from the file and encrypted on their way
+//! (kernel TLS would let `sendfile` through; this kernel has none, so a TLS fetch costs a
+//! copy, measured in the benchmark).
+
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use service::tls::{MaybeTls, ServerStream};
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+use crate::log::FileSlice;
+use crate::metrics::Metrics;
+
+/// Bytes of a segment read per write on a TLS connection: a few TLS records.
+const TLS_CHUNK_BYTES: usize = 256 << 10;
+
+/// The error of a write the client's socket took nothing of for the stall timeout.
+pub fn stalled() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the client read nothing for client_timeout_ms")
+}
+
+/// Sends `slice`'s bytes to `stream`: by `sendfile` on a plaintext connection, read and
+/// written through TLS otherwise. Fails with [`stalled`] when the socket takes no bytes for
+/// `stall`.
+pub async fn send_slice(
+    stream: &mut ServerStream,
+    slice: &FileSlice,
+    metrics: &Metrics,
+    stall: std::time::Duration,
+) -> io::Result<()> {
+    let tls = match stream {
+        MaybeTls::Plain(stream) => return sendfile(stream, slice, metrics, stall).await,
+        MaybeTls::Tls(tls) => tls,
+    };
+    let mut buf = vec![0; TLS_CHUNK_BYTES.min(slice.len as usize)];
+    let (mut position, end) = (slice.position, slice.position + slice.len);
+    while position < end {
+        let n = ((end - position) as usize).min(buf.len());
+        // The page cache's bytes (what `sendfile` would send): a read of the file.
+        let read = slice.segment.file.read_at(&mut buf[..n], position)?;
+        if read == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{} ended before offset {end}", slice.segment.path.display()),
+            ));
+        }
+        tokio::time::timeout(stall, tls.write_all(&buf[..read]))
+            .await
+            .unwrap_or_else(|_| Err(stalled()))?;
+        metrics.tls_fetch_bytes.inc_by(read as u64);
+        position += read as u64;
+    }
+    Ok(())
+}
+
+/// Sends `slice` to `stream`, waiting for the socket whenever its buffer is full — at most
+/// `stall` each time.
+async fn sendfile(
+    stream: &TcpStream,
+    slice: &FileSlice,
+    metrics: &Metrics,
+    stall: std::time::Duration,
+) -> io::Result<()> {
+    let end = slice.position + slice.len;
+    let mut position = slice.position as nix::libc::off_t;
+    while (position as u64) < end {
+        let count = (end - position as u64) as usize;
+        tokio::time::timeout(stall, stream.writable()).await.unwrap_or_else(|_| Err(stalled()))?;
+        let sent = stream.try_io(Interest::WRITABLE, || {
+            nix::sys::sendfile::sendfile(stream, &slice.segment.file, Some(&mut position), count)
+                .map_err(io::Error::from)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{} ended before offset {end}", slice.segment.path.display()),
+                ));
+            }
+            Ok(n) => {
+                metrics.sendfile_bytes.inc_by(n as u64);
+                metrics.sendfile_calls.inc();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

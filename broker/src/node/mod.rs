@@ -1,0 +1,66 @@
+//! What every API calls, whichever protocol it came in by: produce (`produce`), fetch and
+//! offsets (`fetch`), topic creation (`topics`) and cluster metadata (`metadata`). A node
+//! answers with values or typed error codes, never panics; it holds no protocol state.
+//!
+//! It stands on this broker's replicas (which partitions it has and leads) and, in a
+//! cluster, on its membership (the cluster's view, and topic creation in the registry).
+
+mod fetch;
+mod metadata;
+mod produce;
+mod topics;
+
+use std::sync::Arc;
+
+use cluster::BrokerInfo;
+
+use crate::acl::Authorizer;
+use crate::config::BrokerConfig;
+use crate::membership::Membership;
+use crate::metrics::Metrics;
+use crate::replication::Replicas;
+
+pub use produce::AppendedRun;
+
+pub struct Node {
+    replicas: Arc<Replicas>,
+    /// This broker's part in its cluster; `None` for a broker alone.
+    membership: Option<Arc<Membership>>,
+    metrics: Arc<Metrics>,
+    authorizer: Authorizer,
+    /// Where clients reach this broker: what METADATA says of it when it is alone.
+    advertised: BrokerInfo,
+}
+
+impl Node {
+    pub fn new(
+        replicas: Arc<Replicas>,
+        membership: Option<Arc<Membership>>,
+        metrics: Arc<Metrics>,
+        authorizer: Authorizer,
+        advertised: BrokerInfo,
+    ) -> Node {
+        Node { replicas, membership, metrics, authorizer, advertised }
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        self.replicas.config()
+    }
+
+    pub fn replicas(&self) -> &Arc<Replicas> {
+        &self.replicas
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub(crate) fn authorizer(&self) -> &Authorizer {
+        &self.authorizer
+    }
+
+    /// The cluster's registry, if this broker is in one.
+    pub(crate) fn registry(&self) -> Option<&cluster::Registry> {
+        self.membership.as_ref().map(|m| m.registry())
+    }
+}

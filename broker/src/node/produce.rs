@@ -1,0 +1,228 @@
+//! Produce: whole MessageSets validated (and their records counted) before any byte is
+//! written, appended to a partition this broker leads, and acknowledged by `acks` — at once,
+//! after the flush (2), or once every in-sync replica has them (3, all). An unknown topic is
+//! created on its first produce when the broker allows it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use protocol::{Acks, ErrorCode, InvalidMessage};
+
+use super::Node;
+use crate::log::index::{self, CountError};
+use crate::log::{Partition, Topic};
+use crate::replication::Leader;
+
+/// Each set's `(partition, offset)`, or its error.
+type Results = Vec<Result<(i32, i64), ErrorCode>>;
+
+/// Appended sets' results and what their acknowledgement still waits for.
+pub struct AppendedRun {
+    results: Results,
+    wait: Option<AckWait>,
+    /// The record number of the first record appended, if any was.
+    first_record: Option<u64>,
+}
+
+/// What an acknowledgement waits for after the append.
+enum AckWait {
+    /// `acks` 2: the partition flushed up to this end.
+    Flushed(Arc<Partition>, u64),
+    /// `acks` 3: every in-sync replica has the log up to this end, within the ack timeout.
+    Replicated(Arc<Leader>, u64, std::time::Duration),
+}
+
+impl AppendedRun {
+    fn now(results: Results) -> AppendedRun {
+        AppendedRun { results, wait: None, first_record: None }
+    }
+
+    /// The record number of the first record appended, if any was.
+    pub fn first_record(&self) -> Option<u64> {
+        self.first_record
+    }
+
+    /// Whether the answers are ready without waiting.
+    pub fn is_ready(&self) -> bool {
+        self.wait.is_none()
+    }
+
+    /// The answers, once what `acks` asked for happened; if it cannot, every set appended
+    /// gets that error.
+    pub async fn acknowledged(self) -> Results {
+        let waited = match self.wait {
+            None => Ok(()),
+            Some(AckWait::Flushed(partition, end)) => {
+                partition.wait_flushed(end).await;
+                Ok(())
+            }
+            Some(AckWait::Replicated(leader, end, timeout)) => {
+                leader.wait_replicated(end, timeout).await
+            }
+        };
+        match waited {
+            Ok(()) => self.results,
+            Err(code) => self.results.into_iter().map(|r| r.and(Err(code))).collect(),
+        }
+    }
+}
+
+impl Node {
+    /// Appends a whole MessageSet, validated before any byte of it is written.
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        set: &Bytes,
+    ) -> Result<(i32, i64), ErrorCode> {
+        let mut results = self.produce_run(topic, partition, acks, std::slice::from_ref(set)).await;
+        results.pop().expect("one result per set")
+    }
+
+    /// Appends MessageSets bound for one partition, pipelined back to back by one client,
+    /// with a single write: each set is validated whole and gets its own result, as if each
+    /// had come alone.
+    pub async fn produce_run(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        sets: &[Bytes],
+    ) -> Results {
+        self.append_run(topic, partition, acks, sets).await.acknowledged().await
+    }
+
+    /// The first half of [`Node::produce_run`]: appends the sets and returns their results
+    /// with what `acks` still waits for (the flush, or the in-sync replicas), so that a
+    /// connection can append the produces pipelined behind while the answers wait.
+    pub async fn append_run(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        sets: &[Bytes],
+    ) -> AppendedRun {
+        let fail_all = |code| AppendedRun::now(sets.iter().map(|_| Err(code)).collect());
+        if protocol::validate_topic_name(topic).is_err() {
+            return fail_all(ErrorCode::InvalidTopicName);
+        }
+        let (mut results, valid, counted) = self.count(topic, partition, sets);
+        if valid.is_empty() {
+            return AppendedRun::now(results);
+        }
+        let topic = match self.topic_for_produce(topic).await {
+            Ok(topic) => topic,
+            Err(code) => return fail_all(code),
+        };
+        let found = match partition {
+            protocol::ANY_PARTITION => self.replicas.any_led(&topic).ok_or(ErrorCode::NotLeader),
+            p => self.replicas.led(&topic.name, p),
+        };
+        let partition = match found {
+            Ok(partition) => partition,
+            Err(code) => return fail_all(code),
+        };
+        let leader = self.replicas.leader_of(&partition);
+        if acks == Acks::All
+            && let Some(Err(code)) = leader.as_ref().map(|l| l.check_all())
+        {
+            return fail_all(code);
+        }
+        let appended = match partition.append(&valid, &counted) {
+            Ok(appended) => appended,
+            Err(e) if e.is_storage_full() => {
+                tracing::warn!(error = %e, "disk full: produce refused");
+                return fail_all(ErrorCode::StorageFull);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "append failed");
+                return fail_all(ErrorCode::Unknown);
+            }
+        };
+        if let Some(leader) = &leader {
+            leader.appended();
+        }
+        let messages = counted.iter().map(|c| c.messages.len() as u64).sum();
+        let bytes: usize = valid.iter().map(|s| s.len()).sum();
+        self.metrics.appended(&topic.name, messages, bytes as u64);
+        let mut offset = appended.offset;
+        let mut valid = valid.iter();
+        for result in results.iter_mut().filter(|r| r.is_ok()) {
+            *result = Ok((partition.index() as i32, offset as i64));
+            offset += valid.next().expect("one valid set per ok result").len() as u64;
+        }
+        let wait = match (acks, leader) {
+            (Acks::Flushed, _) => Some(AckWait::Flushed(partition, appended.end)),
+            (Acks::All, Some(leader)) => {
+                Some(AckWait::Replicated(leader, appended.end, self.config().ack_timeout()))
+            }
+            // A partition without followers: its leader is its only in-sync replica.
+            _ => None,
+        };
+        AppendedRun { results, wait, first_record: Some(appended.first_record) }
+    }
+
+    /// Validates each set whole and counts its records: a placeholder result for each valid
+    /// set (filled in once appended) or its error, with the valid sets and their counts.
+    fn count<'s>(
+        &self,
+        topic: &str,
+        partition: i32,
+        sets: &'s [Bytes],
+    ) -> (Results, Vec<&'s [u8]>, Vec<index::SetRecords>) {
+        let mut results = Vec::with_capacity(sets.len());
+        let mut valid: Vec<&[u8]> = Vec::with_capacity(sets.len());
+        let mut counted = Vec::with_capacity(sets.len());
+        for set in sets {
+            match index::count_records(set, self.config().max_message_bytes) {
+                Ok(records) => {
+                    valid.push(set);
+                    counted.push(records);
+                    results.push(Ok((0, 0)));
+                }
+                Err(e) => {
+                    tracing::debug!(%topic, partition, error = %e, "rejected message set");
+                    results.push(Err(match e {
+                        CountError::Invalid(InvalidMessage::TooLarge { .. }) => {
+                            ErrorCode::MessageTooLarge
+                        }
+                        _ => ErrorCode::InvalidMessage,
+                    }));
+                }
+            }
+        }
+        (results, valid, counted)
+    }
+
+    /// The topic a produce goes to: created first if it is unknown and the broker creates
+    /// topics on first produce.
+    async fn topic_for_produce(&self, name: &str) -> Result<Arc<Topic>, ErrorCode> {
+        let logs = self.replicas.logs();
+        let Some(membership) = &self.membership else {
+            if let Some(topic) = logs.topic(name) {
+                return Ok(topic);
+            }
+            if !self.config().auto_create_topics {
+                return Err(ErrorCode::UnknownTopic);
+            }
+            return self.replicas.ensure_alone(name).await;
+        };
+        let view = membership.view();
+        if view.deleting.contains(name) {
+            return Err(ErrorCode::UnknownTopic);
+        }
+        if let Some(topic) = logs.topic(name) {
+            return Ok(topic);
+        }
+        let known = view.topics.contains_key(name);
+        if !known && !self.config().auto_create_topics {
+            return Err(ErrorCode::UnknownTopic);
+        }
+        if !known {
+            membership.create_topic(name, 0, &[]).await?;
+        }
+        // A replica here or not: a broker without one is not the leader.
+        logs.topic(name).ok_or(ErrorCode::NotLeader)
+    }
+}
