@@ -3,7 +3,7 @@
 //! numbers.
 //!
 //! The producer compresses a batch's inner MessageSet once and sends it as one message whose
-//! attributes name the codec (`DESIGN.md`, "On disk and on the wire"); the broker stores it
+//! attributes name the codec (`docs/design.md`, "Compression"); the broker stores it
 //! untouched and the consumer inflates it here. Inflating is bounded: a wrapper that would
 //! grow past a caller's limit is an error, not an allocation of whatever size it claims.
 //! Snappy is read (Kafka clients send it, as a raw block or in the xerial framing of Kafka's

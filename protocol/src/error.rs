@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-/// The `i16` error code of every response (`DESIGN.md`, "Requests").
+/// The `i16` error code of every response (`docs/design.md`, "Error codes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(i16)]
 pub enum ErrorCode {
@@ -21,7 +21,7 @@ pub enum ErrorCode {
     NotEnoughReplicas = 11,
     FencedLeaderEpoch = 12,
     RequestTimedOut = 13,
-    /// The connection's principal may not do this (`DESIGN.md`, "Security").
+    /// The connection's principal may not do this (`docs/design.md`, "ACL file").
     AuthorizationFailed = 14,
     /// The broker's disk has no room for the append; nothing of it was kept. Fetches go on,
     /// and produces succeed again once there is room.

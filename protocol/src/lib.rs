@@ -41,7 +41,7 @@ pub use response::{
     TopicMetadata, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };
 pub use topic::{InvalidTopicName, validate_topic_name};
-pub use wire::FRAME_SIZE_BYTES;
+pub use wire::{FRAME_SIZE_BYTES, array_at, i16_at, i32_at, i64_at, u16_at, u32_at, u64_at};
 
 /// Default TCP port of a broker.
 pub const DEFAULT_PORT: u16 = 6667;

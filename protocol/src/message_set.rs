@@ -71,9 +71,7 @@ impl<'a> MessageSetIter<'a> {
 
     /// The length field of the message at the current position, if four bytes are there.
     pub fn next_length(&self) -> Option<u32> {
-        let rest = self.remainder();
-        let field = rest.get(..LENGTH_BYTES)?;
-        Some(u32::from_be_bytes(field.try_into().expect("4 bytes")))
+        crate::wire::u32_at(self.remainder(), 0)
     }
 }
 
@@ -107,8 +105,10 @@ impl<'a> Iterator for MessageSetIter<'a> {
 
 /// Parses the bytes after a message's length field.
 fn parse_body(offset: i64, body: &[u8]) -> Result<MessageRef<'_>, InvalidMessage> {
-    let (crc_field, checked) = body.split_at(CRC_BYTES);
-    let stored = u32::from_be_bytes(crc_field.try_into().expect("4 bytes"));
+    let Some((crc_field, checked)) = body.split_first_chunk::<CRC_BYTES>() else {
+        return Err(InvalidMessage::LengthTooSmall { offset, length: body.len() as u32 });
+    };
+    let stored = u32::from_be_bytes(*crc_field);
     let computed = crc32fast::hash(checked);
     if stored != computed {
         return Err(InvalidMessage::CrcMismatch { offset, stored, computed });

@@ -1,6 +1,6 @@
 //! Kafka's RecordBatch (message format v2), which Tributary stores as the payload of a magic-2
-//! message (`DESIGN.md`, "Kafka protocol listener"): a view that checks a batch and reads its
-//! header and records, and a builder that writes one.
+//! message (`docs/design.md`, "Magic 2: Kafka RecordBatch"): a view that checks a batch and
+//! reads its header and records, and a builder that writes one.
 //!
 //! ```text
 //! i64 baseOffset | i32 batchLength | i32 partitionLeaderEpoch | i8 magic (2) | u32 crc (CRC-32C
@@ -77,18 +77,17 @@ impl From<CompressionError> for InvalidBatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordBatchRef<'a> {
     bytes: &'a [u8],
+    /// The batch's first [`RECORD_BATCH_HEADER_BYTES`], which [`RecordBatchRef::parse`]
+    /// checked are there: every header field is read from it, in bounds by its type.
+    header: &'a [u8; RECORD_BATCH_HEADER_BYTES],
 }
 
-fn be_i16(bytes: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes(bytes[at..at + 2].try_into().expect("2 bytes"))
-}
+type Header = [u8; RECORD_BATCH_HEADER_BYTES];
 
-fn be_i32(bytes: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn be_i64(bytes: &[u8], at: usize) -> i64 {
-    i64::from_be_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+/// The header's `N` bytes at `AT`; a field past the header does not compile.
+fn field<const AT: usize, const N: usize>(header: &Header) -> [u8; N] {
+    const { assert!(AT + N <= RECORD_BATCH_HEADER_BYTES) };
+    std::array::from_fn(|i| header[AT + i])
 }
 
 impl<'a> RecordBatchRef<'a> {
@@ -96,22 +95,22 @@ impl<'a> RecordBatchRef<'a> {
     /// count against its last offset delta. The records themselves are read by
     /// [`RecordBatchRef::records`].
     pub fn parse(bytes: &'a [u8]) -> Result<RecordBatchRef<'a>, InvalidBatch> {
-        if bytes.len() < RECORD_BATCH_HEADER_BYTES {
+        let Some(header) = bytes.first_chunk::<RECORD_BATCH_HEADER_BYTES>() else {
             return Err(InvalidBatch::TooShort { len: bytes.len() });
-        }
-        let claimed = i64::from(be_i32(bytes, BATCH_LENGTH_AT));
+        };
+        let claimed = i64::from(i32::from_be_bytes(field::<BATCH_LENGTH_AT, 4>(header)));
         if claimed != (bytes.len() - LEADER_EPOCH_AT) as i64 {
             return Err(InvalidBatch::Length { claimed, actual: bytes.len() });
         }
         if bytes[MAGIC_AT] != RECORD_BATCH_MAGIC {
             return Err(InvalidBatch::Magic(bytes[MAGIC_AT]));
         }
-        let stored = u32::from_be_bytes(bytes[CRC_AT..ATTRIBUTES_AT].try_into().expect("4 bytes"));
+        let stored = u32::from_be_bytes(field::<CRC_AT, 4>(header));
         let computed = crc32c::crc32c(&bytes[ATTRIBUTES_AT..]);
         if stored != computed {
             return Err(InvalidBatch::Crc { stored, computed });
         }
-        let batch = RecordBatchRef { bytes };
+        let batch = RecordBatchRef { bytes, header };
         if batch.codec().is_none() {
             return Err(InvalidBatch::Codec(batch.attributes()));
         }
@@ -128,15 +127,15 @@ impl<'a> RecordBatchRef<'a> {
     }
 
     pub fn base_offset(&self) -> i64 {
-        be_i64(self.bytes, 0)
+        i64::from_be_bytes(field::<0, 8>(self.header))
     }
 
     pub fn partition_leader_epoch(&self) -> i32 {
-        be_i32(self.bytes, LEADER_EPOCH_AT)
+        i32::from_be_bytes(field::<LEADER_EPOCH_AT, 4>(self.header))
     }
 
     pub fn attributes(&self) -> i16 {
-        be_i16(self.bytes, ATTRIBUTES_AT)
+        i16::from_be_bytes(field::<ATTRIBUTES_AT, 2>(self.header))
     }
 
     /// The codec of the records; `None` for a value no codec has.
@@ -159,7 +158,7 @@ impl<'a> RecordBatchRef<'a> {
     }
 
     pub fn last_offset_delta(&self) -> i32 {
-        be_i32(self.bytes, LAST_OFFSET_DELTA_AT)
+        i32::from_be_bytes(field::<LAST_OFFSET_DELTA_AT, 4>(self.header))
     }
 
     /// Offsets the batch takes: its last offset delta + 1.
@@ -168,27 +167,27 @@ impl<'a> RecordBatchRef<'a> {
     }
 
     pub fn base_timestamp(&self) -> i64 {
-        be_i64(self.bytes, BASE_TIMESTAMP_AT)
+        i64::from_be_bytes(field::<BASE_TIMESTAMP_AT, 8>(self.header))
     }
 
     pub fn max_timestamp(&self) -> i64 {
-        be_i64(self.bytes, MAX_TIMESTAMP_AT)
+        i64::from_be_bytes(field::<MAX_TIMESTAMP_AT, 8>(self.header))
     }
 
     pub fn producer_id(&self) -> i64 {
-        be_i64(self.bytes, PRODUCER_ID_AT)
+        i64::from_be_bytes(field::<PRODUCER_ID_AT, 8>(self.header))
     }
 
     pub fn producer_epoch(&self) -> i16 {
-        be_i16(self.bytes, PRODUCER_EPOCH_AT)
+        i16::from_be_bytes(field::<PRODUCER_EPOCH_AT, 2>(self.header))
     }
 
     pub fn base_sequence(&self) -> i32 {
-        be_i32(self.bytes, BASE_SEQUENCE_AT)
+        i32::from_be_bytes(field::<BASE_SEQUENCE_AT, 4>(self.header))
     }
 
     pub fn record_count(&self) -> i32 {
-        be_i32(self.bytes, RECORDS_COUNT_AT)
+        i32::from_be_bytes(field::<RECORDS_COUNT_AT, 4>(self.header))
     }
 
     /// The records, inflated (at most `inflated_bytes_max`) when compressed.

@@ -1,7 +1,8 @@
-//! How many records a message holds, as Kafka numbers them (`DESIGN.md`, "Kafka protocol
-//! listener"): a plain message is one, a magic-1 wrapper one per inner message, a magic-2
-//! message its batch's last offset delta + 1. A wrapper's inner messages are counted by their
-//! length fields as the wrapper inflates, without holding the inflated set.
+//! How many records a message holds, as Kafka numbers them
+//! (`docs/design.md`, "Record numbers"): a plain message is one, a magic-1 wrapper one per
+//! inner message, a magic-2 message its batch's last offset delta + 1. A wrapper's inner
+//! messages are counted by their length fields as the wrapper inflates, without holding the
+//! inflated set.
 
 use std::io::{self, Read};
 

@@ -8,7 +8,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::wire::{Reader, put_size, put_str, str_len};
 use crate::{DecodeError, EncodeError};
 
-/// The request types of `DESIGN.md`.
+/// The request types of `docs/design.md` ("Request types").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum ApiKey {

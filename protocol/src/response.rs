@@ -60,7 +60,7 @@ pub struct OffsetsResponse {
 }
 
 /// `METADATA`: the cluster's live brokers and, per topic asked for, every partition's
-/// leader, leader epoch, replicas and in-sync replicas (`DESIGN.md`, "Replicated partitions").
+/// leader, leader epoch, replicas and in-sync replicas (`docs/design.md`, "METADATA").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataResponse {
     /// The broker that answered.
@@ -148,7 +148,7 @@ pub struct ReplicaFetchPart {
     pub data_epoch: i32,
     /// Base offset of the leader's segment that `messages` come from (an answer never spans
     /// two): the follower starts a segment where the leader did, so that the segment files
-    /// of every replica are the same files. A field DESIGN's table does not have yet.
+    /// of every replica are the same files (`docs/design.md`, "Request types" and "Follower").
     pub segment_base: i64,
     /// Raw MessageSet bytes, possibly ending in a partial message.
     pub messages: Bytes,

@@ -90,6 +90,24 @@ impl Reader {
     }
 }
 
+/// The `N` bytes at `at` of `bytes`, if `bytes` holds them: how a fixed field is read out of a
+/// borrowed buffer (a frame, a stored message, an index file) without a panic on a short one.
+pub fn array_at<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at.checked_add(N)?)?.first_chunk::<N>().copied()
+}
+
+/// Big-endian integers at a byte position of a borrowed buffer; `None` past its end.
+macro_rules! be_at {
+    ($($name:ident: $int:ty),*) => {$(
+        #[doc = concat!("The big-endian `", stringify!($int), "` at `at` of `bytes`, if it is there.")]
+        pub fn $name(bytes: &[u8], at: usize) -> Option<$int> {
+            array_at(bytes, at).map(<$int>::from_be_bytes)
+        }
+    )*};
+}
+
+be_at!(u16_at: u16, i16_at: i16, u32_at: u32, i32_at: i32, u64_at: u64, i64_at: i64);
+
 /// Bytes a `str` takes on the wire.
 pub(crate) fn str_len(s: &str) -> usize {
     2 + s.len()

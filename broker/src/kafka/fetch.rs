@@ -166,11 +166,12 @@ fn read_records(
         return Ok(answer(code::NONE, Bytes::new()));
     };
     let mut bytes = read_log(p, byte, max_bytes)?;
-    if MessageSetIter::new(&bytes, 0).next().is_none() && bytes.len() >= 4 {
+    if let Some(length) = protocol::u32_at(&bytes, 0)
+        && MessageSetIter::new(&bytes, 0).next().is_none()
+    {
         // The first message is larger than `max_bytes`: it goes whole, as Kafka sends a first
         // batch larger than the fetch's limits.
-        let length = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
-        bytes = read_log(p, byte, (length + 4).min(max_message_bytes + 4))?;
+        bytes = read_log(p, byte, (length as usize + 4).min(max_message_bytes + 4))?;
     }
     Ok(answer(code::NONE, to_batches(&bytes, first)))
 }

@@ -179,10 +179,7 @@ fn split_batches(records: &Bytes) -> Result<Vec<Bytes>, i16> {
     let mut batches = Vec::new();
     let mut rest = records.clone();
     while !rest.is_empty() {
-        let length = rest
-            .get(8..12)
-            .map(|l| i32::from_be_bytes(l.try_into().expect("4 bytes")))
-            .ok_or(code::CORRUPT_MESSAGE)?;
+        let length = protocol::i32_at(&rest, 8).ok_or(code::CORRUPT_MESSAGE)?;
         let size = usize::try_from(length).ok().and_then(|l| l.checked_add(12));
         let size = size.filter(|&size| size <= rest.len()).ok_or(code::CORRUPT_MESSAGE)?;
         let batch = rest.split_to(size);

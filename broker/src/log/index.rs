@@ -330,9 +330,10 @@ fn read_entries(path: &Path, base_offset: u64, end: u64) -> io::Result<Vec<Index
         Err(e) => return Err(e),
     };
     let mut entries: Vec<IndexEntry> = Vec::with_capacity(bytes.len() / ENTRY_BYTES);
-    for pair in bytes.chunks_exact(ENTRY_BYTES) {
-        let record = u64::from_be_bytes(pair[..8].try_into().expect("8 bytes"));
-        let byte = u64::from_be_bytes(pair[8..].try_into().expect("8 bytes"));
+    for (record, byte) in bytes
+        .chunks_exact(ENTRY_BYTES)
+        .filter_map(|pair| Some((protocol::u64_at(pair, 0)?, protocol::u64_at(pair, 8)?)))
+    {
         let fits = match entries.last() {
             None => byte == base_offset,
             Some(last) => byte > last.byte && byte <= end && record >= last.record,

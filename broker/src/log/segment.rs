@@ -91,10 +91,11 @@ pub fn scan_valid_prefix(file: &File, file_len: u64) -> io::Result<ScanResult> {
         if left < HEADER_BYTES {
             return stop(format!("partial message header ({left} bytes)"), position, messages);
         }
-        let mut header = [0u8; HEADER_BYTES as usize];
-        reader.read_exact(&mut header)?;
-        let length = u64::from(u32::from_be_bytes(header[..4].try_into().expect("4 bytes")));
-        let stored_crc = u32::from_be_bytes(header[4..].try_into().expect("4 bytes"));
+        let (mut length, mut stored_crc) = ([0u8; 4], [0u8; 4]);
+        reader.read_exact(&mut length)?;
+        reader.read_exact(&mut stored_crc)?;
+        let (length, stored_crc) =
+            (u64::from(u32::from_be_bytes(length)), u32::from_be_bytes(stored_crc));
         if length < 5 {
             return stop(format!("length {length} below the minimum of 5"), position, messages);
         }

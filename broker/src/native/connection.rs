@@ -272,9 +272,7 @@ impl Connection {
     /// otherwise, so idle and stalled connections stay small. A large request not yet holding
     /// its share must take it first.
     fn read_room(&self) -> Room {
-        let begun = self.input.get(..FRAME_SIZE_BYTES).map(|size| {
-            FRAME_SIZE_BYTES + u32::from_be_bytes(size.try_into().expect("4")) as usize
-        });
+        let begun = protocol::u32_at(&self.input, 0).map(|size| FRAME_SIZE_BYTES + size as usize);
         match begun {
             Some(total) if total > READ_IDLE_BYTES && total > self.input.len() => {
                 match self.request_memory {
@@ -301,10 +299,10 @@ impl Connection {
     /// cannot be trusted, which the caller answers with an error (in its turn) before closing.
     fn next_request(&mut self) -> Result<Option<Request>, BadFrame> {
         let max_request_bytes = self.node.config().max_request_bytes as usize;
-        if self.input.len() < FRAME_SIZE_BYTES {
+        let Some(size) = protocol::u32_at(&self.input, 0) else {
             return Ok(None);
-        }
-        let size = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
+        };
+        let size = size as usize;
         if size > max_request_bytes || size < 2 {
             tracing::debug!(size, max_request_bytes, "closing connection: bad frame size");
             return Err(BadFrame);

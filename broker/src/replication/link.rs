@@ -156,8 +156,8 @@ pub async fn fetch_range(
 /// Length of the prefix of `set` made of whole messages (by their length fields).
 pub(super) fn whole_messages(set: &[u8]) -> usize {
     let mut at = 0;
-    while let Some(header) = set.get(at..at + 4) {
-        let length = u32::from_be_bytes(header.try_into().expect("four bytes")) as usize;
+    while let Some(length) = protocol::u32_at(set, at) {
+        let length = length as usize;
         let end = at + 4 + length;
         if end > set.len() {
             break;
