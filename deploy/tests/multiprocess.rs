@@ -19,6 +19,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+use testkit::process::{free_port, free_port_block};
 
 const TRIBUTARY: &str = env!("CARGO_BIN_EXE_tributary");
 const TOPICS: [&str; 3] = ["page-view", "click", "search"];
@@ -37,34 +38,8 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Loopback ports free a moment ago, all different.
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect()
-}
-
-/// The first of `n` consecutive free ports (SeaweedFS takes a block of them). Each call
-/// (and each test process) starts looking somewhere else, so tests running at once do not
-/// pick the same block.
 /// Brokers of the test topology: two per cluster.
 const BROKERS: u16 = 9;
-
-fn free_port_block(n: u16) -> u16 {
-    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let first =
-        std::process::id() * 7 + CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 31;
-    // Below the ephemeral range (32768 on), where `free_ports` and every client socket land.
-    for attempt in 0..127 {
-        let start = 20_000 + u16::try_from((first + attempt) % 127).expect("small") * 100;
-        let block: Option<Vec<TcpListener>> =
-            (start..start + n).map(|p| TcpListener::bind(("127.0.0.1", p)).ok()).collect();
-        if block.is_some() {
-            return start;
-        }
-    }
-    panic!("no block of {n} free ports");
-}
 
 /// A topology under a temporary directory; `down` (and, failing that, SIGKILL of every pid
 /// file's process) when dropped, so a failing test leaves nothing running.
@@ -100,7 +75,7 @@ impl Deployment {
             "prometheus",
         ];
         let mut ports: BTreeMap<&'static str, u16> =
-            names.into_iter().zip(free_ports(names.len())).collect();
+            names.into_iter().zip((0..names.len()).map(|_| free_port())).collect();
         // The nine brokers on consecutive ports, their metrics ports nine above them, their
         // Kafka listeners nine above those and their proxies' nine above those.
         let brokers = free_port_block(if proxies { 4 * BROKERS } else { 3 * BROKERS });

@@ -1,5 +1,5 @@
 //! ApiVersions, Metadata and CreateTopics over the Kafka listener. Metadata is the broker's own
-//! (`Broker::metadata`: leaders, leader epochs, replicas, ISRs from the cluster's registry) with
+//! (`Node::metadata`: leaders, leader epochs, replicas, ISRs from the cluster's registry) with
 //! each broker's Kafka port; the leader epoch answered is −1, so that clients skip
 //! OffsetForLeaderEpoch validation, which the listener does not serve.
 
