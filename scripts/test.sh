@@ -64,6 +64,9 @@ cargo fmt --all --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
+step "module layers"
+python3 scripts/layers.py
+
 step "cargo test"
 cargo test --workspace --quiet
 

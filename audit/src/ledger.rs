@@ -1,5 +1,5 @@
-//! The books the audit service balances (DESIGN.md, "Audit record"): per topic and window,
-//! every host's cumulative count at every tier, and the verdict of each window.
+//! The books the audit service balances (docs/design.md, "Audit record" and "Reconciliation"):
+//! per topic and window, every host's cumulative count at every tier, and each window's verdict.
 //!
 //! Counts arrive from two places. Records read from `_audit` are cumulative, so the ledger
 //! keeps the **largest** count seen per `(tier, host, topic, window_start)`: a re-sent, duplicated

@@ -1,5 +1,5 @@
 //! Broker discovery: where a producer finds a topic's partitions and the broker leading each
-//! (`DESIGN.md`, "Replicated partitions": partitions `0..P-1` across the cluster, each led by
+//! (`docs/design.md`, "Replicated partitions": partitions `0..P-1` across the cluster, each led by
 //! one of its replicas).
 //!
 //! [`BrokerSource`] is the seam. [`StaticBrokers`] asks a fixed list of addresses — entry

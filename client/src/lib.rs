@@ -1,8 +1,9 @@
 //! Clients of a Tributary broker (paper §3.1–3.2). The base layer is the pipelined
-//! [`Connection`]: every request type of `DESIGN.md` over one TCP connection, many in flight
-//! at once, responses matched to requests by order (the protocol has no correlation ids).
-//! On it sit the batching [`Producer`] (with [`BrokerSource`] discovery and a
-//! [`Partitioner`]) and the [`SimpleConsumer`]; the `trib` binary puts both in a terminal.
+//! [`Connection`]: every request type of `docs/design.md` ("Request types") over one TCP
+//! connection, many in flight at once, responses matched to requests by order (the protocol
+//! has no correlation ids). On it sit the batching [`Producer`] (with [`BrokerSource`]
+//! discovery and a [`Partitioner`]) and the [`SimpleConsumer`]; the `trib` binary puts both in
+//! a terminal.
 
 use protocol::compression;
 mod connection;

@@ -1,4 +1,4 @@
-//! Broker discovery from the ZooKeeper registries (`DESIGN.md`, "Replicated partitions"): the
+//! Broker discovery from the ZooKeeper registries (`docs/design.md`, "Cluster registry"): the
 //! live brokers from `/brokers/ids` and each partition's leader from its state. Answers are
 //! cached per topic and dropped when a watch on the brokers, the topic or a partition's state
 //! fires, so a producer follows leaders as they change without asking the registry on every

@@ -1,4 +1,4 @@
-//! The controller (`DESIGN.md`, "Replicated partitions"): the one broker that holds
+//! The controller (`docs/design.md`, "Controller"): the one broker that holds
 //! `/controller` keeps every partition led by a live replica. When a leader's broker goes it
 //! elects the first live member of the ISR in replica order (unclean — a live replica outside
 //! the ISR — only for a topic that sets `unclean_leader_election = true`), bumping the leader

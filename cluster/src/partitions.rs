@@ -1,7 +1,8 @@
-//! Replicated partitions (`DESIGN.md`, "Replicated partitions"): what a topic's partitions
-//! are across a cluster, and the two decisions a controller makes about them — where the
-//! replicas of a new partition go, and which replica leads when a leader is gone. Pure
-//! functions of their inputs, so the controller's choices can be tested without a cluster.
+//! Replicated partitions (`docs/design.md`, "Replicated partitions" and "Controller"): what a
+//! topic's partitions are across a cluster, and the two decisions a controller makes about
+//! them — where the replicas of a new partition go, and which replica leads when a leader is
+//! gone. Pure functions of their inputs, so the controller's choices can be tested without a
+//! cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,4 +1,4 @@
-//! The replicated-partition paths of `DESIGN.md` ("Replicated partitions") on [`Registry`]:
+//! The replicated-partition paths of `docs/design.md` ("Cluster registry") on [`Registry`]:
 //!
 //! | path | kind | value |
 //! |---|---|---|

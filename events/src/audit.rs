@@ -1,4 +1,4 @@
-//! The audit record of DESIGN.md ("Audit record"): every tier of the pipeline counts, per
+//! The audit record of docs/design.md ("Audit record"): every tier of the pipeline counts, per
 //! topic and time window (by `header.time`), the events it passed on, and publishes the
 //! **cumulative** count to topic `_audit` as an ordinary event in the envelope. A later record
 //! for the same `(tier, host, topic, window_start)` supersedes an earlier one, so a record that
@@ -21,7 +21,7 @@ use crate::envelope::{self, EnvelopeError};
 pub const AUDIT_TOPIC: &str = "_audit";
 /// The registry subject of the audit record's schema.
 pub const AUDIT_SUBJECT: &str = "_audit-value";
-/// Default window: 10 minutes, as DESIGN.md says.
+/// Default window: 10 minutes, as docs/design.md ("Audit record") says.
 pub const WINDOW_MS_DEFAULT: i64 = 600_000;
 
 /// A stage of the pipeline that reports counts.
@@ -87,7 +87,7 @@ pub fn window_start(time_ms: i64, window_ms: i64) -> i64 {
     time_ms.div_euclid(window_ms) * window_ms
 }
 
-/// One published count (DESIGN.md, "Audit record").
+/// One published count (docs/design.md, "Audit record").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
     pub tier: Tier,

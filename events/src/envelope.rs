@@ -1,4 +1,4 @@
-//! The event envelope of DESIGN.md (Confluent's wire format): `0x00 | i32 schema id
+//! The event envelope of docs/design.md (Confluent's wire format): `0x00 | i32 schema id
 //! (big-endian) | Avro binary datum`. The first field of every event is the `header` record,
 //! so [`EventHeader::read`] gets `time`, `server`, `service` and `id` without the schema, and
 //! [`header_time`] the time alone without allocating. [`decode_with`] and [`encode_with`] look
@@ -124,7 +124,7 @@ pub fn header_time(payload: &[u8]) -> Option<i64> {
     read_long(&mut datum).ok()
 }
 
-/// The `header` record every event starts with (DESIGN.md, "Event envelope").
+/// The `header` record every event starts with (docs/design.md, "Event envelope").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventHeader {
     /// Creation time, ms since the epoch.

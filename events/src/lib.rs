@@ -1,4 +1,4 @@
-//! The pipeline's data contract (DESIGN.md, "Event envelope" and "Audit record"), owned by
+//! The pipeline's data contract (docs/design.md, "Event envelope" and "Audit record"), owned by
 //! one crate so that no tier re-implements another's decoder:
 //!
 //! - [`envelope`]: every event's payload is Confluent's wire format, `0x00 | i32 schema id |

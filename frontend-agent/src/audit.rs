@@ -1,4 +1,4 @@
-//! The agent's row of the audit (DESIGN.md, "Audit record"): cumulative counts of events
+//! The agent's row of the audit (docs/design.md, "Tiers"): cumulative counts of events
 //! acknowledged by the live brokers, per topic and window of `header.time`, published to
 //! `_audit` on the same live cluster (the mirror carries them to analytics) by the pipeline's
 //! one [`events::AuditPublisher`]. The counts live in the spool's checkpoint, so a restart

@@ -1,7 +1,7 @@
 //! JSON event → Avro binary datum, validated against the topic's schema in one pass.
 //!
 //! The HTTP input and the library path hand in events as JSON objects whose field names are the
-//! schema's (DESIGN.md, "Event envelope"). A union is written as its bare value (or `null`),
+//! schema's (docs/design.md, "Agent API"). A union is written as its bare value (or `null`),
 //! `fixed` and `bytes` as lowercase hex, an enum as its symbol. Walking the schema and the JSON
 //! together and writing Avro binary straight away avoids building an intermediate value per
 //! event on the hot path.

@@ -1,4 +1,4 @@
-//! One event from JSON to its envelope (DESIGN.md, "Event envelope"): the topic's latest
+//! One event from JSON to its envelope (docs/design.md, "Event envelope"): the topic's latest
 //! schema (subject `{topic}-value`, cached), the header filled in where the caller left it out,
 //! the datum validated and encoded in one pass.
 
@@ -24,7 +24,10 @@ pub enum EventError {
     ReservedTopic { topic: String },
     #[error("invalid topic name {topic:?}")]
     InvalidTopic { topic: String },
-    #[error("the schema of topic {topic} does not start with the event header record of DESIGN.md")]
+    #[error(
+        "the schema of topic {topic} does not start with the event header record \
+         (docs/design.md, \"Event envelope\")"
+    )]
     NoHeader { topic: String },
     #[error("the event is not a JSON object")]
     NotAnObject,
@@ -54,7 +57,7 @@ pub struct TopicSchema {
 
 impl TopicSchema {
     /// `topic`'s schema `schema`, registered as `id`: a record whose first field is the event
-    /// header of DESIGN.md.
+    /// header (docs/design.md, "Event envelope").
     pub fn new(topic: &str, id: i32, schema: Schema) -> Result<TopicSchema, EventError> {
         let header_first = matches!(&schema, Schema::Record(r)
             if r.fields.first().is_some_and(|f| f.name == "header" && is_event_header(&f.schema)));
@@ -120,8 +123,8 @@ impl Schemas {
     }
 }
 
-/// The header record of DESIGN.md: `time: long, server: string, service: string,
-/// id: fixed(16)`, in this order.
+/// The header record (docs/design.md, "Event envelope"): `time: long, server: string,
+/// service: string, id: fixed(16)`, in this order.
 fn is_event_header(schema: &Schema) -> bool {
     let Schema::Record(header) = schema else { return false };
     let kinds: Vec<(&str, &Schema)> =
@@ -258,7 +261,7 @@ fn encode_header(
                 id = rand::random();
                 out.extend_from_slice(&id);
             }
-            // `Schemas::get` admits only the four header fields of DESIGN.md.
+            // `Schemas::get` admits only the four header fields (docs/design.md, "Event envelope").
             _ => return Err(EncodeError::MissingField { path: name.to_owned() }),
         }
     }

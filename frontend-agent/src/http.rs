@@ -33,7 +33,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, Encoder, Refused, SendError};
+use crate::agent::{Agent, Encoder, Refused};
+use crate::send_error::SendError;
 
 /// How long a request waits for one of the `max_concurrent_requests` slots before a 503.
 pub const BUSY_WAIT_MS: u64 = 1_000;

@@ -10,7 +10,8 @@ use rand::RngExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, SendError};
+use crate::agent::Agent;
+use crate::send_error::SendError;
 
 /// The topics the simulator knows.
 pub const TOPICS: [&str; 3] = ["page-view", "click", "search"];

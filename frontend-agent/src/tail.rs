@@ -9,15 +9,18 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, SendError};
 use crate::config::TailSpec;
+use crate::event::EventError;
+use crate::metrics::Metrics;
+use crate::send_error::SendError;
 
 /// Bytes read from a file per step at most.
 const CHUNK_BYTES_MAX: usize = 4 << 20;
@@ -36,23 +39,42 @@ struct Open {
     offset: u64,
 }
 
-pub(crate) struct Tailer {
-    agent: Agent,
+/// Where a tailer's lines go: the agent, which validates, encodes and spools them.
+pub(crate) trait Intake: Send + Sync + 'static {
+    /// Spools the valid `events` of `topic`, leaving out (and counting as rejected) the
+    /// invalid ones; returns how many were accepted and the invalid ones.
+    fn send_valid(
+        &self,
+        topic: &str,
+        events: &[Value],
+    ) -> impl Future<Output = Result<(usize, Vec<(usize, EventError)>), SendError>> + Send;
+}
+
+pub(crate) struct Tailer<I> {
+    intake: I,
+    metrics: Arc<Metrics>,
     spec: TailSpec,
     poll: Duration,
     position_path: PathBuf,
 }
 
-impl Tailer {
-    pub(crate) fn new(agent: Agent, spec: TailSpec, poll_ms: u64) -> Tailer {
+impl<I: Intake> Tailer<I> {
+    /// A tailer of `spec` that keeps its read position under `spool_dir`.
+    pub(crate) fn new(
+        intake: I,
+        metrics: Arc<Metrics>,
+        spool_dir: &Path,
+        spec: TailSpec,
+        poll_ms: u64,
+    ) -> Tailer<I> {
         let name: String = spec
             .file
             .to_string_lossy()
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
             .collect();
-        let position_path = agent.config().spool_dir.join("tail").join(format!("{name}.pos"));
-        Tailer { agent, spec, poll: Duration::from_millis(poll_ms), position_path }
+        let position_path = spool_dir.join("tail").join(format!("{name}.pos"));
+        Tailer { intake, metrics, spec, poll: Duration::from_millis(poll_ms), position_path }
     }
 
     pub(crate) async fn run(self, stop: CancellationToken) {
@@ -186,7 +208,7 @@ impl Tailer {
             match serde_json::from_str::<Value>(line) {
                 Ok(event) => events.push(event),
                 Err(e) => {
-                    self.agent.metrics().rejected.inc();
+                    self.metrics.rejected.inc();
                     tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping a line that is not JSON");
                 }
             }
@@ -195,7 +217,7 @@ impl Tailer {
         let mut batches = std::collections::VecDeque::from([&events[..]]);
         while let Some(batch) = batches.pop_front() {
             loop {
-                match self.agent.send_valid(&self.spec.topic, batch).await {
+                match self.intake.send_valid(&self.spec.topic, batch).await {
                     Ok((_, invalid)) => {
                         for (index, e) in invalid {
                             tracing::warn!(file = %self.spec.file.display(), index, error = %e, "skipping an invalid event");
@@ -210,7 +232,7 @@ impl Tailer {
                         break;
                     }
                     Err(e @ SendError::TooLarge { .. }) => {
-                        self.agent.metrics().rejected.inc();
+                        self.metrics.rejected.inc();
                         tracing::warn!(file = %self.spec.file.display(), error = %e, "skipping an event larger than the whole spool");
                         break;
                     }

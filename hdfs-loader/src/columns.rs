@@ -3,7 +3,8 @@
 //! and one type a nullable column, any other union a struct with one nullable field per
 //! branch (`member0`, `member1`, …, as Spark reads them), enums dictionary-encoded strings,
 //! `fixed` fixed-size binary and `bytes` binary; logical types map to Arrow's (date, time,
-//! timestamps in UTC, decimal, uuid as its string).
+//! timestamps in UTC, decimal, uuid as its string). A record's shape also says whether
+//! [`crate::datum`] can read its Avro binary straight into the columns.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +36,15 @@ pub enum ColumnError {
     #[error("building the Arrow column: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
     #[error("undecodable datum: {0}")]
-    Datum(#[from] crate::datum::DatumError),
+    Datum(#[from] DatumError),
+}
+
+/// Why a datum is not a valid encoding of its schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} at byte {at} of the datum")]
+pub struct DatumError {
+    pub reason: &'static str,
+    pub at: usize,
 }
 
 /// An Avro type with named references resolved: what one column holds.
@@ -250,7 +259,7 @@ impl RecordShape {
             resolved.get_names().iter().map(|(n, s)| (n.clone(), (*s).clone())).collect();
         match shape(schema, &names, "", 0)? {
             Shape::Record(fields) => {
-                let direct = crate::datum::readable(&fields);
+                let direct = readable(&fields);
                 Ok(RecordShape { fields, direct })
             }
             _ => Err(ColumnError::Unsupported("the top-level schema is not a record".into())),
@@ -280,6 +289,25 @@ impl RecordShape {
             column.append(value).map_err(|e| e.within(name))?;
         }
         Ok(())
+    }
+}
+
+/// Whether the direct path ([`crate::datum`]) reads a record of `fields`: no `uuid` or `big-decimal` anywhere
+/// (their Arrow form is apache-avro's rendering), and `header.time` first, a `long`.
+fn readable(fields: &[(String, Shape)]) -> bool {
+    let header_first = matches!(fields.first(), Some((name, Shape::Record(header)))
+        if name == "header"
+            && matches!(header.first(), Some((time, Shape::Long | Shape::TimestampMillis)) if time == "time"));
+    header_first && fields.iter().all(|(_, shape)| supported(shape))
+}
+
+fn supported(shape: &Shape) -> bool {
+    match shape {
+        Shape::Uuid | Shape::BigDecimal => false,
+        Shape::Record(fields) => fields.iter().all(|(_, s)| supported(s)),
+        Shape::Array(item) | Shape::Map(item) | Shape::Nullable(_, item) => supported(item),
+        Shape::Union { branches, .. } => branches.iter().all(|(_, s)| supported(s)),
+        _ => true,
     }
 }
 

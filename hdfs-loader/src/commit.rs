@@ -1,4 +1,4 @@
-//! The commit protocol of DESIGN.md ("Loader commit protocol"), per partition:
+//! The commit protocol of docs/design.md ("Loader commit protocol", "Steps"), per partition:
 //!
 //! 1. **Read the chain.** Commit records are keyed by their start offset; each starts where the
 //!    previous one ended, so the record with the highest start ends the chain and its `end` is

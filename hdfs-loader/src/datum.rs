@@ -9,39 +9,12 @@
 //! apache-avro's schema resolution and [`RecordShape::append`], as before.
 
 use crate::columns::{
-    Column, ColumnError, RecordShape, Shape, decimal_i128, mismatch, push_offset,
+    Column, ColumnError, DatumError, RecordShape, Shape, decimal_i128, mismatch, push_offset,
 };
-
-/// Why a datum is not a valid encoding of its schema.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason} at byte {at} of the datum")]
-pub struct DatumError {
-    pub reason: &'static str,
-    pub at: usize,
-}
 
 /// Items of one array or map block at most when each item may take no bytes (a `null`, or a
 /// record of nulls): a larger count is refused instead of looping over it.
 const EMPTY_ITEMS_MAX: i64 = 1 << 20;
-
-/// Whether the direct path reads a record of `fields`: no `uuid` or `big-decimal` anywhere
-/// (their Arrow form is apache-avro's rendering), and `header.time` first, a `long`.
-pub(crate) fn readable(fields: &[(String, Shape)]) -> bool {
-    let header_first = matches!(fields.first(), Some((name, Shape::Record(header)))
-        if name == "header"
-            && matches!(header.first(), Some((time, Shape::Long | Shape::TimestampMillis)) if time == "time"));
-    header_first && fields.iter().all(|(_, shape)| supported(shape))
-}
-
-fn supported(shape: &Shape) -> bool {
-    match shape {
-        Shape::Uuid | Shape::BigDecimal => false,
-        Shape::Record(fields) => fields.iter().all(|(_, s)| supported(s)),
-        Shape::Array(item) | Shape::Map(item) | Shape::Nullable(_, item) => supported(item),
-        Shape::Union { branches, .. } => branches.iter().all(|(_, s)| supported(s)),
-        _ => true,
-    }
-}
 
 impl RecordShape {
     /// Whether [`RecordShape::append_datum`] reads this schema.
@@ -89,6 +62,12 @@ impl<'a> Cursor<'a> {
         let taken = &self.bytes[self.at..end];
         self.at = end;
         Ok(taken)
+    }
+
+    /// The next `N` bytes, as an array (a `float`'s or a `double`'s).
+    fn take_array<const N: usize>(&mut self) -> Result<[u8; N], DatumError> {
+        let taken = self.take(N)?.first_chunk::<N>().copied();
+        taken.ok_or_else(|| self.error("value past the end"))
     }
 
     /// A `long`: zig-zag over a little-endian base-128 varint of at most 10 bytes.
@@ -274,12 +253,10 @@ fn append(shape: &Shape, column: &mut Column, c: &mut Cursor) -> Result<(), Colu
         (Shape::Int, Column::Int32(b)) => b.append_value(c.int().map_err(bad)?),
         (Shape::Long, Column::Int64(b)) => b.append_value(c.long().map_err(bad)?),
         (Shape::Float, Column::Float32(b)) => {
-            let bytes = c.take(4).map_err(bad)?;
-            b.append_value(f32::from_le_bytes(bytes.try_into().expect("4 bytes")));
+            b.append_value(f32::from_le_bytes(c.take_array().map_err(bad)?));
         }
         (Shape::Double, Column::Float64(b)) => {
-            let bytes = c.take(8).map_err(bad)?;
-            b.append_value(f64::from_le_bytes(bytes.try_into().expect("8 bytes")));
+            b.append_value(f64::from_le_bytes(c.take_array().map_err(bad)?));
         }
         (Shape::Bytes, Column::Binary(b)) => b.append_value(c.bytes().map_err(bad)?),
         (Shape::String, Column::Utf8(b)) => b.append_value(c.string().map_err(bad)?),

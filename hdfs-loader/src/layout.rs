@@ -1,4 +1,4 @@
-//! Where things live in the store (DESIGN.md, "Loader commit protocol"):
+//! Where things live in the store (docs/design.md, "Store layout"):
 //!
 //! ```text
 //! {topic}/dt=YYYY-MM-DD/hr=HH/{topic}+{partition}+{start:020}+{end:020}.parquet
@@ -6,8 +6,8 @@
 //! _staging/{topic}/{partition}/{run_id}/dt=YYYY-MM-DD/hr=HH/{file}.parquet
 //! ```
 //!
-//! Staging is kept per partition (not per run as DESIGN.md sketches) so that a run lists and
-//! cleans only the staging of the partitions it loads.
+//! Staging is kept per partition, not per run (docs/design.md, "Store layout"), so that a run
+//! lists and cleans only the staging of the partitions it loads.
 
 use std::fmt;
 

@@ -1,4 +1,4 @@
-//! The mirror tier of the audit (`DESIGN.md`, "Audit record"): cumulative counts, per topic
+//! The mirror tier of the audit (`docs/design.md`, "Tiers"): cumulative counts, per topic
 //! and window of `header.time`, of the events the target acknowledged, published to the
 //! target's `_audit` by the pipeline's one [`AuditPublisher`] — every few seconds, before a
 //! stream marks offsets done (see `copy::mark`), and on shutdown. A restarted mirror takes

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, TopicFilter};
 use crate::copy::{Shared, copy_stream};
 
-/// Where the brokers of a cluster register their topics (`DESIGN.md`, "ZooKeeper layout").
+/// Where the brokers of a cluster register their topics (`docs/design.md`, "Cluster registry").
 const TOPICS_PATH: &str = "/brokers/topics";
 /// Pause after a failure to read the registry, create topics or join the group; doubles.
 const RETRY_BACKOFF_MS: u64 = 200;

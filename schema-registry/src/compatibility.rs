@@ -7,7 +7,6 @@ use std::str::FromStr;
 use apache_avro::Schema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::error::RegistryError;
 use crate::resolution::incompatibilities;
 
 /// A subject's (or the registry's global) compatibility level, spelled as Confluent spells it.
@@ -91,15 +90,23 @@ impl fmt::Display for CompatibilityLevel {
     }
 }
 
+/// A compatibility level name that is none of Confluent's; the registry answers it as
+/// [`crate::RegistryError::InvalidCompatibilityLevel`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Invalid compatibility level '{0}'. Valid values are none, backward, forward, full, backward_transitive, forward_transitive, and full_transitive"
+)]
+pub struct InvalidLevel(pub String);
+
 impl FromStr for CompatibilityLevel {
-    type Err = RegistryError;
+    type Err = InvalidLevel;
 
     /// Case-insensitive, as Confluent accepts `backward` as well as `BACKWARD`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         CompatibilityLevel::ALL
             .into_iter()
             .find(|level| level.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| RegistryError::InvalidCompatibilityLevel(s.to_owned()))
+            .ok_or_else(|| InvalidLevel(s.to_owned()))
     }
 }
 
@@ -157,9 +164,6 @@ mod tests {
             let json = serde_json::to_string(&level).unwrap();
             assert_eq!(json, format!("\"{}\"", level.as_str()));
         }
-        assert!(matches!(
-            "SIDEWAYS".parse::<CompatibilityLevel>(),
-            Err(RegistryError::InvalidCompatibilityLevel(_))
-        ));
+        assert!(matches!("SIDEWAYS".parse::<CompatibilityLevel>(), Err(InvalidLevel(_))));
     }
 }

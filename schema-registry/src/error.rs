@@ -1,6 +1,7 @@
 //! What can go wrong inside the registry, each case carrying the Confluent error code that
 //! existing clients switch on.
 
+use crate::compatibility::InvalidLevel;
 use crate::store::StoreError;
 
 /// A registry operation's failure. [`RegistryError::error_code`] is the Confluent code; the
@@ -41,10 +42,8 @@ pub enum RegistryError {
         "The specified version '{0}' is not a valid version id. Allowed values are between [1, 2^31-1] and the string \"latest\""
     )]
     InvalidVersion(String),
-    #[error(
-        "Invalid compatibility level '{0}'. Valid values are none, backward, forward, full, backward_transitive, forward_transitive, and full_transitive"
-    )]
-    InvalidCompatibilityLevel(String),
+    #[error(transparent)]
+    InvalidCompatibilityLevel(#[from] InvalidLevel),
     #[error("Invalid subject: {0}")]
     InvalidSubject(String),
     #[error("schema ids are exhausted: no id above {0} is left")]

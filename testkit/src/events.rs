@@ -17,7 +17,8 @@ pub fn event_id(n: i64) -> [u8; 16] {
 
 /// The `n` an [`event_id`] holds.
 pub fn sequence_of(id: &[u8; 16]) -> i64 {
-    i64::from_be_bytes(id[..8].try_into().expect("8 bytes"))
+    let [a, b, c, d, e, f, g, h, ..] = *id;
+    i64::from_be_bytes([a, b, c, d, e, f, g, h])
 }
 
 /// A page view of the shipped schema (`events/schemas/page-view.avsc`) with `header.time`

@@ -26,7 +26,8 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Publishe
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version};
+use super::limits::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT};
+use super::package::package_version;
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port};
 use crate::service::{start_service, stop_service};

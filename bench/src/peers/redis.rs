@@ -14,7 +14,8 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 
-use super::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT, package_version};
+use super::limits::{IN_FLIGHT_MESSAGES_MAX, RECEIVE_MESSAGES_MAX, RECEIVE_WAIT};
+use super::package::package_version;
 use crate::peer::{BenchResult, Consumer, Launcher, Producer, Running, dir_bytes};
 use crate::service::{Service, free_port};
 use crate::service::{start_service, stop_service};

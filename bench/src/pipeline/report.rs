@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::{Run, Step};
+use super::results::{Run, Step};
 
 pub fn now_utc() -> String {
     crate::today()

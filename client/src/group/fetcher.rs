@@ -13,9 +13,11 @@ use std::sync::atomic::Ordering;
 use protocol::MessageSetIter;
 use tokio::sync::mpsc;
 
+use super::config::OffsetReset;
+use super::error::GroupError;
 use super::owned::{OFFSET_UNKNOWN, Owned};
+use super::state::Inner;
 use super::stream::Chunk;
-use super::{GroupError, Inner, OffsetReset};
 use crate::{ConsumedMessage, ConsumerError, FetchedMessages, SimpleConsumer};
 
 /// Longest wait between attempts to reach a partition's broker.

@@ -12,8 +12,13 @@ use cluster::{Claim, SessionEvent, Watch};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::assignment::{StreamId, assign};
+use super::config::CommitPolicy;
+use super::error::GroupError;
+use super::fetcher;
 use super::owned::{OFFSET_UNKNOWN, Owned};
-use super::{CommitPolicy, GroupError, Inner, StreamId, assign, fetcher};
+use super::state::Inner;
+use super::stream::Chunk;
 
 /// Rebalances now and after every change of the registries, until `stop`. `first` hears
 /// when the first rebalance has run.
@@ -98,7 +103,7 @@ async fn watches(inner: &Inner) -> Result<Vec<Watch>, GroupError> {
 fn deliver_error(inner: &Inner, error: &GroupError) {
     let Some((_, senders)) = inner.subscription.get() else { return };
     for sender in senders.values().flatten() {
-        let chunk = super::Chunk {
+        let chunk = Chunk {
             owned: Arc::new(Owned::new(
                 String::new(),
                 -1,

@@ -11,8 +11,9 @@ use bytes::Bytes;
 use futures::Stream;
 use tokio::sync::mpsc;
 
+use super::config::CommitPolicy;
+use super::error::GroupError;
 use super::owned::Owned;
-use super::{CommitPolicy, GroupError};
 use crate::ConsumedMessage;
 
 /// One message as a group consumer delivers it.

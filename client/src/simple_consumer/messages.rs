@@ -4,8 +4,9 @@
 //! produced through a broker's Kafka listener) yields its records like a wrapper's inner
 //! messages: the record's value as the payload, its key, headers and timestamp beside.
 //!
-//! Each item says where to resume after it (`DESIGN.md`: a wrapper is one message in the log
-//! and its offset is the only addressable position of the messages inside). An inner message
+//! Each item says where to resume after it (`docs/design.md`, "MessageSets and offsets": a
+//! wrapper is one message in the log and its offset is the only addressable position of the
+//! messages inside). An inner message
 //! carries its wrapper's `offset`; its `next_offset` is the wrapper's own offset until the last
 //! inner message, whose `next_offset` is the offset after the wrapper. So a consumer that
 //! stops mid-wrapper and resumes from the last `next_offset` sees the wrapper again

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::DemoError;
+use super::error::DemoError;
 
 /// File that marks a directory as the demo's own.
 const MARKER: &str = ".tributary-demo";

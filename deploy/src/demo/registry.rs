@@ -8,7 +8,7 @@ use schema_registry::RegistryClient;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::DemoError;
+use super::error::DemoError;
 
 pub struct Registry {
     pub url: String,
@@ -39,8 +39,7 @@ impl Registry {
         let mut config =
             schema_registry::Config { data_dir: data_dir.to_owned(), ..Default::default() };
         if let Some(tls) = tls {
-            let (_, cert, key, client_ca) = tls.service("schema-registry");
-            (config.tls_cert, config.tls_key, config.tls_client_ca) = (cert, key, client_ca);
+            config.tls = tls.service("schema-registry").server_args();
         }
         let stop = CancellationToken::new();
         let task = tokio::spawn(schema_registry::run(listener, config, stop.clone()));

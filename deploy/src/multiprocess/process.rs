@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::DeployError;
+use super::error::DeployError;
 
 /// Where a process's pid file and log are, under the run directory.
 #[derive(Debug, Clone)]

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Shared, SpoolError};
+use super::error::SpoolError;
+use super::state::Shared;
 
 const FILE: &str = "acked";
 

@@ -17,150 +17,28 @@
 //! [`SpoolFull::Block`] refuses it and [`SpoolFull::DropOldest`] deletes the oldest segment.
 
 mod checkpoint;
+mod error;
 mod reader;
 pub mod record;
+mod state;
 mod writer;
 
-use std::collections::{BTreeSet, VecDeque};
-use std::io;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use events::audit::{AuditCounts, AuditRecord, Tier, window_start};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::config::SpoolFull;
 use crate::metrics::Metrics;
+pub use error::{RETRY_AFTER_MS, SpoolError};
 pub use reader::SpoolReader;
 pub use record::SpoolRecord;
+pub use state::SpoolOptions;
+use state::{Segment, Shared, State, segment_path};
+use writer::Append;
+pub use writer::NewEvent;
 
 /// Requests queued for the writer thread at most.
 const APPENDS_QUEUED_MAX: usize = 1024;
-/// What a refused append suggests as Retry-After.
-pub const RETRY_AFTER_MS: u64 = 1_000;
-
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum SpoolError {
-    #[error("the spool is full ({max_bytes} bytes); retry in {retry_after_ms} ms")]
-    Full { max_bytes: u64, retry_after_ms: u64 },
-    /// Events that could never fit, however empty the spool: retrying cannot help.
-    #[error("{bytes} bytes of events exceed the whole spool ({max_bytes} bytes)")]
-    TooLarge { bytes: u64, max_bytes: u64 },
-    /// The filesystem had no room for the write; nothing of it was kept, and the spool goes
-    /// on (HTTP 503 with Retry-After).
-    #[error("the spool's filesystem is full ({path}): retry later")]
-    DiskFull { path: PathBuf },
-    #[error("spool {op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: Arc<io::Error> },
-    #[error("spool segment {path} is corrupt: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
-    #[error("the spool has stopped after an earlier error: {0}")]
-    Failed(String),
-    #[error("the spool is closed")]
-    Closed,
-}
-
-impl SpoolError {
-    /// Whether a write failed for want of room on the filesystem (or in the quota).
-    fn is_storage_full(&self) -> bool {
-        matches!(self, SpoolError::Io { source, .. }
-            if matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded))
-    }
-
-    pub(crate) fn io<'a>(
-        op: &'static str,
-        path: &'a Path,
-    ) -> impl FnOnce(io::Error) -> SpoolError + 'a {
-        move |source| SpoolError::Io { op, path: path.to_owned(), source: Arc::new(source) }
-    }
-}
-
-/// How the spool is set up.
-#[derive(Debug, Clone)]
-pub struct SpoolOptions {
-    pub dir: PathBuf,
-    pub max_bytes: u64,
-    pub segment_bytes: u64,
-    pub full: SpoolFull,
-    /// The audit's host and window.
-    pub host: String,
-    pub window_ms: i64,
-}
-
-/// An event to spool.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub topic: Arc<str>,
-    pub time_ms: i64,
-    pub payload: Vec<u8>,
-}
-
-/// One segment file: records `base..end`.
-#[derive(Debug, Clone)]
-struct Segment {
-    base: u64,
-    end: u64,
-    bytes: u64,
-}
-
-#[derive(Debug)]
-struct State {
-    /// Oldest first; the last is the one being written.
-    segments: VecDeque<Segment>,
-    total_bytes: u64,
-    next_seq: u64,
-    /// Every seq below is acknowledged or dropped.
-    floor: u64,
-    acked_above: BTreeSet<u64>,
-    audit: AuditCounts,
-    /// The acknowledgement state changed since the last checkpoint.
-    dirty: bool,
-    /// Set when the writer hit an I/O error: the spool takes nothing more.
-    failed: Option<String>,
-}
-
-impl State {
-    fn is_done(&self, seq: u64) -> bool {
-        seq < self.floor || self.acked_above.contains(&seq)
-    }
-
-    fn advance_floor(&mut self) {
-        while self.acked_above.remove(&self.floor) {
-            self.floor += 1;
-        }
-    }
-}
-
-/// What the writer thread and the readers share.
-struct Shared {
-    segments_dir: PathBuf,
-    options: SpoolOptions,
-    state: Mutex<State>,
-    /// Every seq below the value is written and fsynced.
-    durable: watch::Sender<u64>,
-    metrics: Arc<Metrics>,
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn segment_path(&self, base: u64) -> PathBuf {
-        segment_path(&self.segments_dir, base)
-    }
-}
-
-fn segment_path(dir: &Path, base: u64) -> PathBuf {
-    dir.join(format!("{base:020}.spool"))
-}
-
-struct Append {
-    events: Vec<NewEvent>,
-    reply: oneshot::Sender<Result<u64, SpoolError>>,
-}
-
 /// The spool of one agent. Open one per directory.
 pub struct Spool {
     shared: Arc<Shared>,

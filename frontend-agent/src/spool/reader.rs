@@ -5,8 +5,9 @@ use std::fs::File;
 use std::io::BufReader;
 use std::sync::Arc;
 
+use super::error::SpoolError;
 use super::record::{self, Next, SpoolRecord};
-use super::{Shared, SpoolError};
+use super::state::Shared;
 
 /// Attempts to open the segment of a seq while `drop-oldest` deletes segments under us.
 const OPEN_ATTEMPTS_MAX: u32 = 3;

@@ -72,8 +72,9 @@ pub fn read(input: &mut impl Read, topics: &mut Vec<Arc<str>>) -> io::Result<Nex
         8 => {}
         _ => return Ok(Next::Invalid("truncated record header")),
     }
-    let length = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_be_bytes(head[4..].try_into().expect("4 bytes"));
+    let [l0, l1, l2, l3, c0, c1, c2, c3] = head;
+    let length = u32::from_be_bytes([l0, l1, l2, l3]) as usize;
+    let crc = u32::from_be_bytes([c0, c1, c2, c3]);
     if !(RECORD_OVERHEAD_BYTES - 8..=RECORD_BYTES_MAX).contains(&length) {
         return Ok(Next::Invalid("record length out of range"));
     }
@@ -84,9 +85,12 @@ pub fn read(input: &mut impl Read, topics: &mut Vec<Arc<str>>) -> io::Result<Nex
     if crc32fast::hash(&body) != crc {
         return Ok(Next::Invalid("record checksum mismatch"));
     }
-    let seq = u64::from_be_bytes(body[..8].try_into().expect("8 bytes"));
-    let time_ms = i64::from_be_bytes(body[8..16].try_into().expect("8 bytes"));
-    let topic_len = usize::from(u16::from_be_bytes(body[16..18].try_into().expect("2 bytes")));
+    let (Some(seq), Some(time_ms), Some(topic_len)) =
+        (protocol::u64_at(&body, 0), protocol::i64_at(&body, 8), protocol::u16_at(&body, 16))
+    else {
+        return Ok(Next::Invalid("record shorter than its header"));
+    };
+    let topic_len = usize::from(topic_len);
     let Some(topic) = body.get(18..18 + topic_len) else {
         return Ok(Next::Invalid("topic longer than the record"));
     };

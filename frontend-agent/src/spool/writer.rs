@@ -9,11 +9,26 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::{RETRY_AFTER_MS, SpoolError};
 use super::record::{self, Next};
-use super::{Append, Segment, Shared, SpoolError, State, segment_path};
+use super::state::{Segment, Shared, State, segment_path};
 use crate::config::SpoolFull;
 
 type Reply = oneshot::Sender<Result<u64, SpoolError>>;
+
+/// An event to spool.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub topic: Arc<str>,
+    pub time_ms: i64,
+    pub payload: Vec<u8>,
+}
+
+/// One call's events, queued for the writer thread, and where its answer goes.
+pub(super) struct Append {
+    pub(super) events: Vec<NewEvent>,
+    pub(super) reply: Reply,
+}
 
 /// Appends taken into one group commit at most.
 const APPENDS_PER_SYNC_MAX: usize = 256;
@@ -256,10 +271,8 @@ impl Writer {
             return Err(SpoolError::TooLarge { bytes, max_bytes: options.max_bytes });
         }
         let mut state = self.shared.lock();
-        let full = SpoolError::Full {
-            max_bytes: options.max_bytes,
-            retry_after_ms: super::RETRY_AFTER_MS,
-        };
+        let full =
+            SpoolError::Full { max_bytes: options.max_bytes, retry_after_ms: RETRY_AFTER_MS };
         while state.total_bytes + bytes > options.max_bytes {
             if options.full == SpoolFull::Block || state.segments.len() < 2 {
                 return Err(full);

@@ -6,7 +6,7 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 
 use super::http::{ApiError, Body, Flags, Path, Reply};
-use crate::compatibility::CompatibilityLevel;
+use crate::compatibility::{CompatibilityLevel, InvalidLevel};
 use crate::error::RegistryError;
 use crate::registry::Registry;
 
@@ -25,10 +25,9 @@ pub struct LevelUpdate {
 
 impl LevelUpdate {
     fn level(&self) -> Result<CompatibilityLevel, RegistryError> {
-        self.compatibility
-            .as_deref()
-            .ok_or_else(|| RegistryError::InvalidCompatibilityLevel("(missing)".to_owned()))?
-            .parse()
+        let name =
+            self.compatibility.as_deref().ok_or_else(|| InvalidLevel("(missing)".to_owned()))?;
+        Ok(name.parse()?)
     }
 }
 
