@@ -13,8 +13,8 @@ pub enum ConfigError {
     NotPositive { key: &'static str, value: i64 },
     #[error("{key} must not be negative, got {value}")]
     Negative { key: &'static str, value: i64 },
-    #[error("{key} must be between {min} and {max}, got {value}")]
-    OutOfRange { key: &'static str, min: u64, max: u64, value: u64 },
+    #[error(transparent)]
+    ZooKeeper(#[from] cluster::SessionTimeoutError),
     #[error("{key} must be at least {min}, got {value}")]
     TooSmall { key: &'static str, min: u32, value: u32 },
     #[error("live cluster {0:?} is not NAME=CONNECT (e.g. dc-a=127.0.0.1:2181/tributary/live-a)")]
@@ -56,7 +56,7 @@ impl std::str::FromStr for LiveCluster {
 const FETCH_BYTES_MIN: u32 = 64;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// ZooKeeper of the analytics cluster, whose `_audit` topic is read (binary only).
     pub zookeeper: Option<String>,
@@ -68,12 +68,10 @@ pub struct Config {
     pub http: String,
     /// Window length; must equal the window of every tier's records.
     pub audit_window_ms: i64,
-    /// ZooKeeper session timeout of every cluster connection (binary only).
-    pub zookeeper_session_timeout_ms: u64,
-    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
-    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
-    /// and owners among them) may be changed only with the same credentials; anyone reads them.
-    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+    /// `zookeeper_session_timeout_ms` and `zookeeper_auth_file` of every cluster connection
+    /// (binary only).
+    #[serde(flatten)]
+    pub zookeeper_session: cluster::ZooKeeperArgs,
     /// How long after a window closes its counts may still grow before a shortfall is loss.
     pub grace_ms: i64,
     /// The same for the `loader` tier, a batch job that counts a window only once a run has
@@ -95,19 +93,19 @@ pub struct Config {
     pub retry_backoff_max_ms: u64,
     /// Give verdicts after this long even if a source could not be read to its end by then.
     pub catch_up_max_ms: u64,
-    /// TLS to the brokers read and to an `https://` registry, trusting this CA; the client
-    /// certificate is `tls_cert`. Unset: plaintext.
-    pub tls_ca: Option<PathBuf>,
-    /// PEM certificate and key: the dashboard, API and metrics speak HTTPS (TLS 1.3) only, and
-    /// the audit's principal to the brokers.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// A client certificate signed by this CA lets a client in (principal: its CN).
-    pub tls_client_ca: Option<PathBuf>,
+    /// `tls_ca`: TLS to the brokers read and to an `https://` registry, trusting this CA.
+    /// `tls_cert` and `tls_key`: the dashboard, API and metrics speak HTTPS (TLS 1.3) only, and
+    /// the audit's principal to the brokers. `tls_client_ca`: a client certificate signed by
+    /// this CA lets a client in (principal: its CN).
+    #[serde(flatten)]
+    pub tls: service::tls::TlsArgs,
     /// A file holding a bearer token: a request without a client certificate must carry
     /// `Authorization: Bearer {token}` or the cookie a browser gets from `/?token={token}`.
     /// Unset: none needed.
     pub token_file: Option<PathBuf>,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 impl Default for Config {
@@ -118,8 +116,7 @@ impl Default for Config {
             registry: None,
             http: "127.0.0.1:8080".into(),
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
-            zookeeper_session_timeout_ms: 6_000,
-            zookeeper_auth_file: None,
+            zookeeper_session: cluster::ZooKeeperArgs::default(),
             grace_ms: 900_000,
             loader_grace_ms: None,
             history_ms: 7 * 24 * 3_600_000,
@@ -130,11 +127,9 @@ impl Default for Config {
             discovery_ms: 5_000,
             retry_backoff_max_ms: 5_000,
             catch_up_max_ms: 120_000,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
+            tls: service::tls::TlsArgs::default(),
             token_file: None,
+            unknown: service::config::Unknown,
         }
     }
 }
@@ -181,27 +176,10 @@ impl Config {
                 value: self.fetch_bytes,
             });
         }
-        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
-            return Err(ConfigError::OutOfRange {
-                key: "zookeeper_session_timeout_ms",
-                min: 1_000,
-                max: 60_000,
-                value: self.zookeeper_session_timeout_ms,
-            });
-        }
+        self.zookeeper_session.validate()?;
         self.live_clusters()?;
         self.server_tls().map_err(|e| ConfigError::Tls(e.to_string()))?;
         Ok(())
-    }
-
-    /// TLS to the brokers and the registry (files read), with `tls_ca`.
-    pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
-        service::tls::client_from_settings(
-            self.tls_ca.as_deref(),
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-        )
-        .map_err(|e| ConfigError::Tls(e.to_string()))
     }
 
     /// The listener's certificate files, if it speaks HTTPS: with a token file, a client
@@ -209,12 +187,7 @@ impl Config {
     pub fn server_tls(
         &self,
     ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
-        let files = service::tls::ServerTlsFiles::from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )?;
-        Ok(files.map(|files| service::tls::ServerTlsFiles {
+        Ok(self.tls.server_files()?.map(|files| service::tls::ServerTlsFiles {
             client_certificate_optional: self.token_file.is_some(),
             ..files
         }))

@@ -1,4 +1,4 @@
-//! The audit service (DESIGN.md, "Audit record"; LinkedIn's pipeline audit). Every tier of the
+//! The audit service (docs/design.md, "Audit record"; LinkedIn's pipeline audit). Every tier of the
 //! pipeline counts, per topic and time window, the events it passed on and publishes cumulative
 //! counts to `_audit`; this service balances the books. It reads `_audit` of the analytics
 //! cluster (agent, mirror and loader counts), counts the events present in each live cluster
@@ -94,7 +94,7 @@ pub async fn run(
             return Err(AuditError::DuplicateLive(name.clone()));
         }
     }
-    let client_tls = config.client_tls()?;
+    let client_tls = config.tls.client()?;
     let shared = Arc::new(Shared::new(config, 1 + live.len(), client_tls));
     let stop = shutdown.child_token();
     let tasks = TaskTracker::new();

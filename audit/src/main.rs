@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use audit::Config;
 use clap::Parser;
-use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use cluster::Coordinator;
 use schema_registry::RegistryClient;
 use serde::Serialize;
 use service::Failure;
@@ -17,6 +17,7 @@ use service::Failure;
 /// Reconciles per-window event counts of every pipeline tier and shows loss on a dashboard.
 #[derive(Debug, Parser, Serialize)]
 #[command(version, about)]
+#[command(mut_arg("tls_client_ca", |a| a.help("A client certificate signed by this CA lets a client in")))]
 struct Cli {
     /// TOML file whose keys are the flag names below (with `_` for `-`); flags override it.
     #[arg(long, value_name = "FILE")]
@@ -44,24 +45,12 @@ struct Cli {
     /// The same for the loader tier, a batch job: cover its run interval (default: --grace-ms).
     #[arg(long, value_name = "MS")]
     loader_grace_ms: Option<i64>,
-    /// ZooKeeper session timeout of every cluster connection [default: 6000].
-    #[arg(long, value_name = "MS")]
-    zookeeper_session_timeout_ms: Option<u64>,
-    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
-    #[arg(long, value_name = "FILE")]
-    zookeeper_auth_file: Option<std::path::PathBuf>,
-    /// TLS to the brokers and to an https registry, trusting this CA (client certificate:
-    /// --tls-cert).
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-    /// PEM certificate: with --tls-key, the dashboard, API and metrics speak HTTPS only.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// A client certificate signed by this CA lets a client in.
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    zookeeper_session: cluster::ZooKeeperArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::TlsArgs,
     /// A file with a bearer token: requests without a client certificate must send
     /// `Authorization: Bearer TOKEN`.
     #[arg(long, value_name = "FILE")]
@@ -83,32 +72,18 @@ fn start(cli: Cli) -> Result<(), Failure> {
     let zookeeper = required(&config.zookeeper, "--zookeeper (the analytics cluster)")?;
     let registry = required(&config.registry, "--registry")?;
     RegistryClient::new(&registry).map_err(Failure::usage)?;
-    config.client_tls().map_err(Failure::usage)?;
+    config.tls.client().map_err(Failure::usage)?;
     service::cli::run(serve(config, zookeeper, registry))
-}
-
-async fn connect(
-    connect: &str,
-    session_timeout_ms: u64,
-    auth_file: Option<&std::path::Path>,
-) -> anyhow::Result<Arc<dyn Coordinator>> {
-    let config = ZooKeeperConfig { session_timeout_ms, ..ZooKeeperConfig::new(connect) }
-        .with_digest_file(auth_file)?;
-    let zookeeper = ZooKeeper::connect(config)
-        .await
-        .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
-    Ok(zookeeper)
 }
 
 async fn serve(config: Config, zookeeper: String, registry: String) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
-    let registry = RegistryClient::with_tls(&registry, config.client_tls()?)?;
-    let session_timeout_ms = config.zookeeper_session_timeout_ms;
-    let auth = config.zookeeper_auth_file.clone();
-    let analytics = connect(&zookeeper, session_timeout_ms, auth.as_deref()).await?;
+    let registry = RegistryClient::with_tls(&registry, config.tls.client()?)?;
+    let analytics: Arc<dyn Coordinator> = config.zookeeper_session.connect(&zookeeper).await?;
     let mut live = Vec::new();
     for cluster in config.live_clusters()? {
-        let session = connect(&cluster.connect, session_timeout_ms, auth.as_deref()).await?;
+        let session: Arc<dyn Coordinator> =
+            config.zookeeper_session.connect(&cluster.connect).await?;
         live.push((cluster.name, session));
     }
     let listener = tokio::net::TcpListener::bind(&config.http)

@@ -97,7 +97,7 @@ impl Broker {
         session: Option<Arc<dyn Coordinator>>,
     ) -> Result<Arc<Broker>, BrokerError> {
         config.validate()?;
-        let tls = match config.server_tls()? {
+        let tls = match config.tls.server_files()? {
             Some(files) => Some(ServerTls::load(files)?),
             None => None,
         };

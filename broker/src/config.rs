@@ -68,7 +68,7 @@ impl std::fmt::Display for VisibleAfter {
 
 /// Everything a broker is configured with. Field names are the config file's keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct BrokerConfig {
     pub broker_id: i32,
     pub host: String,
@@ -124,11 +124,9 @@ pub struct BrokerConfig {
     pub metrics: Option<String>,
     /// ZooKeeper to register in, `host:port[,…][/chroot]`; unset runs standalone.
     pub zookeeper: Option<String>,
-    pub zookeeper_session_timeout_ms: u64,
-    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
-    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
-    /// and owners among them) may be changed only with the same credentials; anyone reads them.
-    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+    /// `zookeeper_session_timeout_ms` and `zookeeper_auth_file` of that session.
+    #[serde(flatten)]
+    pub zookeeper_session: cluster::ZooKeeperArgs,
     // Defaults of every topic's log; `CREATE_TOPIC` may override them per topic.
     pub segment_bytes: u64,
     pub segment_ms: u64,
@@ -138,17 +136,18 @@ pub struct BrokerConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
-    /// PEM certificate (chain) and key: the listener speaks TLS 1.3 only, and followers fetch
-    /// from their leaders over TLS with this certificate as theirs.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// Clients must present a certificate signed by this CA (mutual TLS); the principal is
-    /// the certificate's subject CN.
-    pub tls_client_ca: Option<PathBuf>,
-    /// The CA a follower checks its leaders' certificates with [default: `tls_client_ca`].
-    pub tls_ca: Option<PathBuf>,
+    /// `tls_cert` and `tls_key` (PEM certificate chain and key): the listener speaks TLS 1.3
+    /// only, and followers fetch from their leaders over TLS with this certificate as theirs.
+    /// `tls_client_ca`: clients must present a certificate signed by this CA (mutual TLS); the
+    /// principal is the certificate's subject CN. `tls_ca`: the CA a follower checks its
+    /// leaders' certificates with [default: `tls_client_ca`].
+    #[serde(flatten)]
+    pub tls: service::tls::TlsArgs,
     /// Allow only what this ACL file allows; the rest gets error 14. Unset: all allowed.
     pub acl_file: Option<PathBuf>,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 /// The settings of one partition's log.
@@ -196,8 +195,7 @@ impl Default for BrokerConfig {
             scrub_bytes_per_s: 16 << 20,
             metrics: None,
             zookeeper: None,
-            zookeeper_session_timeout_ms: 6_000,
-            zookeeper_auth_file: None,
+            zookeeper_session: cluster::ZooKeeperArgs::default(),
             segment_bytes: 1 << 30,
             segment_ms: 7 * DAY_MS,
             retention_ms: 7 * DAY_MS,
@@ -206,11 +204,9 @@ impl Default for BrokerConfig {
             flush_messages: 10_000,
             flush_ms: 1000,
             visible_after: VisibleAfter::Flush,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
-            tls_ca: None,
+            tls: service::tls::TlsArgs::default(),
             acl_file: None,
+            unknown: service::config::Unknown,
         }
     }
 }
@@ -223,14 +219,10 @@ impl BrokerConfig {
     pub fn from_file(path: &std::path::Path) -> Result<BrokerConfig, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|e| {
+        service::config::parse(&text).map_err(|(line, message)| {
             // One line: where it is, the line itself, and what is wrong with it.
-            let at = e.span().map(|span| {
-                let line = text[..span.start].matches('\n').count() + 1;
-                let source = text.lines().nth(line - 1).unwrap_or_default().trim();
-                format!(" line {line} `{source}`")
-            });
-            let message = format!("{}: {}", at.unwrap_or_default(), e.message());
+            let source = text.lines().nth(line - 1).unwrap_or_default().trim();
+            let message = format!(" line {line} `{source}`: {message}");
             ConfigError::Parse { path: path.into(), message }
         })
     }
@@ -297,16 +289,17 @@ impl BrokerConfig {
         if self.zookeeper.as_deref().is_some_and(str::is_empty) {
             return invalid("zookeeper", "must not be empty");
         }
-        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
+        if self.zookeeper_session.validate().is_err() {
             return invalid("zookeeper_session_timeout_ms", "must be between 1000 and 60000");
         }
         if self.retention_check_ms == 0 {
             return invalid("retention_check_ms", "must be at least 1");
         }
         let tls = self
-            .server_tls()
+            .tls
+            .server_files()
             .map_err(|e| ConfigError::Invalid { key: "tls_cert", reason: e.to_string() })?;
-        if tls.is_none() && self.tls_ca.is_some() {
+        if tls.is_none() && self.tls.tls_ca.is_some() {
             return invalid("tls_ca", "needs tls_cert and tls_key (a follower's own certificate)");
         }
         if tls.is_some() && self.zookeeper.is_some() && self.replica_tls().is_none() {
@@ -316,10 +309,10 @@ impl BrokerConfig {
             );
         }
         for (key, path) in [
-            ("tls_cert", &self.tls_cert),
-            ("tls_key", &self.tls_key),
-            ("tls_client_ca", &self.tls_client_ca),
-            ("tls_ca", &self.tls_ca),
+            ("tls_cert", &self.tls.tls_cert),
+            ("tls_key", &self.tls.tls_key),
+            ("tls_client_ca", &self.tls.tls_client_ca),
+            ("tls_ca", &self.tls.tls_ca),
             ("acl_file", &self.acl_file),
         ] {
             if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
@@ -329,21 +322,11 @@ impl BrokerConfig {
         self.log().validate()
     }
 
-    /// The listener's certificate files, if it speaks TLS.
-    pub fn server_tls(
-        &self,
-    ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
-        service::tls::ServerTlsFiles::from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )
-    }
-
     /// What a follower connects to its leader with: the CA it trusts and its own certificate.
     pub fn replica_tls(&self) -> Option<service::tls::ClientTlsFiles> {
-        let (cert, key) = (self.tls_cert.clone()?, self.tls_key.clone()?);
-        let ca = self.tls_ca.clone().or_else(|| self.tls_client_ca.clone())?;
+        let tls = &self.tls;
+        let (cert, key) = (tls.tls_cert.clone()?, tls.tls_key.clone()?);
+        let ca = tls.tls_ca.clone().or_else(|| tls.tls_client_ca.clone())?;
         Some(service::tls::ClientTlsFiles { ca, cert: Some(cert), key: Some(key) })
     }
 

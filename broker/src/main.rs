@@ -13,6 +13,10 @@ use service::Failure;
 /// A Tributary broker: partitioned append-only logs served over TCP.
 #[derive(Debug, Parser, Serialize)]
 #[command(version, about)]
+// A broker's `--tls-ca` is not its clients' but its followers' (trusting its leaders).
+#[command(mut_arg("tls_ca", |a| {
+    a.help("The CA followers check their leaders' certificates with [default: --tls-client-ca]")
+}))]
 struct Cli {
     /// TOML file whose keys are the flag names below (with `_` for `-`); flags override it.
     #[arg(long, value_name = "FILE")]
@@ -119,23 +123,12 @@ struct Cli {
     /// Register in this ZooKeeper (`host:port[,host:port…][/chroot]`); standalone without it.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
-    /// ZooKeeper session timeout.
-    #[arg(long, value_name = "MS")]
-    zookeeper_session_timeout_ms: Option<u64>,
-    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
-    #[arg(long, value_name = "FILE")]
-    zookeeper_auth_file: Option<std::path::PathBuf>,
-    /// PEM certificate: with --tls-key, the listener speaks TLS 1.3 only (SIGHUP reloads it).
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (mutual TLS; principal = subject CN).
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
-    /// The CA followers check their leaders' certificates with [default: --tls-client-ca].
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    zookeeper_session: cluster::ZooKeeperArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::TlsArgs,
     /// Allow only what this TOML file allows (error 14 for the rest).
     #[arg(long, value_name = "FILE")]
     acl_file: Option<PathBuf>,

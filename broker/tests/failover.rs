@@ -153,7 +153,7 @@ async fn a_leader_cut_off_from_zookeeper_acknowledges_nothing_once_fenced() {
     let cluster = TestCluster::start_with(3, move |c| {
         c.replica_lag_ms = 1_000;
         c.ack_timeout_ms = 3_000;
-        c.zookeeper_session_timeout_ms = 2_000;
+        c.zookeeper_session.zookeeper_session_timeout_ms = Some(2_000);
         if c.broker_id == ISOLATED {
             let connect = c.zookeeper.take().unwrap();
             let chroot = &connect[connect.find('/').unwrap()..];

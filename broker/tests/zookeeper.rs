@@ -24,7 +24,7 @@ async fn a_broker_registers_itself_and_creates_topics_in_the_cluster() {
     let broker = TestBroker::start_with(|c| {
         c.broker_id = 3;
         c.zookeeper = Some(connect.clone());
-        c.zookeeper_session_timeout_ms = 2_000;
+        c.zookeeper_session.zookeeper_session_timeout_ms = Some(2_000);
     })
     .await;
     let (session, registry) = observer(&connect).await;
@@ -140,7 +140,7 @@ async fn registration_comes_back_after_zookeeper_restarts() {
     let broker = TestBroker::start_with(|c| {
         c.broker_id = 2;
         c.zookeeper = Some(connect.clone());
-        c.zookeeper_session_timeout_ms = 2_000;
+        c.zookeeper_session.zookeeper_session_timeout_ms = Some(2_000);
     })
     .await;
     broker.connect().await.create_topic("kept", 2, &[]).await.unwrap();

@@ -7,7 +7,7 @@
 //! inside one process, for the all-in-one launcher and fast tests. It is not a distributed
 //! service and does not pretend to be one.
 //!
-//! [`Registry`] is the typed layout of `DESIGN.md` ("ZooKeeper layout") over either backend,
+//! [`Registry`] is the typed layout of `docs/design.md` ("ZooKeeper layout") over either backend,
 //! so that no other crate spells a path by hand.
 
 mod admin;
@@ -37,4 +37,7 @@ pub use partitions::{
 };
 pub use path::{join, validate_path};
 pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription, kafka_coordinator};
-pub use zookeeper::{Digest, ZooKeeper, ZooKeeperConfig};
+pub use zookeeper::{
+    ConnectError, Digest, SESSION_TIMEOUT_MS, SessionTimeoutError, ZooKeeper, ZooKeeperArgs,
+    ZooKeeperConfig,
+};

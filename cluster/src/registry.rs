@@ -1,4 +1,4 @@
-//! The typed layout of `DESIGN.md` ("ZooKeeper layout") over any [`Coordinator`]:
+//! The typed layout of `docs/design.md` ("ZooKeeper layout") over any [`Coordinator`]:
 //!
 //! | path | kind | value |
 //! |---|---|---|
@@ -48,7 +48,7 @@ pub enum RegistryError {
 }
 
 /// Where a broker listens: its own protocol on `port`, and Kafka's on `kafka_port` if it has
-/// a Kafka listener (DESIGN "Kafka protocol listener").
+/// a Kafka listener (`docs/design.md`, "Cluster registry").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerInfo {
     pub host: String,
@@ -74,7 +74,7 @@ impl BrokerInfo {
 
 /// The broker that coordinates the Kafka consumer group `group`, among `ids`, the brokers with
 /// a Kafka listener: the one the group id's 64-bit FNV-1a hash picks in id order. Every broker
-/// and `trib` compute it alike (DESIGN "Kafka protocol listener").
+/// and `trib` compute it alike (`docs/design.md`, "Kafka consumer groups on the listener").
 pub fn kafka_coordinator(group: &str, ids: impl IntoIterator<Item = i32>) -> Option<i32> {
     let mut ids: Vec<i32> = ids.into_iter().collect();
     ids.sort_unstable();
@@ -353,8 +353,8 @@ impl Registry {
         }
     }
 
-    // Offsets of Kafka consumer groups (DESIGN "Kafka protocol listener"): record numbers,
-    // apart from native groups' byte offsets.
+    // Offsets of Kafka consumer groups (`docs/design.md`, "Kafka consumer groups"): record
+    // numbers, apart from native groups' byte offsets.
 
     /// Records `record` as the next record Kafka group `group` consumes from `partition`.
     pub async fn commit_kafka_offset(

@@ -85,6 +85,78 @@ impl Digest {
     }
 }
 
+/// The ZooKeeper session settings every service that connects repeats, as flags and config
+/// keys: flattened into its `Cli` (`#[command(flatten)] #[serde(flatten)]`) and its `Config`
+/// (`#[serde(flatten)]`, see `service::config`). The connect string stays each binary's own
+/// flag, since what it names differs (the cluster to register in, the analytics cluster, a
+/// mirror's target and sources).
+///
+/// With `zookeeper_auth_file` the session authenticates, and the nodes it creates (group
+/// offsets and owners among them) may be changed only with the same credentials; anyone reads
+/// them.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize,
+)]
+#[serde(default)]
+pub struct ZooKeeperArgs {
+    /// ZooKeeper session timeout of every cluster connection [default: 6000].
+    #[arg(long, value_name = "MS")]
+    pub zookeeper_session_timeout_ms: Option<u64>,
+    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
+    #[arg(long, value_name = "FILE")]
+    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+}
+
+/// The session timeouts a service accepts, in ms.
+pub const SESSION_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1_000..=60_000;
+
+/// A ZooKeeper setting out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("zookeeper_session_timeout_ms must be between 1000 and 60000, not {0}")]
+pub struct SessionTimeoutError(pub u64);
+
+/// Opening a session failed (or reading its credentials).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to ZooKeeper at {connect}")]
+pub struct ConnectError {
+    pub connect: String,
+    #[source]
+    pub source: CoordError,
+}
+
+impl ZooKeeperArgs {
+    /// `zookeeper_session_timeout_ms`, 6000 unless given.
+    pub fn session_timeout_ms(&self) -> u64 {
+        self.zookeeper_session_timeout_ms.unwrap_or(ZooKeeperConfig::new("").session_timeout_ms)
+    }
+
+    /// The session timeout is within [`SESSION_TIMEOUT_MS`].
+    pub fn validate(&self) -> Result<(), SessionTimeoutError> {
+        let timeout = self.session_timeout_ms();
+        if SESSION_TIMEOUT_MS.contains(&timeout) {
+            Ok(())
+        } else {
+            Err(SessionTimeoutError(timeout))
+        }
+    }
+
+    /// How to reach `connect` (`host:port[,…][/chroot]`) with these settings, the credentials
+    /// file read.
+    pub fn config(&self, connect: &str) -> Result<ZooKeeperConfig, CoordError> {
+        let config = ZooKeeperConfig {
+            session_timeout_ms: self.session_timeout_ms(),
+            ..ZooKeeperConfig::new(connect)
+        };
+        config.with_digest_file(self.zookeeper_auth_file.as_deref())
+    }
+
+    /// Opens a session on `connect` with these settings.
+    pub async fn connect(&self, connect: &str) -> Result<Arc<ZooKeeper>, ConnectError> {
+        let failed = |source| ConnectError { connect: connect.to_owned(), source };
+        ZooKeeper::connect(self.config(connect).map_err(failed)?).await.map_err(failed)
+    }
+}
+
 /// What an authenticated session's nodes carry: everything for sessions with the same
 /// credentials, reading for anyone (brokers, groups and offsets are found by every client).
 static AUTHENTICATED_ACLS: [zk::Acl; 2] = [
@@ -461,5 +533,43 @@ impl Coordinator for ZooKeeper {
 
     fn session_events(&self) -> broadcast::Receiver<SessionEvent> {
         self.inner.events.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_settings_default_check_and_read_their_file() {
+        let args = ZooKeeperArgs::default();
+        assert_eq!(args.session_timeout_ms(), 6_000);
+        args.validate().unwrap();
+        let short = ZooKeeperArgs { zookeeper_session_timeout_ms: Some(999), ..args.clone() };
+        assert_eq!(short.validate(), Err(SessionTimeoutError(999)));
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("digest");
+        std::fs::write(&file, "user:secret\n").unwrap();
+        let args = ZooKeeperArgs {
+            zookeeper_session_timeout_ms: Some(2_000),
+            zookeeper_auth_file: Some(file),
+        };
+        let config = args.config("zk:2181/t").unwrap();
+        assert_eq!((config.connect.as_str(), config.session_timeout_ms), ("zk:2181/t", 2_000));
+        assert_eq!(config.digest, Some(Digest::new("user:secret").unwrap()));
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_credentials_file_fails_the_connection() {
+        let missing = ZooKeeperArgs {
+            zookeeper_auth_file: Some("/no/such/digest".into()),
+            ..ZooKeeperArgs::default()
+        };
+        let error = missing.connect("127.0.0.1:1").await.err().unwrap();
+        let text = format!("{error}: {}", std::error::Error::source(&error).unwrap());
+        assert!(
+            text.starts_with("cannot connect to ZooKeeper at 127.0.0.1:1: cannot read"),
+            "{text}"
+        );
     }
 }

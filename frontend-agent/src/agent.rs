@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ConfigError};
 use crate::event::{self, EncodedEvent, EventError, HeaderDefaults, Schemas, TopicSchema};
 use crate::metrics::Metrics;
+use crate::send_error::SendError;
 use crate::spool::{NewEvent, Spool, SpoolError, SpoolOptions};
 use crate::{audit, ship, tail};
 
@@ -39,30 +40,6 @@ pub enum AgentError {
     Spool(#[from] SpoolError),
     #[error("cannot start the producer: {0}")]
     Producer(#[from] client::ProducerError),
-}
-
-/// Why events were not accepted. Nothing of a refused call is accepted.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SendError {
-    /// Event `index` of the call is invalid (HTTP 400).
-    #[error("event {index}: {source}")]
-    Invalid { index: usize, source: EventError },
-    /// The topic's schema cannot be had right now (HTTP 503).
-    #[error("{0}")]
-    Unavailable(EventError),
-    /// The spool is full under `block` (HTTP 503 with Retry-After).
-    #[error("the spool is full; retry in {retry_after_ms} ms")]
-    Full { retry_after_ms: u64 },
-    /// The call's events are more than the whole spool holds: they never fit (HTTP 400).
-    #[error(
-        "the events of this call ({bytes} bytes encoded) exceed the whole spool ({max_bytes} bytes); send them in smaller calls"
-    )]
-    TooLarge { bytes: u64, max_bytes: u64 },
-    #[error(transparent)]
-    Spool(SpoolError),
-    #[error("the agent is shutting down")]
-    ShuttingDown,
 }
 
 struct Inner {
@@ -164,7 +141,13 @@ impl Agent {
             .tails()?
             .into_iter()
             .map(|spec| {
-                let tailer = tail::Tailer::new(agent.clone(), spec, config.tail_poll_ms);
+                let tailer = tail::Tailer::new(
+                    agent.clone(),
+                    Arc::clone(&metrics),
+                    &config.spool_dir,
+                    spec,
+                    config.tail_poll_ms,
+                );
                 tokio::spawn(tailer.run(agent.inner.stop_input.clone()))
             })
             .collect();
@@ -231,50 +214,6 @@ impl Agent {
             });
         }
         Ok(self.spool_events(spooled).await?)
-    }
-
-    /// Like [`Agent::send_batch`], but an invalid event is left out (and counted as rejected)
-    /// instead of refusing the call: for tailed files, where a bad line must not stop the rest.
-    /// Returns how many were accepted and the invalid ones.
-    pub(crate) async fn send_valid(
-        &self,
-        topic: &str,
-        events: &[Value],
-    ) -> Result<(usize, Vec<(usize, EventError)>), SendError> {
-        let inner = &self.inner;
-        if inner.closed.load(Ordering::Acquire) {
-            return Err(SendError::ShuttingDown);
-        }
-        let schema = match inner.schemas.get(topic).await {
-            Ok(schema) => schema,
-            Err(e) if e.is_bad_event() => {
-                inner.metrics.rejected.inc_by(events.len() as u64);
-                return Err(SendError::Invalid { index: 0, source: e });
-            }
-            Err(e) => return Err(SendError::Unavailable(e)),
-        };
-        let topic: Arc<str> = Arc::from(topic);
-        let now_ms = service::now_ms();
-        let mut spooled = Vec::with_capacity(events.len());
-        let mut invalid = Vec::new();
-        for (index, event) in events.iter().enumerate() {
-            match event::encode_event(
-                &schema,
-                event,
-                &inner.defaults,
-                now_ms,
-                inner.config.max_event_bytes,
-            ) {
-                Ok(encoded) => spooled.push(NewEvent {
-                    topic: Arc::clone(&topic),
-                    time_ms: encoded.time_ms,
-                    payload: encoded.payload,
-                }),
-                Err(e) => invalid.push((index, e)),
-            }
-        }
-        inner.metrics.rejected.inc_by(invalid.len() as u64);
-        Ok((self.spool_events(spooled).await?, invalid))
     }
 
     /// Spools already-validated events.
@@ -372,6 +311,52 @@ impl Agent {
             .await
             .expect("closing the spool does not panic")?;
         Ok(())
+    }
+}
+
+impl tail::Intake for Agent {
+    /// Like [`Agent::send_batch`], but an invalid event is left out (and counted as rejected)
+    /// instead of refusing the call: for tailed files, where a bad line must not stop the rest.
+    /// Returns how many were accepted and the invalid ones.
+    async fn send_valid(
+        &self,
+        topic: &str,
+        events: &[Value],
+    ) -> Result<(usize, Vec<(usize, EventError)>), SendError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(SendError::ShuttingDown);
+        }
+        let schema = match inner.schemas.get(topic).await {
+            Ok(schema) => schema,
+            Err(e) if e.is_bad_event() => {
+                inner.metrics.rejected.inc_by(events.len() as u64);
+                return Err(SendError::Invalid { index: 0, source: e });
+            }
+            Err(e) => return Err(SendError::Unavailable(e)),
+        };
+        let topic: Arc<str> = Arc::from(topic);
+        let now_ms = service::now_ms();
+        let mut spooled = Vec::with_capacity(events.len());
+        let mut invalid = Vec::new();
+        for (index, event) in events.iter().enumerate() {
+            match event::encode_event(
+                &schema,
+                event,
+                &inner.defaults,
+                now_ms,
+                inner.config.max_event_bytes,
+            ) {
+                Ok(encoded) => spooled.push(NewEvent {
+                    topic: Arc::clone(&topic),
+                    time_ms: encoded.time_ms,
+                    payload: encoded.payload,
+                }),
+                Err(e) => invalid.push((index, e)),
+            }
+        }
+        inner.metrics.rejected.inc_by(invalid.len() as u64);
+        Ok((self.spool_events(spooled).await?, invalid))
     }
 }
 

@@ -33,7 +33,7 @@ impl std::str::FromStr for SpoolFull {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// Schema registry base URL, e.g. `http://127.0.0.1:8081`.
     pub registry: String,
@@ -41,11 +41,9 @@ pub struct Config {
     pub brokers: Vec<String>,
     /// ZooKeeper `host:port[,…][/chroot]` of the live cluster, to find brokers in its registry.
     pub zookeeper: Option<String>,
-    pub zookeeper_session_timeout_ms: u64,
-    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
-    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
-    /// and owners among them) may be changed only with the same credentials; anyone reads them.
-    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+    /// `zookeeper_session_timeout_ms` and `zookeeper_auth_file` of that session.
+    #[serde(flatten)]
+    pub zookeeper_session: cluster::ZooKeeperArgs,
     /// Where the HTTP input and `/metrics` listen.
     pub http: String,
     /// The spool's directory: segments, acknowledged position, tail positions.
@@ -94,15 +92,15 @@ pub struct Config {
     /// How long shutdown waits for the spool to be acknowledged before leaving it for the next
     /// start.
     pub drain_timeout_ms: u64,
-    /// The CA the agent checks the brokers' and the registry's certificates with: TLS to
-    /// both. Unset: plaintext.
-    pub tls_ca: Option<PathBuf>,
-    /// The agent's certificate and key (PEM): its identity to brokers and registry (mutual
-    /// TLS), and, for its HTTP input, the server certificate (HTTPS only).
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// The HTTP input requires client certificates signed by this CA.
-    pub tls_client_ca: Option<PathBuf>,
+    /// `tls_ca`: the CA the agent checks the brokers' and the registry's certificates with
+    /// (TLS to both; unset: plaintext). `tls_cert` and `tls_key`: its identity to brokers and
+    /// registry (mutual TLS), and, for its HTTP input, the server certificate (HTTPS only).
+    /// `tls_client_ca`: the HTTP input requires client certificates signed by this CA.
+    #[serde(flatten)]
+    pub tls: service::tls::TlsArgs,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 impl Default for Config {
@@ -111,8 +109,7 @@ impl Default for Config {
             registry: String::new(),
             brokers: Vec::new(),
             zookeeper: None,
-            zookeeper_session_timeout_ms: 6_000,
-            zookeeper_auth_file: None,
+            zookeeper_session: cluster::ZooKeeperArgs::default(),
             http: "127.0.0.1:8090".to_owned(),
             spool_dir: PathBuf::from("/tmp/tributary-agent"),
             service: "frontend".to_owned(),
@@ -138,10 +135,8 @@ impl Default for Config {
             schema_refresh_ms: 60_000,
             retry_backoff_max_ms: 5_000,
             drain_timeout_ms: 10_000,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
+            tls: service::tls::TlsArgs::default(),
+            unknown: service::config::Unknown,
         }
     }
 }
@@ -219,36 +214,23 @@ impl Config {
         self.codec()?;
         self.tails()?;
         let tls = |e: service::tls::TlsError| ConfigError::Invalid(e.to_string());
-        let (ca, cert, key) =
-            (self.tls_ca.as_deref(), self.tls_cert.as_deref(), self.tls_key.as_deref());
-        if ca.is_some() {
-            service::tls::ClientTlsFiles::from_settings(ca, cert, key).map_err(tls)?;
+        if self.tls.tls_ca.is_some() {
+            self.tls.client_files().map_err(tls)?;
         }
-        service::tls::ServerTlsFiles::from_settings(cert, key, self.tls_client_ca.as_deref())
-            .map_err(tls)?;
+        self.tls.server_files().map_err(tls)?;
         Ok(())
     }
 
     /// TLS to the brokers and the registry (files read), with `tls_ca`.
     pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
-        service::tls::client_from_settings(
-            self.tls_ca.as_deref(),
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-        )
-        .map_err(|e| ConfigError::Invalid(e.to_string()))
+        self.tls.client().map_err(|e| ConfigError::Invalid(e.to_string()))
     }
 
     /// HTTPS for the input (files read), with `tls_cert` and `tls_key`.
     pub fn server_tls(
         &self,
     ) -> Result<Option<std::sync::Arc<service::tls::ServerTls>>, ConfigError> {
-        service::tls::server_from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )
-        .map_err(|e| ConfigError::Invalid(e.to_string()))
+        self.tls.server().map_err(|e| ConfigError::Invalid(e.to_string()))
     }
 
     /// For a process that finds brokers from its config (the binary): exactly one of `brokers`

@@ -3,7 +3,7 @@
 //!
 //! Frontend services hand events to the agent over HTTP ([`serve_http`]), by file
 //! (`--tail FILE=TOPIC`) or in-process ([`Agent::send_batch`]). Each event is validated against
-//! its topic's latest schema and encoded in the envelope (DESIGN.md, "Event envelope"),
+//! its topic's latest schema and encoded in the envelope (docs/design.md, "Event envelope"),
 //! appended to a durable spool ([`spool`]) before it is acknowledged to the caller, shipped by
 //! the batching producer to the live brokers, and removed once a broker acknowledged it. The
 //! agent publishes the audit's `agent` row: cumulative counts of acknowledged events per topic
@@ -17,6 +17,7 @@ mod encode_text;
 pub mod event;
 mod http;
 pub mod metrics;
+mod send_error;
 mod ship;
 pub mod simulate;
 pub mod spool;
@@ -24,9 +25,10 @@ mod tail;
 
 use std::sync::Arc;
 
-pub use agent::{Agent, AgentError, Brokers, SendError};
+pub use agent::{Agent, AgentError, Brokers};
 pub use config::{Config, ConfigError, SpoolFull};
 pub use http::serve_http;
+pub use send_error::SendError;
 pub use simulate::{SimReport, Target, simulate};
 
 /// Starts an agent, serves HTTP on `listener` until `shutdown`, then shuts the agent down

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use cluster::{ZooKeeper, ZooKeeperConfig};
 use frontend_agent::{Agent, Brokers, Config, SpoolFull, Target};
 use schema_registry::RegistryClient;
 use serde::Serialize;
@@ -46,24 +45,15 @@ struct ServeArgs {
     /// Find brokers in this ZooKeeper: host:port[,…][/chroot].
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
-    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
-    #[arg(long, value_name = "FILE")]
-    zookeeper_auth_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    zookeeper_session: cluster::ZooKeeperArgs,
     /// Where the HTTP input listens.
     #[arg(long, value_name = "HOST:PORT")]
     http: Option<String>,
-    /// TLS to the brokers and the registry, trusting this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-    /// The agent's certificate (PEM): its identity to brokers and registry, and with
-    /// --tls-key the HTTPS certificate of its input.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// The input requires client certificates signed by this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::TlsArgs,
     #[arg(long, value_name = "DIR")]
     spool_dir: Option<PathBuf>,
     /// header.service of events that name none.
@@ -164,12 +154,7 @@ impl ServeArgs {
                 ignored.join(", ")
             )));
         }
-        let files = service::tls::ClientTlsFiles::from_settings(
-            self.tls_ca.as_deref(),
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-        )
-        .map_err(Failure::usage)?;
+        let files = self.tls.client_files().map_err(Failure::usage)?;
         files.map(|f| service::tls::client_config(&f)).transpose().map_err(Failure::usage)
     }
 }
@@ -211,17 +196,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 async fn connect(config: &Config) -> anyhow::Result<(Arc<RegistryClient>, Brokers)> {
     let registry = Arc::new(RegistryClient::with_tls(&config.registry, config.client_tls()?)?);
     let brokers = match &config.zookeeper {
-        Some(connect) => {
-            let zk_config = ZooKeeperConfig {
-                session_timeout_ms: config.zookeeper_session_timeout_ms,
-                ..ZooKeeperConfig::new(connect.clone())
-            }
-            .with_digest_file(config.zookeeper_auth_file.as_deref())?;
-            let session = ZooKeeper::connect(zk_config)
-                .await
-                .with_context(|| format!("cannot reach ZooKeeper at {connect}"))?;
-            Brokers::Cluster(session)
-        }
+        Some(connect) => Brokers::Cluster(config.zookeeper_session.connect(connect).await?),
         None => Brokers::Addrs(config.brokers.clone()),
     };
     Ok((registry, brokers))

@@ -450,9 +450,9 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
     let (cert, key, ca) = (served.cert.clone(), served.key.clone(), pki.ca().to_owned());
     let acl_file = acl.clone();
     let broker = TestBroker::start_with(move |c| {
-        c.tls_cert = Some(cert);
-        c.tls_key = Some(key);
-        c.tls_client_ca = Some(ca);
+        c.tls.tls_cert = Some(cert);
+        c.tls.tls_key = Some(key);
+        c.tls.tls_client_ca = Some(ca);
         c.acl_file = Some(acl_file);
     })
     .await;

@@ -10,18 +10,15 @@ use serde::{Deserialize, Serialize};
 /// The smallest `row_group_bytes`: below it a row group is a handful of pages.
 pub const ROW_GROUP_BYTES_MIN: usize = 64 << 10;
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// Where to write: `file:///path`, `s3://bucket/prefix` or `memory://` (binary only).
     pub store: Option<String>,
     /// The analytics cluster's ZooKeeper, `host:port[,…][/chroot]` (binary only).
     pub zookeeper: Option<String>,
-    /// Its session timeout (binary only).
-    pub zookeeper_session_timeout_ms: u64,
-    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
-    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
-    /// and owners among them) may be changed only with the same credentials; anyone reads them.
-    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+    /// Its `zookeeper_session_timeout_ms` and `zookeeper_auth_file` (binary only).
+    #[serde(flatten)]
+    pub zookeeper_session: cluster::ZooKeeperArgs,
     /// The schema registry's URL (binary only).
     pub registry: Option<String>,
     /// `serve`: time between rounds, with a unit (`30s`, `5m`).
@@ -60,14 +57,15 @@ pub struct Config {
     pub audit: bool,
     /// Staged files not named by a commit are deleted once older than this.
     pub staging_grace_ms: u64,
-    /// TLS to the brokers and to an `https://` registry, trusting this CA. Unset: plaintext.
-    pub tls_ca: Option<PathBuf>,
-    /// The loader's certificate and key (PEM): its principal to the brokers (mutual TLS), and
-    /// the HTTPS certificate of `/metrics`.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// `/metrics` requires client certificates signed by this CA.
-    pub tls_client_ca: Option<PathBuf>,
+    /// `tls_ca`: TLS to the brokers and to an `https://` registry, trusting this CA (unset:
+    /// plaintext). `tls_cert` and `tls_key`: the loader's principal to the brokers (mutual
+    /// TLS), and the HTTPS certificate of `/metrics`, which with `tls_client_ca` requires
+    /// client certificates signed by that CA.
+    #[serde(flatten)]
+    pub tls: service::tls::TlsArgs,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 impl Default for Config {
@@ -75,8 +73,7 @@ impl Default for Config {
         Config {
             store: None,
             zookeeper: None,
-            zookeeper_session_timeout_ms: 6_000,
-            zookeeper_auth_file: None,
+            zookeeper_session: cluster::ZooKeeperArgs::default(),
             registry: None,
             interval: Duration::from_secs(60),
             metrics: None,
@@ -94,10 +91,8 @@ impl Default for Config {
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit: true,
             staging_grace_ms: 3_600_000,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
+            tls: service::tls::TlsArgs::default(),
+            unknown: service::config::Unknown,
         }
     }
 }
@@ -109,33 +104,13 @@ pub enum ConfigError {
     BadTopics(#[from] regex::Error),
     #[error("{field}: {reason}")]
     Invalid { field: &'static str, reason: &'static str },
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] service::tls::TlsError),
+    #[error(transparent)]
+    ZooKeeper(#[from] cluster::SessionTimeoutError),
 }
 
 impl Config {
-    /// TLS to the brokers and the registry (files read), with `tls_ca`.
-    pub fn client_tls(&self) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, ConfigError> {
-        service::tls::client_from_settings(
-            self.tls_ca.as_deref(),
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-        )
-        .map_err(|e| ConfigError::Tls(e.to_string()))
-    }
-
-    /// HTTPS for `/metrics` (files read), with `tls_cert` and `tls_key`.
-    pub fn server_tls(
-        &self,
-    ) -> Result<Option<std::sync::Arc<service::tls::ServerTls>>, ConfigError> {
-        service::tls::server_from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )
-        .map_err(|e| ConfigError::Tls(e.to_string()))
-    }
-
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason| Err(ConfigError::Invalid { field, reason });
         self.topic_filter()?;
@@ -166,9 +141,7 @@ impl Config {
         if self.audit_window_ms <= 0 {
             return invalid("audit_window_ms", "must be positive");
         }
-        if !(1_000..=60_000).contains(&self.zookeeper_session_timeout_ms) {
-            return invalid("zookeeper_session_timeout_ms", "must be between 1000 and 60000");
-        }
+        self.zookeeper_session.validate()?;
         Ok(())
     }
 

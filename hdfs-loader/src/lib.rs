@@ -3,7 +3,7 @@
 //! failed job run again neither loses nor duplicates). Here the warehouse is Parquet in an
 //! object store (a local directory, S3, HDFS through an S3 gateway), laid out for analysts in
 //! Hive partitions by `header.time`, with offsets kept in commit records beside the data
-//! (DESIGN.md, "Loader commit protocol") — never in ZooKeeper.
+//! (docs/design.md, "Loader commit protocol") — never in ZooKeeper.
 //!
 //! [`run_once`] is the hourly job, [`serve`] the same at an interval, [`status()`] what is
 //! committed and how far behind the logs it is.

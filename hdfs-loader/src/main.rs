@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use cluster::Coordinator;
 use hdfs_loader::Config;
 use schema_registry::RegistryClient;
 use serde::Serialize;
@@ -45,11 +45,9 @@ struct Common {
     /// The analytics cluster's ZooKeeper, `host:port[,…][/chroot]`.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
-    #[arg(long, value_name = "MS")]
-    zookeeper_session_timeout_ms: Option<u64>,
-    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
-    #[arg(long, value_name = "FILE")]
-    zookeeper_auth_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    zookeeper_session: cluster::ZooKeeperArgs,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -92,18 +90,9 @@ struct LoadArgs {
     audit: Option<bool>,
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
-    /// TLS to the brokers and to an https registry, trusting this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-    /// The loader's certificate (PEM): its principal to the brokers, and with --tls-key the
-    /// HTTPS certificate of /metrics.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// /metrics requires client certificates signed by this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::TlsArgs,
     /// Print the run's summary as JSON.
     #[arg(long)]
     #[serde(skip)]
@@ -156,8 +145,8 @@ fn config(common: &Common, flags: &impl Serialize, loads: bool) -> Result<Config
             .context("--registry URL is required")
             .map_err(Failure::Usage)?;
         RegistryClient::new(registry).map_err(Failure::usage)?;
-        config.client_tls().map_err(Failure::usage)?;
-        config.server_tls().map_err(Failure::usage)?;
+        config.tls.client().map_err(Failure::usage)?;
+        config.tls.server().map_err(Failure::usage)?;
     }
     Ok(config)
 }
@@ -181,23 +170,12 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
     let shutdown = service::shutdown::on_signal()?;
     let store = hdfs_loader::store_from_url(config.store.as_deref().expect("checked"))?;
     let coordinator: Option<Arc<dyn Coordinator>> = match &config.zookeeper {
-        Some(connect) => {
-            let zk = ZooKeeperConfig {
-                session_timeout_ms: config.zookeeper_session_timeout_ms,
-                ..ZooKeeperConfig::new(connect.clone())
-            }
-            .with_digest_file(config.zookeeper_auth_file.as_deref())?;
-            Some(
-                ZooKeeper::connect(zk)
-                    .await
-                    .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?,
-            )
-        }
+        Some(connect) => Some(config.zookeeper_session.connect(connect).await?),
         None => None,
     };
     if let Command::Status(_) = command {
         let cluster = coordinator.map(cluster::Registry::new);
-        let status = hdfs_loader::status(store, cluster.as_ref(), config.client_tls()?).await?;
+        let status = hdfs_loader::status(store, cluster.as_ref(), config.tls.client()?).await?;
         if json {
             println!("{}", serde_json::to_string_pretty(&status)?);
         } else {
@@ -207,7 +185,7 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
     }
     let coordinator = coordinator.expect("checked before the runtime started");
     let registry_url = config.registry.as_deref().expect("checked before the runtime started");
-    let registry = Arc::new(RegistryClient::with_tls(registry_url, config.client_tls()?)?);
+    let registry = Arc::new(RegistryClient::with_tls(registry_url, config.tls.client()?)?);
     if let Command::Serve(_) = command {
         let metrics = match &config.metrics {
             Some(addr) => {

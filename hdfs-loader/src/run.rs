@@ -63,7 +63,7 @@ impl Loader {
         config.validate()?;
         let host = config.host();
         let cluster = Registry::new(coordinator);
-        let tls = config.client_tls()?;
+        let tls = config.tls.client().map_err(crate::ConfigError::from)?;
         let audit = if config.audit {
             Some(LoaderAudit::new(
                 &host,
@@ -305,7 +305,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), LoadError> {
     let mut loader = Loader::new(config.clone(), coordinator, store, registry)?;
-    let metrics_tls = config.server_tls()?;
+    let metrics_tls = config.tls.server().map_err(crate::ConfigError::from)?;
     let metrics = metrics.map(|listener| {
         tokio::spawn(service::metrics::serve(
             listener,

@@ -3,7 +3,6 @@
 
 use events::audit::WINDOW_MS_DEFAULT;
 use regex::Regex;
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -27,15 +26,17 @@ pub enum ConfigError {
     NoSource,
     #[error("{0} is required")]
     Missing(&'static str),
-    #[error("{0}")]
-    Tls(String),
+    #[error(transparent)]
+    Tls(#[from] service::tls::TlsError),
+    #[error(transparent)]
+    ZooKeeper(#[from] cluster::SessionTimeoutError),
 }
 
 /// Everything a mirror is configured with; the keys are the binary's flag names. The
 /// connection settings (`source`, `target`, `registry`, `metrics`) are for the binary, which
 /// connects and binds; [`crate::Mirror::start`] is handed those already built.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// Live clusters to copy from, each `NAME=host:port[,…]/chroot` (binary only).
     pub source: Vec<String>,
@@ -45,12 +46,10 @@ pub struct Config {
     pub registry: Option<String>,
     /// Where `/metrics` listens, `HOST:PORT` (binary only).
     pub metrics: Option<String>,
-    /// ZooKeeper session timeout of every cluster connection (binary only).
-    pub zookeeper_session_timeout_ms: u64,
-    /// A file whose first line is the ZooKeeper digest credentials `user:password` of the
-    /// cluster connection: the session authenticates, and the nodes it creates (group offsets
-    /// and owners among them) may be changed only with the same credentials; anyone reads them.
-    pub zookeeper_auth_file: Option<std::path::PathBuf>,
+    /// `zookeeper_session_timeout_ms` and `zookeeper_auth_file` of every cluster connection
+    /// (binary only).
+    #[serde(flatten)]
+    pub zookeeper_session: cluster::ZooKeeperArgs,
     /// Consumer group on every source cluster.
     pub group: String,
     /// Copy only topics whose whole name matches this regular expression (all by default).
@@ -78,15 +77,15 @@ pub struct Config {
     pub metrics_refresh_ms: u64,
     /// On shutdown, wait this long for the target to acknowledge what is in flight.
     pub drain_timeout_ms: u64,
-    /// TLS to every broker (source and target) and to an `https://` registry, trusting this
-    /// CA. Unset: plaintext.
-    pub tls_ca: Option<std::path::PathBuf>,
-    /// The mirror's certificate and key (PEM): its principal to the brokers (mutual TLS), and
-    /// the HTTPS certificate of `/metrics`.
-    pub tls_cert: Option<std::path::PathBuf>,
-    pub tls_key: Option<std::path::PathBuf>,
-    /// `/metrics` requires client certificates signed by this CA.
-    pub tls_client_ca: Option<std::path::PathBuf>,
+    /// `tls_ca`: TLS to every broker (source and target) and to an `https://` registry,
+    /// trusting this CA. `tls_cert` and `tls_key`: the mirror's principal to the brokers
+    /// (mutual TLS), and the HTTPS certificate of `/metrics`, which with `tls_client_ca`
+    /// requires client certificates signed by that CA.
+    #[serde(flatten)]
+    pub tls: service::tls::TlsArgs,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 impl Default for Config {
@@ -96,8 +95,7 @@ impl Default for Config {
             target: None,
             registry: None,
             metrics: None,
-            zookeeper_session_timeout_ms: 6_000,
-            zookeeper_auth_file: None,
+            zookeeper_session: cluster::ZooKeeperArgs::default(),
             group: "mirror".into(),
             include: None,
             exclude: None,
@@ -110,35 +108,13 @@ impl Default for Config {
             audit_publish_ms: 5_000,
             metrics_refresh_ms: 5_000,
             drain_timeout_ms: 10_000,
-            tls_ca: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
+            tls: service::tls::TlsArgs::default(),
+            unknown: service::config::Unknown,
         }
     }
 }
 
 impl Config {
-    /// TLS to the brokers and the registry (files read), with `tls_ca`.
-    pub fn client_tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, ConfigError> {
-        service::tls::client_from_settings(
-            self.tls_ca.as_deref(),
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-        )
-        .map_err(|e| ConfigError::Tls(e.to_string()))
-    }
-
-    /// HTTPS for `/metrics` (files read), with `tls_cert` and `tls_key`.
-    pub fn server_tls(&self) -> Result<Option<Arc<service::tls::ServerTls>>, ConfigError> {
-        service::tls::server_from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )
-        .map_err(|e| ConfigError::Tls(e.to_string()))
-    }
-
     /// Checks every field and compiles the topic filter.
     pub fn validate(&self) -> Result<TopicFilter, ConfigError> {
         if self.group.is_empty() || self.group.contains('/') {
@@ -163,12 +139,7 @@ impl Config {
         range("audit_publish_ms", as_i64(self.audit_publish_ms), 10, 3_600_000)?;
         range("metrics_refresh_ms", as_i64(self.metrics_refresh_ms), 10, 3_600_000)?;
         range("drain_timeout_ms", as_i64(self.drain_timeout_ms), 0, 3_600_000)?;
-        range(
-            "zookeeper_session_timeout_ms",
-            as_i64(self.zookeeper_session_timeout_ms),
-            1_000,
-            60_000,
-        )?;
+        self.zookeeper_session.validate()?;
         Ok(TopicFilter {
             include: whole_name("include", self.include.as_deref())?,
             exclude: whole_name("exclude", self.exclude.as_deref())?,

@@ -90,8 +90,8 @@ impl Mirror {
                 min: 1,
                 max: i64::MAX,
             })?;
-        let tls = config.client_tls()?;
-        let metrics_tls = config.server_tls()?;
+        let tls = config.tls.client().map_err(ConfigError::from)?;
+        let metrics_tls = config.tls.server().map_err(ConfigError::from)?;
         let target_session = Arc::clone(&target);
         let target =
             target::Target::new(target, config.partitions, config.buffer_bytes, tls.clone())?;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use cluster::{Coordinator, ZooKeeper, ZooKeeperConfig};
+use cluster::Coordinator;
 use mirror::Config;
 use schema_registry::RegistryClient;
 use serde::Serialize;
@@ -74,24 +74,12 @@ struct Cli {
     /// On shutdown, wait this long for the target to acknowledge what is in flight [default: 10000].
     #[arg(long, value_name = "MS")]
     drain_timeout_ms: Option<u64>,
-    /// ZooKeeper session timeout of every cluster connection [default: 6000].
-    #[arg(long, value_name = "MS")]
-    zookeeper_session_timeout_ms: Option<u64>,
-    /// ZooKeeper digest credentials: FILE's first line, `user:password`.
-    #[arg(long, value_name = "FILE")]
-    zookeeper_auth_file: Option<std::path::PathBuf>,
-    /// TLS to every broker and to an https registry, trusting this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_ca: Option<PathBuf>,
-    /// The mirror's certificate (PEM): its principal to the brokers, and with --tls-key the
-    /// HTTPS certificate of /metrics.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// /metrics requires client certificates signed by this CA.
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    zookeeper_session: cluster::ZooKeeperArgs,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::TlsArgs,
 }
 
 fn main() -> ExitCode {
@@ -104,34 +92,21 @@ fn start(cli: Cli) -> Result<(), Failure> {
         service::config::load(cli.config.as_deref(), &cli).map_err(Failure::usage)?;
     config.validate().map_err(Failure::usage)?;
     config.connections().map_err(Failure::usage)?;
-    config.client_tls().map_err(Failure::usage)?;
-    config.server_tls().map_err(Failure::usage)?;
+    config.tls.client().map_err(Failure::usage)?;
+    config.tls.server().map_err(Failure::usage)?;
     service::cli::run(serve(config))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
     let mirror::Connections { sources, target, registry } = config.connections()?;
-    let session_timeout_ms = config.zookeeper_session_timeout_ms;
-    let auth_file = config.zookeeper_auth_file.clone();
-    let connect = |connect: String| {
-        let auth_file = auth_file.clone();
-        async move {
-            let mut config =
-                ZooKeeperConfig::new(connect.clone()).with_digest_file(auth_file.as_deref())?;
-            config.session_timeout_ms = session_timeout_ms;
-            let session: Arc<dyn Coordinator> = ZooKeeper::connect(config)
-                .await
-                .with_context(|| format!("cannot connect to ZooKeeper at {connect}"))?;
-            anyhow::Ok(session)
-        }
-    };
     let mut sessions = Vec::new();
     for (name, source) in sources {
-        sessions.push((name, connect(source).await?));
+        let session: Arc<dyn Coordinator> = config.zookeeper_session.connect(&source).await?;
+        sessions.push((name, session));
     }
-    let target = connect(target).await?;
-    let registry = RegistryClient::with_tls(&registry, config.client_tls()?)
+    let target = config.zookeeper_session.connect(&target).await?;
+    let registry = RegistryClient::with_tls(&registry, config.tls.client()?)
         .with_context(|| format!("bad registry URL {registry}"))?;
     let metrics = match &config.metrics {
         Some(addr) => {

@@ -13,7 +13,7 @@ pub const MAX_REQUEST_BYTES_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Everything the service needs to start. Field names are the TOML keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct Config {
     /// Address the binary binds (`run` takes an already bound listener).
     pub host: String,
@@ -33,14 +33,16 @@ pub struct Config {
     pub client_timeout_ms: u64,
     /// Directory of `.avsc` files to register at start, each as subject `{file stem}-value`.
     pub register_schemas: Option<PathBuf>,
-    /// PEM certificate and key: serve HTTPS (TLS 1.3) only.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
-    /// Clients must present a certificate signed by this CA (principal: its subject CN).
-    pub tls_client_ca: Option<PathBuf>,
+    /// `tls_cert` and `tls_key` (PEM): serve HTTPS (TLS 1.3) only. `tls_client_ca`: clients
+    /// must present a certificate signed by this CA (principal: its subject CN).
+    #[serde(flatten)]
+    pub tls: service::tls::ServerTlsArgs,
     /// Principals (globs, `*` any run of characters) that may write: register, delete, and
     /// change compatibility. Empty: every client may. Needs `tls_client_ca`.
     pub write_principals: Vec<String>,
+    /// Any other key: refused.
+    #[serde(flatten)]
+    pub unknown: service::config::Unknown,
 }
 
 impl Default for Config {
@@ -55,10 +57,9 @@ impl Default for Config {
             max_connections: service::http::MAX_CONNECTIONS,
             client_timeout_ms: service::http::CLIENT_TIMEOUT.as_millis() as u64,
             register_schemas: None,
-            tls_cert: None,
-            tls_key: None,
-            tls_client_ca: None,
+            tls: service::tls::ServerTlsArgs::default(),
             write_principals: Vec::new(),
+            unknown: service::config::Unknown,
         }
     }
 }
@@ -88,10 +89,7 @@ impl Config {
 
     /// Parses TOML text; on failure returns the 1-based line and a one-line message.
     fn from_toml(text: &str) -> Result<Config, (usize, String)> {
-        toml::from_str(text).map_err(|e: toml::de::Error| {
-            let line = e.span().map_or(1, |span| text[..span.start].matches('\n').count() + 1);
-            (line, e.message().replace('\n', " "))
-        })
+        service::config::parse(text)
     }
 
     /// Checks every value before the service starts.
@@ -123,8 +121,8 @@ impl Config {
         if self.client_timeout_ms == 0 {
             return Err(ConfigError::Invalid("client_timeout_ms must be at least 1".to_owned()));
         }
-        self.server_tls().map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        if !self.write_principals.is_empty() && self.tls_client_ca.is_none() {
+        self.tls.files().map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if !self.write_principals.is_empty() && self.tls.tls_client_ca.is_none() {
             return Err(ConfigError::Invalid(
                 "write_principals needs tls_client_ca: without client certificates nobody has a \
                  principal"
@@ -141,17 +139,6 @@ impl Config {
 
     pub fn client_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.client_timeout_ms)
-    }
-
-    /// The listener's certificate files, if it serves HTTPS.
-    pub fn server_tls(
-        &self,
-    ) -> Result<Option<service::tls::ServerTlsFiles>, service::tls::TlsError> {
-        service::tls::ServerTlsFiles::from_settings(
-            self.tls_cert.as_deref(),
-            self.tls_key.as_deref(),
-            self.tls_client_ca.as_deref(),
-        )
     }
 }
 
@@ -177,8 +164,11 @@ mod tests {
         let (line, message) = Config::from_toml("\n\ncompatibility = \"SIDEWAYS\"").unwrap_err();
         assert_eq!(line, 3);
         assert!(message.contains("SIDEWAYS"), "{message}");
-        let (_, message) = Config::from_toml("colour = \"blue\"").unwrap_err();
+        let (line, message) = Config::from_toml("port = 1\ncolour = \"blue\"").unwrap_err();
+        assert_eq!(line, 2);
         assert!(message.contains("colour"), "{message}");
+        let (line, message) = Config::from_toml("port = 1\n\ntls_cert = 7").unwrap_err();
+        assert_eq!(line, 3, "{message}");
     }
 
     #[test]

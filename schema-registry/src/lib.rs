@@ -69,10 +69,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
     config.validate()?;
-    let tls = match config.server_tls()? {
-        Some(files) => Some(service::tls::ServerTls::load(files)?),
-        None => None,
-    };
+    let tls = config.tls.load()?;
     let registry =
         Registry::open(&config.data_dir, config.compatibility).await.map_err(RunError::Open)?;
     if let Some(dir) = config.register_schemas.clone() {

@@ -46,14 +46,9 @@ struct Cli {
     /// Register every `.avsc` file in DIR at start, as subject `{file stem}-value`.
     #[arg(long, value_name = "DIR")]
     register_schemas: Option<PathBuf>,
-    /// PEM certificate: with --tls-key, serve HTTPS (TLS 1.3) only; SIGHUP reloads it.
-    #[arg(long, value_name = "FILE")]
-    tls_cert: Option<PathBuf>,
-    #[arg(long, value_name = "FILE")]
-    tls_key: Option<PathBuf>,
-    /// Require client certificates signed by this CA (principal: the subject CN).
-    #[arg(long, value_name = "FILE")]
-    tls_client_ca: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    tls: service::tls::ServerTlsArgs,
     /// Principals that may register, delete and set compatibility, comma separated (globs);
     /// others get 403. Needs --tls-client-ca.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
@@ -81,7 +76,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}:{}", config.host, config.port))?;
     let addr = listener.local_addr().context("cannot read the bound address")?;
     // Scripts and test fixtures read this line to learn the port (with `--port 0`).
-    let scheme = if config.tls_cert.is_some() { "https" } else { "http" };
+    let scheme = if config.tls.tls_cert.is_some() { "https" } else { "http" };
     println!("schema-registry listening on {scheme}://{addr}");
     schema_registry::run(listener, config, shutdown).await?;
     Ok(())

@@ -1,4 +1,4 @@
-//! TLS for every listener and client (`DESIGN.md`, "Security"), on rustls with its `ring`
+//! TLS for every listener and client (`docs/design.md`, "TLS"), on rustls with its `ring`
 //! provider — the one TLS stack and crypto provider of the workspace (reqwest's default,
 //! aws-lc-rs, is a large C build), which [`install_crypto_provider`] installs before the first
 //! config is made.
@@ -252,6 +252,105 @@ pub fn server_from_settings(
     client_ca: Option<&Path>,
 ) -> Result<Option<Arc<ServerTls>>, TlsError> {
     ServerTlsFiles::from_settings(cert, key, client_ca)?.map(ServerTls::load).transpose()
+}
+
+/// The TLS flags and config keys of a service that both serves and calls others (`tls_ca`,
+/// `tls_cert`, `tls_key`, `tls_client_ca`): flattened into its `Cli` (`#[command(flatten)]
+/// #[serde(flatten)]`) and its `Config` (`#[serde(flatten)]`). One certificate serves both
+/// roles: the listener's, and the service's principal to the servers it calls.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize,
+)]
+#[serde(default)]
+pub struct TlsArgs {
+    /// TLS to the brokers (and an https registry), trusting this CA [default: plaintext].
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// This service's certificate (PEM): with --tls-key, its listener speaks TLS 1.3 only,
+    /// and it is the service's principal (the subject CN) to the servers it calls.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// The listener requires client certificates signed by this CA (principal: the subject CN).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The client TLS, files read: `None` without `tls_ca` (the certificate may serve only
+    /// the listener, the service's clients staying plaintext).
+    pub fn client(&self) -> Result<Option<Arc<rustls::ClientConfig>>, TlsError> {
+        client_from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+    }
+
+    /// The client's files, strictly: a certificate without `tls_ca` is an error, not a
+    /// listener's only.
+    pub fn client_files(&self) -> Result<Option<ClientTlsFiles>, TlsError> {
+        ClientTlsFiles::from_settings(
+            self.tls_ca.as_deref(),
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+        )
+    }
+
+    /// The listener's settings.
+    pub fn server_args(&self) -> ServerTlsArgs {
+        ServerTlsArgs {
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_client_ca: self.tls_client_ca.clone(),
+        }
+    }
+
+    /// The listener's files: `None` without a certificate, an error for a half-given pair.
+    pub fn server_files(&self) -> Result<Option<ServerTlsFiles>, TlsError> {
+        self.server_args().files()
+    }
+
+    /// The listener's TLS, files read: `None` without a certificate.
+    pub fn server(&self) -> Result<Option<Arc<ServerTls>>, TlsError> {
+        self.server_args().load()
+    }
+}
+
+/// The TLS flags and config keys of a service that only serves (`tls_cert`, `tls_key`,
+/// `tls_client_ca`), flattened like [`TlsArgs`].
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, clap::Args, serde::Serialize, serde::Deserialize,
+)]
+#[serde(default)]
+pub struct ServerTlsArgs {
+    /// PEM certificate: with --tls-key, serve HTTPS (TLS 1.3) only; SIGHUP reloads it.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (principal: the subject CN).
+    #[arg(long, value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl ServerTlsArgs {
+    /// The files: `None` without a certificate, an error for a half-given pair.
+    pub fn files(&self) -> Result<Option<ServerTlsFiles>, TlsError> {
+        ServerTlsFiles::from_settings(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+        )
+    }
+
+    /// The TLS, files read: `None` without a certificate.
+    pub fn load(&self) -> Result<Option<Arc<ServerTls>>, TlsError> {
+        self.files()?.map(ServerTls::load).transpose()
+    }
 }
 
 /// A client's TLS configuration.
@@ -545,5 +644,22 @@ mod tests {
         assert!(ClientTlsFiles::from_settings(Some(p), None, None).unwrap().is_some());
         // A service's certificate without a CA is its listener's only: its clients stay plain.
         assert!(client_from_settings(None, Some(p), Some(p)).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_args_of_both_roles_share_one_certificate() {
+        let tls = TlsArgs {
+            tls_cert: Some("c.pem".into()),
+            tls_key: Some("k.pem".into()),
+            ..TlsArgs::default()
+        };
+        assert!(tls.client().unwrap().is_none(), "no CA: the listener's certificate only");
+        assert!(tls.client_files().is_err(), "strictly, a certificate needs a CA");
+        let files = tls.server_files().unwrap().unwrap();
+        assert_eq!((files.cert.to_str(), files.client_ca.as_deref()), (Some("c.pem"), None));
+        assert_eq!(tls.server_args().files().unwrap(), Some(files));
+        let half = ServerTlsArgs { tls_cert: Some("c.pem".into()), ..ServerTlsArgs::default() };
+        assert!(matches!(half.files(), Err(TlsError::Incomplete { key: "tls_cert", .. })));
+        assert!(ServerTlsArgs::default().load().unwrap().is_none());
     }
 }

@@ -70,9 +70,9 @@ impl TestCluster {
         let ca = pki.ca().to_owned();
         let mut cluster = TestCluster::start_with(0, move |c| {
             let identity = &identities[c.broker_id as usize];
-            c.tls_cert = Some(identity.cert.clone());
-            c.tls_key = Some(identity.key.clone());
-            c.tls_client_ca = Some(ca.clone());
+            c.tls.tls_cert = Some(identity.cert.clone());
+            c.tls.tls_key = Some(identity.key.clone());
+            c.tls.tls_client_ca = Some(ca.clone());
             c.acl_file = acl.clone();
         })
         .await;
@@ -123,7 +123,7 @@ impl TestCluster {
         move |c: &mut BrokerConfig| {
             c.broker_id = id;
             c.zookeeper = Some(connect);
-            c.zookeeper_session_timeout_ms = SESSION_TIMEOUT_MS;
+            c.zookeeper_session.zookeeper_session_timeout_ms = Some(SESSION_TIMEOUT_MS);
             c.num_partitions = 1;
             configure(c);
         }

@@ -79,7 +79,10 @@ pub struct Cluster {
 impl Cluster {
     /// A broker registered in its own chroot of the shared ZooKeeper.
     pub async fn start() -> Cluster {
-        let brokers = TestCluster::start_with(1, |c| c.zookeeper_session_timeout_ms = 2_000).await;
+        let brokers = TestCluster::start_with(1, |c| {
+            c.zookeeper_session.zookeeper_session_timeout_ms = Some(2_000)
+        })
+        .await;
         Cluster {
             connect: brokers.connect.clone(),
             coordinator: brokers.session().await,

@@ -49,14 +49,7 @@ impl Membership {
         let registration = match (session, &config.zookeeper) {
             (Some(session), _) => Registration::register_in(session, broker_id, info).await?,
             (None, Some(connect)) => {
-                Registration::register(
-                    connect,
-                    config.zookeeper_session_timeout_ms,
-                    config.zookeeper_auth_file.as_deref(),
-                    broker_id,
-                    info,
-                )
-                .await?
+                Registration::register(connect, &config.zookeeper_session, broker_id, info).await?
             }
             (None, None) => return Ok(None),
         };

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::{BrokerInfo, Coordinator, Registry, RegistryError, ZooKeeper, ZooKeeperConfig};
+use cluster::{BrokerInfo, Coordinator, Registry, RegistryError, ZooKeeper};
 
 pub(crate) struct Registration {
     broker_id: i32,
@@ -23,14 +23,12 @@ impl Registration {
     /// process held.
     pub(crate) async fn register(
         connect: &str,
-        session_timeout_ms: u64,
-        auth_file: Option<&std::path::Path>,
+        zookeeper: &cluster::ZooKeeperArgs,
         broker_id: i32,
         info: BrokerInfo,
     ) -> Result<Registration, RegistryError> {
-        let mut config = ZooKeeperConfig::new(connect).with_digest_file(auth_file)?;
-        config.session_timeout_ms = session_timeout_ms;
-        let session = ZooKeeper::connect(config).await?;
+        let session_timeout_ms = zookeeper.session_timeout_ms();
+        let session = ZooKeeper::connect(zookeeper.config(connect)?).await?;
         tracing::info!(zookeeper = %connect, "connected to ZooKeeper");
         let registry = Registry::new(session.clone());
         let timeout = 2 * Duration::from_millis(session_timeout_ms);

@@ -10,7 +10,7 @@ use cluster::{Coordinator, Embedded};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::DemoError;
+use super::error::DemoError;
 
 /// A running cluster.
 pub struct Cluster {
@@ -103,7 +103,7 @@ impl Cluster {
                 ..BrokerConfig::default()
             };
             if let Some(tls) = tls {
-                super::tls::apply!(config, tls.service(&broker_name(&spec.name, id)));
+                config.tls = tls.service(&broker_name(&spec.name, id));
             }
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| {
                 DemoError::Bind { what: format!("broker {}/{id}", spec.name), source: e }

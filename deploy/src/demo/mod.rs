@@ -13,6 +13,7 @@
 
 pub mod cluster;
 mod data_dir;
+mod error;
 pub mod registry;
 mod summary;
 pub mod tls;
@@ -25,6 +26,7 @@ use cluster::{Cluster, ClusterSpec, session};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use error::DemoError;
 pub use summary::{Summary, WindowVerdicts, duckdb_query};
 
 /// The event topics the simulators produce.
@@ -35,40 +37,6 @@ const ANALYTICS: &str = "analytics";
 const BROKERS_PER_CLUSTER: u32 = 2;
 /// Longest any one drain step may take before the demo gives up on it and says so.
 const DRAIN_STEP_MAX: Duration = Duration::from_secs(120);
-
-/// Why the demo could not run.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DemoError {
-    #[error("{path}: {source}")]
-    DataDir { path: PathBuf, source: std::io::Error },
-    #[error(
-        "{0} is not empty and was not made by `tributary demo`; give an empty or new directory with --data-dir"
-    )]
-    NotADemoDir(PathBuf),
-    #[error("cannot listen for the {what}: {source}")]
-    Bind { what: String, source: std::io::Error },
-    #[error("broker {id} of {cluster}: {source}")]
-    Broker { cluster: String, id: u32, source: broker::BrokerError },
-    #[error("coordination session in {chroot}: {source}")]
-    Coordination { chroot: String, source: ::cluster::CoordError },
-    #[error("schema registry: {0}")]
-    Registry(schema_registry::ClientError),
-    #[error("frontend agent: {0}")]
-    Agent(#[from] frontend_agent::AgentError),
-    #[error("mirror: {0}")]
-    Mirror(#[from] mirror::MirrorError),
-    #[error("loader: {0}")]
-    Loader(#[from] hdfs_loader::LoadError),
-    #[error("object store: {0}")]
-    Store(#[from] hdfs_loader::StoreUrlError),
-    #[error("audit service: {0}")]
-    Audit(String),
-    #[error("cannot write the summary to {path}: {source}")]
-    SummaryFile { path: PathBuf, source: std::io::Error },
-    #[error("TLS: {0}")]
-    Tls(String),
-}
 
 /// What `tributary demo` is asked to do.
 #[derive(Debug, Clone)]
@@ -208,7 +176,7 @@ impl Pipeline {
             ..hdfs_loader::Config::default()
         };
         if let Some(tls) = &tls {
-            tls::apply!(loader_config, tls.service("loader"));
+            loader_config.tls = tls.service("loader");
         }
         let loader = hdfs_loader::Loader::new(
             loader_config,
@@ -487,7 +455,7 @@ async fn start_agents(
             ..frontend_agent::Config::default()
         };
         if let Some(tls) = tls {
-            tls::apply!(config, tls.service(&format!("agent-{}", cluster.name)));
+            config.tls = tls.service(&format!("agent-{}", cluster.name));
         }
         let brokers = frontend_agent::Brokers::Cluster(session(embedded, &cluster.chroot)?);
         let agent =
@@ -517,7 +485,7 @@ async fn start_mirror(
         ..mirror::Config::default()
     };
     if let Some(tls) = tls {
-        tls::apply!(config, tls.service("mirror"));
+        config.tls = tls.service("mirror");
     }
     let sources = live
         .iter()
@@ -551,7 +519,7 @@ async fn start_audit(
         ..audit::Config::default()
     };
     if let Some(tls) = tls {
-        tls::apply!(config, tls.service("audit"));
+        config.tls = tls.service("audit");
         config.token_file = Some(tls.token_file());
     }
     let dashboard = match bind(&options.dashboard, "dashboard").await {

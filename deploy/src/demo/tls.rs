@@ -8,16 +8,13 @@ use std::sync::Arc;
 
 use crate::multiprocess::pki::{OPERATOR, PkiPaths};
 
-use super::DemoError;
+use super::error::DemoError;
 
 /// The demo's certificates.
 pub struct DemoTls {
     pki: PkiPaths,
     operator: Arc<rustls::ClientConfig>,
 }
-
-/// The TLS settings of one service: `(tls_ca, tls_cert, tls_key, tls_client_ca)`.
-pub type ServiceTls = (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>, Option<PathBuf>);
 
 impl DemoTls {
     /// Makes the CA and a certificate for each of `services` and the operator.
@@ -37,9 +34,14 @@ impl DemoTls {
 
     /// What `name` is configured with: it trusts the CA, presents its own certificate (on its
     /// listener and to the servers it calls), and requires clients to present one.
-    pub fn service(&self, name: &str) -> ServiceTls {
+    pub fn service(&self, name: &str) -> service::tls::TlsArgs {
         let pki = &self.pki;
-        (Some(pki.ca()), Some(pki.cert(name)), Some(pki.key(name)), Some(pki.ca()))
+        service::tls::TlsArgs {
+            tls_ca: Some(pki.ca()),
+            tls_cert: Some(pki.cert(name)),
+            tls_key: Some(pki.key(name)),
+            tls_client_ca: Some(pki.ca()),
+        }
     }
 
     /// The client TLS of the demo's own reads.
@@ -59,16 +61,3 @@ impl DemoTls {
         self.pki.read_token()
     }
 }
-
-/// Sets `tls_ca`, `tls_cert`, `tls_key` and `tls_client_ca` of a service's config from a
-/// [`DemoTls::service`] (all the services' configs name them alike).
-macro_rules! apply {
-    ($config:expr, $tls:expr) => {{
-        let (ca, cert, key, client_ca) = $tls;
-        $config.tls_ca = ca;
-        $config.tls_cert = cert;
-        $config.tls_key = key;
-        $config.tls_client_ca = client_ca;
-    }};
-}
-pub(crate) use apply;

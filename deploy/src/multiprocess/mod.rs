@@ -9,6 +9,7 @@
 //! `config/NAME.{toml,cfg}`, `data/NAME/`. `status` and `down` find the processes again from
 //! the same topology file and their pid files.
 
+mod error;
 pub mod pki;
 pub mod plan;
 pub mod process;
@@ -20,36 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
+pub use error::DeployError;
 use plan::Component;
 pub use process::State;
 use process::{Paths, Stopped};
-use topology::{Topology, TopologyError};
-
-/// What can go wrong running the deployment.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DeployError {
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("cannot find the directory of the running tributary: {0}")]
-    CurrentExe(std::io::Error),
-    #[error("{name}: program {program} not found ({hint})")]
-    MissingProgram { name: String, program: String, hint: String },
-    #[error("cannot start {program}: {source}")]
-    Spawn { program: String, source: std::io::Error },
-    #[error(
-        "{name} did not become ready: {reason}; stopped what this run started. Log {log}:\n{tail}"
-    )]
-    NotReady { name: String, reason: String, log: PathBuf, tail: String },
-    #[error("no process named {name:?} in this topology (see `tributary status`)")]
-    UnknownProcess { name: String },
-    #[error("cannot write to the terminal: {0}")]
-    Output(std::io::Error),
-    #[error(transparent)]
-    Pki(#[from] pki::PkiError),
-}
+use topology::Topology;
 
 /// A loaded topology and the processes it names.
 pub struct Deployment {

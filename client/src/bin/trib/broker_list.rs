@@ -8,6 +8,7 @@ use client::{OffsetTime, SimpleConsumer};
 use serde::Serialize;
 
 use crate::brokers::Brokers;
+use crate::context::Context;
 
 #[derive(Debug, Default, Serialize)]
 struct BrokerRow {
@@ -21,7 +22,7 @@ struct BrokerRow {
     log_bytes: i64,
 }
 
-pub async fn list(brokers: &Brokers, json: bool) -> anyhow::Result<()> {
+pub async fn list(brokers: &Brokers, context: &Context, json: bool) -> anyhow::Result<()> {
     let metadata = brokers.metadata(&[]).await?;
     let mut rows: BTreeMap<i32, BrokerRow> = metadata
         .brokers
@@ -34,8 +35,7 @@ pub async fn list(brokers: &Brokers, json: bool) -> anyhow::Result<()> {
             let size = match metadata.broker(p.leader) {
                 Some(leader) => {
                     let consumer =
-                        SimpleConsumer::connect(&leader.addr(), crate::tls::consumer_config())
-                            .await?;
+                        SimpleConsumer::connect(&leader.addr(), context.consumer_config()).await?;
                     let start = consumer.offsets(&topic.name, p.partition, OffsetTime::Earliest, 1);
                     let start = start.await?.first().copied().unwrap_or(0);
                     let end = consumer.offsets(&topic.name, p.partition, OffsetTime::Latest, 1);

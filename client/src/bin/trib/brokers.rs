@@ -1,16 +1,26 @@
 //! Where `trib` finds brokers: addresses given with `--brokers` (entry points into one
-//! cluster), or the broker registry of a ZooKeeper cluster given with `--zookeeper`. Every subcommand that takes
-//! [`crate::cli::BrokerArgs`] works with either.
+//! cluster), or the broker registry of a ZooKeeper cluster given with `--zookeeper`. Every
+//! subcommand that takes [`crate::cli::BrokerArgs`] works with either.
 
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
 use client::{BrokerSource, Connection, RegistryBrokers, StaticBrokers};
-use cluster::{Registry, ZooKeeper, ZooKeeperConfig};
+use cluster::Registry;
 use protocol::MetadataResponse;
 
+use crate::cli::BrokerArgs;
+use crate::context::Context;
+
 #[derive(Clone)]
-pub enum Brokers {
+pub struct Brokers {
+    found: Found,
+    /// What connections to them are made with.
+    context: Context,
+}
+
+#[derive(Clone)]
+enum Found {
     /// Broker (or load balancer) addresses.
     Static(Vec<String>),
     /// The registries of a cluster in ZooKeeper.
@@ -18,23 +28,23 @@ pub enum Brokers {
 }
 
 impl Brokers {
-    /// Opens a ZooKeeper session on `connect` (`host:port[,…][/chroot]`).
-    pub async fn zookeeper(
-        connect: &str,
-        auth_file: Option<&std::path::Path>,
-    ) -> anyhow::Result<Brokers> {
-        let config = ZooKeeperConfig::new(connect).with_digest_file(auth_file)?;
-        let session = ZooKeeper::connect(config)
-            .await
-            .with_context(|| format!("cannot reach ZooKeeper at {connect}"))?;
-        Ok(Brokers::Registry(Registry::new(session)))
+    /// The brokers `args` name: for `--zookeeper` (`host:port[,…][/chroot]`) this opens a
+    /// session, with the context's credentials.
+    pub async fn find(args: &BrokerArgs, context: &Context) -> anyhow::Result<Brokers> {
+        let found = match &args.zookeeper {
+            Some(connect) => {
+                Found::Registry(Registry::new(context.zookeeper().connect(connect).await?))
+            }
+            None => Found::Static(args.brokers.clone()),
+        };
+        Ok(Brokers { found, context: context.clone() })
     }
 
     /// The cluster's registries, for subcommands that only make sense with ZooKeeper.
     pub fn registry(&self) -> anyhow::Result<&Registry> {
-        match self {
-            Brokers::Registry(registry) => Ok(registry),
-            Brokers::Static(_) => {
+        match &self.found {
+            Found::Registry(registry) => Ok(registry),
+            Found::Static(_) => {
                 bail!(crate::Refused(
                     "this needs --zookeeper: it reads the cluster's registry".into()
                 ))
@@ -44,19 +54,19 @@ impl Brokers {
 
     /// The discovery source a producer uses.
     pub fn source(&self) -> Arc<dyn BrokerSource> {
-        match self {
-            Brokers::Static(addrs) => {
-                Arc::new(StaticBrokers::new(addrs.clone()).with_tls(crate::tls::config()))
+        match &self.found {
+            Found::Static(addrs) => {
+                Arc::new(StaticBrokers::new(addrs.clone()).with_tls(self.context.tls()))
             }
-            Brokers::Registry(registry) => Arc::new(RegistryBrokers::new(registry.clone())),
+            Found::Registry(registry) => Arc::new(RegistryBrokers::new(registry.clone())),
         }
     }
 
     /// Every broker address: in the order given, or by broker id.
     pub async fn addrs(&self) -> anyhow::Result<Vec<String>> {
-        match self {
-            Brokers::Static(addrs) => Ok(addrs.clone()),
-            Brokers::Registry(registry) => {
+        match &self.found {
+            Found::Static(addrs) => Ok(addrs.clone()),
+            Found::Registry(registry) => {
                 let brokers =
                     registry.brokers().await.context("cannot read the broker registry")?;
                 if brokers.is_empty() {
@@ -72,7 +82,7 @@ impl Brokers {
     pub async fn metadata(&self, topics: &[&str]) -> anyhow::Result<MetadataResponse> {
         let mut failures = Vec::new();
         for addr in self.addrs().await? {
-            match crate::tls::connect(&addr).await {
+            match self.context.connect(&addr).await {
                 Ok(conn) => match conn.metadata(topics).await {
                     Ok(metadata) => return Ok(metadata),
                     Err(e) => failures.push(e.to_string()),
@@ -95,7 +105,8 @@ impl Brokers {
             Some(leader) => leader.addr(),
             None => self.addrs().await?.into_iter().next().context("no broker address")?,
         };
-        crate::tls::connect(&addr)
+        self.context
+            .connect(&addr)
             .await
             .with_context(|| format!("cannot reach the leader of {topic}-{partition} at {addr}"))
     }

@@ -4,8 +4,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use client::OffsetTime;
 use protocol::{Acks, Codec};
 
-use crate::brokers::Brokers;
-
 #[derive(Debug, Parser)]
 #[command(name = "trib", version, about = "Produce, consume and inspect Tributary topics")]
 pub struct Cli {
@@ -13,16 +11,16 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     #[command(flatten)]
-    pub tls: TlsArgs,
+    pub connection: ConnectionArgs,
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// TLS to the brokers: every connection checks the brokers' certificates with `--tls-ca`;
-/// `--tls-cert` and `--tls-key` are this client's, for mutual TLS (its principal is the
-/// certificate's CN).
+/// What every connection is made with (`crate::context::Context` reads the files). TLS to the
+/// brokers: every connection checks the brokers' certificates with `--tls-ca`; `--tls-cert`
+/// and `--tls-key` are this client's, for mutual TLS (its principal is the certificate's CN).
 #[derive(Debug, Clone, Args)]
-pub struct TlsArgs {
+pub struct ConnectionArgs {
     /// Speak TLS to the brokers, trusting this CA (`tributary up`: {run_dir}/pki/ca.crt).
     #[arg(long, global = true, value_name = "PEM")]
     pub tls_ca: Option<std::path::PathBuf>,
@@ -205,7 +203,8 @@ fn parse_reset_to(s: &str) -> Result<ResetTo, String> {
     }
 }
 
-/// Where the brokers are. One of these flags is required.
+/// Where the brokers are (`crate::brokers::Brokers::find` finds them). One of these flags is
+/// required.
 #[derive(Debug, Clone, Args)]
 #[group(required = true, multiple = false)]
 pub struct BrokerArgs {
@@ -215,15 +214,6 @@ pub struct BrokerArgs {
     /// Find brokers (and consumer groups) in ZooKeeper: host:port[,host:port…][/chroot].
     #[arg(long, value_name = "ZK")]
     pub zookeeper: Option<String>,
-}
-
-impl BrokerArgs {
-    pub async fn brokers(&self) -> anyhow::Result<Brokers> {
-        match &self.zookeeper {
-            Some(connect) => Brokers::zookeeper(connect, crate::tls::zookeeper_auth_file()).await,
-            None => Ok(Brokers::Static(self.brokers.clone())),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

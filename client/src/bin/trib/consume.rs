@@ -12,16 +12,19 @@ use client::{
 };
 use futures::StreamExt;
 
+use crate::brokers::Brokers;
 use crate::cli::{ConsumeArgs, Start};
+use crate::context::Context;
 use crate::progress::Progress;
 
-pub async fn run(args: ConsumeArgs, json: bool) -> anyhow::Result<()> {
+pub async fn run(args: ConsumeArgs, context: &Context, json: bool) -> anyhow::Result<()> {
+    let brokers = Brokers::find(&args.brokers, context).await?;
     if let Some(group) = &args.group {
-        return run_group(&args, group, json).await;
+        return run_group(&args, &brokers, context, group, json).await;
     }
-    let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
+    let conn = brokers.connect_for(&args.topic, args.partition).await?;
     let config =
-        SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..crate::tls::consumer_config() };
+        SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..context.consumer_config() };
     let consumer = SimpleConsumer::with_connection(conn, config)?;
     let (topic, partition) = (args.topic.as_str(), args.partition);
     let mut offset = match args.offset {
@@ -112,8 +115,13 @@ fn printed(result: std::io::Result<()>) -> anyhow::Result<bool> {
 /// Consumes `args.topic` as a member of `group`: prints what the rebalance gives this member
 /// until `--max-messages`, `--idle-ms` without a message (unless `--follow`), or SIGINT/SIGTERM;
 /// then commits, releases its partitions and leaves the group.
-async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Result<()> {
-    let brokers = args.brokers.brokers().await?;
+async fn run_group(
+    args: &ConsumeArgs,
+    brokers: &Brokers,
+    context: &Context,
+    group: &str,
+    json: bool,
+) -> anyhow::Result<()> {
     let registry = brokers.registry()?.clone();
     let mut config = GroupConsumerConfig::new(group);
     config.auto_commit_ms = args.auto_commit_ms;
@@ -123,7 +131,7 @@ async fn run_group(args: &ConsumeArgs, group: &str, json: bool) -> anyhow::Resul
         OffsetReset::Smallest
     };
     config.fetch.fetch_bytes = args.fetch_bytes;
-    config.fetch.tls = crate::tls::config();
+    config.fetch.tls = context.tls();
     let consumer = GroupConsumer::connect(registry, config)?;
     let mut streams =
         consumer.create_message_streams(&BTreeMap::from([(args.topic.clone(), 1)])).await?;

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use client::group::lag::{LogEnds, PartitionLag, group_lag_with};
 use serde_json::json;
 
@@ -13,11 +13,12 @@ use client::{OffsetTime, SimpleConsumer};
 
 use crate::brokers::Brokers;
 use crate::cli::{GroupsCommand, ResetTo};
+use crate::context::Context;
 
-pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
+pub async fn run(command: GroupsCommand, context: &Context, json: bool) -> anyhow::Result<()> {
     match command {
         GroupsCommand::List { brokers } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             let registry = brokers.registry()?;
             let native = registry.groups().await.context("cannot read the consumer registry")?;
             let kafka = registry.kafka_groups().await.context("cannot read the Kafka groups")?;
@@ -34,7 +35,7 @@ pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
             Ok(())
         }
         GroupsCommand::Describe { brokers, group } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             let registry = brokers.registry()?;
             let native =
                 registry.group_topics(&group).await.context("cannot read the consumer registry")?;
@@ -44,19 +45,19 @@ pub async fn run(command: GroupsCommand, json: bool) -> anyhow::Result<()> {
                 anyhow::bail!(crate::Refused(format!("no consumer group {group}")));
             }
             if !native.is_empty() {
-                describe(registry, &group, json).await?;
+                describe(registry, context, &group, json).await?;
             }
             if !kafka.is_empty() {
-                describe_kafka(&brokers, &group, kafka, json).await?;
+                describe_kafka(&brokers, context, &group, kafka, json).await?;
             }
             Ok(())
         }
         GroupsCommand::Reset { brokers, group, topic, to, execute } => {
-            let brokers = brokers.brokers().await?;
-            reset(&brokers, &group, &topic, to, execute, json).await
+            let brokers = Brokers::find(&brokers, context).await?;
+            reset(&brokers, context, &group, &topic, to, execute, json).await
         }
         GroupsCommand::Delete { brokers, group, execute } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             delete(brokers.registry()?, &group, execute, json).await
         }
     }
@@ -73,6 +74,7 @@ struct Move {
 
 async fn reset(
     brokers: &Brokers,
+    context: &Context,
     group: &str,
     topic: &str,
     to: ResetTo,
@@ -87,7 +89,7 @@ async fn reset(
     let mut plan = Vec::new();
     for partition in partitions {
         let conn = brokers.connect_for(topic, partition).await?;
-        let consumer = SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
+        let consumer = SimpleConsumer::with_connection(conn, context.consumer_config())?;
         let log_start = consumer.earliest_offset(topic, partition).await?;
         let log_end = consumer.latest_offset(topic, partition).await?;
         let target = match to {
@@ -198,14 +200,19 @@ async fn delete(
     Ok(())
 }
 
-async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyhow::Result<()> {
+async fn describe(
+    registry: &cluster::Registry,
+    context: &Context,
+    group: &str,
+    json: bool,
+) -> anyhow::Result<()> {
     let topics = registry.group_topics(group).await.context("cannot read the consumer registry")?;
     let members = registry.consumers(group).await?;
     let mut owners = BTreeMap::new();
     for topic in &topics {
         owners.insert(topic.clone(), registry.owners(group, topic).await?);
     }
-    let mut ends = LogEnds::with_tls(crate::tls::config());
+    let mut ends = LogEnds::with_tls(context.tls());
     let rows = group_lag_with(&mut ends, registry, group, &topics).await?;
     let owner = |r: &PartitionLag| owners.get(&r.topic).and_then(|o| o.get(&r.partition)).cloned();
     if json {
@@ -256,10 +263,12 @@ async fn describe(registry: &cluster::Registry, group: &str, json: bool) -> anyh
     Ok(())
 }
 
-/// A Kafka-protocol group (DESIGN "Kafka protocol listener"): its offsets are record numbers,
-/// and its members and their assignment live with its coordinator, which this names.
+/// A Kafka-protocol group (docs/design.md, "Kafka consumer groups on the listener"): its
+/// offsets are record numbers, and its members and their assignment live with its
+/// coordinator, which this names.
 async fn describe_kafka(
     brokers: &Brokers,
+    context: &Context,
     group: &str,
     offsets: BTreeMap<String, BTreeMap<i32, i64>>,
     json: bool,
@@ -274,8 +283,7 @@ async fn describe_kafka(
             // The log end in records; `None` while the partition has no reachable leader.
             let end = async {
                 let conn = brokers.connect_for(topic, partition).await?;
-                let consumer =
-                    SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
+                let consumer = SimpleConsumer::with_connection(conn, context.consumer_config())?;
                 let byte_end = consumer.latest_offset(topic, partition).await?;
                 anyhow::Ok(consumer.record_number(topic, partition, byte_end).await?)
             };

@@ -12,20 +12,21 @@ mod broker_list;
 mod brokers;
 mod cli;
 mod consume;
+mod context;
 mod groups;
 mod offsets;
 mod partitions;
 mod produce;
 mod progress;
-mod tls;
 mod topics;
 
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use service::Failure;
 
 use cli::{Cli, Command};
+use context::Context;
 
 fn main() -> ExitCode {
     let cli: Cli = service::cli::parse("trib");
@@ -36,14 +37,14 @@ fn start(cli: Cli) -> Result<(), Failure> {
     // By default only errors, since a failure is reported anyway (`RUST_LOG=warn` shows
     // retries and unreachable brokers as they happen).
     service::logging::init("error").map_err(Failure::usage)?;
-    tls::init(&cli.tls)?;
+    let context = Context::new(&cli.connection)?;
     let intent = cli.command.intent();
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(run(cli)).map_err(|e| {
+    runtime.block_on(run(cli, &context)).map_err(|e| {
         if authorization_failed(&e) {
             // The broker says only "14"; who asked for what is known here.
             let (operation, topic) = intent.unwrap_or(("use", String::from("the cluster")));
-            let principal = tls::principal();
+            let principal = context.principal();
             Failure::Runtime(anyhow::anyhow!(
                 "authorization failed: principal {principal} may not {operation} topic {topic}"
             ))
@@ -91,17 +92,18 @@ fn refused(error: &anyhow::Error) -> bool {
     })
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli, context: &Context) -> anyhow::Result<()> {
     let json = cli.json;
     match cli.command {
-        Command::Produce(args) => produce::run(args, json).await,
-        Command::Consume(args) => consume::run(args, json).await,
-        Command::Topics { command } => topics::run(command, json).await,
-        Command::Offsets(args) => offsets::run(args, json).await,
-        Command::Groups { command } => groups::run(command, json).await,
+        Command::Produce(args) => produce::run(args, context, json).await,
+        Command::Consume(args) => consume::run(args, context, json).await,
+        Command::Topics { command } => topics::run(command, context, json).await,
+        Command::Offsets(args) => offsets::run(args, context, json).await,
+        Command::Groups { command } => groups::run(command, context, json).await,
         Command::Brokers { command: cli::BrokersCommand::List { brokers } } => {
-            broker_list::list(&brokers.brokers().await?, json).await
+            let brokers = brokers::Brokers::find(&brokers, context).await?;
+            broker_list::list(&brokers, context, json).await
         }
-        Command::Partitions { command } => partitions::run(command, json).await,
+        Command::Partitions { command } => partitions::run(command, context, json).await,
     }
 }

@@ -3,11 +3,14 @@
 
 use client::SimpleConsumer;
 
+use crate::brokers::Brokers;
 use crate::cli::OffsetsArgs;
+use crate::context::Context;
 
-pub async fn run(args: OffsetsArgs, json: bool) -> anyhow::Result<()> {
-    let conn = args.brokers.brokers().await?.connect_for(&args.topic, args.partition).await?;
-    let consumer = SimpleConsumer::with_connection(conn, crate::tls::consumer_config())?;
+pub async fn run(args: OffsetsArgs, context: &Context, json: bool) -> anyhow::Result<()> {
+    let brokers = Brokers::find(&args.brokers, context).await?;
+    let conn = brokers.connect_for(&args.topic, args.partition).await?;
+    let consumer = SimpleConsumer::with_connection(conn, context.consumer_config())?;
     let offsets = consumer.offsets(&args.topic, args.partition, args.time, args.max).await?;
     if json {
         let value = serde_json::json!({

@@ -6,16 +6,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::Context as _;
 use cluster::{
     PartitionMove, PartitionState, PreferredElection, ReassignmentPlan, Registry, TopicPartition,
 };
 use serde_json::json;
 
 use crate::Refused;
+use crate::brokers::Brokers;
 use crate::cli::PartitionsCommand;
+use crate::context::Context;
 
-pub async fn run(command: PartitionsCommand, json: bool) -> anyhow::Result<()> {
+pub async fn run(command: PartitionsCommand, context: &Context, json: bool) -> anyhow::Result<()> {
     match command {
         PartitionsCommand::Reassign {
             brokers,
@@ -25,7 +27,7 @@ pub async fn run(command: PartitionsCommand, json: bool) -> anyhow::Result<()> {
             verify,
             throttle_bytes_per_s,
         } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             let registry = brokers.registry()?;
             let moves = match (&plan, decommission) {
                 (Some(path), _) => read_plan(path)?,
@@ -38,7 +40,7 @@ pub async fn run(command: PartitionsCommand, json: bool) -> anyhow::Result<()> {
             reassign(registry, moves, execute, throttle_bytes_per_s, json).await
         }
         PartitionsCommand::ElectPreferred { brokers, topic, timeout_ms } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             elect_preferred(brokers.registry()?, topic.as_deref(), timeout_ms, json).await
         }
     }

@@ -4,19 +4,21 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use client::{BrokerSource, Partitioner, Producer, ProducerConfig};
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use crate::brokers::Brokers;
 use crate::cli::ProduceArgs;
+use crate::context::Context;
 use crate::progress::Progress;
 
 /// Messages accepted but not yet confirmed, at most; the producer's buffer bounds their bytes.
 const PENDING_MAX: usize = 100_000;
 
-pub async fn run(args: ProduceArgs, json: bool) -> anyhow::Result<()> {
+pub async fn run(args: ProduceArgs, context: &Context, json: bool) -> anyhow::Result<()> {
     let partitioner = match (args.partition, args.any_partition, args.key_field) {
         (Some(partition), _, _) => fixed_partition(partition),
         (None, true, _) => Partitioner::Any,
@@ -29,10 +31,10 @@ pub async fn run(args: ProduceArgs, json: bool) -> anyhow::Result<()> {
         batch_messages: args.batch_messages as usize,
         linger_ms: args.linger_ms,
         partitioner,
-        tls: crate::tls::config(),
+        tls: context.tls(),
         ..ProducerConfig::default()
     };
-    let source = args.brokers.brokers().await?.source();
+    let source = Brokers::find(&args.brokers, context).await?.source();
     if let Some(partition) = args.partition {
         require_partition(source.as_ref(), &args.topic, partition).await?;
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::Context as _;
 use client::{OffsetTime, SimpleConsumer};
 use protocol::{MetadataResponse, TopicMetadata};
 use serde_json::json;
@@ -13,12 +13,15 @@ use serde_json::json;
 use crate::Refused;
 use crate::brokers::Brokers;
 use crate::cli::TopicsCommand;
+use crate::context::Context;
 
-pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
+pub async fn run(command: TopicsCommand, context: &Context, json: bool) -> anyhow::Result<()> {
     match command {
-        TopicsCommand::List { brokers } => list(&brokers.brokers().await?, json).await,
+        TopicsCommand::List { brokers } => {
+            list(&Brokers::find(&brokers, context).await?, json).await
+        }
         TopicsCommand::Create { brokers, topic, partitions, replication_factor, configs } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             let mut configs: Vec<(String, String)> = configs;
             if let Some(factor) = replication_factor {
                 configs.push(("replication_factor".into(), factor.to_string()));
@@ -26,7 +29,7 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
             let configs: Vec<(&str, &str)> =
                 configs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
-            let conn = crate::tls::connect(&addr).await?;
+            let conn = context.connect(&addr).await?;
             match conn.create_topic(&topic, partitions, &configs).await {
                 Ok(()) => {}
                 Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
@@ -51,15 +54,16 @@ pub async fn run(command: TopicsCommand, json: bool) -> anyhow::Result<()> {
             Ok(())
         }
         TopicsCommand::Describe { brokers, topic } => {
-            describe(&brokers.brokers().await?, &topic, json).await
+            describe(&Brokers::find(&brokers, context).await?, context, &topic, json).await
         }
         TopicsCommand::Delete { brokers, topic, execute, timeout_ms } => {
-            let brokers = brokers.brokers().await?;
+            let brokers = Brokers::find(&brokers, context).await?;
             delete(brokers.registry()?, &topic, execute, Duration::from_millis(timeout_ms), json)
                 .await
         }
         TopicsCommand::Config { brokers, topic, set, unset } => {
-            config(&brokers.brokers().await?, &topic, set, unset, json).await
+            config(&Brokers::find(&brokers, context).await?, context, &topic, set, unset, json)
+                .await
         }
     }
 }
@@ -157,6 +161,7 @@ const FIXED_KEYS: [&str; 1] = ["replication_factor"];
 
 async fn config(
     brokers: &Brokers,
+    context: &Context,
     topic: &str,
     set: Vec<(String, String)>,
     unset: Vec<String>,
@@ -183,7 +188,7 @@ async fn config(
             set.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let count = before.partitions.len() as i32;
         let addr = brokers.addrs().await?.into_iter().next().context("no broker address")?;
-        let conn = crate::tls::connect(&addr).await?;
+        let conn = context.connect(&addr).await?;
         match conn.create_topic(topic, count, &configs).await {
             Ok(()) => {}
             Err(e) if e.code() == Some(protocol::ErrorCode::InvalidConfig) => {
@@ -242,7 +247,7 @@ fn replication_factor_of(topic: &TopicMetadata) -> usize {
     topic.partitions.first().map_or(0, |p| p.replicas.len())
 }
 
-async fn list(brokers: &crate::brokers::Brokers, json: bool) -> anyhow::Result<()> {
+async fn list(brokers: &Brokers, json: bool) -> anyhow::Result<()> {
     let metadata = brokers.metadata(&[]).await?;
     if json {
         let list: Vec<_> = metadata
@@ -274,11 +279,12 @@ async fn list(brokers: &crate::brokers::Brokers, json: bool) -> anyhow::Result<(
 }
 
 async fn leader_offsets(
+    context: &Context,
     addr: &str,
     topic: &str,
     partition: i32,
 ) -> anyhow::Result<(Option<i64>, Option<i64>)> {
-    let consumer = SimpleConsumer::connect(addr, crate::tls::consumer_config()).await?;
+    let consumer = SimpleConsumer::connect(addr, context.consumer_config()).await?;
     let first = consumer.offsets(topic, partition, OffsetTime::Earliest, 1).await?;
     let last = consumer.offsets(topic, partition, OffsetTime::Latest, 1).await?;
     Ok((first.first().copied(), last.first().copied()))
@@ -296,7 +302,8 @@ struct Row {
 }
 
 async fn describe(
-    brokers: &crate::brokers::Brokers,
+    brokers: &Brokers,
+    context: &Context,
     topic: &str,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -310,7 +317,7 @@ async fn describe(
         // A leader that cannot answer (it just died; the controller has not moved its
         // partitions yet) leaves its offsets unknown: describe is for incidents too.
         if let Some(leader) = metadata.broker(p.leader) {
-            match leader_offsets(&leader.addr(), topic, p.partition).await {
+            match leader_offsets(context, &leader.addr(), topic, p.partition).await {
                 Ok(found) => (earliest, latest) = found,
                 Err(e) => {
                     tracing::warn!(partition = p.partition, error = %e, "no offsets from the leader")
