@@ -62,9 +62,9 @@ pub struct Listeners {
 impl Listeners {
     /// Binds `host:port`, and `kafka_host:kafka_port` when `kafka_port` is set.
     pub async fn bind(config: &BrokerConfig) -> std::io::Result<Listeners> {
-        let native = TcpListener::bind(config.listen_addr()).await?;
+        let native = listener::bind(&config.listen_addr()).await?;
         let kafka = match config.kafka_listen_addr() {
-            Some(addr) => Some(TcpListener::bind(addr).await?),
+            Some(addr) => Some(listener::bind(&addr).await?),
             None => None,
         };
         Ok(Listeners { native, kafka })

@@ -22,7 +22,7 @@ const NON_READERS: usize = 500;
 /// Fetches each non-reader pipelines: far more than its socket buffers hold.
 const FETCHES_PER_NON_READER: usize = 16;
 const MAX_CONNECTIONS: usize = 4_096;
-/// Long enough for every connection to be opened before the first is timed out.
+/// Long enough for every connection's stall to be written before the first is timed out.
 const CLIENT_TIMEOUT_MS: u64 = 15_000;
 const REQUEST_MEMORY_BYTES: u64 = 64 << 20;
 /// Threads opening the connections.
@@ -77,36 +77,57 @@ fn half_requests_and_unread_fetches_neither_starve_a_consumer_nor_grow_the_broke
     let idle = runtime.block_on(fetch_latencies(&consumer, 200));
     let rss_before = peak_rss(process.child.id());
 
+    // First every connection, idle: an idle client is never timed out, so however long the
+    // connects take on a busy machine, the broker holds max_connections of them at once and
+    // refuses the rest. (Opened with their requests half sent, a slow run saw the first time
+    // out before the last came, and so no refusal.)
     let started = Instant::now();
-    let held: Vec<TcpStream> = std::thread::scope(|scope| {
+    let total = NON_READERS + HALF_REQUESTS;
+    let connected: Vec<(usize, TcpStream)> = std::thread::scope(|scope| {
         let openers: Vec<_> = (0..OPENERS)
             .map(|opener| {
                 let addr = addr.as_str();
                 scope.spawn(move || {
-                    let mut held = Vec::new();
-                    for i in (opener..NON_READERS + HALF_REQUESTS).step_by(OPENERS) {
-                        let bytes = if i < NON_READERS {
-                            pipelined_fetches(i)
-                        } else if i % 2 == 0 {
-                            // A FETCH of 40 bytes announced, 10 of them sent.
-                            vec![0, 0, 0, 40, 0, 1, 0, 5, b'v', b'i', b'e', b'w', b's', 0]
-                        } else {
-                            // A PRODUCE of 1 MiB announced, 64 KiB of it sent.
-                            let mut bytes = vec![0; 64 << 10];
-                            bytes[..4].copy_from_slice(&(1u32 << 20).to_be_bytes());
-                            bytes
-                        };
-                        let Ok(mut stream) = TcpStream::connect(addr) else { continue };
-                        if stream.write_all(&bytes).is_ok() {
-                            held.push(stream);
-                        }
-                    }
-                    held
+                    (opener..total)
+                        .step_by(OPENERS)
+                        .filter_map(|i| Some((i, TcpStream::connect(addr).ok()?)))
+                        .collect::<Vec<_>>()
                 })
             })
             .collect();
         openers.into_iter().flat_map(|opener| opener.join().unwrap()).collect()
     });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let samples = parse(&scrape(&metrics_addr));
+        let open = value(&samples, "tributary_broker_connections_open", &[]);
+        let refused = value(&samples, "tributary_broker_connections_refused_total", &[]);
+        // The consumer's connection is one of the open ones.
+        if open + refused >= connected.len() as f64 + 1.0 {
+            assert_eq!(open, MAX_CONNECTIONS as f64, "max_connections held at once");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} open, {refused} refused after 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Then each one stalls: half a request, or fetches it never reads.
+    let held: Vec<TcpStream> = connected
+        .into_iter()
+        .filter_map(|(i, mut stream)| {
+            let bytes = if i < NON_READERS {
+                pipelined_fetches(i)
+            } else if i % 2 == 0 {
+                // A FETCH of 40 bytes announced, 10 of them sent.
+                vec![0, 0, 0, 40, 0, 1, 0, 5, b'v', b'i', b'e', b'w', b's', 0]
+            } else {
+                // A PRODUCE of 1 MiB announced, 64 KiB of it sent.
+                let mut bytes = vec![0; 64 << 10];
+                bytes[..4].copy_from_slice(&(1u32 << 20).to_be_bytes());
+                bytes
+            };
+            stream.write_all(&bytes).is_ok().then_some(stream)
+        })
+        .collect();
     let opened = started.elapsed();
     let loaded = runtime.block_on(fetch_latencies(&consumer, 200));
     let rss = peak_rss(process.child.id());
