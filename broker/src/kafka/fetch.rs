@@ -284,6 +284,11 @@ pub async fn list_offsets(
                     continue;
                 }
             };
+            if timestamp == -1 {
+                // The high watermark of a leader that has just taken over can lag what its
+                // predecessor acknowledged: wait (at most replica_lag_ms) for it to settle.
+                client.node.settle(&topic, partition).await;
+            }
             let found = tokio::task::spawn_blocking(move || offset_for(&p, timestamp)).await;
             answers.push(match found {
                 Ok(Ok(offset)) => answer(code::NONE, offset),

@@ -43,7 +43,7 @@ impl Connection {
         let node = Arc::clone(&self.node);
         let started = Instant::now();
         node.metrics().request(RequestKind::fetch, 1);
-        match node.plan_fetch(&f) {
+        match node.plan_fetch_settled(&f).await {
             Ok(slice) => {
                 let len = slice.as_ref().map_or(0, |s| s.len as usize);
                 encode_response_header(&mut self.output, len, ErrorCode::None);
@@ -82,7 +82,10 @@ impl Connection {
         kind: RequestKind,
         fetches: &[FetchRequest],
     ) -> io::Result<()> {
-        let parts: Vec<_> = fetches.iter().map(|f| self.node.plan_fetch(f)).collect();
+        let mut parts = Vec::with_capacity(fetches.len());
+        for fetch in fetches {
+            parts.push(self.node.plan_fetch_settled(fetch).await);
+        }
         let part_len = |p: &Result<Option<FileSlice>, ErrorCode>| match p {
             Ok(Some(slice)) => slice.len as usize,
             _ => 0,

@@ -23,6 +23,32 @@ impl Node {
         })
     }
 
+    /// [`Node::plan_fetch`], but a fetch that finds nothing past a new leader's high
+    /// watermark, or asks past it, waits until the leader has settled (at most
+    /// `replica_lag_ms`; see `Leader::settle`) and is planned again: right after a leader
+    /// change, the HW can lag writes the old leader acknowledged.
+    pub async fn plan_fetch_settled(
+        &self,
+        fetch: &FetchRequest,
+    ) -> Result<Option<FileSlice>, ErrorCode> {
+        match self.plan_fetch(fetch) {
+            Ok(None) | Err(ErrorCode::OffsetOutOfRange)
+                if self.settle(&fetch.topic, fetch.partition).await =>
+            {
+                self.plan_fetch(fetch)
+            }
+            planned => planned,
+        }
+    }
+
+    /// Waits until the leader of `partition` here has settled (`Leader::settle`), at most
+    /// `replica_lag_ms`; whether it waited.
+    pub async fn settle(&self, topic: &str, partition: i32) -> bool {
+        let Ok(replica) = self.replicas.replica(topic, partition) else { return false };
+        let Some(leader) = self.replicas.leader_of(&replica) else { return false };
+        leader.settle(self.config().replica_lag()).await
+    }
+
     /// A watch of the visible end of a long-poll fetch's partition; an error for a fetch that
     /// is answered with one at once.
     pub fn watch_fetch(&self, fetch: &FetchRequest) -> Result<watch::Receiver<u64>, ErrorCode> {
@@ -47,6 +73,9 @@ impl Node {
         time: i64,
         max_number: i32,
     ) -> Result<Vec<i64>, ErrorCode> {
+        if time == protocol::OFFSETS_LATEST {
+            self.settle(topic, partition).await;
+        }
         let partition = self.replicas.led(topic, partition)?;
         match time {
             protocol::OFFSETS_LATEST => Ok(vec![partition.visible_end() as i64]),

@@ -50,6 +50,10 @@ pub(crate) struct Leader {
     state: Mutex<State>,
     /// The HW, for producers that wait for it.
     high_watermark: watch::Sender<u64>,
+    /// The log end when the leadership began. Every write acknowledged to `acks` all before
+    /// then is in this log (it was in the ISR), at or below this end; until the HW reaches
+    /// it, the HW is the one this broker had as a follower and may not show all of them.
+    epoch_start: u64,
     /// Cancelled when the leadership ends; stops its lag checks.
     pub(crate) ended: CancellationToken,
     metrics: Arc<Metrics>,
@@ -118,6 +122,7 @@ impl Leader {
             replica_lag,
             state: Mutex::new(State { replicas: leadership.replicas, isr, recorded, followers }),
             high_watermark: watch::Sender::new(hw),
+            epoch_start: end,
             ended: CancellationToken::new(),
             metrics,
             store,
@@ -355,6 +360,26 @@ impl Leader {
     pub(crate) fn appended(&self) {
         let state = self.state();
         self.advance_high_watermark(&state);
+    }
+
+    /// Waits, at most `max_wait`, until the HW reaches the log end this leader had when its
+    /// leadership began: once its followers have fetched in its epoch. A read that found
+    /// nothing past the HW (or asked past it) waits for this before it is answered, so that a
+    /// client reading its own acknowledged writes right after a leader change is not told the
+    /// log ends short of them. Returns whether it waited; at once for a settled leader.
+    pub(crate) async fn settle(&self, max_wait: Duration) -> bool {
+        let mut hw = self.high_watermark.subscribe();
+        if *hw.borrow_and_update() >= self.epoch_start {
+            return false;
+        }
+        tokio::select! {
+            _ = hw.wait_for(|&hw| hw >= self.epoch_start) => {}
+            () = self.ended.cancelled() => {}
+            // A follower that does not fetch leaves the ISR within `replica_lag`, and the HW
+            // moves without it.
+            () = tokio::time::sleep(max_wait) => {}
+        }
+        true
     }
 
     /// Waits until every in-sync replica has the log up to `end`.
