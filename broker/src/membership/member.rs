@@ -24,6 +24,9 @@ use crate::replication::scrub::RepairSource;
 /// How long a topic's creator waits for this broker to take up its roles in it.
 const TOPIC_READY_WAIT: Duration = Duration::from_secs(5);
 
+/// How long joining waits for the first view of the cluster before the broker serves.
+const FIRST_VIEW_WAIT: Duration = Duration::from_secs(30);
+
 pub struct Membership {
     broker_id: i32,
     registration: Registration,
@@ -58,6 +61,15 @@ impl Membership {
         let (tasks, stop) = (TaskTracker::new(), replicas.stopping().child_token());
         tasks.spawn(Arc::clone(&manager).run(stop.clone()));
         tasks.spawn(stand_for_controller(registry, broker_id, Arc::clone(metrics), stop.clone()));
+        // Registered, the broker is found by clients at once; what it answers (METADATA, a
+        // produce, a fetch) comes from its view of the cluster, so it serves only once it has
+        // one. A broker restarted into a cluster answered METADATA with no topics at all.
+        if !manager.wait_first_view(FIRST_VIEW_WAIT).await {
+            tracing::warn!(
+                broker_id,
+                "no view of the cluster after {FIRST_VIEW_WAIT:?}; serving what it has"
+            );
+        }
         Ok(Some(Membership {
             broker_id,
             registration,

@@ -58,6 +58,14 @@ impl ReplicaManager {
         Arc::clone(&self.view.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Waits (at most `timeout`) until the first view of the cluster has been read and
+    /// applied; whether it has.
+    pub(crate) async fn wait_first_view(&self, timeout: Duration) -> bool {
+        let mut generation = self.generation.subscribe();
+        let first = generation.wait_for(|&g| g > 0);
+        matches!(tokio::time::timeout(timeout, first).await, Ok(Ok(_)))
+    }
+
     /// Waits (at most `timeout`) until an applied view has `topic` with a state for each of
     /// its partitions: this broker then has its replicas of it and leads what it leads.
     pub(crate) async fn wait_for_topic(&self, topic: &str, timeout: Duration) {
