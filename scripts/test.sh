@@ -67,8 +67,17 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "module layers"
 python3 scripts/layers.py
 
+# Every test binary runs (--no-fail-fast), so one failure does not hide the others; the ten
+# slowest binaries and every failure are listed at the end.
 step "cargo test"
-cargo test --workspace --quiet
+test_log="$(mktemp)"
+trap 'rm -f "$test_log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast -- --quiet 2>&1 | tee "$test_log"
+test_status=${PIPESTATUS[0]}
+set -e
+python3 scripts/test-times.py "$test_log" 10
+[ "$test_status" -eq 0 ] || exit "$test_status"
 
 # A short fuzzing pass: every `cargo fuzz` target of fuzz/ for a few seconds, from a copy of
 # its committed corpus, so a decoder that crashes on a known input fails the run. The
