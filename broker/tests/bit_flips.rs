@@ -14,7 +14,7 @@ use client::{ConsumerError, FetchedMessages};
 use nix::sys::signal::Signal;
 use protocol::Acks;
 use testkit::broker::message_set;
-use testkit::broker_processes::{BrokerProcesses, read_partition, registry, segment_files};
+use testkit::broker_processes::{read_partition, segment_files, three_with_topic};
 use testkit::eventually;
 use testkit::process::{Process, free_port};
 use testkit::zookeeper::ZooKeeperServer;
@@ -120,15 +120,8 @@ async fn flipped_bits_in_a_replicated_partition_are_repaired_from_a_replica() {
         "--scrub-bytes-per-s",
         "0",
     ];
-    let mut brokers = BrokerProcesses::start(BINARY.as_ref(), &connect, 3, &args);
-    let registry = registry(&connect).await;
-    eventually(WAIT, "three brokers registered", || async {
-        (registry.brokers().await.ok()?.len() == 3).then_some(())
-    })
-    .await;
-    let conn = client::Connection::connect(&brokers.addr(0)).await.unwrap();
-    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
-    conn.create_topic("rot", 1, &configs).await.unwrap();
+    let (mut brokers, registry) =
+        three_with_topic(BINARY.as_ref(), &connect, &args, "rot", 1).await;
     let state = eventually(WAIT, "every replica in sync", || async {
         let (state, _) = registry.partition_state("rot", 0).await.ok()??;
         (state.leader >= 0 && state.isr.len() == 3).then_some(state)

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use client::{GroupConsumer, GroupConsumerConfig};
 use testkit::broker_processes::{
-    BrokerProcesses, KillPlan, kill_leaders, read_partition, registry, segment_files, sequence,
+    KillPlan, kill_leaders, read_partition, registry, segment_files, sequence, three_with_topic,
 };
 use testkit::eventually;
 use testkit::zookeeper::ZooKeeperServer;
@@ -57,23 +57,8 @@ async fn fifty_leader_kills_lose_no_acknowledged_message() {
     let connect = ZooKeeperServer::shared().connect_string();
     let args =
         ["--zookeeper-session-timeout-ms", "2000", "--replica-lag-ms", "3000", "--flush-ms", "5"];
-    let mut brokers = BrokerProcesses::start(BINARY.as_ref(), &connect, 3, &args);
-    let registry = registry(&connect).await;
-    eventually(WAIT, "three brokers registered", || async {
-        (registry.brokers().await.ok()?.len() == 3).then_some(())
-    })
-    .await;
-    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
-    let conn = client::Connection::connect(&brokers.addr(0)).await.unwrap();
-    conn.create_topic(TOPIC, PARTITIONS, &configs).await.unwrap();
-    drop(conn);
-    for partition in 0..PARTITIONS {
-        eventually(WAIT, "every replica in sync", || async {
-            let (state, _) = registry.partition_state(TOPIC, partition).await.ok()??;
-            (state.leader >= 0 && state.isr.len() == 3).then_some(())
-        })
-        .await;
-    }
+    let (mut brokers, registry) =
+        three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, PARTITIONS).await;
     let consumed: Consumed = Arc::default();
     let group = start_group(&connect, &consumed).await;
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use client::{ConsumerError, SimpleConsumer};
 use protocol::ErrorCode;
-use testkit::broker_processes::{BrokerProcesses, acks_all_producer, registry};
+use testkit::broker_processes::{acks_all_producer, three_with_topic};
 use testkit::eventually;
 use testkit::zookeeper::ZooKeeperServer;
 
@@ -31,16 +31,8 @@ async fn acknowledged_writes_are_read_back_at_once_from_a_new_leader() {
         std::env::var("TRIBUTARY_ROUNDS").map_or(10, |n| n.parse().expect("TRIBUTARY_ROUNDS"));
     let connect = ZooKeeperServer::shared().connect_string();
     let args = ["--zookeeper-session-timeout-ms", "2000", "--replica-lag-ms", "3000"];
-    let mut brokers = BrokerProcesses::start(BINARY.as_ref(), &connect, 3, &args);
-    let registry = registry(&connect).await;
-    eventually(WAIT, "three brokers registered", || async {
-        (registry.brokers().await.ok()?.len() == 3).then_some(())
-    })
-    .await;
-    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
-    let conn = client::Connection::connect(&brokers.addr(0)).await.unwrap();
-    conn.create_topic(TOPIC, PARTITIONS, &configs).await.unwrap();
-    drop(conn);
+    let (mut brokers, registry) =
+        three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, PARTITIONS).await;
     let in_sync = |partition: i32| {
         let registry = registry.clone();
         async move {

@@ -140,6 +140,36 @@ pub async fn registry(connect: &str) -> Registry {
     Registry::new(ZooKeeper::connect(config).await.expect("ZooKeeper session"))
 }
 
+/// Three brokers of `binary` started with `args` in the ZooKeeper `connect`, all registered,
+/// and `topic` created on them: `partitions` partitions of replication factor 3 and
+/// `min_insync_replicas` 2, each led and with all three replicas in its ISR.
+pub async fn three_with_topic(
+    binary: &Path,
+    connect: &str,
+    args: &[&str],
+    topic: &str,
+    partitions: i32,
+) -> (BrokerProcesses, Registry) {
+    const WAIT: Duration = Duration::from_secs(120);
+    let brokers = BrokerProcesses::start(binary, connect, 3, args);
+    let registry = registry(connect).await;
+    crate::eventually(WAIT, "three brokers registered", || async {
+        (registry.brokers().await.ok()?.len() == 3).then_some(())
+    })
+    .await;
+    let configs = [("replication_factor", "3"), ("min_insync_replicas", "2")];
+    let conn = client::Connection::connect(&brokers.addr(0)).await.expect("connect");
+    conn.create_topic(topic, partitions, &configs).await.expect("topic created");
+    for partition in 0..partitions {
+        crate::eventually(WAIT, "every replica in sync", || async {
+            let (state, _) = registry.partition_state(topic, partition).await.ok()??;
+            (state.leader >= 0 && state.isr.len() == 3).then_some(())
+        })
+        .await;
+    }
+    (brokers, registry)
+}
+
 /// What [`kill_leaders`] does.
 #[derive(Debug, Clone)]
 pub struct KillPlan {
