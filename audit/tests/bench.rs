@@ -6,15 +6,14 @@
 //! AUDIT_BENCH_EVENTS=1000000 AUDIT_BENCH_WINDOWS=2000 cargo test --release -p audit --test bench -- --ignored --nocapture
 //! ```
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Audit, Cluster, past_window, record, test_config};
 use events::audit::{AUDIT_SUBJECT, AUDIT_TOPIC, Tier};
 use protocol::Acks;
 use schema_registry::RegistryClient;
+use testkit::audit::{Audit, Cluster, past_window, record, test_config};
 use testkit::broker::message_set;
+use testkit::events::page_view_payloads;
 use testkit::registry::TestRegistry;
 
 const SET_MESSAGES: usize = 2_000;
@@ -51,7 +50,7 @@ async fn rebuild_rates_and_page_times() {
     // The live tier: `events` page views spread over 100 windows, counted from offset 0.
     let live = Cluster::start().await;
     let templates =
-        common::event_payloads(&registry, &(0..100).map(past_window).collect::<Vec<_>>()).await;
+        page_view_payloads(&registry, &(0..100).map(past_window).collect::<Vec<_>>()).await;
     let payloads: Vec<Vec<u8>> =
         (0..events).map(|i| templates[i % templates.len()].clone()).collect();
     produce_all(&live, "page-view", &payloads).await;

@@ -1,17 +1,15 @@
 //! The `audit` binary as a user starts it: every flag, the config file, signals, bad input.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cluster, WAIT, WINDOW_MS, produce_audit, produce_events, record};
 use events::audit::Tier::Agent;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use schema_registry::RegistryClient;
 use serde_json::Value;
+use testkit::audit::{Cluster, WAIT, WINDOW_MS, produce_audit, produce_events, record};
 use testkit::registry::TestRegistry;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_audit");

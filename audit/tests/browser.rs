@@ -4,15 +4,13 @@
 //!
 //! Set `AUDIT_SCREENSHOTS=DIR` to keep the screenshots (the README's come from here).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use audit::Config;
-use common::{Audit, Cluster, produce_audit, produce_events};
 use events::audit::{AuditRecord, Tier};
 use schema_registry::RegistryClient;
+use testkit::audit::{Audit, Cluster, produce_audit, produce_events, test_config};
 use testkit::registry::TestRegistry;
 
 /// One-minute windows, decided one minute after they close.
@@ -125,7 +123,7 @@ async fn chromium_shows_the_flagged_window_the_chart_and_the_short_host() {
     let analytics = Cluster::start().await;
     let (dc_a, dc_b) = (Cluster::start().await, Cluster::start().await);
     let anomalies = feed(&registry, &analytics, &dc_a, &dc_b).await;
-    let config = Config { audit_window_ms: W, grace_ms: W, refresh_s: 30, ..common::test_config() };
+    let config = Config { audit_window_ms: W, grace_ms: W, refresh_s: 30, ..test_config() };
     let live = [("dc-a", &dc_a), ("dc-b", &dc_b)];
     let audit = Audit::start(config, &analytics, &live, registry_server.url()).await;
     let loss = anomalies.loss_window;

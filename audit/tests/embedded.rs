@@ -1,13 +1,13 @@
 //! The audit service on the embedded coordination backend, as the all-in-one launcher runs it:
 //! the same code as with ZooKeeper, the clusters being chroots of one in-process backend.
 
-mod common;
-
 use cluster::Embedded;
-use common::{Audit, Cluster, past_window, produce_audit, produce_events, record, test_config};
 use events::audit::Tier::{Agent, Mirror};
 use schema_registry::RegistryClient;
 use serde_json::json;
+use testkit::audit::{
+    Audit, Cluster, past_window, produce_audit, produce_events, record, test_config,
+};
 use testkit::registry::TestRegistry;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,15 +1,14 @@
 //! The live tier: the service counts the events present in each live cluster by their
 //! `header.time`, per cluster name, and reconciles them with the agents' `_audit` counts.
 
-mod common;
-
-use common::{
-    Audit, Cluster, past_window, produce_audit, produce_events, produce_events_to, produce_raw,
-    record, test_config,
-};
 use events::audit::Tier::{Agent, Mirror};
 use schema_registry::RegistryClient;
 use serde_json::json;
+use testkit::audit::{
+    Audit, Brokers, Cluster, past_window, produce_audit, produce_events, produce_events_to,
+    produce_raw, record, test_config,
+};
+use testkit::events::page_view_payloads;
 use testkit::registry::TestRegistry;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,12 +118,12 @@ async fn a_topic_and_a_partition_added_later_are_found() {
     )
     .await;
     conn.create_topic("search", 3, &[]).await.unwrap();
-    let common::Brokers::ZooKeeper(brokers) = &dc_a.brokers else {
+    let Brokers::ZooKeeper(brokers) = &dc_a.brokers else {
         panic!("the cluster runs on ZooKeeper")
     };
     let leader = brokers.leader_of("search", 2).await;
     let conn = client::Connection::connect(&leader).await.unwrap();
-    let payloads = common::event_payloads(&registry, &[w0]).await;
+    let payloads = page_view_payloads(&registry, &[w0]).await;
     conn.produce("search", 2, protocol::Acks::Written, testkit::broker::message_set(&payloads))
         .await
         .unwrap();

@@ -2,12 +2,12 @@
 //! real ZooKeeper: known loss, duplication, late arrivals and re-sent records get the right
 //! verdicts, and a restarted service gives the same verdicts.
 
-mod common;
-
-use common::{Audit, Cluster, future_window, past_window, produce_audit, record, test_config};
 use events::audit::Tier::{Agent, Loader, Mirror};
 use schema_registry::RegistryClient;
 use serde_json::{Value, json};
+use testkit::audit::{
+    Audit, Cluster, future_window, past_window, produce_audit, produce_raw, record, test_config,
+};
 use testkit::registry::TestRegistry;
 
 fn verdicts(windows: &[Value]) -> Vec<(i64, String)> {
@@ -171,7 +171,7 @@ async fn records_that_cannot_be_reconciled_are_counted_and_skipped() {
     produce_audit(&registry, &analytics, &[other_window, record(Agent, "web-1", "t", w0 + 1, 5)])
         .await;
     // Not an envelope at all, and an envelope naming a schema id the registry does not know.
-    common::produce_raw(&analytics, "_audit", &[b"plain text", &[0, 0, 0, 0x7f, 0x7f, 2]]).await;
+    produce_raw(&analytics, "_audit", &[b"plain text", &[0, 0, 0, 0x7f, 0x7f, 2]]).await;
     produce_audit(&registry, &analytics, &[record(Agent, "web-1", "t", w0, 5)]).await;
     let audit = Audit::start(test_config(), &analytics, &[], registry_server.url()).await;
     let window = audit.wait_window("t", w0, "the good record", |_| true).await;

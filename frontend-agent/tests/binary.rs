@@ -1,8 +1,6 @@
 //! The `frontend-agent` binary as a user starts it: every flag, `--config`, bad input,
 //! SIGTERM, `kill -9` mid-stream, and the simulator.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -11,13 +9,13 @@ use events::audit::{AUDIT_TOPIC, AuditRecord};
 use events::envelope::EventHeader;
 use nix::sys::signal::Signal;
 use schema_registry::RegistryClient;
-use testkit::broker::TestBroker;
+use testkit::agent::DEADLINE;
+use testkit::broker::{TestBroker, read_all, read_all_with};
+use testkit::events::{page_view_json, wait_for_ids};
 use testkit::process::{Process, free_port, peak_rss};
 use testkit::registry::TestRegistry;
 use testkit::zookeeper::ZooKeeperServer;
 use tokio_util::sync::CancellationToken;
-
-use common::*;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_frontend-agent");
 
@@ -33,15 +31,15 @@ fn args(list: &[&str]) -> Vec<String> {
 }
 
 /// Posts batches of 50 page views with fresh ids until `stop`; returns the accepted ids.
-fn keep_posting(url: String, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<u64>> {
+fn keep_posting(url: String, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<i64>> {
     tokio::spawn(async move {
         let http = testkit::http_client();
         let mut accepted = Vec::new();
         let mut n = 0;
         while !stop.is_cancelled() {
-            let ids: Vec<u64> = (n..n + 50).collect();
+            let ids: Vec<i64> = (n..n + 50).collect();
             n += 50;
-            let body: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+            let body: Vec<_> = ids.iter().map(|&i| page_view_json(i)).collect();
             match http.post(&url).json(&body).send().await {
                 Ok(r) if r.status() == 200 => accepted.extend(ids),
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -143,7 +141,7 @@ async fn zookeeper_tail_and_service_flags_ship_a_tailed_file_to_registered_broke
     let registry = TestRegistry::start().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("events.log");
-    let lines: String = (0..20).map(|n| format!("{}\n", page_view(n))).collect();
+    let lines: String = (0..20).map(|n| format!("{}\n", page_view_json(n))).collect();
     std::fs::write(&log, lines).unwrap();
     let port = free_port();
     let agent = spawn(
@@ -227,7 +225,7 @@ async fn spool_max_bytes_and_spool_full_flags_choose_the_policy() {
         let http = testkit::http_client();
         let mut statuses = Vec::new();
         for batch in 0..30 {
-            let body: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();
+            let body: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view_json).collect();
             let r =
                 http.post(format!("{url}/v1/events/page-view")).json(&body).send().await.unwrap();
             statuses.push(r.status().as_u16());
@@ -485,7 +483,7 @@ async fn tls_flags_secure_the_input_and_the_brokers_with_the_agents_principal() 
     .await;
     // The input speaks HTTPS with the agent's certificate, and wants a client's
     // (--tls-client-ca): a frontend without one is refused at the handshake.
-    let body = serde_json::to_string(&(0..10).map(page_view).collect::<Vec<_>>()).unwrap();
+    let body = serde_json::to_string(&(0..10).map(page_view_json).collect::<Vec<_>>()).unwrap();
     let url = format!("https://127.0.0.1:{port}/v1/events/page-view");
     let post = |cert: Option<&testkit::tls::Identity>| {
         let mut command = Command::new("curl");
@@ -568,9 +566,9 @@ async fn a_large_request_holds_a_few_times_its_body_not_its_parsed_events() {
     let url = format!("http://127.0.0.1:{port}/v1/events/page-view");
     let http = testkit::http_client();
     // Warm up: the schema fetched, the spool's first segment open.
-    let r = http.post(&url).json(&vec![page_view(0)]).send().await.unwrap();
+    let r = http.post(&url).json(&vec![page_view_json(0)]).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let events: Vec<serde_json::Value> = (1..=80_000).map(page_view).collect();
+    let events: Vec<serde_json::Value> = (1..=80_000).map(page_view_json).collect();
     let ndjson: String = events.iter().map(|e| format!("{e}\n")).collect();
     let array = serde_json::to_string(&events).unwrap();
     drop(events);
@@ -626,7 +624,7 @@ async fn slow_http_clients_make_way_past_the_limit_and_time_out() {
         let addr = format!("127.0.0.1:{port}");
         // More slow bodies than `max_concurrent_requests` (32): they hold no slot.
         let bodies = ("/v1/events/page-view", 100);
-        let post = serde_json::to_string(&vec![page_view(1)]).unwrap();
+        let post = serde_json::to_string(&vec![page_view_json(1)]).unwrap();
         let post = Some(("/v1/events/page-view", post.as_str()));
         let agent = "tributary_agent";
         testkit::slow_clients::http_slowloris(&addr, pid, agent, "/health", 5_000, bodies, post)
@@ -669,16 +667,16 @@ async fn a_full_disk_answers_503_and_loses_nothing_accepted() {
     let dead = format!("127.0.0.1:{}", free_port());
     let mut agent = spawn(serve(&dead), port, dir.path().join("1.log")).await;
     let url = format!("http://127.0.0.1:{port}");
-    let post = |from: u64| {
+    let post = |from: i64| {
         let url = format!("{url}/v1/events/page-view");
         async move {
-            let events: Vec<serde_json::Value> = (from..from + 500).map(page_view).collect();
+            let events: Vec<serde_json::Value> = (from..from + 500).map(page_view_json).collect();
             testkit::http_client().post(url).json(&events).send().await.unwrap()
         }
     };
     let mut accepted = Vec::new();
     let refusal = loop {
-        let from = accepted.len() as u64;
+        let from = accepted.len() as i64;
         let response = post(from).await;
         if response.status() != 200 {
             break response;
@@ -698,7 +696,7 @@ async fn a_full_disk_answers_503_and_loses_nothing_accepted() {
 
     // Space returns: requests are accepted again.
     std::fs::remove_file(&ballast).unwrap();
-    let from = accepted.len() as u64;
+    let from = accepted.len() as i64;
     assert_eq!(post(from).await.status(), 200, "accepted once there is room");
     accepted.extend(from..from + 500);
 

@@ -1,8 +1,6 @@
 //! Delivery against real brokers: a broker outage, a full spool under both policies, brokers
 //! found in ZooKeeper, and a tailed file rotated while it is read.
 
-mod common;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,23 +8,23 @@ use std::time::Duration;
 use cluster::{ZooKeeper, ZooKeeperConfig};
 use frontend_agent::{Agent, Brokers, SpoolFull, serve_http};
 use schema_registry::RegistryClient;
+use testkit::agent::{DEADLINE, config, start};
 use testkit::broker::TestBroker;
+use testkit::events::{event_id, id_counts, page_view_json, wait_for_ids};
 use testkit::registry::TestRegistry;
 use testkit::zookeeper::ZooKeeperServer;
 use tokio_util::sync::CancellationToken;
 
-use common::*;
-
 /// Sends batches of 20 page views with fresh ids every 100 ms until `stop`; returns the ids
 /// of every accepted batch.
-fn keep_sending(agent: Agent, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<u64>> {
+fn keep_sending(agent: Agent, stop: CancellationToken) -> tokio::task::JoinHandle<Vec<i64>> {
     tokio::spawn(async move {
         let mut accepted = Vec::new();
         let mut n = 0;
         while !stop.is_cancelled() {
-            let ids: Vec<u64> = (n..n + 20).collect();
+            let ids: Vec<i64> = (n..n + 20).collect();
             n += 20;
-            let events: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+            let events: Vec<_> = ids.iter().map(|&i| page_view_json(i)).collect();
             if agent.send_batch("page-view", &events).await.is_ok() {
                 accepted.extend(ids);
             }
@@ -89,9 +87,9 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
     let mut accepted = Vec::new();
     let mut n = 0;
     let refusal = loop {
-        let ids: Vec<u64> = (n..n + 50).collect();
+        let ids: Vec<i64> = (n..n + 50).collect();
         n += 50;
-        let body: Vec<_> = ids.iter().map(|&i| page_view(i)).collect();
+        let body: Vec<_> = ids.iter().map(|&i| page_view_json(i)).collect();
         let r = http.post(&url).json(&body).send().await.unwrap();
         if r.status() != 200 {
             break r;
@@ -107,13 +105,13 @@ async fn a_full_spool_under_block_answers_503_with_retry_after_and_drops_nothing
     let counts = wait_for_ids(&addr, "page-view", &accepted).await;
     assert_eq!(counts.len(), accepted.len(), "every accepted event and nothing else");
     testkit::eventually(DEADLINE, "room again once acknowledged", || async {
-        let r = http.post(&url).json(&vec![page_view(1_000_000)]).send().await.unwrap();
+        let r = http.post(&url).json(&vec![page_view_json(1_000_000)]).send().await.unwrap();
         (r.status() == 200).then_some(())
     })
     .await;
     // A request that could never fit, however empty the spool: 400, not a 503 to retry forever.
     let rejected_before = agent.metrics().rejected_requests.get();
-    let huge: Vec<_> = (2_000_000..2_002_000).map(page_view).collect();
+    let huge: Vec<_> = (2_000_000..2_002_000).map(page_view_json).collect();
     let r = http.post(&url).json(&huge).send().await.unwrap();
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
@@ -136,7 +134,7 @@ async fn a_full_spool_under_drop_oldest_drops_the_oldest_and_counts_them() {
     cfg.spool_full = SpoolFull::DropOldest;
     let agent = start(cfg).await;
     for batch in 0..40 {
-        let events: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view).collect();
+        let events: Vec<_> = (batch * 50..batch * 50 + 50).map(page_view_json).collect();
         agent.send_batch("page-view", &events).await.expect("drop-oldest never refuses");
     }
     let dropped = agent.metrics().dropped.get();
@@ -156,8 +154,8 @@ async fn a_full_spool_under_drop_oldest_drops_the_oldest_and_counts_them() {
         (counts.len() as u64 == 2_000 - dropped).then_some(counts)
     })
     .await;
-    assert!(!counts.contains_key(&id(0)), "the oldest were dropped");
-    assert!((1_950..2_000).all(|n| counts.contains_key(&id(n))), "the newest were kept");
+    assert!(!counts.contains_key(&event_id(0)), "the oldest were dropped");
+    assert!((1_950..2_000).all(|n| counts.contains_key(&event_id(n))), "the newest were kept");
     agent.shutdown().await.unwrap();
 }
 
@@ -173,16 +171,16 @@ async fn brokers_registered_in_zookeeper_are_found_and_shipped_to() {
     let session = ZooKeeper::connect(ZooKeeperConfig::new(connect)).await.unwrap();
     let client = Arc::new(RegistryClient::new(registry.url()).unwrap());
     let agent = Agent::start(cfg, Brokers::Cluster(session), client).await.unwrap();
-    let events: Vec<_> = (0..100).map(page_view).collect();
+    let events: Vec<_> = (0..100).map(page_view_json).collect();
     agent.send_batch("page-view", &events).await.unwrap();
     wait_for_ids(&broker.addr, "page-view", &(0..100).collect::<Vec<_>>()).await;
     agent.shutdown().await.unwrap();
 }
 
-fn append_lines(path: &std::path::Path, ids: std::ops::Range<u64>) {
+fn append_lines(path: &std::path::Path, ids: std::ops::Range<i64>) {
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
     for n in ids {
-        writeln!(file, "{}", page_view(n)).unwrap();
+        writeln!(file, "{}", page_view_json(n)).unwrap();
     }
     file.sync_all().unwrap();
 }
@@ -221,7 +219,7 @@ async fn a_tailed_file_rotated_while_read_loses_no_line_and_a_restart_rereads_no
     // A line cut short, completed later; a bad line; then rotation by rename right after more
     // lines, before the tailer can have read them all.
     let mut file = std::fs::OpenOptions::new().append(true).open(log).unwrap();
-    let partial = page_view(100).to_string();
+    let partial = page_view_json(100).to_string();
     file.write_all(&partial.as_bytes()[..10]).unwrap();
     file.flush().unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -2,18 +2,16 @@
 //! envelope with its header filled in, what is invalid is refused whole with its reason, and
 //! the agent's audit counts reach `_audit`.
 
-mod common;
-
 use apache_avro::types::Value as Avro;
 use events::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use frontend_agent::{Agent, serve_http};
 use schema_registry::RegistryClient;
 use serde_json::{Value, json};
-use testkit::broker::TestBroker;
+use testkit::agent::{DEADLINE, config, start};
+use testkit::broker::{TestBroker, read_all};
+use testkit::events::{event_id, event_id_hex, page_view_json, wait_for_ids};
 use testkit::registry::TestRegistry;
 use tokio_util::sync::CancellationToken;
-
-use common::*;
 
 /// Serves `agent` on a free port; returns its base URL.
 async fn serve(agent: &Agent, stop: &CancellationToken) -> String {
@@ -42,7 +40,7 @@ async fn http_events_reach_the_broker_in_the_envelope_with_the_header_filled_in(
             as i64;
 
     // One object, with a header of its own.
-    let one = json!({"header": {"id": id_hex(1), "service": "caller", "time": 1_000_000},
+    let one = json!({"header": {"id": event_id_hex(1), "service": "caller", "time": 1_000_000},
         "page_key": "feed", "url": "https://example.com/", "duration_ms": 3, "member_id": 42});
     let r = http.post(format!("{url}/v1/events/page-view")).json(&one).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -80,7 +78,7 @@ async fn http_events_reach_the_broker_in_the_envelope_with_the_header_filled_in(
         let Avro::Fixed(16, id) = field(header, "id") else { panic!("a 16-byte id") };
         ids.insert(id.clone());
         if i == 0 {
-            assert_eq!(id, &common::id(1).to_vec(), "the caller's id is kept");
+            assert_eq!(id, &event_id(1).to_vec(), "the caller's id is kept");
             assert_eq!(field(header, "service"), &Avro::String("caller".into()));
             assert_eq!(field(header, "time"), &Avro::Long(1_000_000));
             assert_eq!(field(&value, "member_id"), &Avro::Union(1, Box::new(Avro::Long(42))));
@@ -228,7 +226,7 @@ async fn library_send_validates_spools_and_ships_like_http() {
     let spool = tempfile::tempdir().unwrap();
     let agent = start(config(registry.url(), spool.path(), &[&broker.addr])).await;
     for n in 0..50 {
-        agent.send("page-view", &page_view(n)).await.unwrap();
+        agent.send("page-view", &page_view_json(n)).await.unwrap();
     }
     let counts = wait_for_ids(&broker.addr, "page-view", &(0..50).collect::<Vec<_>>()).await;
     assert!(counts.values().all(|&c| c == 1), "no duplicates without failures");
@@ -238,7 +236,7 @@ async fn library_send_validates_spools_and_ships_like_http() {
     .await;
     agent.shutdown().await.unwrap();
     assert!(matches!(
-        agent.send("page-view", &page_view(99)).await,
+        agent.send("page-view", &page_view_json(99)).await,
         Err(frontend_agent::SendError::ShuttingDown)
     ));
 }

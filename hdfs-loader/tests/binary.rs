@@ -1,15 +1,13 @@
 //! The `hdfs-loader` binary as a user starts it: `run`, `serve`, `status`, every flag and
 //! `--config`, bad input, and the output read by a real query engine (DuckDB).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{BASE_TIME_MS, Cluster, TOPIC};
 use hdfs_loader::layout::Hour;
+use testkit::loader::{BASE_TIME_MS, Cluster, TOPIC, unique_positions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_hdfs-loader");
 
@@ -335,12 +333,12 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
         .spawn()
         .unwrap();
     testkit::eventually(Duration::from_secs(30), "the first 20 rows", || async {
-        (common::unique_positions(&store, TOPIC).await.len() == 20).then_some(())
+        (unique_positions(&store, TOPIC).await.len() == 20).then_some(())
     })
     .await;
     cluster.produce_page_views(15, 1).await;
     testkit::eventually(Duration::from_secs(30), "35 rows, loaded by a later round", || async {
-        (common::unique_positions(&store, TOPIC).await.len() == 35).then_some(())
+        (unique_positions(&store, TOPIC).await.len() == 35).then_some(())
     })
     .await;
     use testkit::metrics::value;

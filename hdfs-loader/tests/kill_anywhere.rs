@@ -3,19 +3,18 @@
 //! the files visible under the topic's prefix hold no row twice, and after a last complete
 //! run every offset of every partition is there exactly once.
 
-mod common;
-
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, TOPIC};
 use futures::TryStreamExt;
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::prefix::PrefixStore;
 use rand::RngExt;
+use testkit::broker::log_positions;
+use testkit::loader::{Cluster, TOPIC};
 use testkit::s3::S3Server;
 use tokio_util::sync::CancellationToken;
 
@@ -127,7 +126,7 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], store: Arc<dyn
     let status = spawn(&args, env, &log).wait().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
     visible.check(&store).await;
-    let expected = common::log_positions(cluster.broker(), TOPIC, PARTITIONS as i32).await;
+    let expected = log_positions(cluster.broker(), TOPIC, PARTITIONS as i32).await;
     assert_eq!(visible.positions(), expected, "every offset of every partition, exactly once");
     eprintln!(
         "a run takes {run_ms} ms; {kills} kills, {completed} completed runs, {committed_while_killed} files committed between kills, {} rows, {} files in {:?}",

@@ -1,16 +1,15 @@
 //! The library against a real broker, ZooKeeper and registry: loading, re-running, fencing,
 //! schema evolution, undecodable messages and audit counts.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use apache_avro::types::Value;
-use common::{BASE_TIME_MS, Cluster, TOPIC};
 use events::audit::window_start;
 use hdfs_loader::Config;
 use object_store::ObjectStore;
+use testkit::broker::log_positions;
+use testkit::loader::{BASE_TIME_MS, Cluster, TOPIC, unique_positions};
 
 fn config(host: &str) -> Config {
     Config { host_name: Some(host.into()), max_messages_per_commit: 150, ..Config::default() }
@@ -37,8 +36,8 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     assert_eq!(rows.event_ids.len(), 400);
     assert!(ids.iter().all(|id| rows.event_ids.contains(id.as_slice())));
     assert_eq!(
-        common::unique_positions(&store, TOPIC).await,
-        common::log_positions(cluster.broker(), TOPIC, 2).await
+        unique_positions(&store, TOPIC).await,
+        log_positions(cluster.broker(), TOPIC, 2).await
     );
 
     let again = cluster.run(&config("loader-a"), &store).await.unwrap();
@@ -117,13 +116,13 @@ async fn two_loaders_on_the_same_partitions_never_duplicate_a_row() {
             assert!(summary.errors.is_empty(), "{:?}", summary.errors);
             fenced += summary.partitions.iter().filter(|p| p.fenced).count();
         }
-        common::unique_positions(&store, TOPIC).await;
+        unique_positions(&store, TOPIC).await;
     }
     // A last run picks up whatever a fenced loader left.
     cluster.run(&small, &store).await.unwrap();
     assert_eq!(
-        common::unique_positions(&store, TOPIC).await,
-        common::log_positions(cluster.broker(), TOPIC, 2).await
+        unique_positions(&store, TOPIC).await,
+        log_positions(cluster.broker(), TOPIC, 2).await
     );
     assert!(fenced > 0, "the two loaders never raced for a commit");
 }
@@ -140,7 +139,7 @@ async fn loaders_with_different_hosts_share_partitions_through_owner_nodes() {
     // first committed): together they load every event once.
     assert_eq!(a.rows + b.rows, 400, "{a:?} {b:?}");
     assert!(a.partitions.iter().chain(&b.partitions).all(|p| !p.fenced));
-    assert_eq!(common::unique_positions(&store, TOPIC).await.len(), 400);
+    assert_eq!(unique_positions(&store, TOPIC).await.len(), 400);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -244,7 +243,7 @@ async fn an_undecodable_message_stops_the_run_at_its_offset_after_committing_wha
     assert_eq!(summary.partitions[0].bad_records, 1);
     let kept = bad_dir.path().join(TOPIC).join("0").join(format!("{bad_offset:020}.bin"));
     assert_eq!(std::fs::read(&kept).unwrap(), bad);
-    assert_eq!(common::unique_positions(&store, TOPIC).await.len(), 10);
+    assert_eq!(unique_positions(&store, TOPIC).await.len(), 10);
 }
 
 fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {

@@ -2,12 +2,10 @@
 //! starts it, loads a backlog many times its row-group bound, and its peak resident set
 //! (VmHWM) grows by less than the bound the README states per partition loaded at once.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Cluster, TOPIC};
+use testkit::loader::{Cluster, TOPIC};
 use testkit::process::peak_rss;
 
 const BIN: &str = env!("CARGO_BIN_EXE_hdfs-loader");

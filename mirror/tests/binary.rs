@@ -1,15 +1,15 @@
 //! The `mirror` binary as a user starts it: flags, `--config`, `/metrics`, SIGTERM, and
 //! `kill -9` of one of two mirrors sharing the work.
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Cluster, WAIT, events, mirror_audit, wait_for_all};
 use nix::sys::signal::Signal;
 use schema_registry::RegistryClient;
+use testkit::cluster::TestCluster;
+use testkit::events::raw_events;
 use testkit::eventually;
+use testkit::mirror::{WAIT, latest_audit};
 use testkit::process::{Process, free_port};
 use testkit::registry::TestRegistry;
 
@@ -32,12 +32,12 @@ fn lines<'a>(text: &'a str, family: &str) -> Vec<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
-    let (live, analytics) = tokio::join!(Cluster::start(2), Cluster::start(1));
+    let (live, analytics) = tokio::join!(TestCluster::start(2), TestCluster::start(1));
     live.create_topic("page-view", 4).await;
     // Not copied: "debug" is --exclude'd, "other" not --include'd.
     for topic in ["debug", "other"] {
         live.create_topic(topic, 1).await;
-        live.produce(topic, 1, &events("live", topic, 0, 10, service::now_ms())).await;
+        live.produce(topic, 1, &raw_events("live", topic, 0, 10, service::now_ms())).await;
     }
     let registry = TestRegistry::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -94,7 +94,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     .await;
 
     let time = service::now_ms();
-    let all = events("live", "page-view", 0, 3_000, time);
+    let all = raw_events("live", "page-view", 0, 3_000, time);
     for (i, batch) in all.chunks(500).enumerate() {
         live.produce("page-view", 4, batch).await;
         if i == 2 {
@@ -103,7 +103,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_for_all(&analytics, "page-view", &all, "every event despite the kill").await;
+    analytics.wait_for_all("page-view", &all, "every event despite the kill").await;
     eventually(WAIT, "the survivor owns all 8 partitions", || async {
         let text = metrics(port_2).await?;
         (lines(&text, "tributary_mirror_lag_bytes").len() == 8).then_some(())
@@ -115,7 +115,7 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
     assert!(live_registry.groups().await.unwrap().contains(&"copiers".to_owned()), "--group");
     let client = RegistryClient::new(registry.url()).unwrap();
     eventually(WAIT, "audit of the survivor under its --host-name", || async {
-        let audit = mirror_audit(&analytics, &client).await;
+        let audit = latest_audit(&analytics, &client).await;
         audit
             .values()
             .any(|record| record.host == "mirror-2" && record.window_ms == 120_000)
@@ -131,15 +131,15 @@ async fn kill_9_of_one_of_two_mirrors_mid_stream_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_file_sets_every_key_and_flags_override_it() {
-    let (live, analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    let (live, analytics) = tokio::join!(TestCluster::start(1), TestCluster::start(1));
     live.create_topic("page-view", 1).await;
     live.create_topic("click", 1).await;
     live.create_topic("debug", 1).await;
     let time = service::now_ms();
-    let views = events("live", "page-view", 0, 50, time);
+    let views = raw_events("live", "page-view", 0, 50, time);
     live.produce("page-view", 1, &views).await;
-    live.produce("click", 1, &events("live", "click", 0, 50, time)).await;
-    live.produce("debug", 1, &events("live", "debug", 0, 50, time)).await;
+    live.produce("click", 1, &raw_events("live", "click", 0, 50, time)).await;
+    live.produce("debug", 1, &raw_events("live", "debug", 0, 50, time)).await;
     let registry = TestRegistry::start().await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -175,10 +175,10 @@ zookeeper_session_timeout_ms = 4000
     let argv = args(&["--config", file.to_str().unwrap(), "--host-name", "flag-host"]);
     let mut mirror = Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join("log"));
 
-    wait_for_all(&analytics, "page-view", &views, "the included topic").await;
+    analytics.wait_for_all("page-view", &views, "the included topic").await;
     let client = RegistryClient::new(registry.url()).unwrap();
     let audit = eventually(WAIT, "audit records", || async {
-        let audit = mirror_audit(&analytics, &client).await;
+        let audit = latest_audit(&analytics, &client).await;
         let total: i64 = audit.values().map(|r| r.count).sum();
         (total == 50).then_some(audit)
     })
@@ -260,11 +260,11 @@ async fn tls_flags_copy_between_tls_clusters_as_the_mirrors_principal() {
     )
     .unwrap();
     let (live, analytics) = tokio::join!(
-        Cluster::start_tls(1, &pki, Some(acl.clone())),
-        Cluster::start_tls(1, &pki, Some(acl.clone()))
+        TestCluster::start_tls(1, &pki, Some(acl.clone())),
+        TestCluster::start_tls(1, &pki, Some(acl.clone()))
     );
     live.create_topic("page-view", 1).await;
-    let views = events("live", "page-view", 0, 50, service::now_ms());
+    let views = raw_events("live", "page-view", 0, 50, service::now_ms());
     live.produce("page-view", 1, &views).await;
     let registry = TestRegistry::start().await;
     let me = pki.identity("mirror-1");
@@ -291,7 +291,7 @@ async fn tls_flags_copy_between_tls_clusters_as_the_mirrors_principal() {
         &path(pki.ca()),
     ]);
     let _mirror = Process::spawn(Path::new(BINARY), &argv, port, &dir.path().join("log"));
-    wait_for_all(&analytics, "page-view", &views, "the mirrored topic over TLS").await;
+    analytics.wait_for_all("page-view", &views, "the mirrored topic over TLS").await;
     // /metrics speaks HTTPS with the mirror's certificate, and wants a client's (--tls-client-ca).
     let url = format!("https://127.0.0.1:{port}/metrics");
     let bare = std::process::Command::new("curl")

@@ -2,19 +2,20 @@
 //! brokers registered in it: two live clusters into one analytics cluster, compressed
 //! wrappers, an analytics outage.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use cluster::Coordinator;
-use common::{Cluster, WAIT, events, mirror_audit, wait_for_all, wrapper};
 use mirror::{Config, Mirror};
 use protocol::{Acks, Codec, MessageSetIter};
 use schema_registry::RegistryClient;
+use testkit::broker::wrapper;
+use testkit::cluster::TestCluster;
+use testkit::events::raw_events;
 use testkit::eventually;
+use testkit::mirror::{WAIT, latest_audit};
 use testkit::registry::TestRegistry;
 
 fn config() -> Config {
@@ -32,8 +33,8 @@ fn config() -> Config {
 
 async fn start(
     config: Config,
-    sources: &[(&str, &Cluster)],
-    target: &Cluster,
+    sources: &[(&str, &TestCluster)],
+    target: &TestCluster,
     registry: &TestRegistry,
     metrics: Option<tokio::net::TcpListener>,
 ) -> Mirror {
@@ -46,7 +47,7 @@ async fn start(
 }
 
 /// Offsets the mirror's group committed on `cluster` for `topic`, per partition.
-async fn committed(cluster: &Cluster, topic: &str) -> Vec<(i32, Option<i64>)> {
+async fn committed(cluster: &TestCluster, topic: &str) -> Vec<(i32, Option<i64>)> {
     let registry = cluster.registry();
     let mut offsets = Vec::new();
     for partition in registry.partitions(topic).await.unwrap() {
@@ -56,7 +57,7 @@ async fn committed(cluster: &Cluster, topic: &str) -> Vec<(i32, Option<i64>)> {
 }
 
 /// Whether the group committed the end of every partition of `topic`.
-async fn committed_to_end(cluster: &Cluster, topic: &str) -> bool {
+async fn committed_to_end(cluster: &TestCluster, topic: &str) -> bool {
     for (partition, offset) in committed(cluster, topic).await {
         let leader = cluster.leader_of(topic, partition).await;
         let conn = client::Connection::connect(&leader).await.unwrap();
@@ -71,14 +72,14 @@ async fn committed_to_end(cluster: &Cluster, topic: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let (live_a, live_b, analytics) =
-        tokio::join!(Cluster::start(1), Cluster::start(1), Cluster::start(2));
+        tokio::join!(TestCluster::start(1), TestCluster::start(1), TestCluster::start(2));
     live_a.create_topic("page-view", 2).await;
     live_b.create_topic("page-view", 2).await;
     live_b.create_topic("click", 1).await;
     let time = service::now_ms();
-    let a_views = events("live-a", "page-view", 0, 300, time);
-    let b_views = events("live-b", "page-view", 0, 300, time);
-    let b_clicks = events("live-b", "click", 0, 200, time);
+    let a_views = raw_events("live-a", "page-view", 0, 300, time);
+    let b_views = raw_events("live-b", "page-view", 0, 300, time);
+    let b_clicks = raw_events("live-b", "click", 0, 200, time);
     live_a.produce("page-view", 2, &a_views).await;
     live_b.produce("page-view", 2, &b_views).await;
     live_b.produce("click", 1, &b_clicks).await;
@@ -90,16 +91,16 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let mirror = start(config(), &sources, &analytics, &registry, Some(listener)).await;
 
     let all_views: Vec<Bytes> = a_views.iter().chain(&b_views).cloned().collect();
-    wait_for_all(&analytics, "page-view", &all_views, "page views of both clusters").await;
-    wait_for_all(&analytics, "click", &b_clicks, "clicks").await;
+    analytics.wait_for_all("page-view", &all_views, "page views of both clusters").await;
+    analytics.wait_for_all("click", &b_clicks, "clicks").await;
     let partitions = analytics.registry().partitions("page-view").await.unwrap();
     assert_eq!(partitions.len(), 3, "--partitions of the copied topic");
 
     // A topic created on a live cluster later is copied without a restart.
     live_a.create_topic("search", 1).await;
-    let searches = events("live-a", "search", 0, 100, time);
+    let searches = raw_events("live-a", "search", 0, 100, time);
     live_a.produce("search", 1, &searches).await;
-    wait_for_all(&analytics, "search", &searches, "the later topic").await;
+    analytics.wait_for_all("search", &searches, "the later topic").await;
 
     // Offsets are committed once acknowledged: the lag goes to zero.
     eventually(WAIT, "source offsets committed to the end", || async {
@@ -131,7 +132,7 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     // The mirror tier counts every event the target acknowledged, per topic and window.
     let client = RegistryClient::new(registry.url()).unwrap();
     eventually(WAIT, "audit counts of every topic", || async {
-        let audit = mirror_audit(&analytics, &client).await;
+        let audit = latest_audit(&analytics, &client).await;
         let total = |topic: &str| -> i64 {
             audit.values().filter(|r| r.topic == topic).map(|r| r.count).sum()
         };
@@ -148,12 +149,12 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_wrappers_arrive_still_compressed_and_identical() {
-    let (live, analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    let (live, analytics) = tokio::join!(TestCluster::start(1), TestCluster::start(1));
     live.create_topic("page-view", 1).await;
     let time = service::now_ms();
-    let plain = events("live", "page-view", 0, 3, time);
-    let gzip = wrapper(Codec::Gzip, &events("live", "page-view", 3, 5, time));
-    let zstd = wrapper(Codec::Zstd, &events("live", "page-view", 8, 7, time));
+    let plain = raw_events("live", "page-view", 0, 3, time);
+    let gzip = wrapper(Codec::Gzip, &raw_events("live", "page-view", 3, 5, time));
+    let zstd = wrapper(Codec::Zstd, &raw_events("live", "page-view", 8, 7, time));
     let conn = live.brokers[0].connect().await;
     conn.produce("page-view", 0, Acks::Written, testkit::broker::message_set(&plain))
         .await
@@ -186,7 +187,7 @@ async fn compressed_wrappers_arrive_still_compressed_and_identical() {
     // The audit looks inside the wrappers: 3 + 5 + 7 events.
     let client = RegistryClient::new(registry.url()).unwrap();
     eventually(WAIT, "audit counts inner events", || async {
-        let audit = mirror_audit(&analytics, &client).await;
+        let audit = latest_audit(&analytics, &client).await;
         let total: i64 = audit.values().filter(|r| r.topic == "page-view").map(|r| r.count).sum();
         (total == 15).then_some(())
     })
@@ -198,14 +199,14 @@ async fn compressed_wrappers_arrive_still_compressed_and_identical() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged_and_catches_up() {
-    let (live, mut analytics) = tokio::join!(Cluster::start(1), Cluster::start(1));
+    let (live, mut analytics) = tokio::join!(TestCluster::start(1), TestCluster::start(1));
     live.create_topic("page-view", 2).await;
     let time = service::now_ms();
-    let before = events("live", "page-view", 0, 200, time);
+    let before = raw_events("live", "page-view", 0, 200, time);
     live.produce("page-view", 2, &before).await;
     let registry = TestRegistry::start().await;
     let mirror = start(config(), &[("live", &live)], &analytics, &registry, None).await;
-    wait_for_all(&analytics, "page-view", &before, "the first events").await;
+    analytics.wait_for_all("page-view", &before, "the first events").await;
     eventually(WAIT, "first events committed", || async {
         committed_to_end(&live, "page-view").await.then_some(())
     })
@@ -213,7 +214,7 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
     let committed_before = committed(&live, "page-view").await;
 
     let stopped = analytics.stop_broker(0).await;
-    let during = events("live", "page-view", 200, 300, time);
+    let during = raw_events("live", "page-view", 200, 300, time);
     live.produce("page-view", 2, &during).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
@@ -224,7 +225,7 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
 
     analytics.start_again(stopped).await;
     let all: Vec<Bytes> = before.iter().chain(&during).cloned().collect();
-    wait_for_all(&analytics, "page-view", &all, "every event after the outage").await;
+    analytics.wait_for_all("page-view", &all, "every event after the outage").await;
     eventually(WAIT, "caught up and committed", || async {
         committed_to_end(&live, "page-view").await.then_some(())
     })

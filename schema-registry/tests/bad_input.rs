@@ -1,15 +1,13 @@
 //! Bad requests get Confluent-style error bodies, never a bare 500 or a crash, and the server
 //! keeps serving afterwards.
 
-mod common;
-
-use common::{Server, get, post, put, record, register};
 use reqwest::Method;
 use schema_registry::Config;
 use serde_json::json;
+use testkit::registry::{API, TestRegistry, record, register};
 
-async fn small_limit_server(dir: &std::path::Path) -> Server {
-    Server::start_with(Config {
+async fn small_limit_server(dir: &std::path::Path) -> TestRegistry {
+    TestRegistry::start_with(Config {
         data_dir: dir.to_path_buf(),
         max_request_bytes: 64 * 1024,
         ..Config::default()
@@ -17,9 +15,9 @@ async fn small_limit_server(dir: &std::path::Path) -> Server {
     .await
 }
 
-async fn raw_post(url: &str, body: impl Into<reqwest::Body>) -> common::Answer {
-    common::send(
-        common::http()
+async fn raw_post(url: &str, body: impl Into<reqwest::Body>) -> testkit::http::Answer {
+    API.send(
+        testkit::http::client()
             .request(Method::POST, url)
             .header("content-type", "application/vnd.schemaregistry.v1+json")
             .body(body),
@@ -30,8 +28,8 @@ async fn raw_post(url: &str, body: impl Into<reqwest::Body>) -> common::Answer {
 #[tokio::test]
 async fn malformed_json_is_a_400_error_body() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let url = format!("{}/subjects/s/versions", server.url);
+    let server = TestRegistry::start_in(dir.path()).await;
+    let url = format!("{}/subjects/s/versions", server.url());
     for body in ["{", "not json", "", "{\"schema\": }"] {
         raw_post(&url, body).await.expect_error(400, 400);
     }
@@ -39,7 +37,7 @@ async fn malformed_json_is_a_400_error_body() {
     for body in ["{}", "[]", "{\"schema\": 42}", "\"schema\""] {
         raw_post(&url, body).await.expect_error(422, 422);
     }
-    common::send(common::http().put(format!("{}/config", server.url)).body("{{"))
+    API.send(testkit::http::client().put(format!("{}/config", server.url())).body("{{"))
         .await
         .expect_error(400, 400);
     server.stop().await;
@@ -48,8 +46,8 @@ async fn malformed_json_is_a_400_error_body() {
 #[tokio::test]
 async fn a_schema_that_is_not_avro_is_42201() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let url = format!("{}/subjects/s/versions", server.url);
+    let server = TestRegistry::start_in(dir.path()).await;
+    let url = format!("{}/subjects/s/versions", server.url());
     for schema in [
         "",
         "{",
@@ -61,44 +59,48 @@ async fn a_schema_that_is_not_avro_is_42201() {
         r#"["int", "int"]"#,
         r#""Undefined""#,
     ] {
-        let answer = post(&url, json!({ "schema": schema })).await;
+        let answer = API.post(&url, json!({ "schema": schema })).await;
         answer.expect_error(422, 42201);
     }
-    let message = post(&url, json!({ "schema": "\"int\"", "schemaType": "PROTOBUF" }))
+    let message = API
+        .post(&url, json!({ "schema": "\"int\"", "schemaType": "PROTOBUF" }))
         .await
         .expect_error(422, 42201);
     assert!(message.contains("PROTOBUF"), "{message}");
-    post(
+    API.post(
         &url,
         json!({ "schema": "\"int\"", "references": [{ "name": "x", "subject": "y", "version": 1 }] }),
     )
     .await
     .expect_error(422, 42201);
     // The compatibility and look-up endpoints validate the same way.
-    post(&format!("{}/compatibility/subjects/s/versions", server.url), json!({ "schema": "{" }))
+    API.post(
+        &format!("{}/compatibility/subjects/s/versions", server.url()),
+        json!({ "schema": "{" }),
+    )
+    .await
+    .expect_error(422, 42201);
+    API.post(&format!("{}/subjects/s", server.url()), json!({ "schema": "nope" }))
         .await
         .expect_error(422, 42201);
-    post(&format!("{}/subjects/s", server.url), json!({ "schema": "nope" }))
-        .await
-        .expect_error(422, 42201);
-    assert_eq!(get(&format!("{}/subjects", server.url)).await.expect_ok(), &json!([]));
+    assert_eq!(API.get(&format!("{}/subjects", server.url())).await.expect_ok(), &json!([]));
     server.stop().await;
 }
 
 #[tokio::test]
 async fn an_unknown_compatibility_level_is_42203() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
+    let server = TestRegistry::start_in(dir.path()).await;
     for body in [
         json!({ "compatibility": "SIDEWAYS" }),
         json!({ "compatibility": "" }),
         json!({ "compatibility": null }),
         json!({}),
     ] {
-        put(&format!("{}/config", server.url), body.clone()).await.expect_error(422, 42203);
-        put(&format!("{}/config/s", server.url), body).await.expect_error(422, 42203);
+        API.put(&format!("{}/config", server.url()), body.clone()).await.expect_error(422, 42203);
+        API.put(&format!("{}/config/s", server.url()), body).await.expect_error(422, 42203);
     }
-    put(&format!("{}/config", server.url), json!({ "compatibility": 3 }))
+    API.put(&format!("{}/config", server.url()), json!({ "compatibility": 3 }))
         .await
         .expect_error(422, 422);
     server.stop().await;
@@ -108,18 +110,18 @@ async fn an_unknown_compatibility_level_is_42203() {
 async fn a_body_over_the_size_limit_is_a_413_error_body() {
     let dir = tempfile::tempdir().unwrap();
     let server = small_limit_server(dir.path()).await;
-    let url = format!("{}/subjects/s/versions", server.url);
+    let url = format!("{}/subjects/s/versions", server.url());
     let doc = "x".repeat(100 * 1024);
     let huge = record("R", json!([{ "name": "a", "type": "int", "doc": doc }]));
     let answer = raw_post(&url, json!({ "schema": huge.to_string() }).to_string()).await;
     answer.expect_error(413, 413);
     // Without a Content-Length (a chunked body) the limit still holds.
-    let (status, body) = chunked_post(&server.url, "/subjects/s/versions", 64, 4096).await;
+    let (status, body) = chunked_post(server.url(), "/subjects/s/versions", 64, 4096).await;
     assert_eq!(status, 413, "{body}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["error_code"], 413);
     // Under the limit, the same kind of request works.
     let small = record("R", json!([{ "name": "a", "type": "int" }]));
-    register(&server.url, "s", &small).await.expect_ok();
+    register(server.url(), "s", &small).await.expect_ok();
     server.stop().await;
 }
 
@@ -157,53 +159,56 @@ async fn chunked_post(base: &str, path: &str, chunks: usize, chunk_bytes: usize)
 #[tokio::test]
 async fn bad_subjects_versions_and_query_flags_are_errors_not_crashes() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let base = &server.url;
+    let server = TestRegistry::start_in(dir.path()).await;
+    let base = server.url();
     let schema = record("R", json!([{ "name": "a", "type": "int" }]));
     let long_subject = "s".repeat(2000);
     register(base, &long_subject, &schema).await.expect_error(422, 42208);
     register(base, "tab%09subject", &schema).await.expect_error(422, 42208);
-    put(&format!("{base}/config/{long_subject}"), json!({ "compatibility": "NONE" }))
+    API.put(&format!("{base}/config/{long_subject}"), json!({ "compatibility": "NONE" }))
         .await
         .expect_error(422, 42208);
     register(base, "s", &schema).await.expect_ok();
     // Query flags read as Confluent reads them: `true` in any case, anything else false.
-    common::delete(&format!("{base}/subjects/s/versions/1")).await.expect_ok();
-    get(&format!("{base}/subjects/s/versions?deleted=maybe")).await.expect_error(404, 40401);
+    API.delete(&format!("{base}/subjects/s/versions/1")).await.expect_ok();
+    API.get(&format!("{base}/subjects/s/versions?deleted=maybe")).await.expect_error(404, 40401);
     assert_eq!(
-        get(&format!("{base}/subjects/s/versions?deleted=True")).await.expect_ok(),
+        API.get(&format!("{base}/subjects/s/versions?deleted=True")).await.expect_ok(),
         &json!([1])
     );
     register(base, "s", &schema).await.expect_ok();
     // Invalid UTF-8 in a percent-encoded subject.
-    get(&format!("{base}/subjects/%FF%FE/versions")).await.expect_error(400, 400);
-    get(&format!("{base}/subjects/s/versions/99999999999999999999")).await.expect_error(422, 42202);
+    API.get(&format!("{base}/subjects/%FF%FE/versions")).await.expect_error(400, 400);
+    API.get(&format!("{base}/subjects/s/versions/99999999999999999999"))
+        .await
+        .expect_error(422, 42202);
     // Still serving.
-    assert_eq!(get(&format!("{base}/subjects")).await.expect_ok(), &json!(["s"]));
+    assert_eq!(API.get(&format!("{base}/subjects")).await.expect_ok(), &json!(["s"]));
     server.stop().await;
 }
 
 #[tokio::test]
 async fn deeply_nested_schemas_are_answered_not_a_stack_overflow() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
+    let server = TestRegistry::start_in(dir.path()).await;
     for depth in [10, 60, 126, 127, 200, 5000] {
-        let url = format!("{}/subjects/deep{depth}/versions", server.url);
+        let url = format!("{}/subjects/deep{depth}/versions", server.url());
         let mut schema = "\"int\"".to_owned();
         for _ in 0..depth {
             schema = format!("{{\"type\":\"array\",\"items\":{schema}}}");
         }
-        let answer = post(&url, json!({ "schema": schema })).await;
+        let answer = API.post(&url, json!({ "schema": schema })).await;
         assert!(
             answer.status == 200 || answer.body["error_code"] == 42201,
             "depth {depth}: {answer:?}"
         );
         // Checking it against itself runs the compatibility check at that depth.
-        let check = post(
-            &format!("{}/compatibility/subjects/deep{depth}/versions", server.url),
-            json!({ "schema": schema }),
-        )
-        .await;
+        let check = API
+            .post(
+                &format!("{}/compatibility/subjects/deep{depth}/versions", server.url()),
+                json!({ "schema": schema }),
+            )
+            .await;
         let expected =
             if answer.status == 200 { json!({ "is_compatible": true }) } else { json!(42201) };
         let got =
@@ -216,10 +221,13 @@ async fn deeply_nested_schemas_are_answered_not_a_stack_overflow() {
             "{{\"type\":\"record\",\"name\":\"R{level}\",\"fields\":[{{\"name\":\"f\",\"type\":{record}}}]}}"
         );
     }
-    let answer =
-        post(&format!("{}/subjects/deep-record/versions", server.url), json!({ "schema": record }))
-            .await;
+    let answer = API
+        .post(
+            &format!("{}/subjects/deep-record/versions", server.url()),
+            json!({ "schema": record }),
+        )
+        .await;
     assert!(answer.status == 200 || answer.body["error_code"] == 42201, "{answer:?}");
-    assert_eq!(get(&format!("{}/", server.url)).await.expect_ok(), &json!({}));
+    assert_eq!(API.get(&format!("{}/", server.url())).await.expect_ok(), &json!({}));
     server.stop().await;
 }

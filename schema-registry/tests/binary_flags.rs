@@ -1,14 +1,11 @@
 //! The `schema-registry` binary: flags over the config file, one-line errors for bad values,
 //! shipped schemas registered at start, and a clean stop on SIGTERM.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::get;
 use serde_json::json;
-use testkit::registry::RegistryProcess;
+use testkit::registry::{API, RegistryProcess};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_schema-registry");
 
@@ -79,7 +76,7 @@ async fn flags_override_the_config_file_and_the_rest_of_it_applies() {
     let registry =
         RegistryProcess::start_with_args(BINARY, &["--config", config.to_str().unwrap()]);
     assert_eq!(
-        get(&format!("{}/config", registry.url())).await.expect_ok(),
+        API.get(&format!("{}/config", registry.url())).await.expect_ok(),
         &json!({ "compatibilityLevel": "FULL_TRANSITIVE" })
     );
     assert!(registry.data_dir().join("registry.log").exists());
@@ -91,18 +88,23 @@ async fn register_schemas_flag_registers_the_shipped_schemas_once() {
     let schemas = schemas.to_str().expect("a UTF-8 path");
     let mut registry = RegistryProcess::start_with_args(BINARY, &["--register-schemas", schemas]);
     let subjects = ["_audit-value", "click-value", "page-view-value", "search-value"];
-    assert_eq!(get(&format!("{}/subjects", registry.url())).await.expect_ok(), &json!(subjects));
+    assert_eq!(
+        API.get(&format!("{}/subjects", registry.url())).await.expect_ok(),
+        &json!(subjects)
+    );
     let mut ids = Vec::new();
     for subject in subjects {
-        let latest = get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
+        let latest =
+            API.get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
         assert_eq!(latest.expect_ok()["version"], 1);
         ids.push(latest.body["id"].clone());
     }
     registry.restart();
     for (subject, id) in subjects.iter().zip(&ids) {
-        let latest = get(&format!("{}/subjects/{subject}/versions", registry.url())).await;
+        let latest = API.get(&format!("{}/subjects/{subject}/versions", registry.url())).await;
         assert_eq!(latest.expect_ok(), &json!([1]), "registering again added a version");
-        let latest = get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
+        let latest =
+            API.get(&format!("{}/subjects/{subject}/versions/latest", registry.url())).await;
         assert_eq!(&latest.expect_ok()["id"], id);
     }
 }
@@ -127,9 +129,9 @@ async fn metrics_count_requests_and_schemas_for_a_scraper() {
         &["--register-schemas", schemas.to_str().unwrap()],
     );
     for _ in 0..3 {
-        get(&format!("{}/subjects", registry.url())).await.expect_ok();
+        API.get(&format!("{}/subjects", registry.url())).await.expect_ok();
     }
-    get(&format!("{}/subjects/nobody/versions", registry.url())).await;
+    API.get(&format!("{}/subjects/nobody/versions", registry.url())).await;
     let addr = registry.url().trim_start_matches("http://").to_owned();
     let samples = testkit::metrics::parse(&testkit::metrics::scrape(&addr));
     use testkit::metrics::value;

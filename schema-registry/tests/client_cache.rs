@@ -1,21 +1,19 @@
 //! The registry client: registration, id → schema and (subject, schema) → id caches, and
 //! typed errors.
 
-mod common;
-
-use common::{Server, record};
 use schema_registry::client::{ClientError, RegistryClient};
 use serde_json::json;
+use testkit::registry::{TestRegistry, record};
 
 #[tokio::test]
 async fn caches_schemas_by_id_and_ids_by_subject_and_schema() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let client = RegistryClient::new(&server.url).unwrap();
+    let server = TestRegistry::start_in(dir.path()).await;
+    let client = RegistryClient::new(server.url()).unwrap();
     let v1 = record("R", json!([{ "name": "a", "type": "int" }])).to_string();
     let id = client.register("r-value", &v1).await.unwrap();
     // Another client registers a schema this one has not seen.
-    let other = RegistryClient::new(&server.url).unwrap();
+    let other = RegistryClient::new(server.url()).unwrap();
     let v2 = record("Q", json!([{ "name": "b", "type": "int" }])).to_string();
     let unseen = other.register("q-value", &v2).await.unwrap();
     server.stop().await;
@@ -32,8 +30,8 @@ async fn caches_schemas_by_id_and_ids_by_subject_and_schema() {
 #[tokio::test]
 async fn registry_errors_arrive_with_their_confluent_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let client = RegistryClient::new(&server.url).unwrap();
+    let server = TestRegistry::start_in(dir.path()).await;
+    let client = RegistryClient::new(server.url()).unwrap();
     let v1 = record("R", json!([{ "name": "a", "type": "int" }])).to_string();
     let v2 = record(
         "R",

@@ -1,10 +1,8 @@
 //! Each compatibility level accepts and refuses the schema changes the Avro resolution rules
 //! say it should, through real registrations over HTTP.
 
-mod common;
-
-use common::{Server, put, record, register};
 use serde_json::{Value, json};
+use testkit::registry::{API, TestRegistry, record, register};
 
 struct Change {
     name: &'static str,
@@ -122,7 +120,9 @@ fn changes() -> Vec<Change> {
 /// Registers `old` then `new` under a fresh subject at `level`; returns whether `new` was
 /// accepted (and checks refusals are Confluent's 409).
 async fn accepted(base: &str, subject: &str, level: &str, old: &Value, new: &Value) -> bool {
-    put(&format!("{base}/config/{subject}"), json!({ "compatibility": level })).await.expect_ok();
+    API.put(&format!("{base}/config/{subject}"), json!({ "compatibility": level }))
+        .await
+        .expect_ok();
     register(base, subject, old).await.expect_ok();
     let answer = register(base, subject, new).await;
     match answer.status {
@@ -137,7 +137,7 @@ async fn accepted(base: &str, subject: &str, level: &str, old: &Value, new: &Val
 #[tokio::test]
 async fn every_level_accepts_exactly_the_changes_its_direction_allows() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
+    let server = TestRegistry::start_in(dir.path()).await;
     let mut n = 0;
     for change in changes() {
         for (level, expected) in [
@@ -151,7 +151,7 @@ async fn every_level_accepts_exactly_the_changes_its_direction_allows() {
         ] {
             n += 1;
             let subject = format!("s{n}");
-            let got = accepted(&server.url, &subject, level, &change.old, &change.new).await;
+            let got = accepted(server.url(), &subject, level, &change.old, &change.new).await;
             assert_eq!(got, expected, "{} under {level}", change.name);
         }
     }
@@ -161,8 +161,8 @@ async fn every_level_accepts_exactly_the_changes_its_direction_allows() {
 #[tokio::test]
 async fn transitive_levels_check_every_earlier_version_not_just_the_latest() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let base = &server.url;
+    let server = TestRegistry::start_in(dir.path()).await;
+    let base = server.url();
     // v1 has only `a`; v2 adds `b` with a default; v3 drops b's default. v3 reads v2's data
     // (b is there) but not v1's (b is missing and has no default).
     let v1 = record("R", json!([{ "name": "a", "type": "int" }]));
@@ -178,7 +178,7 @@ async fn transitive_levels_check_every_earlier_version_not_just_the_latest() {
         ("FULL_TRANSITIVE", false),
     ] {
         let subject = format!("t-{level}");
-        put(&format!("{base}/config/{subject}"), json!({ "compatibility": level }))
+        API.put(&format!("{base}/config/{subject}"), json!({ "compatibility": level }))
             .await
             .expect_ok();
         register(base, &subject, &v1).await.expect_ok();
@@ -192,13 +192,13 @@ async fn transitive_levels_check_every_earlier_version_not_just_the_latest() {
 #[tokio::test]
 async fn soft_deleted_versions_are_not_checked_against() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let base = &server.url;
+    let server = TestRegistry::start_in(dir.path()).await;
+    let base = server.url();
     let v1 = record("R", json!([{ "name": "a", "type": "string" }]));
     let v2 = record("R", json!([{ "name": "a", "type": "int" }]));
     register(base, "s", &v1).await.expect_ok();
     register(base, "s", &v2).await.expect_error(409, 409);
-    common::delete(&format!("{base}/subjects/s/versions/1")).await.expect_ok();
+    API.delete(&format!("{base}/subjects/s/versions/1")).await.expect_ok();
     assert_eq!(register(base, "s", &v2).await.expect_ok()["id"], 2);
     server.stop().await;
 }
@@ -206,13 +206,13 @@ async fn soft_deleted_versions_are_not_checked_against() {
 #[tokio::test]
 async fn the_global_level_applies_where_a_subject_has_none() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path()).await;
-    let base = &server.url;
+    let server = TestRegistry::start_in(dir.path()).await;
+    let base = server.url();
     let old = record("R", json!([{ "name": "a", "type": "int" }]));
     let new = record("R", json!([{ "name": "a", "type": "int" }, { "name": "b", "type": "int" }]));
     register(base, "s", &old).await.expect_ok();
     register(base, "s", &new).await.expect_error(409, 409);
-    put(&format!("{base}/config"), json!({ "compatibility": "FORWARD" })).await.expect_ok();
+    API.put(&format!("{base}/config"), json!({ "compatibility": "FORWARD" })).await.expect_ok();
     register(base, "s", &new).await.expect_ok();
     server.stop().await;
 }

@@ -1,16 +1,13 @@
 //! What was acknowledged survives: `kill -9` of the real binary mid-registration, and torn or
 //! corrupt log tails left by a crash.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Server, get, post, put, record, register};
 use schema_registry::store::{LOG_FILE_NAME, Record, encode_frame};
 use schema_registry::{CompatibilityLevel, Registry, RegistryError};
 use serde_json::{Value, json};
-use testkit::registry::RegistryProcess;
+use testkit::registry::{API, RegistryProcess, TestRegistry, record, register};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_schema-registry");
 
@@ -46,7 +43,7 @@ async fn register_until_killed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_schema() {
     let mut registry = RegistryProcess::start(BINARY);
-    put(&format!("{}/config", registry.url()), json!({ "compatibility": "NONE" }))
+    API.put(&format!("{}/config", registry.url()), json!({ "compatibility": "NONE" }))
         .await
         .expect_ok();
     let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -64,18 +61,22 @@ async fn kill_9_loses_no_acknowledged_schema() {
         let base = registry.url();
         let so_far = acked.lock().unwrap().clone();
         for a in &so_far {
-            let found = post(
-                &format!("{base}/subjects/{}", a.subject),
-                json!({ "schema": a.schema.to_string() }),
-            )
-            .await;
+            let found = API
+                .post(
+                    &format!("{base}/subjects/{}", a.subject),
+                    json!({ "schema": a.schema.to_string() }),
+                )
+                .await;
             assert_eq!(found.expect_ok()["id"], a.id, "{} lost after kill -9", a.schema);
-            let by_id = get(&format!("{base}/schemas/ids/{}", a.id)).await;
+            let by_id = API.get(&format!("{base}/schemas/ids/{}", a.id)).await;
             let stored: Value =
                 serde_json::from_str(by_id.expect_ok()["schema"].as_str().unwrap()).unwrap();
             assert_eq!(stored["name"], a.schema["name"]);
         }
-        assert_eq!(get(&format!("{base}/config")).await.expect_ok()["compatibilityLevel"], "NONE");
+        assert_eq!(
+            API.get(&format!("{base}/config")).await.expect_ok()["compatibilityLevel"],
+            "NONE"
+        );
     }
     // Ids keep growing past every acknowledged one.
     let max = acked.lock().unwrap().iter().map(|a| a.id).max().unwrap();
@@ -85,10 +86,10 @@ async fn kill_9_loses_no_acknowledged_schema() {
 }
 
 async fn register_three(dir: &std::path::Path) {
-    let server = Server::start(dir).await;
+    let server = TestRegistry::start_in(dir).await;
     for i in 1..=3 {
         let schema = record(&format!("R{i}"), json!([{ "name": "a", "type": "int" }]));
-        assert_eq!(register(&server.url, &format!("s{i}"), &schema).await.expect_ok()["id"], i);
+        assert_eq!(register(server.url(), &format!("s{i}"), &schema).await.expect_ok()["id"], i);
     }
     server.stop().await;
 }
@@ -105,25 +106,25 @@ async fn a_torn_tail_is_dropped_on_start_and_later_writes_survive() {
     torn.extend_from_slice(&frame[..frame.len() / 2]);
     std::fs::write(&log, &torn).unwrap();
 
-    let server = Server::start(dir.path()).await;
+    let server = TestRegistry::start_in(dir.path()).await;
     assert_eq!(
-        get(&format!("{}/subjects", server.url)).await.expect_ok(),
+        API.get(&format!("{}/subjects", server.url())).await.expect_ok(),
         &json!(["s1", "s2", "s3"])
     );
     assert_eq!(
-        get(&format!("{}/config", server.url)).await.expect_ok()["compatibilityLevel"],
+        API.get(&format!("{}/config", server.url())).await.expect_ok()["compatibilityLevel"],
         "BACKWARD",
         "the torn record must not apply"
     );
     let fourth = record("R4", json!([{ "name": "a", "type": "int" }]));
-    assert_eq!(register(&server.url, "s4", &fourth).await.expect_ok()["id"], 4);
+    assert_eq!(register(server.url(), "s4", &fourth).await.expect_ok()["id"], 4);
     server.stop().await;
     assert_eq!(&std::fs::read(&log).unwrap()[..intact.len()], &intact[..]);
 
     // The fourth registration was appended after the cut, not behind the torn bytes.
-    let server = Server::start(dir.path()).await;
+    let server = TestRegistry::start_in(dir.path()).await;
     assert_eq!(
-        get(&format!("{}/subjects", server.url)).await.expect_ok(),
+        API.get(&format!("{}/subjects", server.url())).await.expect_ok(),
         &json!(["s1", "s2", "s3", "s4"])
     );
     server.stop().await;
@@ -139,9 +140,12 @@ async fn a_corrupt_last_record_is_dropped_and_earlier_ones_kept() {
     bytes[last] ^= 0x20;
     std::fs::write(&log, &bytes).unwrap();
 
-    let server = Server::start(dir.path()).await;
-    assert_eq!(get(&format!("{}/subjects", server.url)).await.expect_ok(), &json!(["s1", "s2"]));
-    get(&format!("{}/schemas/ids/2", server.url)).await.expect_ok();
+    let server = TestRegistry::start_in(dir.path()).await;
+    assert_eq!(
+        API.get(&format!("{}/subjects", server.url())).await.expect_ok(),
+        &json!(["s1", "s2"])
+    );
+    API.get(&format!("{}/schemas/ids/2", server.url())).await.expect_ok();
     server.stop().await;
 }
 

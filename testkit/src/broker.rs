@@ -1,11 +1,13 @@
-//! A broker served in this process on `127.0.0.1:0`, with its own data directory.
+//! A broker served in this process on `127.0.0.1:0`, with its own data directory; MessageSets
+//! to produce to one, and what a broker holds read back.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
 use broker::{Broker, BrokerConfig, Listeners};
 use bytes::{Bytes, BytesMut};
-use client::Connection;
+use client::{Connection, ConsumedMessage, SimpleConsumer, SimpleConsumerConfig};
 use protocol::{Codec, MessageSetIter};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
@@ -121,6 +123,14 @@ pub fn message_set<P: AsRef<[u8]>>(payloads: &[P]) -> Bytes {
     buf.freeze()
 }
 
+/// One compressed wrapper holding `payloads`.
+pub fn wrapper(codec: Codec, payloads: &[Bytes]) -> Bytes {
+    let inner = message_set(payloads);
+    let mut set = BytesMut::new();
+    protocol::encode_message(&mut set, codec, &client::compress(codec, &inner).unwrap());
+    set.freeze()
+}
+
 /// `(offset, payload)` of every whole message in a fetched set; panics on an invalid one.
 pub fn messages_of(set: &[u8], base_offset: i64) -> Vec<(i64, Vec<u8>)> {
     MessageSetIter::new(set, base_offset)
@@ -129,6 +139,60 @@ pub fn messages_of(set: &[u8], base_offset: i64) -> Vec<(i64, Vec<u8>)> {
             (offset, message.payload.to_vec())
         })
         .collect()
+}
+
+/// Every message of `topic`'s `partition` that `consumer` reads from offset 0 to the end of the
+/// visible log, wrappers inflated: as far as it got if a fetch fails (nothing if the topic is
+/// not there yet).
+pub async fn read_partition(
+    consumer: &SimpleConsumer,
+    topic: &str,
+    partition: i32,
+) -> Vec<ConsumedMessage> {
+    let mut read = Vec::new();
+    let mut offset = 0;
+    loop {
+        let Ok(fetched) = consumer.fetch(topic, partition, offset).await else { return read };
+        if fetched.is_empty() {
+            return read;
+        }
+        let mut messages = fetched.iter();
+        for message in messages.by_ref() {
+            read.push(message.expect("a valid message"));
+        }
+        offset = messages.next_offset();
+    }
+}
+
+/// Every payload in partition 0 of `topic` on the broker at `addr` (empty if the topic is not
+/// there yet).
+pub async fn read_all(addr: &str, topic: &str) -> Vec<Bytes> {
+    read_all_with(addr, topic, SimpleConsumerConfig::default()).await
+}
+
+/// [`read_all`] with `config` (TLS, say).
+pub async fn read_all_with(addr: &str, topic: &str, config: SimpleConsumerConfig) -> Vec<Bytes> {
+    let Ok(consumer) = SimpleConsumer::connect(addr, config).await else {
+        return Vec::new();
+    };
+    read_partition(&consumer, topic, 0).await.into_iter().map(|m| m.payload).collect()
+}
+
+/// Every message offset of every partition of `topic` in the broker, as `(partition, offset)`.
+pub async fn log_positions(
+    broker: &TestBroker,
+    topic: &str,
+    partitions: i32,
+) -> HashSet<(i32, i64)> {
+    let consumer = SimpleConsumer::connect(&broker.addr, SimpleConsumerConfig::default())
+        .await
+        .expect("consumer");
+    let mut positions = HashSet::new();
+    for partition in 0..partitions {
+        let messages = read_partition(&consumer, topic, partition).await;
+        positions.extend(messages.iter().map(|message| (partition, message.offset)));
+    }
+    positions
 }
 
 /// Logs to the test's output when `RUST_LOG` is set.

@@ -1,8 +1,9 @@
 //! A cluster for tests: brokers served in this process, registered in a chroot of their own of
 //! the shared real ZooKeeper, as a deployment's brokers are; and the helpers the tests of every
 //! tier use on it — create a topic spread over the brokers, produce plain messages to its
-//! partitions' leaders, read a topic's payloads back.
+//! partitions' leaders, read a topic's payloads back or wait until they are all there.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,10 +13,10 @@ use client::SimpleConsumer;
 use cluster::{Coordinator, Registry, ZooKeeper, ZooKeeperConfig};
 use protocol::Acks;
 
-use crate::broker::{TestBroker, message_set};
+use crate::broker::{TestBroker, message_set, read_partition};
 use crate::zookeeper::ZooKeeperServer;
 
-/// How long the helpers wait for the registry to show a change.
+/// How long the helpers wait for the registry to show a change, or for payloads to arrive.
 const WAIT: Duration = Duration::from_secs(60);
 /// The brokers' ZooKeeper session timeout: short, so a killed broker leaves soon.
 const SESSION_TIMEOUT_MS: u64 = 4_000;
@@ -193,20 +194,22 @@ impl TestCluster {
             else {
                 continue;
             };
-            let mut offset = 0;
-            loop {
-                let Ok(fetched) = consumer.fetch(topic, partition, offset).await else { break };
-                if fetched.is_empty() {
-                    break;
-                }
-                let mut messages = fetched.iter();
-                for message in messages.by_ref() {
-                    payloads.push(message.expect("a valid message").payload);
-                }
-                offset = messages.next_offset();
-            }
+            let messages = read_partition(&consumer, topic, partition).await;
+            payloads.extend(messages.into_iter().map(|message| message.payload));
         }
         payloads
+    }
+
+    /// Waits until the cluster holds every payload of `expected` in `topic` (duplicates
+    /// allowed).
+    pub async fn wait_for_all(&self, topic: &str, expected: &[Bytes], what: &str) {
+        let expected: BTreeSet<Bytes> = expected.iter().cloned().collect();
+        crate::eventually(WAIT, what, || async {
+            let got: BTreeSet<Bytes> = self.payloads(topic).await.into_iter().collect();
+            let missing = expected.difference(&got).count();
+            (missing == 0).then_some(())
+        })
+        .await;
     }
 }
 

@@ -1,8 +1,10 @@
-//! A real `schema-registry` process on a free loopback port with a temporary data directory:
-//! it can be `kill -9`ed and restarted on the same directory, and is killed when dropped.
+//! A schema registry for tests: a real `schema-registry` process on a free loopback port with a
+//! temporary data directory, which can be `kill -9`ed and restarted on the same directory and
+//! is killed when dropped; or one served in this process ([`TestRegistry`]). And the registry's
+//! REST API called as its clients call it ([`API`]), with helpers to register schemas.
 //!
-//! Pass the binary's path: in the `schema-registry` crate's own tests that is
-//! `env!("CARGO_BIN_EXE_schema-registry")`; other crates build it first
+//! To start the process, pass the binary's path: in the `schema-registry` crate's own tests
+//! that is `env!("CARGO_BIN_EXE_schema-registry")`; other crates build it first
 //! (`cargo build -p schema-registry`) and pass `target/{profile}/schema-registry`.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,7 +14,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use schema_registry::api::http::CONTENT_TYPE;
+use serde_json::Value;
 use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{Answer, JsonApi};
 
 /// How long a start may take, replay of the log included.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -155,45 +163,94 @@ fn answers_http(addr: SocketAddr) -> bool {
     response.starts_with(b"HTTP/1.1 200")
 }
 
-/// A registry served in-process (over HTTP on a free loopback port) with the pipeline's shipped
-/// schemas registered (`events/schemas/`), for tests of the services that use one:
-/// the agent, the loader, the audit. Stops when dropped.
+/// A registry served in this process over HTTP on a free loopback port: with the pipeline's
+/// shipped schemas registered (`events/schemas/`) for tests of the services that use one (the
+/// agent, the loader, the audit), or with a test's own config for the registry's own tests.
+/// Stops when dropped.
 pub struct TestRegistry {
     url: String,
-    _dir: TempDir,
-    _stop: tokio_util::sync::DropGuard,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+    /// The data directory of a registry that made its own ([`Self::start`]).
+    _dir: Option<TempDir>,
 }
 
 impl TestRegistry {
     /// Starts the registry and waits until the shipped schemas are registered.
     pub async fn start() -> TestRegistry {
         let dir = tempfile::tempdir().expect("temporary directory for the registry");
-        let listener =
-            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the registry");
-        let addr = listener.local_addr().expect("registry address");
         let config = schema_registry::Config {
             data_dir: dir.path().join("data"),
             register_schemas: Some(events::schemas::source_dir()),
             ..schema_registry::Config::default()
         };
-        let stop = tokio_util::sync::CancellationToken::new();
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            if let Err(e) = schema_registry::run(listener, config, shutdown).await {
-                panic!("the in-process registry failed: {e}");
-            }
-        });
-        let url = format!("http://{addr}");
-        let client = schema_registry::RegistryClient::new(&url).expect("registry client");
+        let mut registry = TestRegistry::start_with(config).await;
+        registry._dir = Some(dir);
+        let client = schema_registry::RegistryClient::new(&registry.url).expect("registry client");
         crate::eventually(START_TIMEOUT, "the registry to serve the shipped schemas", || async {
             client.latest(events::AUDIT_SUBJECT).await.ok()
         })
         .await;
-        TestRegistry { url, _dir: dir, _stop: stop.drop_guard() }
+        registry
+    }
+
+    /// Starts a registry on `data_dir` with the default config.
+    pub async fn start_in(data_dir: &Path) -> TestRegistry {
+        let data_dir = data_dir.to_path_buf();
+        TestRegistry::start_with(schema_registry::Config { data_dir, ..Default::default() }).await
+    }
+
+    /// Starts a registry with `config`.
+    pub async fn start_with(config: schema_registry::Config) -> TestRegistry {
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the registry");
+        let url = format!("http://{}", listener.local_addr().expect("registry address"));
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = schema_registry::run(listener, config, shutdown).await {
+                panic!("the in-process registry failed: {e}");
+            }
+        });
+        TestRegistry { url, stop, task: Some(task), _dir: None }
     }
 
     /// Base URL, e.g. `http://127.0.0.1:40123`.
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    /// Stops serving and waits until the registry has shut down.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            task.await.expect("the registry shuts down cleanly");
+        }
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// The registry's REST API, Confluent's: every answer has its content type.
+pub const API: JsonApi = JsonApi::new(CONTENT_TYPE);
+
+/// Registers `schema` (Avro JSON) under `subject`; returns the answer.
+pub async fn register(base: &str, subject: &str, schema: &Value) -> Answer {
+    API.post(
+        &format!("{base}/subjects/{subject}/versions"),
+        serde_json::json!({ "schema": schema.to_string() }),
+    )
+    .await
+}
+
+/// A record schema named `name` with `fields` (a JSON array of Avro fields).
+pub fn record(name: &str, fields: Value) -> Value {
+    serde_json::json!({ "type": "record", "name": name, "namespace": "test", "fields": fields })
 }
