@@ -119,6 +119,25 @@ async fn oversized_frames_get_an_error_and_a_closed_connection() {
     assert_eq!(answer, Answer { error: Some(ErrorCode::InvalidRequest.as_i16()), closed: true });
 }
 
+/// A client that sent more than the bad frame's size field still gets the error: the broker
+/// reads on and drops the rest before it closes. Closed with that input unread, the socket sent
+/// a reset, which could overtake the answer ("connection reset" in a run of the basic request
+/// sequence, issue 41).
+#[tokio::test]
+async fn a_bad_frames_error_reaches_a_client_that_sent_more_after_it() {
+    let broker = TestBroker::start_with(|c| c.max_request_bytes = 1 << 20).await;
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(&broker.addr).await.unwrap();
+        let mut bytes = ((1u32 << 20) + 1).to_be_bytes().to_vec();
+        bytes.extend(vec![7u8; 256 << 10]);
+        stream.write_all(&bytes).await.expect("the broker takes what follows the bad frame");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.expect("the answer, then the end: no reset");
+        assert!(answer.len() >= 6, "{answer:?}");
+        assert_eq!(i16::from_be_bytes([answer[4], answer[5]]), ErrorCode::InvalidRequest.as_i16());
+    }
+}
+
 #[tokio::test]
 async fn zero_and_tiny_frame_sizes_close_the_connection() {
     let broker = TestBroker::start().await;

@@ -137,7 +137,11 @@ impl Connection {
             let requests_before = self.requests_read;
             match self.handle_buffered().await? {
                 Next::Continue => {}
-                Next::Close => return self.flush_output().await,
+                Next::Close => {
+                    self.flush_output().await?;
+                    crate::net::send::close_lingering(&mut self.stream).await;
+                    return Ok(());
+                }
                 Next::Gone => return Ok(()),
             }
             self.flush_output().await?;

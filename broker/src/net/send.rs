@@ -7,8 +7,10 @@
 use std::io;
 use std::os::unix::fs::FileExt;
 
+use std::time::Duration;
+
 use service::tls::{MaybeTls, ServerStream};
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::log::FileSlice;
@@ -16,6 +18,32 @@ use crate::metrics::Metrics;
 
 /// Bytes of a segment read per write on a TLS connection: a few TLS records.
 const TLS_CHUNK_BYTES: usize = 256 << 10;
+
+/// How long, and how many bytes, a connection closed on its last answer reads on and drops.
+const LINGER_MS: u64 = 500;
+const LINGER_BYTES_MAX: usize = 1 << 20;
+
+/// Ends a connection whose last answer (a bad frame's error) is written: the write side is
+/// shut first, then what the client still sends is read and dropped until it closes too, for
+/// at most [`LINGER_MS`] and [`LINGER_BYTES_MAX`]. Closed with its input unread, the socket
+/// would send a reset, which can overtake the answer and make the client lose it ("connection
+/// reset" instead of the error code).
+pub async fn close_lingering(stream: &mut ServerStream) {
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 8 << 10];
+    let drain = async {
+        let mut drained = 0;
+        while drained < LINGER_BYTES_MAX {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => drained += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_millis(LINGER_MS), drain).await;
+}
 
 /// The error of a write the client's socket took nothing of for the stall timeout.
 pub fn stalled() -> io::Error {
