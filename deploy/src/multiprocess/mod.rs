@@ -165,7 +165,15 @@ impl Deployment {
             name: component.name.clone(),
             reason,
             log: paths.log_file.clone(),
-            tail: process::log_tail(&paths.log_file, log_offset, 20),
+            // Nothing written since the start (seen once when a restarted mirror exited 1):
+            // the log's last lines before it then say what state it was left in.
+            tail: match process::log_tail(&paths.log_file, log_offset, 20) {
+                tail if tail.is_empty() => format!(
+                    "(nothing written since this start; the log's last lines before it:)\n{}",
+                    process::log_tail(&paths.log_file, 0, 20)
+                ),
+                tail => tail,
+            },
         };
         loop {
             match started.child.try_wait() {
