@@ -1,12 +1,7 @@
-//! Any bytes as a request frame on a broker's Kafka listener (after the size field): decoding
-//! its header and body, for whatever API and version it names, never panics and never
-//! allocates more than the frame's bytes can hold (an array's count cannot outrun them).
+//! libFuzzer's entry to `fuzz_targets::kafka_request`, whose doc says what the input is and what must
+//! hold for any input.
 #![no_main]
 
-use protocol::kafka::request::decode_frame;
-use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = decode_frame(Bytes::copy_from_slice(data));
-});
+fuzz_target!(|data: &[u8]| fuzz_targets::kafka_request::check(data));

@@ -1,22 +1,7 @@
-//! Any text as the topology file of `tributary up`: parsing and checking never panic, and a
-//! topology they accept plans its processes and renders every generated config file (each
-//! either its text or a typed error naming the topology's key) without a panic — ports added
-//! to offsets, names and paths made from what the file says.
+//! libFuzzer's entry to `fuzz_targets::topology_file`, whose doc says what the input is and what must
+//! hold for any input.
 #![no_main]
 
-use std::path::Path;
-
-use deploy::multiprocess::plan::plan;
-use deploy::multiprocess::topology::Topology;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    let path = Path::new("/nonexistent/tributary-fuzz/topology.toml");
-    let Ok(topology) = Topology::from_text(path, text) else { return };
-    let components = plan(&topology, Path::new("/nonexistent/tributary-fuzz/bin"));
-    assert!(!components.is_empty(), "a deployment runs something");
-    for config in components.iter().filter_map(|c| c.config.as_ref()) {
-        let _ = config.content.render(path);
-    }
-});
+fuzz_target!(|data: &[u8]| fuzz_targets::topology_file::check(data));
