@@ -94,4 +94,6 @@ pub enum LoadError {
     },
     #[error("audit: {0}")]
     Audit(String),
+    #[error("event ids spilled to {path}: {source}")]
+    Spill { path: String, source: std::io::Error },
 }

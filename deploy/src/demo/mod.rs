@@ -378,23 +378,25 @@ impl Pipeline {
     }
 
     /// What every tier did, read back from the agents, the mirror, the Parquet files and the
-    /// audit.
+    /// audit. The loaded ids are counted in bounded memory, spilled to the data directory: a
+    /// long demo at a high rate loads millions.
     async fn summary(&self, watch: &Watch, started: Instant) -> Result<Summary, DemoError> {
         let audit_summary = watch.audit().await.unwrap_or_default();
         let mut loaded_rows = 0;
-        let mut ids = std::collections::HashSet::new();
+        let mut ids = hdfs_loader::readback::DistinctIds::new_in(&self.data_dir)
+            .map_err(|source| DemoError::DataDir { path: self.data_dir.clone(), source })?;
         for topic in TOPICS {
-            let rows = hdfs_loader::readback::read_topic(&self.store, topic).await?;
-            loaded_rows += rows.positions.len() as u64;
-            ids.extend(rows.event_ids);
+            loaded_rows += hdfs_loader::readback::count_topic(&self.store, topic, &mut ids).await?;
         }
+        let distinct_ids_loaded = tokio::task::block_in_place(|| ids.count())
+            .map_err(|source| DemoError::DataDir { path: self.data_dir.clone(), source })?;
         Ok(Summary {
             accepted: self.agents.iter().map(|a| a.accepted()).sum(),
             acknowledged: self.agents.iter().map(|a| a.acknowledged()).sum(),
             mirrored: self.mirror.totals().messages(),
             mirrored_events: self.mirror.totals().events(),
             loaded_rows,
-            distinct_ids_loaded: ids.len() as u64,
+            distinct_ids_loaded,
             windows: audit_summary.windows,
             parquet_root: self.warehouse.clone(),
             dashboard_url: self.dashboard_url.clone(),
