@@ -1,6 +1,7 @@
 //! The JSON API, and the views of the ledger the dashboard renders too:
 //!
-//! - `GET /api/summary`: readiness and verdict totals (what a launcher or a check reads);
+//! - `GET /api/summary`: readiness, verdict totals and the hops holding events back (what a
+//!   launcher or a check reads);
 //! - `GET /api/topics`: per topic, its windows' verdicts;
 //! - `GET /api/windows?topic=T[&from=MS&to=MS]`: per window, counts per tier and the verdict;
 //! - `GET /api/window?topic=T&start=MS`: one window with every host's count, short hosts first.
@@ -16,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use events::audit::Tier;
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{Clock, HostCount, Ledger, Verdict, WindowReport};
+use crate::ledger::{Clock, Held, HostCount, Ledger, Silent, Verdict, WindowReport};
 use crate::state::{Shared, lock};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +60,7 @@ pub(crate) struct Summary {
     pub window_ms: i64,
     pub grace_ms: i64,
     pub loader_grace_ms: i64,
-    /// The tier every other is compared with (`agent` when agents report).
+    /// The tier every other is compared with (`accepted` when agents report).
     pub reference_tier: Option<&'static str>,
     /// Tiers that report, in pipeline order.
     pub tiers: Vec<&'static str>,
@@ -67,6 +68,55 @@ pub(crate) struct Summary {
     pub windows: BTreeMap<&'static str, u64>,
     pub missing_events: BTreeMap<&'static str, i64>,
     pub duplicate_events: BTreeMap<&'static str, i64>,
+    /// `held_ms`: a tier holding events longer than this is flagged in `held`.
+    pub held_ms: i64,
+    /// Every tier of every window without a verdict that has held events back for longer
+    /// than `held_ms` (the loader tier: `loader_grace_ms`), longest first.
+    pub held: Vec<HeldBack>,
+    /// Agents not heard from for longer than `held_ms` (they publish every few seconds even
+    /// with nothing to count): one whose brokers it cannot reach, or that is down.
+    pub silent_agents: Vec<Silent>,
+}
+
+/// A tier that holds back events the tier before it counted, in one window of one topic.
+#[derive(Debug, Serialize)]
+pub(crate) struct HeldBack {
+    pub topic: String,
+    pub window_start: i64,
+    pub tier: &'static str,
+    #[serde(flatten)]
+    pub held: Held,
+}
+
+/// The tiers of `topic`'s windows that have held events back past their limit, longest first.
+pub(crate) fn held_back(
+    shared: &Shared,
+    ledger: &Ledger,
+    topic: &str,
+    clock: Clock,
+) -> Vec<HeldBack> {
+    let mut held: Vec<HeldBack> = ledger
+        .windows(topic, i64::MIN, i64::MAX, clock)
+        .into_iter()
+        .flat_map(|report| {
+            report.held.into_iter().map(move |(tier, held)| HeldBack {
+                topic: topic.to_owned(),
+                window_start: report.window_start,
+                tier,
+                held,
+            })
+        })
+        .filter(|h| {
+            let limit_ms = if h.tier == Tier::Loader.as_str() {
+                clock.loader_grace_ms
+            } else {
+                shared.config.held_ms
+            };
+            h.held.held_ms > limit_ms
+        })
+        .collect();
+    held.sort_by(|a, b| b.held.held_ms.cmp(&a.held.held_ms));
+    held
 }
 
 #[derive(Debug, Serialize)]
@@ -137,8 +187,12 @@ pub(crate) fn summary(shared: &Shared) -> Summary {
         windows: Verdict::ALL.iter().map(|v| (v.as_str(), 0)).collect(),
         missing_events: BTreeMap::new(),
         duplicate_events: BTreeMap::new(),
+        held_ms: shared.config.held_ms,
+        held: Vec::new(),
+        silent_agents: ledger.silent_agents(clock, shared.config.held_ms),
     };
     for topic in ledger.topics() {
+        summary.held.extend(held_back(shared, &ledger, topic, clock));
         summary.topics += 1;
         for report in ledger.windows(topic, i64::MIN, i64::MAX, clock) {
             *summary.windows.entry(report.verdict.as_str()).or_default() += 1;
@@ -150,6 +204,7 @@ pub(crate) fn summary(shared: &Shared) -> Summary {
             }
         }
     }
+    summary.held.sort_by(|a, b| b.held.held_ms.cmp(&a.held.held_ms));
     summary
 }
 

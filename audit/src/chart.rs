@@ -12,6 +12,7 @@ use crate::ledger::{Ledger, Verdict, WindowReport};
 /// How each tier is drawn in the chart: colour, dash pattern and marker.
 fn tier_style(tier: Tier) -> (&'static str, &'static str, &'static str) {
     match tier {
+        Tier::Accepted => ("#009E73", "1 2", "ring"),
         Tier::Agent => ("#1F2933", "", "circle"),
         Tier::Live => ("#56B4E9", "7 4", "square"),
         Tier::Mirror => ("#E69F00", "2 3", "triangle"),
@@ -45,6 +46,9 @@ fn marker(shape: &str, x: f64, y: f64, colour: &str) -> String {
             y + 5.0,
             x - 5.0,
             y
+        ),
+        "ring" => format!(
+            r#"<circle cx="{x:.1}" cy="{y:.1}" r="4.5" fill="none" stroke="{colour}" stroke-width="2"/>"#
         ),
         _ => format!(r#"<circle cx="{x:.1}" cy="{y:.1}" r="3.8" fill="{colour}"/>"#),
     }

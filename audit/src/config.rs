@@ -77,6 +77,10 @@ pub struct Config {
     /// The same for the `loader` tier, a batch job that counts a window only once a run has
     /// loaded it: cover its run interval. Unset: `grace_ms`. Never shorter than `grace_ms`.
     pub loader_grace_ms: Option<i64>,
+    /// A tier that has not counted, for longer than this, events the tier before it counted is
+    /// flagged as holding them back (dashboard, `/api/summary`); the loader tier, a batch job,
+    /// after its grace instead.
+    pub held_ms: i64,
     /// Windows that ended longer ago than this are forgotten.
     pub history_ms: i64,
     /// Windows shown per topic on the overview page.
@@ -119,6 +123,7 @@ impl Default for Config {
             zookeeper_session: cluster::ZooKeeperArgs::default(),
             grace_ms: 900_000,
             loader_grace_ms: None,
+            held_ms: 30_000,
             history_ms: 7 * 24 * 3_600_000,
             dashboard_windows: 12,
             refresh_s: 10,
@@ -152,6 +157,7 @@ impl Config {
         let positive = [
             ("audit_window_ms", self.audit_window_ms),
             ("history_ms", self.history_ms),
+            ("held_ms", self.held_ms),
             ("dashboard_windows", self.dashboard_windows as i64),
             ("refresh_s", self.refresh_s as i64),
             ("discovery_ms", self.discovery_ms as i64),

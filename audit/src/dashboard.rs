@@ -1,7 +1,8 @@
 //! The dashboard: server-rendered HTML with inline SVG, no script.
 //!
-//! - `/`: every topic × its recent windows, one row per tier, each cell coloured by that tier's
-//!   verdict and showing how many events it lacks or has too many;
+//! - `/`: the hops holding events back (a stuck agent shows there within seconds, long before
+//!   its window has a verdict), then every topic × its recent windows, one row per tier, each
+//!   cell coloured by that tier's verdict and showing how many events it lacks or has too many;
 //! - `/topics/{topic}`: the counts of every tier over time as a chart, and the windows as a table;
 //! - `/topics/{topic}/windows/{start}`: one window, each tier against the reference, and the
 //!   hosts whose counts fall short of their usual share.
@@ -13,10 +14,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::api::{self, ApiError, TopicSummary};
+use crate::api::{self, ApiError, HeldBack, TopicSummary};
 use crate::chart::{chart, chart_legend};
 use crate::html::{self, Status, chip, escape, number, page};
-use crate::ledger::{Clock, Verdict, WindowReport};
+use crate::ledger::{Clock, Silent, Verdict, WindowReport};
 use crate::state::{Shared, lock};
 
 /// Windows drawn in a topic's chart at most.
@@ -79,6 +80,56 @@ fn topic_cards(summary: &TopicSummary) -> String {
     )
 }
 
+/// The panel of tiers holding events back, if any: per tier and window, how many events for
+/// how long, and for the agent tier which agents hold them.
+fn held_panel(held: &[HeldBack], silent: &[Silent], secs: bool) -> String {
+    if held.is_empty() && silent.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        r#"<div class="panel" id="held"><h3>Held back</h3><table class="list"><thead><tr><th style="text-align:left">Topic</th><th>Window</th><th>Tier</th><th>Events</th><th>For</th><th class="host">Held by</th></tr></thead><tbody>"#,
+    );
+    for h in held {
+        let hosts: Vec<String> = h
+            .held
+            .hosts
+            .iter()
+            .map(|(host, n)| {
+                format!(
+                    r#"<span data-host="{}">{} ({})</span>"#,
+                    escape(host),
+                    escape(host),
+                    number(*n)
+                )
+            })
+            .collect();
+        let _ = write!(
+            out,
+            r#"<tr class="flag" data-topic="{t}" data-tier="{tier}" data-window="{start}"><td style="text-align:left"><a href="{href}">{t}</a></td><td>{from}</td><td>{tier}</td><td>{events}</td><td>{seconds} s</td><td class="host">{hosts}</td></tr>"#,
+            t = escape(&h.topic),
+            tier = h.tier,
+            start = h.window_start,
+            href = window_href(&h.topic, h.window_start),
+            from = html::utc(h.window_start, secs),
+            events = number(h.held.events),
+            seconds = number(h.held.held_ms / 1_000),
+            hosts = hosts.join(", "),
+        );
+    }
+    for agent in silent {
+        let _ = write!(
+            out,
+            r#"<tr class="flag" data-silent="{h}"><td style="text-align:left">every topic</td><td>{since}</td><td>agent</td><td>≥ {events}</td><td>{seconds} s</td><td class="host"><span data-host="{h}">{h}</span> (not heard from)</td></tr>"#,
+            h = escape(&agent.host),
+            since = html::utc(agent.last_heard_ms, true),
+            events = number(agent.held_events),
+            seconds = number(agent.silent_ms / 1_000),
+        );
+    }
+    out.push_str(r#"</tbody></table><p class="note">Each tier has not counted these events, which the tier before it counted that long ago: a hop that holds events back. For the agent tier, events accepted and not yet acknowledged by a broker, per agent; an agent not heard from (its counts cannot reach the audit) holds at least what it last reported.</p></div>"#);
+    out
+}
+
 fn topic_href(topic: &str) -> String {
     format!("/topics/{}", escape(topic))
 }
@@ -118,6 +169,7 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
         topics.iter().map(|t| t.missing_events).sum(),
         topics.iter().map(|t| t.duplicate_events).sum(),
     );
+    body.push_str(&held_panel(&summary.held, &summary.silent_agents, secs));
     body.push_str(&html::legend());
     if starts.is_empty() {
         body.push_str(r#"<div class="panel"><p class="note">No counts yet: nothing has been read from <code>_audit</code> or the live clusters.</p></div>"#);
@@ -157,7 +209,8 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
                     href = topic_href(topic),
                 );
             }
-            let label = if row == 0 { format!("{tier_name} (sent)") } else { tier_name.to_owned() };
+            let label =
+                if row == 0 { format!("{tier_name} (reference)") } else { tier_name.to_owned() };
             let _ = write!(body, r#"<td class="tier">{label}</td>"#);
             for (start, report) in starts.iter().zip(&reports) {
                 let Some(report) = report else {
@@ -190,7 +243,7 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
     let _ = write!(
         body,
         r#"<p class="note">Each tier is compared with the {} tier. Click a topic for its chart, a cell for the window's hosts.</p>"#,
-        summary.reference_tier.unwrap_or("agent")
+        summary.reference_tier.unwrap_or("accepted")
     );
     drop(ledger);
     Html(page("overview", shared.config.refresh_s, &status(&shared, clock), &body))
@@ -307,6 +360,14 @@ pub(crate) async fn window_page(
     }
     body.push_str("</tbody></table>");
 
+    for (tier, held) in &report.held {
+        let _ = write!(
+            body,
+            r#"<p class="note" data-held="{tier}">The <b>{tier}</b> tier has not yet counted {} events that the tier before it counted {} s ago.</p>"#,
+            number(held.events),
+            number(held.held_ms / 1_000),
+        );
+    }
     if let Some(tier) = report.loss_at {
         let _ = write!(
             body,

@@ -6,11 +6,17 @@
 //! or reordered record never lowers a count, and a late record raises it. The live tier is
 //! counted by the service itself ([`Ledger::add_live`]), one event at a time.
 //!
-//! Every downstream tier is reconciled against the **reference tier**: `agent`, or — in a
-//! deployment without agents — the first tier of the pipeline that reports at all. A tier that
-//! has never reported anything (say, no loader is deployed) is not expected and takes no part.
+//! Every downstream tier is reconciled against the **reference tier**: `accepted` (what the
+//! agents took in), or — in a deployment without agents — the first tier of the pipeline that
+//! reports at all. A tier that has never reported anything (say, no loader is deployed) is not
+//! expected and takes no part.
+//!
+//! Verdicts wait for a window's grace; what a hop holds back is seen sooner. The ledger notes
+//! when each tier's counts rose, as the service saw them, so that a tier behind the tier
+//! before it can say since when: [`Held`]. For the `agent` tier it is told per agent host,
+//! since each agent publishes both its `accepted` and its `agent` counts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use events::audit::{AuditRecord, Tier};
 use serde::Serialize;
@@ -82,25 +88,150 @@ pub struct Clock {
     pub caught_up: bool,
 }
 
+const TIERS: usize = Tier::ALL.len();
+
 fn tier_index(tier: Tier) -> usize {
-    match tier {
-        Tier::Agent => 0,
-        Tier::Live => 1,
-        Tier::Mirror => 2,
-        Tier::Loader => 3,
+    tier.index()
+}
+
+/// Rises closer together than this are one (the later count, at the earlier time).
+const RISE_GRAIN_MS: i64 = 1_000;
+/// Rises kept per tier (and per agent host) and window at most; past it the newest is
+/// replaced, so a long stall is still timed from its start.
+const RISES_MAX: usize = 64;
+
+/// `(observed_ms, count)`: when a count rose to what, oldest first.
+type Rises = VecDeque<(i64, i64)>;
+
+/// Notes that a count rose to `count` at `now_ms`; returns whether that took a new entry.
+fn rise(rises: &mut Rises, now_ms: i64, count: i64) -> bool {
+    match rises.back_mut() {
+        Some(last) if now_ms - last.0 < RISE_GRAIN_MS => {
+            last.1 = last.1.max(count);
+            false
+        }
+        _ => {
+            if rises.len() >= RISES_MAX {
+                rises.pop_back();
+            }
+            rises.push_back((now_ms, count));
+            true
+        }
     }
+}
+
+/// When the count first rose above `count`, if that rise is still known.
+fn rose_above(rises: &Rises, count: i64) -> Option<i64> {
+    rises.iter().find(|(_, c)| *c > count).map(|(at, _)| *at)
 }
 
 /// Every host's count at every tier for one window of one topic.
 #[derive(Debug, Clone, Default)]
 struct Window {
-    hosts: [BTreeMap<String, i64>; 4],
+    hosts: [BTreeMap<String, i64>; TIERS],
+    /// When each tier's total rose, only the rises some later tier has not reached yet.
+    rises: [Rises; TIERS],
+    /// The same for each agent host's `accepted` count, against its own `agent` count.
+    accepted_rises: BTreeMap<String, Rises>,
 }
 
 impl Window {
     fn total(&self, tier: Tier) -> i64 {
         self.hosts[tier_index(tier)].values().sum()
     }
+
+    fn count(&self, tier: Tier, host: &str) -> i64 {
+        self.hosts[tier_index(tier)].get(host).copied().unwrap_or(0)
+    }
+
+    /// `host`'s count at `tier` rose (as seen at `now_ms`).
+    fn rose(&mut self, tier: Tier, host: &str, now_ms: i64) {
+        let index = tier_index(tier);
+        let total = self.total(tier);
+        let mut new = rise(&mut self.rises[index], now_ms, total);
+        if tier == Tier::Accepted {
+            let count = self.count(tier, host);
+            if !self.accepted_rises.contains_key(host) {
+                self.accepted_rises.insert(host.to_owned(), Rises::new());
+            }
+            let rises = self.accepted_rises.get_mut(host).expect("inserted above");
+            new |= rise(rises, now_ms, count);
+        }
+        // Once per grain at most: the live tier rises with every event it counts.
+        if new {
+            self.prune_rises();
+        }
+    }
+
+    /// Forgets the rises every later tier that counts in the window has reached.
+    fn prune_rises(&mut self) {
+        for index in 0..TIERS {
+            let reached = (index + 1..TIERS)
+                .filter(|later| !self.hosts[*later].is_empty())
+                .map(|later| self.hosts[later].values().sum::<i64>())
+                .min();
+            if let Some(reached) = reached {
+                let rises = &mut self.rises[index];
+                while rises.front().is_some_and(|(_, count)| *count <= reached) {
+                    rises.pop_front();
+                }
+            }
+        }
+        let agent = &self.hosts[tier_index(Tier::Agent)];
+        for (host, rises) in &mut self.accepted_rises {
+            let reached = agent.get(host).copied().unwrap_or(0);
+            while rises.front().is_some_and(|(_, count)| *count <= reached) {
+                rises.pop_front();
+            }
+        }
+        self.accepted_rises.retain(|_, rises| !rises.is_empty());
+    }
+
+    /// How much `tier` holds back of what `upstream` (the tier before it) counted, and since
+    /// when; `None` if nothing.
+    fn held(&self, upstream: Tier, tier: Tier, now_ms: i64) -> Option<Held> {
+        let (counted, behind) = (self.total(upstream), self.total(tier));
+        if upstream == Tier::Accepted {
+            // Agent by agent: one agent's backlog is not hidden by another's progress.
+            let mut held = Held { events: 0, since_ms: now_ms, held_ms: 0, hosts: BTreeMap::new() };
+            for (host, accepted) in &self.hosts[tier_index(Tier::Accepted)] {
+                let acknowledged = self.count(Tier::Agent, host);
+                if *accepted <= acknowledged {
+                    continue;
+                }
+                let since = self.accepted_rises.get(host).and_then(|r| rose_above(r, acknowledged));
+                held.events += accepted - acknowledged;
+                held.since_ms = held.since_ms.min(since.unwrap_or(now_ms));
+                held.hosts.insert(host.clone(), accepted - acknowledged);
+            }
+            held.held_ms = now_ms - held.since_ms;
+            return (held.events > 0).then_some(held);
+        }
+        if counted <= behind {
+            return None;
+        }
+        let since_ms = rose_above(&self.rises[tier_index(upstream)], behind).unwrap_or(now_ms);
+        Some(Held {
+            events: counted - behind,
+            since_ms,
+            held_ms: now_ms - since_ms,
+            hosts: BTreeMap::new(),
+        })
+    }
+}
+
+/// Events a tier has not counted yet that the tier before it has: what that hop holds back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Held {
+    pub events: i64,
+    /// When the tier before counted the oldest of them, as the audit saw it (ms since the
+    /// epoch): the time its count first rose above this tier's count.
+    pub since_ms: i64,
+    /// How long: now − `since_ms`.
+    pub held_ms: i64,
+    /// For the `agent` tier, each agent host's events accepted and not yet acknowledged.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, i64>,
 }
 
 /// The report of one window: the JSON of `GET /api/windows`.
@@ -123,6 +254,9 @@ pub struct WindowReport {
     /// The most upstream tier in loss: where the events went missing (the tiers after it
     /// inherit the shortfall).
     pub loss_at: Option<&'static str>,
+    /// Per downstream tier without a verdict yet: what it holds back of what the tier before
+    /// it counted, and since when.
+    pub held: BTreeMap<&'static str, Held>,
 }
 
 impl WindowReport {
@@ -149,7 +283,34 @@ pub struct Ledger {
     window_ms: i64,
     topics: BTreeMap<String, BTreeMap<i64, Window>>,
     /// Tiers that have reported at least one count.
-    active: [bool; 4],
+    active: [bool; TIERS],
+    /// When the counts taken now are seen (ms since the epoch): [`Ledger::observe_at`].
+    now_ms: i64,
+    /// Each agent host: when a record of it was last seen, and the newest window it counted.
+    /// Agents publish their newest counts at every publication (a heartbeat), so an agent
+    /// long unheard is one whose counts cannot reach the audit.
+    heard: BTreeMap<String, Heard>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    last_ms: i64,
+    newest_window_start: i64,
+}
+
+/// An agent unheard for longer than this (and its windows' grace) is no longer reported.
+pub const GONE_AFTER_MS: i64 = 3_600_000;
+
+/// An agent the audit has not heard from for a while, and what it was known to hold then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Silent {
+    pub host: String,
+    /// When its last record was seen (ms since the epoch).
+    pub last_heard_ms: i64,
+    /// now − `last_heard_ms`.
+    pub silent_ms: i64,
+    /// Events it had accepted and not yet had acknowledged, as its last records said.
+    pub held_events: i64,
 }
 
 /// Windows of the same topic that [`Ledger::hosts`] learns each host's usual share from.
@@ -158,7 +319,18 @@ const REFERENCE_WINDOWS: usize = 6;
 impl Ledger {
     pub fn new(window_ms: i64) -> Ledger {
         assert!(window_ms > 0, "window_ms is validated by the config");
-        Ledger { window_ms, topics: BTreeMap::new(), active: [false; 4] }
+        Ledger {
+            window_ms,
+            topics: BTreeMap::new(),
+            active: [false; TIERS],
+            now_ms: 0,
+            heard: BTreeMap::new(),
+        }
+    }
+
+    /// The counts taken from now on are seen at `now_ms` (the time [`Held`] is measured by).
+    pub fn observe_at(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
     }
 
     pub fn window_ms(&self) -> i64 {
@@ -179,12 +351,34 @@ impl Ledger {
         if record.topic.is_empty() || record.host.is_empty() {
             return Err(Rejected::EmptyName);
         }
-        let hosts = self.hosts_mut(record.tier, &record.topic, record.window_start);
-        match hosts.get_mut(record.host.as_str()) {
-            Some(count) => *count = (*count).max(record.count),
+        let now_ms = self.now_ms;
+        // An agent is heard by its records of recent windows: replaying `_audit` after a
+        // restart reads every record again, and one of an agent gone for days is no news of it.
+        let recent = record.window_start.saturating_add(self.window_ms + GONE_AFTER_MS) > now_ms;
+        if matches!(record.tier, Tier::Accepted | Tier::Agent) && recent {
+            if let Some(heard) = self.heard.get_mut(&record.host) {
+                heard.last_ms = heard.last_ms.max(now_ms);
+                heard.newest_window_start = heard.newest_window_start.max(record.window_start);
+            } else {
+                let heard = Heard { last_ms: now_ms, newest_window_start: record.window_start };
+                self.heard.insert(record.host.clone(), heard);
+            }
+        }
+        let window = self.window_mut(record.tier, &record.topic, record.window_start);
+        let hosts = &mut window.hosts[tier_index(record.tier)];
+        let rose = match hosts.get_mut(record.host.as_str()) {
+            Some(count) if *count >= record.count => false,
+            Some(count) => {
+                *count = record.count;
+                true
+            }
             None => {
                 hosts.insert(record.host.clone(), record.count);
+                true
             }
+        };
+        if rose {
+            window.rose(record.tier, &record.host, now_ms);
         }
         Ok(())
     }
@@ -193,27 +387,25 @@ impl Ledger {
     /// live cluster `cluster`.
     pub fn add_live(&mut self, cluster: &str, topic: &str, time_ms: i64, events: i64) {
         let window_start = events::audit::window_start(time_ms, self.window_ms);
-        let hosts = self.hosts_mut(Tier::Live, topic, window_start);
+        let now_ms = self.now_ms;
+        let window = self.window_mut(Tier::Live, topic, window_start);
+        let hosts = &mut window.hosts[tier_index(Tier::Live)];
         match hosts.get_mut(cluster) {
             Some(count) => *count += events,
             None => {
                 hosts.insert(cluster.to_owned(), events);
             }
         }
+        window.rose(Tier::Live, cluster, now_ms);
     }
 
-    fn hosts_mut(
-        &mut self,
-        tier: Tier,
-        topic: &str,
-        window_start: i64,
-    ) -> &mut BTreeMap<String, i64> {
+    fn window_mut(&mut self, tier: Tier, topic: &str, window_start: i64) -> &mut Window {
         self.active[tier_index(tier)] = true;
         if !self.topics.contains_key(topic) {
             self.topics.insert(topic.to_owned(), BTreeMap::new());
         }
         let windows = self.topics.get_mut(topic).expect("inserted above");
-        &mut windows.entry(window_start).or_default().hosts[tier_index(tier)]
+        windows.entry(window_start).or_default()
     }
 
     /// Forgets windows that ended before `before_ms`, bounding memory (`history_ms`).
@@ -223,6 +415,66 @@ impl Ledger {
             windows.retain(|start, _| start.saturating_add(window_ms) > before_ms);
         }
         self.topics.retain(|_, windows| !windows.is_empty());
+        self.heard
+            .retain(|_, heard| heard.newest_window_start.saturating_add(window_ms) > before_ms);
+    }
+
+    /// Agents not heard from for longer than `silent_after_ms`, longest silent first; one
+    /// unheard for longer than [`GONE_AFTER_MS`] (and its windows' grace) is taken to be gone.
+    pub fn silent_agents(&self, clock: Clock, silent_after_ms: i64) -> Vec<Silent> {
+        if !clock.caught_up {
+            return Vec::new();
+        }
+        let mut silent: Vec<Silent> = self
+            .heard
+            .iter()
+            .filter(|(_, heard)| {
+                clock.now_ms - heard.last_ms > silent_after_ms && !self.gone(heard, clock)
+            })
+            .map(|(host, heard)| Silent {
+                host: host.clone(),
+                last_heard_ms: heard.last_ms,
+                silent_ms: clock.now_ms - heard.last_ms,
+                held_events: self.agent_backlog(host),
+            })
+            .collect();
+        silent.sort_by(|a, b| b.silent_ms.cmp(&a.silent_ms).then_with(|| a.host.cmp(&b.host)));
+        silent
+    }
+
+    /// How long each agent host not taken to be gone has not been heard from.
+    pub fn agents_heard(&self, clock: Clock) -> Vec<(String, i64)> {
+        self.heard
+            .iter()
+            .filter(|(_, heard)| !self.gone(heard, clock))
+            .map(|(host, heard)| (host.clone(), (clock.now_ms - heard.last_ms).max(0)))
+            .collect()
+    }
+
+    /// An agent unheard for an hour, and past its windows' grace, was stopped for good.
+    fn gone(&self, heard: &Heard, clock: Clock) -> bool {
+        clock.now_ms - heard.last_ms > GONE_AFTER_MS.max(self.window_ms + clock.grace_ms)
+    }
+
+    /// Events `host` accepted and had not had acknowledged, over every window, as its records say.
+    fn agent_backlog(&self, host: &str) -> i64 {
+        self.topics
+            .values()
+            .flat_map(|windows| windows.values())
+            .map(|w| (w.count(Tier::Accepted, host) - w.count(Tier::Agent, host)).max(0))
+            .sum()
+    }
+
+    /// Forgets when the counts of windows that ended before `before_ms` rose: a window past
+    /// its grace has a verdict, and [`Held`] is told only of windows without one.
+    pub fn forget_rises_before(&mut self, before_ms: i64) {
+        let window_ms = self.window_ms;
+        for windows in self.topics.values_mut() {
+            for (_, window) in windows.range_mut(..before_ms.saturating_sub(window_ms)) {
+                window.rises = Default::default();
+                window.accepted_rises.clear();
+            }
+        }
     }
 
     /// Tiers that take part, in pipeline order.
@@ -300,6 +552,17 @@ impl Ledger {
         window: &Window,
         clock: Clock,
     ) -> WindowReport {
+        // A window an agent counted before agents counted `accepted` (an older agent) is
+        // checked from `agent` on.
+        let active = match active {
+            [Tier::Accepted, rest @ ..]
+                if window.hosts[tier_index(Tier::Accepted)].is_empty()
+                    && !window.hosts[tier_index(Tier::Agent)].is_empty() =>
+            {
+                rest
+            }
+            _ => active,
+        };
         let tiers = active.iter().map(|t| (t.as_str(), window.total(*t))).collect();
         let window_end = window_start.saturating_add(self.window_ms);
         let past = |grace_ms: i64| clock.caught_up && clock.now_ms >= window_end + grace_ms;
@@ -314,11 +577,13 @@ impl Ledger {
             duplicate: BTreeMap::new(),
             tier_verdicts: BTreeMap::new(),
             loss_at: None,
+            held: BTreeMap::new(),
         };
         let Some((reference, downstream)) = active.split_first() else { return report };
         let expected = window.total(*reference);
         let mut verdict = Verdict::Complete;
-        for tier in downstream {
+        // Each downstream tier, with the tier before it.
+        for (upstream, tier) in active.iter().zip(downstream) {
             let difference = window.total(*tier) - expected;
             // A batch tier's shortfall may still be made good by its next run.
             let shortfall_decided =
@@ -338,6 +603,11 @@ impl Ledger {
                 (true, _) => Verdict::Complete,
             };
             report.tier_verdicts.insert(tier.as_str(), tier_verdict);
+            if tier_verdict == Verdict::Open && clock.caught_up {
+                if let Some(held) = window.held(*upstream, *tier, clock.now_ms) {
+                    report.held.insert(tier.as_str(), held);
+                }
+            }
             // Loss outranks open, open duplication, and duplication complete.
             verdict = match (verdict, tier_verdict) {
                 (Verdict::Loss, _) | (_, Verdict::Loss) => Verdict::Loss,
@@ -674,5 +944,166 @@ mod tests {
         assert!(ledger.window("t", W, closed()).is_some());
         ledger.forget_before(10 * W);
         assert!(!ledger.has_topic("t"));
+    }
+
+    #[test]
+    fn accepted_is_the_reference_and_an_unacknowledged_event_is_loss() {
+        let ledger = ledger(&[
+            record(Tier::Accepted, "web", "t", 0, 10),
+            record(Tier::Agent, "web", "t", 0, 9),
+            record(Tier::Mirror, "m", "t", 0, 9),
+        ]);
+        let report = ledger.window("t", 0, closed()).unwrap();
+        assert_eq!(report.reference_tier, Some("accepted"));
+        assert_eq!(report.verdict, Verdict::Loss);
+        assert_eq!(report.loss_at, Some("agent"), "accepted, never acknowledged");
+    }
+
+    #[test]
+    fn a_window_an_older_agent_counted_without_accepted_is_checked_from_agent() {
+        let ledger = ledger(&[
+            record(Tier::Agent, "old-web", "t", 0, 10),
+            record(Tier::Mirror, "m", "t", 0, 10),
+            record(Tier::Accepted, "web", "t", W, 4),
+            record(Tier::Agent, "web", "t", W, 4),
+            record(Tier::Mirror, "m", "t", W, 4),
+        ]);
+        let old = ledger.window("t", 0, closed()).unwrap();
+        assert_eq!((old.reference_tier, old.verdict), (Some("agent"), Verdict::Complete));
+        let new = ledger.window("t", W, closed()).unwrap();
+        assert_eq!((new.reference_tier, new.verdict), (Some("accepted"), Verdict::Complete));
+    }
+
+    /// The ledger seeing `records` at `now_ms`.
+    fn seen(ledger: &mut Ledger, now_ms: i64, records: &[AuditRecord]) {
+        ledger.observe_at(now_ms);
+        for r in records {
+            ledger.apply(r).unwrap();
+        }
+    }
+
+    fn open_at(now_ms: i64) -> Clock {
+        Clock { now_ms, grace_ms: 1_000_000, loader_grace_ms: 1_000_000, caught_up: true }
+    }
+
+    #[test]
+    fn a_stuck_agent_holds_its_accepted_events_from_the_first_it_did_not_ship() {
+        let mut ledger = Ledger::new(W);
+        // Two agents publish every 5 s; each acknowledges by the next publication what it had
+        // accepted by the one before, but web-2 stops acknowledging after 10 s.
+        seen(
+            &mut ledger,
+            5_000,
+            &[
+                record(Tier::Accepted, "web-1", "t", 0, 100),
+                record(Tier::Agent, "web-1", "t", 0, 90),
+                record(Tier::Accepted, "web-2", "t", 0, 100),
+                record(Tier::Agent, "web-2", "t", 0, 95),
+            ],
+        );
+        seen(
+            &mut ledger,
+            10_000,
+            &[
+                record(Tier::Accepted, "web-1", "t", 0, 200),
+                record(Tier::Agent, "web-1", "t", 0, 190),
+                record(Tier::Accepted, "web-2", "t", 0, 200),
+                record(Tier::Agent, "web-2", "t", 0, 150),
+            ],
+        );
+        let healthy = ledger.window("t", 0, open_at(12_000)).unwrap();
+        let held = &healthy.held["agent"];
+        assert_eq!(held.hosts, BTreeMap::from([("web-1".into(), 10), ("web-2".into(), 50)]));
+        // Each has acknowledged all it had accepted by 5 s: what it holds rose at 10 s.
+        assert_eq!((held.since_ms, held.held_ms), (10_000, 2_000));
+        for at in [15_000, 20_000, 25_000] {
+            let n = at / 50;
+            seen(
+                &mut ledger,
+                at,
+                &[
+                    record(Tier::Accepted, "web-1", "t", 0, n),
+                    record(Tier::Agent, "web-1", "t", 0, n - 10),
+                    record(Tier::Accepted, "web-2", "t", 0, n),
+                ],
+            );
+        }
+        let stuck = ledger.window("t", 0, open_at(60_000)).unwrap();
+        let held = &stuck.held["agent"];
+        assert_eq!(held.hosts["web-2"], 500 - 150);
+        assert_eq!(
+            held.since_ms, 10_000,
+            "the first accepted count above web-2's 150 was seen at 10 s"
+        );
+        assert_eq!(held.held_ms, 50_000);
+        // web-1's own backlog is the last few events of its latest publication only.
+        assert_eq!(held.hosts["web-1"], 10);
+        // Decided windows hold nothing: their verdict says it.
+        let decided = ledger.window("t", 0, Clock { grace_ms: 0, ..open_at(60_000) }).unwrap();
+        assert_eq!(decided.verdict, Verdict::Loss);
+        assert!(decided.held.is_empty());
+    }
+
+    #[test]
+    fn a_tier_behind_the_one_before_it_is_timed_from_when_that_one_rose_past_it() {
+        let mut ledger = Ledger::new(W);
+        seen(&mut ledger, 1_000, &[record(Tier::Agent, "web", "t", 0, 10)]);
+        ledger.add_live("dc-a", "t", 0, 10);
+        seen(&mut ledger, 1_000, &[record(Tier::Mirror, "m", "t", 0, 10)]);
+        assert!(ledger.window("t", 0, open_at(9_000)).unwrap().held.is_empty(), "all caught up");
+        seen(&mut ledger, 3_000, &[record(Tier::Agent, "web", "t", 0, 30)]);
+        ledger.observe_at(3_500);
+        ledger.add_live("dc-a", "t", 0, 20);
+        seen(&mut ledger, 8_000, &[record(Tier::Mirror, "m", "t", 0, 25)]);
+        let report = ledger.window("t", 0, open_at(9_000)).unwrap();
+        assert!(!report.held.contains_key("live"));
+        let mirror = &report.held["mirror"];
+        assert_eq!((mirror.events, mirror.since_ms, mirror.held_ms), (5, 3_500, 5_500));
+        // While the sources are read again, nothing is said to be held.
+        let replaying = ledger.window("t", 0, Clock { caught_up: false, ..open_at(9_000) });
+        assert!(replaying.unwrap().held.is_empty());
+        // Once no window needs them, the rises go; what is held is then timed from now.
+        ledger.forget_rises_before(10 * W);
+        let report = ledger.window("t", 0, open_at(9_000)).unwrap();
+        assert_eq!(report.held["mirror"].held_ms, 0);
+    }
+
+    #[test]
+    fn an_agent_unheard_for_longer_than_the_limit_is_silent_with_what_it_last_held() {
+        let mut ledger = Ledger::new(W);
+        seen(
+            &mut ledger,
+            1_000,
+            &[
+                record(Tier::Accepted, "web-1", "t", 0, 10),
+                record(Tier::Agent, "web-1", "t", 0, 7),
+                record(Tier::Accepted, "web-2", "t", 0, 5),
+                record(Tier::Agent, "web-2", "t", 0, 5),
+            ],
+        );
+        // web-2 keeps publishing its newest counts (the heartbeat); web-1 is cut off.
+        seen(&mut ledger, 40_000, &[record(Tier::Agent, "web-2", "t", 0, 5)]);
+        let silent = ledger.silent_agents(open_at(41_000), 30_000);
+        assert_eq!(
+            silent,
+            [Silent {
+                host: "web-1".into(),
+                last_heard_ms: 1_000,
+                silent_ms: 40_000,
+                held_events: 3
+            }]
+        );
+        assert!(ledger.silent_agents(open_at(41_000), 60_000).is_empty(), "under the limit");
+        assert!(
+            ledger.silent_agents(Clock { caught_up: false, ..open_at(41_000) }, 30_000).is_empty()
+        );
+        // After an hour unheard, and its windows' grace, it is taken to be gone.
+        let gone = Clock { grace_ms: 0, ..open_at(40_000 + GONE_AFTER_MS + 1) };
+        assert!(ledger.silent_agents(gone, 30_000).is_empty());
+        let still = Clock { grace_ms: 2 * GONE_AFTER_MS, ..open_at(40_000 + GONE_AFTER_MS + 1) };
+        assert_eq!(ledger.silent_agents(still, 30_000).len(), 2, "within the grace");
+        let heard: BTreeMap<String, i64> =
+            ledger.agents_heard(open_at(41_000)).into_iter().collect();
+        assert_eq!(heard, BTreeMap::from([("web-1".into(), 40_000), ("web-2".into(), 1_000)]));
     }
 }

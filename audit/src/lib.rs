@@ -129,7 +129,8 @@ pub async fn run(
     served.map_err(AuditError::Http)
 }
 
-/// Forgets windows older than `history_ms`, once a minute (and every `discovery_ms` if shorter).
+/// Forgets windows older than `history_ms`, and the rises of windows past their grace, once a
+/// minute (and every `discovery_ms` if shorter).
 async fn forget_old_windows(shared: Arc<Shared>, stop: CancellationToken) {
     let every = Duration::from_millis(shared.config.discovery_ms.min(60_000));
     loop {
@@ -137,8 +138,10 @@ async fn forget_old_windows(shared: Arc<Shared>, stop: CancellationToken) {
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        let before = service::now_ms().saturating_sub(shared.config.history_ms);
-        lock(&shared.ledger).forget_before(before);
+        let clock = shared.clock();
+        let mut ledger = lock(&shared.ledger);
+        ledger.forget_before(clock.now_ms.saturating_sub(shared.config.history_ms));
+        ledger.forget_rises_before(clock.now_ms.saturating_sub(clock.loader_grace_ms));
     }
 }
 

@@ -45,6 +45,10 @@ struct Cli {
     /// The same for the loader tier, a batch job: cover its run interval (default: --grace-ms).
     #[arg(long, value_name = "MS")]
     loader_grace_ms: Option<i64>,
+    /// A tier that has held events its upstream tier counted for longer than this is flagged
+    /// (the loader tier: after --loader-grace-ms) [default: 30000].
+    #[arg(long, value_name = "MS")]
+    held_ms: Option<i64>,
     #[command(flatten)]
     #[serde(flatten)]
     zookeeper_session: cluster::ZooKeeperArgs,

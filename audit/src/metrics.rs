@@ -1,5 +1,6 @@
 //! `GET /metrics` (OpenMetrics, through `prometheus-client`): per topic and tier the events
-//! missing and duplicated over decided windows, windows per verdict, and the service's own
+//! missing and duplicated over decided windows, the events held back in windows without a
+//! verdict and for how long, windows per verdict, and the service's own
 //! counters, all read from the ledger and the readers' stats at scrape time; and the HTTP
 //! requests by route and status.
 
@@ -40,8 +41,13 @@ impl Collector for Books {
         let clock = shared.clock();
         let (mut missing, mut duplicate, mut windows): (Vec<Row>, Vec<Row>, Vec<Row>) =
             Default::default();
+        let (mut held_events, mut held_seconds): (Vec<Row>, Vec<Row>) = Default::default();
+        let mut unheard: Vec<Row> = Vec::new();
         {
             let ledger = lock(&shared.ledger);
+            for (host, unheard_ms) in ledger.agents_heard(clock) {
+                unheard.push((vec![("host", host)], unheard_ms / 1_000));
+            }
             let tiers = ledger.active_tiers();
             let downstream = tiers.get(1..).unwrap_or_default();
             for topic in ledger.topics() {
@@ -50,9 +56,15 @@ impl Collector for Books {
                     let tier = tier.as_str();
                     let lost: i64 = reports.iter().filter_map(|r| r.missing.get(tier)).sum();
                     let extra: i64 = reports.iter().filter_map(|r| r.duplicate.get(tier)).sum();
+                    let held = reports.iter().filter_map(|r| r.held.get(tier));
+                    let (events, longest_ms) = held.fold((0, 0), |(events, longest), h| {
+                        (events + h.events, longest.max(h.held_ms))
+                    });
                     let labels = vec![("topic", topic.to_owned()), ("tier", tier.to_owned())];
                     missing.push((labels.clone(), lost));
-                    duplicate.push((labels, extra));
+                    duplicate.push((labels.clone(), extra));
+                    held_events.push((labels.clone(), events));
+                    held_seconds.push((labels, longest_ms / 1_000));
                 }
                 for verdict in Verdict::ALL {
                     let n = reports.iter().filter(|r| r.verdict == verdict).count();
@@ -65,13 +77,28 @@ impl Collector for Books {
         let gauges = [
             (
                 "missing_events",
-                "Events a tier lacks against the reference tier (agent), summed over decided windows.",
+                "Events a tier lacks against the reference tier (accepted), summed over decided windows.",
                 missing,
             ),
             (
                 "duplicate_events",
-                "Events a tier has beyond the reference tier (agent), summed over decided windows.",
+                "Events a tier has beyond the reference tier (accepted), summed over decided windows.",
                 duplicate,
+            ),
+            (
+                "held_events",
+                "Events a tier has not counted yet that the tier before it has, over windows without a verdict.",
+                held_events,
+            ),
+            (
+                "held_seconds",
+                "How long a tier has held back the oldest of those events (0: none).",
+                held_seconds,
+            ),
+            (
+                "agent_unheard_seconds",
+                "Since each agent's last audit record (agents publish every few seconds, counts or not).",
+                unheard,
             ),
             ("windows", "Windows per topic and verdict.", windows),
         ];

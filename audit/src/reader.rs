@@ -257,6 +257,7 @@ fn count_live(shared: &Shared, cluster: &str, fetched: &FetchedMessages) -> Resu
     let mut failure = None;
     {
         let mut ledger = lock(&shared.ledger);
+        ledger.observe_at(service::now_ms());
         for message in fetched {
             match message {
                 Ok(message) => {
@@ -345,6 +346,7 @@ async fn apply_audit(
     }
     {
         let mut ledger = lock(&shared.ledger);
+        ledger.observe_at(service::now_ms());
         for record in &records {
             match ledger.apply(record) {
                 Ok(()) => {

@@ -155,7 +155,7 @@ config = "{configs}/hdfs-loader.toml"
 [audit]
 port = {audit}
 config = "{configs}/audit.toml"
-settings = {{ grace_ms = {GRACE_MS} }}
+settings = {{ grace_ms = {GRACE_MS}, held_ms = 5000 }}
 
 [prometheus]
 port = {prometheus}
@@ -278,6 +278,60 @@ impl Drop for Deployment {
             );
         }
     }
+}
+
+/// One agent's way to its brokers is blocked for a minute: its load balancer is stopped
+/// (SIGSTOP), so neither its batches nor its audit counts get through while it goes on
+/// accepting its simulator's events. Within the minute the audit dashboard names it as holding
+/// events back, and Prometheus fires the audit's alert and the agent's own; then the load
+/// balancer goes on, and the agent ships its backlog.
+fn agent_blocked_for_a_minute(
+    deployment: &Deployment,
+    runtime: &tokio::runtime::Runtime,
+    http: &reqwest::Client,
+    prometheus: &str,
+) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let (audit, agent) = (deployment.ports["audit"], deployment.ports["live-a-agent"]);
+    let lb = Pid::from_raw(deployment.pid("lb-live-a"));
+    kill(lb, Signal::SIGSTOP).expect("SIGSTOP the load balancer");
+    let blocked = Instant::now();
+    let shown = eventually(Duration::from_secs(60), "the dashboard to name agent-live-a", |seen| {
+        let page = get(runtime, http, &format!("https://127.0.0.1:{audit}/"))?;
+        let panel = page.split(r#"<div class="panel" id="held">"#).nth(1)?;
+        *seen = panel.chars().take(600).collect();
+        panel.contains(r#"data-host="agent-live-a""#).then(|| blocked.elapsed())
+    });
+    let mut firing = BTreeMap::new();
+    eventually(Duration::from_secs(70), "AgentUnheard and AgentBacklogStuck to fire", |seen| {
+        let alerts = get(runtime, http, &format!("{prometheus}/api/v1/alerts"))?;
+        let alerts: serde_json::Value = serde_json::from_str(&alerts).ok()?;
+        for alert in alerts["data"]["alerts"].as_array()? {
+            let (name, state) = (&alert["labels"]["alertname"], &alert["state"]);
+            let ours = alert["labels"]["host"] == "agent-live-a"
+                || alert["labels"]["process"] == "agent-live-a";
+            if ours && state == "firing" {
+                firing.entry(name.as_str()?.to_owned()).or_insert_with(|| blocked.elapsed());
+            }
+        }
+        *seen = format!("{firing:?}");
+        (firing.contains_key("AgentUnheard") && firing.contains_key("AgentBacklogStuck"))
+            .then_some(())
+    });
+    let (accepted, acknowledged, _) = agent_counts(runtime, http, agent).expect("agent metrics");
+    assert!(accepted > acknowledged, "the agent took events while blocked");
+    eprintln!(
+        "agent-live-a blocked: on the dashboard after {shown:?}, alerts firing after {firing:?}; {} events waiting",
+        accepted - acknowledged
+    );
+    std::thread::sleep(Duration::from_secs(60).saturating_sub(blocked.elapsed()));
+    kill(lb, Signal::SIGCONT).expect("SIGCONT the load balancer");
+    eventually(Duration::from_secs(60), "agent-live-a to ship its backlog", |seen| {
+        let (accepted_now, acknowledged_now, _) = agent_counts(runtime, http, agent)?;
+        *seen = format!("accepted {accepted_now}, acknowledged {acknowledged_now}");
+        (acknowledged_now >= accepted).then_some(())
+    });
 }
 
 fn kill_9(pid: i32) {
@@ -656,7 +710,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         .iter()
         .filter_map(|r| r["name"].as_str())
         .collect();
-    assert!(names.contains(&"OfflinePartitions") && names.len() == 7, "{names:?}");
+    assert!(names.contains(&"OfflinePartitions") && names.len() == 10, "{names:?}");
 
     // A live broker dies and its disk with it: its data directory is wiped before `up` starts
     // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
@@ -696,6 +750,8 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     let again = deployment.ok("up", &[]);
     assert!(again.contains(&format!("pid {mirror} is gone; starting it again")), "{again}");
     std::thread::sleep(Duration::from_secs(4));
+
+    agent_blocked_for_a_minute(&deployment, &runtime, &http, &prometheus);
 
     // Stop the traffic, only it.
     let stopped = deployment.ok("down", &["simulator-live-a", "simulator-live-b"]);
@@ -740,6 +796,10 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
                 }
                 let tiers = &window["tiers"];
                 let agent = tiers["agent"].as_u64().unwrap_or(0);
+                // Every event the agents accepted was acknowledged in the end.
+                if tiers["accepted"].as_u64() != Some(agent) {
+                    return None;
+                }
                 for tier in ["live", "mirror", "loader"] {
                     let count = tiers[tier].as_u64().unwrap_or(0);
                     if count < agent || (verdict == "complete" && count != agent) {

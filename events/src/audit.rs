@@ -27,6 +27,8 @@ pub const WINDOW_MS_DEFAULT: i64 = 600_000;
 /// A stage of the pipeline that reports counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tier {
+    /// Events the frontend agent accepted: durably spooled, answered with a success.
+    Accepted,
     /// Events acknowledged by a live broker to the frontend agent.
     Agent,
     /// Events present in a live cluster (counted by the audit service's own consumers).
@@ -39,10 +41,17 @@ pub enum Tier {
 
 impl Tier {
     /// Every tier, in pipeline order.
-    pub const ALL: [Tier; 4] = [Tier::Agent, Tier::Live, Tier::Mirror, Tier::Loader];
+    pub const ALL: [Tier; 5] =
+        [Tier::Accepted, Tier::Agent, Tier::Live, Tier::Mirror, Tier::Loader];
+
+    /// The tier's place in [`Tier::ALL`] (pipeline order).
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Tier::Accepted => "accepted",
             Tier::Agent => "agent",
             Tier::Live => "live",
             Tier::Mirror => "mirror",
@@ -71,7 +80,7 @@ impl FromStr for Tier {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuditError {
-    #[error("unknown audit tier {0:?} (expected agent, live, mirror or loader)")]
+    #[error("unknown audit tier {0:?} (expected accepted, agent, live, mirror or loader)")]
     UnknownTier(String),
     #[error(transparent)]
     Envelope(#[from] EnvelopeError),
@@ -227,6 +236,25 @@ impl AuditCounts {
         records
     }
 
+    /// Marks each topic's newest window changed, so that the next [`AuditCounts::take_changed`]
+    /// publishes it again even if nothing was counted: a heartbeat, by which the audit tells a
+    /// host that cannot reach it from one that has nothing to count.
+    pub fn touch_newest(&mut self) {
+        let mut newest: Option<(&String, &mut (i64, bool))> = None;
+        for ((topic, _), entry) in self.counts.iter_mut() {
+            // Keys are ordered by topic, then window: the last entry of each topic is its newest.
+            if let Some((previous, last)) = newest.take()
+                && previous != topic
+            {
+                last.1 = true;
+            }
+            newest = Some((topic, entry));
+        }
+        if let Some((_, last)) = newest {
+            last.1 = true;
+        }
+    }
+
     /// Records for every `(topic, window)` counted so far, changed or not.
     pub fn all(&self) -> Vec<AuditRecord> {
         self.counts
@@ -258,9 +286,10 @@ impl AuditCounts {
         true
     }
 
-    /// Marks the windows of `records` as changed again (their publication failed).
+    /// Marks the windows of `records` as changed again (their publication failed); records
+    /// of another tier are passed over.
     pub fn mark_changed(&mut self, records: &[AuditRecord]) {
-        for record in records {
+        for record in records.iter().filter(|r| r.tier == self.tier) {
             if let Some(entry) = self.counts.get_mut(&(record.topic.clone(), record.window_start)) {
                 entry.1 = true;
             }
@@ -286,6 +315,20 @@ mod tests {
             std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schemas/_audit.avsc"))
                 .expect("shipped _audit schema");
         Schema::parse_str(&text).expect("valid schema")
+    }
+
+    #[test]
+    fn touching_marks_each_topics_newest_window_for_publishing_again() {
+        let mut counts = AuditCounts::new(Tier::Accepted, "web-1", 1000).unwrap();
+        counts.add("a", 500, 1);
+        counts.add("a", 1_500, 2);
+        counts.add("b", 500, 3);
+        assert_eq!(counts.take_changed().len(), 3);
+        assert!(counts.take_changed().is_empty());
+        counts.touch_newest();
+        let again: Vec<_> =
+            counts.take_changed().into_iter().map(|r| (r.topic, r.window_start, r.count)).collect();
+        assert_eq!(again, [("a".to_owned(), 1_000, 2), ("b".to_owned(), 0, 3)]);
     }
 
     #[test]

@@ -265,9 +265,16 @@ impl Agent {
         self.inner.spool.unacknowledged()
     }
 
-    /// The cumulative audit count of `topic` in the window starting at `window_start`.
+    /// The cumulative `agent` audit count (events acknowledged) of `topic` in the window
+    /// starting at `window_start`.
     pub fn audit_count(&self, topic: &str, window_start: i64) -> i64 {
         self.inner.spool.audit_count(topic, window_start)
+    }
+
+    /// The cumulative `accepted` audit count of `topic` in the window starting at
+    /// `window_start`.
+    pub fn accepted_count(&self, topic: &str, window_start: i64) -> i64 {
+        self.inner.spool.accepted_count(topic, window_start)
     }
 
     pub fn config(&self) -> &Config {

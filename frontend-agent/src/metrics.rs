@@ -39,6 +39,11 @@ pub struct Metrics {
     pub spool_bytes: Gauge,
     /// The spool's bound, `spool_max_bytes`.
     pub spool_max_bytes: Gauge,
+    /// Events accepted and not yet acknowledged (nor dropped).
+    pub unacknowledged: Gauge,
+    /// When the oldest of them was accepted, seconds since the epoch; 0 when there is none. A
+    /// stuck agent shows as this standing still while time goes on.
+    pub oldest_unacknowledged_timestamp: Gauge,
     /// Events per accepted request or library batch.
     pub request_events: Histogram,
     /// Events per batch read from the spool for shipping.
@@ -83,6 +88,18 @@ impl Default for Metrics {
         registry.register("spool_bytes", "Bytes of the spool's segment files", spool_bytes.clone());
         let spool_max_bytes = Gauge::default();
         registry.register("spool_max_bytes", "The spool's bound", spool_max_bytes.clone());
+        let unacknowledged = Gauge::default();
+        registry.register(
+            "unacknowledged_events",
+            "Events accepted and not yet acknowledged by a broker",
+            unacknowledged.clone(),
+        );
+        let oldest_unacknowledged_timestamp = Gauge::default();
+        registry.register(
+            "oldest_unacknowledged_timestamp_seconds",
+            "When the oldest unacknowledged event was accepted (0: none)",
+            oldest_unacknowledged_timestamp.clone(),
+        );
         let request_events = Histogram::new(size_buckets());
         registry.register(
             "request_events",
@@ -111,6 +128,8 @@ impl Default for Metrics {
             audit_published,
             spool_bytes,
             spool_max_bytes,
+            unacknowledged,
+            oldest_unacknowledged_timestamp,
             request_events,
             ship_batch_events,
             http,

@@ -61,7 +61,48 @@ async fn a_crash_replays_only_the_events_no_checkpoint_lists_as_acknowledged() {
     assert_eq!(read_all(&spool), expected);
     assert_eq!(spool.unacknowledged(), 41);
     assert_eq!(spool.audit_count("t", 1_000), 59, "audit counts resume from the checkpoint");
+    assert_eq!(spool.accepted_count("t", 1_000), 100);
     assert_eq!(spool.append(events(1)).await.unwrap(), 100, "seqs continue");
+    spool.close().unwrap();
+}
+
+/// The `accepted` tier counts an event once, when it is durable, across crashes: what the
+/// last checkpoint counted, plus what the segments hold beyond it.
+#[tokio::test]
+async fn accepted_counts_survive_a_crash_without_a_checkpoint_of_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let spool = Spool::open(options(dir.path()), Arc::clone(&metrics)).unwrap();
+    spool.append(events(10)).await.unwrap();
+    spool.checkpoint().unwrap();
+    let before = service::now_ms() / 1_000;
+    spool.append(events(20)).await.unwrap();
+    assert_eq!(spool.accepted_count("t", 1_000), 30);
+    assert_eq!(spool.audit_count("t", 1_000), 0, "none acknowledged");
+    // What the agent tells Prometheus: 30 wait, the oldest since the first append.
+    assert_eq!(metrics.unacknowledged.get(), 30);
+    let oldest = metrics.oldest_unacknowledged_timestamp.get();
+    assert!(oldest > 0 && oldest <= before, "{oldest} {before}");
+    spool.acknowledge(&(0..30).map(|s| (s, Arc::from("t"), 1_500)).collect::<Vec<_>>());
+    assert_eq!(metrics.unacknowledged.get(), 0);
+    assert_eq!(metrics.oldest_unacknowledged_timestamp.get(), 0, "none waits");
+    spool.append(events(5)).await.unwrap();
+    drop(spool); // no close, no checkpoint since the first 10: as after kill -9
+
+    let spool = Spool::open(options(dir.path()), Arc::new(Metrics::default())).unwrap();
+    assert_eq!(
+        spool.accepted_count("t", 1_000),
+        35,
+        "10 checkpointed, 25 counted from the segments"
+    );
+    assert_eq!(spool.audit_count("t", 1_000), 0, "the acknowledgements were not checkpointed");
+    let published = spool.take_audit_changes();
+    let tiers: Vec<_> = published.iter().map(|r| (r.tier.as_str(), r.count)).collect();
+    assert_eq!(tiers, [("accepted", 35)]);
+    spool.close().unwrap();
+
+    let spool = Spool::open(options(dir.path()), Arc::new(Metrics::default())).unwrap();
+    assert_eq!(spool.accepted_count("t", 1_000), 35, "closed: counted once, not again");
     spool.close().unwrap();
 }
 

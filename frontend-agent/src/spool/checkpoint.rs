@@ -1,11 +1,14 @@
 //! The spool's checkpoint, `{dir}/acked`: the acknowledged floor, the acknowledged seqs above
-//! it and the audit counts they produced, taken under one lock so that they agree. Written as
+//! it and the audit counts they produced, and the `accepted` counts of every seq below
+//! `accepted_end`, taken under one lock so that they agree. (Events from `accepted_end` on are
+//! counted again from the segments on open.) Written as
 //! `crc32 (8 hex digits) \n json` to a staged file, fsynced, renamed over the old one, and the
 //! directory fsynced.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use events::audit::AuditCounts;
 use serde::{Deserialize, Serialize};
 
 use super::error::SpoolError;
@@ -20,6 +23,18 @@ pub(super) struct Checkpoint {
     pub window_ms: i64,
     /// `(topic, window_start, cumulative count)`.
     pub audit: Vec<(String, i64, i64)>,
+    /// The `accepted` counts, as `audit`.
+    #[serde(default)]
+    pub accepted: Vec<(String, i64, i64)>,
+    /// Every seq below is in `accepted`; `None` in a checkpoint written before the spool
+    /// counted accepted events.
+    #[serde(default)]
+    pub accepted_end: Option<u64>,
+}
+
+/// What a new spool starts from: nothing acknowledged, nothing counted.
+fn empty() -> Checkpoint {
+    Checkpoint { accepted_end: Some(0), ..Checkpoint::default() }
 }
 
 /// The last checkpoint, or an empty one for a new spool. A damaged file is logged and
@@ -28,7 +43,7 @@ pub(super) fn read(dir: &Path) -> Result<Checkpoint, SpoolError> {
     let path = dir.join(FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Checkpoint::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty()),
         Err(e) => return Err(SpoolError::io("read", &path)(e)),
     };
     let parsed = text.split_once('\n').and_then(|(crc, json)| {
@@ -38,7 +53,7 @@ pub(super) fn read(dir: &Path) -> Result<Checkpoint, SpoolError> {
     });
     Ok(parsed.unwrap_or_else(|| {
         tracing::error!(path = %path.display(), "the spool checkpoint is damaged: shipping the whole spool again");
-        Checkpoint::default()
+        empty()
     }))
 }
 
@@ -55,12 +70,9 @@ pub(super) fn write_and_clean(shared: &Shared) -> Result<(), SpoolError> {
             floor: state.floor,
             acked_above: state.acked_above.clone(),
             window_ms: state.audit.window_ms(),
-            audit: state
-                .audit
-                .all()
-                .into_iter()
-                .map(|r| (r.topic, r.window_start, r.count))
-                .collect(),
+            audit: rows(&state.audit),
+            accepted: rows(&state.accepted),
+            accepted_end: Some(state.accepted_end),
         }
     };
     if let Err(e) = write(&shared.options.dir, &checkpoint) {
@@ -80,6 +92,10 @@ pub(super) fn write_and_clean(shared: &Shared) -> Result<(), SpoolError> {
     }
     shared.metrics.spool_bytes.set(state.total_bytes as i64);
     Ok(())
+}
+
+fn rows(counts: &AuditCounts) -> Vec<(String, i64, i64)> {
+    counts.all().into_iter().map(|r| (r.topic, r.window_start, r.count)).collect()
 }
 
 fn write(dir: &Path, checkpoint: &Checkpoint) -> Result<(), SpoolError> {

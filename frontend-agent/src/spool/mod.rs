@@ -23,6 +23,7 @@ pub mod record;
 mod state;
 mod writer;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use events::audit::{AuditCounts, AuditRecord, Tier, window_start};
@@ -53,11 +54,18 @@ impl Spool {
         let segments_dir = options.dir.join("segments");
         std::fs::create_dir_all(&segments_dir).map_err(SpoolError::io("create", &segments_dir))?;
         let checkpoint = checkpoint::read(&options.dir)?;
-        let mut audit = AuditCounts::new(Tier::Agent, options.host.clone(), options.window_ms)
-            .map_err(|e| SpoolError::Failed(e.to_string()))?;
+        let counts = |tier| {
+            AuditCounts::new(tier, options.host.clone(), options.window_ms)
+                .map_err(|e| SpoolError::Failed(e.to_string()))
+        };
+        let (mut audit, mut accepted) = (counts(Tier::Agent)?, counts(Tier::Accepted)?);
         if checkpoint.window_ms == options.window_ms {
-            for (topic, window_start, count) in &checkpoint.audit {
-                audit.add(topic, *window_start, *count);
+            for (counts, rows) in
+                [(&mut audit, &checkpoint.audit), (&mut accepted, &checkpoint.accepted)]
+            {
+                for (topic, window_start, count) in rows {
+                    counts.add(topic, *window_start, *count);
+                }
             }
         } else if !checkpoint.audit.is_empty() {
             tracing::warn!(
@@ -65,7 +73,14 @@ impl Spool {
                 "audit window changed since the last run: earlier counts are not resumed"
             );
         }
-        let mut segments = writer::recover(&segments_dir)?;
+        // Events durable since the checkpoint are counted accepted again from the segments;
+        // a checkpoint from before `accepted` was counted starts counting from here on.
+        let count_from = checkpoint.accepted_end.unwrap_or(u64::MAX);
+        let mut segments = writer::recover(&segments_dir, &mut |record| {
+            if record.seq >= count_from {
+                accepted.add(&record.topic, record.time_ms, 1);
+            }
+        })?;
         let last_end = segments.back().map_or(0, |s| s.end);
         let next_seq = last_end.max(checkpoint.floor);
         let mut floor = checkpoint.floor;
@@ -102,10 +117,15 @@ impl Spool {
             floor,
             acked_above,
             audit,
+            accepted,
+            accepted_end: next_seq,
+            // Replayed events were accepted before the restart; when is not kept.
+            accepted_at: VecDeque::from([(floor, service::now_ms())]),
             dirty: false,
             failed: None,
         };
         state.advance_floor();
+        state.report_backlog(&metrics);
         let (durable, _) = watch::channel(next_seq);
         let shared =
             Arc::new(Shared { segments_dir, options, state: Mutex::new(state), durable, metrics });
@@ -146,8 +166,7 @@ impl Spool {
 
     /// Events spooled and not yet acknowledged (nor dropped).
     pub fn unacknowledged(&self) -> u64 {
-        let state = self.shared.lock();
-        state.next_seq - state.floor - state.acked_above.len() as u64
+        self.shared.lock().unacknowledged()
     }
 
     /// Keeps the records that still need shipping.
@@ -181,30 +200,47 @@ impl Spool {
         if counted > 0 {
             state.advance_floor();
             state.dirty = true;
+            state.report_backlog(&self.shared.metrics);
         }
         drop(state);
         self.shared.metrics.acknowledged.inc_by(counted);
     }
 
-    /// Audit records whose counts changed since last taken.
+    /// Audit records (`accepted` and `agent`) whose counts changed since last taken, both
+    /// taken at one instant: an `agent` count is never ahead of the `accepted` count beside it.
+    /// Each topic's newest window is among them every time: the agent's heartbeat.
     pub fn take_audit_changes(&self) -> Vec<AuditRecord> {
-        self.shared.lock().audit.take_changed()
+        let mut state = self.shared.lock();
+        state.accepted.touch_newest();
+        state.audit.touch_newest();
+        let mut records = state.accepted.take_changed();
+        records.extend(state.audit.take_changed());
+        records
     }
 
-    /// Hands back audit records whose publication failed; also forgets long-closed windows.
+    /// Hands back audit records whose publication failed.
     pub fn audit_publish_failed(&self, records: &[AuditRecord]) {
-        self.shared.lock().audit.mark_changed(records);
+        let mut state = self.shared.lock();
+        state.accepted.mark_changed(records);
+        state.audit.mark_changed(records);
     }
 
     /// Forgets published windows that ended before `before_ms`.
     pub fn forget_audit_before(&self, before_ms: i64) {
         let mut state = self.shared.lock();
         state.audit.forget_published_before(before_ms);
+        state.accepted.forget_published_before(before_ms);
     }
 
-    /// The cumulative audit count of `topic` in the window starting at `window_start`.
+    /// The cumulative `agent` count (acknowledged events) of `topic` in the window starting
+    /// at `window_start`.
     pub fn audit_count(&self, topic: &str, window_start: i64) -> i64 {
         self.shared.lock().audit.count(topic, window_start)
+    }
+
+    /// The cumulative `accepted` count of `topic` in the window starting at `window_start`.
+    pub fn accepted_count(&self, topic: &str, window_start: i64) -> i64 {
+        self.shared.lock().accepted.count(topic, window_start)
     }
 
     /// Makes the acknowledgement state durable, then deletes segments it covers. Blocking:

@@ -13,6 +13,7 @@ use super::error::{RETRY_AFTER_MS, SpoolError};
 use super::record::{self, Next};
 use super::state::{Segment, Shared, State, segment_path};
 use crate::config::SpoolFull;
+use events::audit::window_start;
 
 type Reply = oneshot::Sender<Result<u64, SpoolError>>;
 
@@ -35,8 +36,11 @@ const APPENDS_PER_SYNC_MAX: usize = 256;
 
 /// Scans every segment in `dir`, oldest first, and cuts the spool at the first torn or
 /// corrupt record: the tail of the last segment after a crash mid-write, or damage, which is
-/// logged with what is lost.
-pub(super) fn recover(dir: &Path) -> Result<VecDeque<Segment>, SpoolError> {
+/// logged with what is lost. `kept` sees every record that stays.
+pub(super) fn recover(
+    dir: &Path,
+    kept: &mut dyn FnMut(&record::SpoolRecord),
+) -> Result<VecDeque<Segment>, SpoolError> {
     let mut bases = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(SpoolError::io("list", dir))? {
         let entry = entry.map_err(SpoolError::io("list", dir))?;
@@ -67,6 +71,7 @@ pub(super) fn recover(dir: &Path) -> Result<VecDeque<Segment>, SpoolError> {
         loop {
             match record::read(&mut input, &mut topics).map_err(SpoolError::io("read", &path))? {
                 Next::Record(r) if r.seq == end => {
+                    kept(&r);
                     end += 1;
                     bytes += r.size_bytes() as u64;
                 }
@@ -117,7 +122,14 @@ pub(super) fn create_segment(dir: &Path, base: u64) -> Result<File, SpoolError> 
 
 /// The thread's loop, until every sender is gone.
 pub(super) fn run(shared: Arc<Shared>, mut queue: mpsc::Receiver<Append>, file: File, base: u64) {
-    let mut writer = Writer { shared, file, base, file_len: 0, buf: Vec::with_capacity(1 << 20) };
+    let mut writer = Writer {
+        shared,
+        unanswered: Vec::new(),
+        file,
+        base,
+        file_len: 0,
+        buf: Vec::with_capacity(1 << 20),
+    };
     while let Some(first) = queue.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < APPENDS_PER_SYNC_MAX {
@@ -132,6 +144,9 @@ pub(super) fn run(shared: Arc<Shared>, mut queue: mpsc::Receiver<Append>, file: 
 
 struct Writer {
     shared: Arc<Shared>,
+    /// `(topic, header.time, events)` written since the last answer: counted as accepted
+    /// when they are durable.
+    unanswered: Vec<(Arc<str>, i64, i64)>,
     file: File,
     /// First seq of the segment being written.
     base: u64,
@@ -177,6 +192,7 @@ impl Writer {
                 }
             };
             for (i, event) in append.events.iter().enumerate() {
+                self.unanswered.push((Arc::clone(&event.topic), event.time_ms, 1));
                 record::encode(
                     &mut self.buf,
                     first + i as u64,
@@ -217,6 +233,7 @@ impl Writer {
             Err(e) => {
                 tracing::error!(error = %e, "the spool cannot write: refusing events from now on");
                 self.shared.lock().failed = Some(e.to_string());
+                self.unanswered.clear();
                 for (reply, _, _) in admitted {
                     let _ = reply.send(Err(e.clone()));
                 }
@@ -224,9 +241,32 @@ impl Writer {
         }
     }
 
-    /// Tells the readers and the callers of `admitted` that their events are durable.
-    fn answer(&self, admitted: Vec<(Reply, u64, u64)>) {
-        let next_seq = self.shared.lock().next_seq;
+    /// Counts the events written so far as accepted, then tells the readers and the callers
+    /// of `admitted` that they are durable (counted first: no event is acknowledged, and so
+    /// counted at the `agent` tier, before it is counted accepted).
+    fn answer(&mut self, admitted: Vec<(Reply, u64, u64)>) {
+        let next_seq = {
+            let mut state = self.shared.lock();
+            let window_ms = state.accepted.window_ms();
+            // One update per (topic, window), not per event.
+            let mut groups: Vec<(Arc<str>, i64, i64)> = Vec::new();
+            for (topic, time_ms, events) in self.unanswered.drain(..) {
+                let window = window_start(time_ms, window_ms);
+                match groups.iter_mut().find(|(t, w, _)| *w == window && *t == topic) {
+                    Some(group) => group.2 += events,
+                    None => groups.push((topic, window, events)),
+                }
+            }
+            for (topic, window, events) in groups {
+                state.accepted.add(&topic, window, events);
+            }
+            let first = state.accepted_end;
+            state.accepted_from(first, service::now_ms());
+            state.accepted_end = state.next_seq;
+            state.dirty = true;
+            state.report_backlog(&self.shared.metrics);
+            state.next_seq
+        };
         self.shared.durable.send_replace(next_seq);
         for (reply, first, count) in admitted {
             self.shared.metrics.spooled.inc_by(count);
@@ -250,6 +290,7 @@ impl Writer {
     /// admitted since given back. Nothing after the mark was answered or made durable.
     fn take_back(&mut self, mark: &Mark) -> Result<(), SpoolError> {
         self.buf.clear();
+        self.unanswered.clear();
         let path = self.shared.segment_path(self.base);
         self.file.set_len(mark.file_len).map_err(SpoolError::io("truncate", &path))?;
         self.file.seek(SeekFrom::Start(mark.file_len)).map_err(SpoolError::io("seek", &path))?;
