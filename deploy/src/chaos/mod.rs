@@ -163,7 +163,7 @@ pub fn run(
         line(out, format_args!("{}", fault_line(&fault)))?;
         faults.push(fault);
         // Anything a failed restart left down is started again before the next fault.
-        restart_dead(deployment, out)?;
+        restart_left_down(deployment, &[], out)?;
         fault::reap_children();
         std::thread::sleep(Duration::from_millis(rng.random_range(1_000..4_000)));
     }
@@ -179,7 +179,7 @@ pub fn run(
     if !simulators.is_empty() {
         deployment.down(&simulators, &mut std::io::sink())?;
     }
-    restart_dead(deployment, out)?;
+    restart_left_down(deployment, &simulators, out)?;
     let topics = frontend_agent::simulate::TOPICS;
     let drain_begun = Instant::now();
     let (mut rows, mut ids) = (0, Default::default());
@@ -266,17 +266,36 @@ async fn watch(
     }
 }
 
-/// Starts every process the faults left dead (a restart that failed is tried again here).
-fn restart_dead(deployment: &Deployment, out: &mut dyn std::io::Write) -> Result<(), ChaosError> {
-    for status in deployment.status()? {
-        if matches!(status.state, State::Dead { .. }) {
-            match deployment.restart(&status.name) {
-                Ok(pid) => line(out, format_args!("  restarted {} (pid {pid})", status.name))?,
-                Err(e) => line(out, format_args!("  {} did not restart: {e}", status.name))?,
-            }
+/// Starts every process the faults left down, but `keep_down`: a restart that failed is tried
+/// again here.
+fn restart_left_down(
+    deployment: &Deployment,
+    keep_down: &[String],
+    out: &mut dyn std::io::Write,
+) -> Result<(), ChaosError> {
+    let statuses = deployment.status()?;
+    for name in left_down(statuses.iter().map(|s| (s.name.as_str(), s.state)), keep_down) {
+        match deployment.restart(name) {
+            Ok(pid) => line(out, format_args!("  restarted {name} (pid {pid})"))?,
+            Err(e) => line(out, format_args!("  {name} did not restart: {e}"))?,
         }
     }
     Ok(())
+}
+
+/// The processes not running, but `keep_down`. Every process ran when the chaos began, so one
+/// that does not now was left down by a fault: killed and not yet restarted (`Dead`), or
+/// restarted and exited before it was ready, which takes its pid file away (`Stopped`).
+fn left_down<'a>(
+    statuses: impl Iterator<Item = (&'a str, State)>,
+    keep_down: &[String],
+) -> Vec<&'a str> {
+    statuses
+        .filter(|(name, state)| {
+            !matches!(state, State::Alive { .. }) && !keep_down.iter().any(|k| k == name)
+        })
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// A client presenting the operator's certificate when the deployment speaks TLS.
@@ -354,5 +373,27 @@ impl fmt::Display for ChaosReport {
             if self.drained { "" } else { " — NOT drained before the timeout" }
         )?;
         write!(f, "  verdict: {}", if self.passed() { "PASS" } else { "FAIL" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_whose_restart_failed_is_left_down_and_started_again() {
+        let alive = State::Alive { pid: 1, since: std::time::SystemTime::UNIX_EPOCH };
+        let statuses = [
+            ("broker-live-a-0", alive),
+            ("broker-live-a-1", State::Dead { pid: 7 }),
+            // Its restart exited before it was ready: the pid file went with it.
+            ("broker-live-a-2", State::Stopped),
+            ("simulator-live-a", State::Stopped),
+        ];
+        let keep_down = ["simulator-live-a".to_owned()];
+        assert_eq!(
+            left_down(statuses.into_iter(), &keep_down),
+            ["broker-live-a-1", "broker-live-a-2"]
+        );
     }
 }
