@@ -45,8 +45,6 @@ pub enum MirrorError {
     NoSources,
     #[error("cannot set up the producer into the target: {0}")]
     Producer(client::ProducerError),
-    #[error("cannot take back this host's audit counts from the target's _audit: {0}")]
-    AuditRestore(String),
     #[error("metrics server failed: {0}")]
     Metrics(std::io::Error),
 }
@@ -101,10 +99,23 @@ impl Mirror {
             target.producer.clone(),
             tls.clone(),
         ));
-        // Cumulative counts go on from what this host published before it stopped.
-        match audit.restore(&cluster::Registry::new(Arc::clone(&target_session))).await {
-            Ok(records) => tracing::info!(records, "took back this host's audit counts"),
-            Err(e) => return Err(MirrorError::AuditRestore(e)),
+        // Cumulative counts go on from what this host published before it stopped. Until they
+        // are read nothing is copied (a count from zero would be published over them), and a
+        // target that cannot answer for now — a leader of `_audit` just killed, a broker cut
+        // off — is waited for, not a reason to exit: a mirror restarted into a fault would
+        // otherwise exit again at every restart.
+        let mut backoff = service::Backoff::from_ms(100, 5_000);
+        loop {
+            match audit.restore(&cluster::Registry::new(Arc::clone(&target_session))).await {
+                Ok(records) => {
+                    tracing::info!(records, "took back this host's audit counts");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read this host's audit counts back yet; retrying");
+                    backoff.sleep().await;
+                }
+            }
         }
         let metrics_state = Arc::new(metrics::Metrics::default());
         let totals = metrics_state.totals.clone();
@@ -174,7 +185,11 @@ pub async fn run(
     metrics: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<Totals, MirrorError> {
-    let mirror = Mirror::start(config, sources, target, registry, metrics).await?;
+    let mirror = tokio::select! {
+        started = Mirror::start(config, sources, target, registry, metrics) => started?,
+        // Stopped while it still waits for its target: nothing was copied.
+        () = shutdown.cancelled() => return Ok(Totals::default()),
+    };
     let totals = mirror.totals();
     shutdown.cancelled().await;
     mirror.shutdown().await?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cluster::Coordinator;
+use events::audit;
 use mirror::{Config, Mirror};
 use protocol::{Acks, Codec, MessageSetIter};
 use schema_registry::RegistryClient;
@@ -228,6 +229,43 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
     analytics.wait_for_all("page-view", &all, "every event after the outage").await;
     eventually(WAIT, "caught up and committed", || async {
         committed_to_end(&live, "page-view").await.then_some(())
+    })
+    .await;
+    let client = RegistryClient::new(registry.url()).unwrap();
+    let counted = |audit: &std::collections::BTreeMap<_, audit::AuditRecord>| -> i64 {
+        audit.values().map(|r| r.count).sum()
+    };
+    eventually(WAIT, "the mirror's counts of all 300 events", || async {
+        (counted(&latest_audit(&analytics, &client).await) >= 300).then_some(())
+    })
+    .await;
+    mirror.shutdown().await.unwrap();
+    let counted_before = counted(&latest_audit(&analytics, &client).await);
+
+    // Started again while the analytics cluster is down, the mirror waits until it can read
+    // its audit counts back rather than exit (before: an error at once, and again at every
+    // restart into the same fault), then goes on counting from them.
+    let stopped = analytics.stop_broker(0).await;
+    let sessions: Vec<(String, Arc<dyn Coordinator>)> = vec![("live".into(), live.session().await)];
+    let target = analytics.session().await;
+    let restart = tokio::spawn(Mirror::start(
+        config(),
+        sessions,
+        target,
+        RegistryClient::new(registry.url()).unwrap(),
+        None,
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!restart.is_finished(), "the mirror waits for its target");
+    analytics.start_again(stopped).await;
+    let mirror = restart.await.unwrap().expect("the mirror starts once its target answers");
+    let after = raw_events("live", "page-view", 300, 310, time);
+    live.produce("page-view", 2, &after).await;
+    let everything: Vec<Bytes> = all.iter().chain(&after).cloned().collect();
+    analytics.wait_for_all("page-view", &everything, "the events after the restart").await;
+    // It counts on from what it had published (from zero it would publish 10, under them).
+    eventually(WAIT, "counts going on from where they were", || async {
+        (counted(&latest_audit(&analytics, &client).await) > counted_before).then_some(())
     })
     .await;
     mirror.shutdown().await.unwrap();
