@@ -187,6 +187,9 @@ pub fn run(
     let mut drained = false;
     while drain_begun.elapsed() < options.drain_timeout {
         fault::reap_children();
+        // A process that dies while the pipeline drains (a restart into a fault's aftermath)
+        // is started again too: the drain waits for the pipeline, not for a dead process.
+        restart_left_down(deployment, &simulators, out)?;
         (rows, ids) = runtime.block_on(books::parquet_ids(&store, &topics))?;
         let missing = acknowledged.iter().filter(|id| !ids.contains(*id)).count();
         let (caught_up, seen) =
