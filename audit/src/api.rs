@@ -115,7 +115,7 @@ pub(crate) fn held_back(
             h.held.held_ms > limit_ms
         })
         .collect();
-    held.sort_by(|a, b| b.held.held_ms.cmp(&a.held.held_ms));
+    held.sort_by_key(|h| std::cmp::Reverse(h.held.held_ms));
     held
 }
 
@@ -204,7 +204,7 @@ pub(crate) fn summary(shared: &Shared) -> Summary {
             }
         }
     }
-    summary.held.sort_by(|a, b| b.held.held_ms.cmp(&a.held.held_ms));
+    summary.held.sort_by_key(|h| std::cmp::Reverse(h.held.held_ms));
     summary
 }
 

@@ -603,10 +603,11 @@ impl Ledger {
                 (true, _) => Verdict::Complete,
             };
             report.tier_verdicts.insert(tier.as_str(), tier_verdict);
-            if tier_verdict == Verdict::Open && clock.caught_up {
-                if let Some(held) = window.held(*upstream, *tier, clock.now_ms) {
-                    report.held.insert(tier.as_str(), held);
-                }
+            if tier_verdict == Verdict::Open
+                && clock.caught_up
+                && let Some(held) = window.held(*upstream, *tier, clock.now_ms)
+            {
+                report.held.insert(tier.as_str(), held);
             }
             // Loss outranks open, open duplication, and duplication complete.
             verdict = match (verdict, tier_verdict) {

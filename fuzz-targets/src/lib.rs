@@ -21,8 +21,11 @@ pub mod spool_record;
 pub mod topology_file;
 pub mod zookeeper_digest;
 
+/// What a target does with one input: returns, or panics on a broken promise.
+pub type Check = fn(&[u8]);
+
 /// Every target: its name (`fuzz/fuzz_targets/NAME.rs`, `fuzz/corpus/NAME/`) and its check.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("acl_file", acl_file::check),
     ("agent_json", agent_json::check),
     ("commit_record", commit_record::check),
