@@ -4,17 +4,23 @@
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn promtool_accepts_the_alert_rules() {
-    let rules = Path::new(env!("CARGO_MANIFEST_DIR")).join("prometheus/alerts.yml");
+/// `promtool ARGS prometheus/FILE`, which must succeed: its standard output.
+fn promtool(args: &[&str], file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("prometheus").join(file);
     let output = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(&rules)
+        .args(args)
+        .arg(&path)
         .output()
         .expect("promtool runs (Debian's prometheus package)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}{stderr}");
+    stdout
+}
+
+#[test]
+fn promtool_accepts_the_alert_rules() {
+    let stdout = promtool(&["check", "rules"], "alerts.yml");
     assert!(stdout.contains("SUCCESS: 10 rules found"), "{stdout}");
 }
 
@@ -22,14 +28,6 @@ fn promtool_accepts_the_alert_rules() {
 /// (and must not) fire — a stuck agent seen by the audit and by the agent itself among them.
 #[test]
 fn the_alert_rules_fire_on_what_they_watch_and_not_otherwise() {
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("prometheus/alerts_test.yml");
-    let output = Command::new("promtool")
-        .args(["test", "rules"])
-        .arg(&tests)
-        .output()
-        .expect("promtool runs (Debian's prometheus package)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}{stderr}");
+    let stdout = promtool(&["test", "rules"], "alerts_test.yml");
     assert!(stdout.contains("SUCCESS"), "{stdout}");
 }
