@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*" >&2; }
+started=$(date +%s)
+step() { printf '\n== %s (at %d s)\n' "$*" $(( $(date +%s) - started )) >&2; }
 
 # Toolchain components the checks use.
 for component in rustfmt clippy; do
@@ -67,13 +68,14 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "module layers"
 python3 scripts/layers.py
 
-# Every test binary runs (--no-fail-fast), so one failure does not hide the others; the ten
-# slowest binaries and every failure are listed at the end.
+# Every test binary runs, two at a time (the heavy ones alone; scripts/run-tests.py says which
+# and why), so one failure does not hide the others; the ten slowest binaries and every failure
+# are listed at the end.
 step "cargo test"
 test_log="$(mktemp)"
 trap 'rm -f "$test_log"' EXIT
 set +e
-cargo test --workspace --no-fail-fast -- --quiet 2>&1 | tee "$test_log"
+python3 scripts/run-tests.py 2>&1 | tee "$test_log"
 test_status=${PIPESTATUS[0]}
 set -e
 python3 scripts/test-times.py "$test_log" 10
@@ -82,3 +84,4 @@ python3 scripts/test-times.py "$test_log" 10
 # Every committed fuzz input went through its target's check above, in the workspace's own
 # build (fuzz-targets/tests/corpora.rs). Fuzzing itself — new inputs, under ASan on nightly — is
 # the campaigns' job: `scripts/fuzz.sh SECONDS` (see fuzz/README.md).
+step "done"
