@@ -294,14 +294,26 @@ fn agent_blocked_for_a_minute(
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let (audit, agent) = (deployment.ports["audit"], deployment.ports["live-a-agent"]);
+    // The Held back panel of the dashboard, if it has one.
+    let held_panel = || {
+        let page = get(runtime, http, &format!("https://127.0.0.1:{audit}/"))?;
+        Some(page.split(r#"<div class="panel" id="held">"#).nth(1).unwrap_or_default().to_owned())
+    };
+    let named = |panel: &str| panel.contains(r#"data-host="agent-live-a""#);
+    // Before: nothing holds agent-live-a's events (the mirror restarted above carries the
+    // agents' counts again).
+    eventually(Duration::from_secs(60), "the dashboard clear of agent-live-a", |seen| {
+        let panel = held_panel()?;
+        *seen = panel.chars().take(600).collect();
+        (!named(&panel)).then_some(())
+    });
     let lb = Pid::from_raw(deployment.pid("lb-live-a"));
     kill(lb, Signal::SIGSTOP).expect("SIGSTOP the load balancer");
     let blocked = Instant::now();
     let shown = eventually(Duration::from_secs(60), "the dashboard to name agent-live-a", |seen| {
-        let page = get(runtime, http, &format!("https://127.0.0.1:{audit}/"))?;
-        let panel = page.split(r#"<div class="panel" id="held">"#).nth(1)?;
+        let panel = held_panel()?;
         *seen = panel.chars().take(600).collect();
-        panel.contains(r#"data-host="agent-live-a""#).then(|| blocked.elapsed())
+        named(&panel).then(|| blocked.elapsed())
     });
     let mut firing = BTreeMap::new();
     eventually(Duration::from_secs(70), "AgentUnheard and AgentBacklogStuck to fire", |seen| {
