@@ -121,6 +121,8 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
         "0".into(),
         "--loader-grace-ms".into(),
         "45000".into(),
+        "--held-ms".into(),
+        "1000".into(),
     ]);
     assert_eq!(audit.url, format!("http://127.0.0.1:{port}"), "--http");
     // Agent counts come from --zookeeper's _audit, decoded with --registry; live counts from
@@ -131,6 +133,16 @@ async fn every_flag_takes_effect_and_sigterm_stops_it_cleanly() {
     assert_eq!(detail["hosts"]["live"][0]["host"], "dc-a");
     assert!(audit.get("/").await.contains("page-view"));
     assert_eq!(audit.json("/api/summary").await["loader_grace_ms"], 45_000, "--loader-grace-ms");
+    // --held-ms 1000: the agent web-1, heard once, is listed as unheard a second later (the
+    // default 30 s would take thirty).
+    let summary = testkit::eventually(WAIT, "web-1 listed as unheard", || async {
+        let summary = audit.json("/api/summary").await;
+        (summary["silent_agents"][0]["host"] == "web-1").then_some(summary)
+    })
+    .await;
+    assert_eq!(summary["held_ms"], 1_000, "--held-ms");
+    assert!(summary["silent_agents"][0]["silent_ms"].as_i64() > Some(1_000), "{summary}");
+    assert!(audit.get("/").await.contains(r#"data-silent="web-1""#), "on the dashboard");
     let page = audit.get("/metrics").await;
     assert!(page.contains("tributary_audit_missing_events{topic=\"page-view\",tier=\"live\"} 0"));
     let samples = testkit::metrics::parse(&page);
@@ -170,6 +182,7 @@ fetch_bytes = 65536
 discovery_ms = 500
 retry_backoff_max_ms = 1000
 catch_up_max_ms = 30000
+held_ms = 1500
 "#,
             zookeeper = analytics.connect,
             live = live.connect,
@@ -192,6 +205,7 @@ catch_up_max_ms = 30000
         (Some(1_000), Some(0))
     );
     assert_eq!(summary["loader_grace_ms"], 2_000);
+    assert_eq!(summary["held_ms"], 1_500);
     let detail = audit.json(&format!("/api/window?topic=page-view&start={window}")).await;
     assert_eq!(detail["hosts"]["live"][0]["host"], "dc-file");
     let page = audit.get("/").await;
@@ -220,6 +234,7 @@ fn bad_flags_and_config_get_one_line_and_exit_code_2() {
     assert!(refused(&with(&["--audit-window-ms", "ten"])).contains("ten"));
     assert!(refused(&with(&["--grace-ms=-5"])).contains("grace_ms"));
     assert!(refused(&with(&["--loader-grace-ms=-5"])).contains("loader_grace_ms"));
+    assert!(refused(&with(&["--held-ms", "0"])).contains("held_ms"));
     assert!(refused(&with(&["--live", "nameless"])).contains("NAME=CONNECT"));
     assert!(refused(&with(&["--live", "a=zk:1", "--live", "a=zk:2"])).contains("twice"));
     assert!(refused(&["--registry", "http://127.0.0.1:1"]).contains("--zookeeper"));
