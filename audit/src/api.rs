@@ -88,35 +88,12 @@ pub(crate) struct HeldBack {
     pub held: Held,
 }
 
-/// The tiers of `topic`'s windows that have held events back past their limit, longest first.
-pub(crate) fn held_back(
-    shared: &Shared,
-    ledger: &Ledger,
-    topic: &str,
-    clock: Clock,
-) -> Vec<HeldBack> {
-    let mut held: Vec<HeldBack> = ledger
-        .windows(topic, i64::MIN, i64::MAX, clock)
-        .into_iter()
-        .flat_map(|report| {
-            report.held.into_iter().map(move |(tier, held)| HeldBack {
-                topic: topic.to_owned(),
-                window_start: report.window_start,
-                tier,
-                held,
-            })
-        })
-        .filter(|h| {
-            let limit_ms = if h.tier == Tier::Loader.as_str() {
-                clock.loader_grace_ms
-            } else {
-                shared.config.held_ms
-            };
-            h.held.held_ms > limit_ms
-        })
-        .collect();
-    held.sort_by_key(|h| std::cmp::Reverse(h.held.held_ms));
-    held
+/// Whether `tier` has held events back for longer than its limit: `held_ms`, or for the
+/// loader, a batch job, its grace.
+fn past_limit(shared: &Shared, clock: Clock, tier: &str, held: &Held) -> bool {
+    let limit_ms =
+        if tier == Tier::Loader.as_str() { clock.loader_grace_ms } else { shared.config.held_ms };
+    held.held_ms > limit_ms
 }
 
 #[derive(Debug, Serialize)]
@@ -192,10 +169,16 @@ pub(crate) fn summary(shared: &Shared) -> Summary {
         silent_agents: ledger.silent_agents(clock, shared.config.held_ms),
     };
     for topic in ledger.topics() {
-        summary.held.extend(held_back(shared, &ledger, topic, clock));
         summary.topics += 1;
         for report in ledger.windows(topic, i64::MIN, i64::MAX, clock) {
             *summary.windows.entry(report.verdict.as_str()).or_default() += 1;
+            for (tier, held) in report.held {
+                if past_limit(shared, clock, tier, &held) {
+                    let window_start = report.window_start;
+                    let topic = topic.to_owned();
+                    summary.held.push(HeldBack { topic, window_start, tier, held });
+                }
+            }
             for (tier, n) in report.missing {
                 *summary.missing_events.entry(tier).or_default() += n;
             }
