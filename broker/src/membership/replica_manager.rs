@@ -206,22 +206,34 @@ impl ReplicaManager {
         let key = (topic.to_owned(), p);
         if state.leader == self.broker_id {
             self.stop_following(&key).await;
+            let replicas = tv.assignment.replicas(p).unwrap_or_default();
+            // The view reads the reassignment before the assignments: with no move of this
+            // partition in it, `replicas` is the list the last move (if any) left.
+            let leaving: Vec<i32> =
+                match view.reassignment.as_ref().and_then(|r| r.target(topic, p)) {
+                    Some(target) => {
+                        replicas.iter().copied().filter(|r| !target.contains(r)).collect()
+                    }
+                    None => Vec::new(),
+                };
             if self.replicas.leading_epoch(topic, p) == Some(state.leader_epoch) {
                 self.replicas.adopt_isr(topic, p, &state.isr, |r| view.brokers.contains_key(&r));
-                self.replicas.set_replicas(topic, p, tv.assignment.replicas(p).unwrap_or_default());
-                return;
+            } else {
+                let leadership = Leadership {
+                    epoch: state.leader_epoch,
+                    replicas: replicas.to_vec(),
+                    isr: state.isr.clone(),
+                    min_insync_replicas: tv.min_insync_replicas(),
+                };
+                let store =
+                    isr_store(self.registry.clone(), topic, p, self.broker_id, state.leader_epoch);
+                if let Err(code) = self.replicas.lead_with(topic, p, leadership, Some(store)).await
+                {
+                    tracing::error!(%topic, partition = p, error = %code, "cannot lead");
+                    return;
+                }
             }
-            let leadership = Leadership {
-                epoch: state.leader_epoch,
-                replicas: tv.assignment.replicas(p).unwrap_or_default().to_vec(),
-                isr: state.isr.clone(),
-                min_insync_replicas: tv.min_insync_replicas(),
-            };
-            let store =
-                isr_store(self.registry.clone(), topic, p, self.broker_id, state.leader_epoch);
-            if let Err(code) = self.replicas.lead_with(topic, p, leadership, Some(store)).await {
-                tracing::error!(%topic, partition = p, error = %code, "cannot lead");
-            }
+            self.replicas.set_replicas(topic, p, replicas, &leaving);
             return;
         }
         self.replicas.resign(topic, p);

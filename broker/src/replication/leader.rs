@@ -70,6 +70,12 @@ struct State {
     /// The ISR the registry holds, as last written or seen; the lag task writes `isr` when
     /// the two differ.
     recorded: BTreeSet<i32>,
+    /// Replicas a reassignment under way takes away: they may stay in the ISR until it
+    /// completes, but one that left it does not rejoin. The controller completes a move by
+    /// writing the ISR without them and then the replica list; a leader that saw the first
+    /// write and not yet the second would otherwise take a caught-up leaving replica back,
+    /// and the registry would show an ISR that is not a subset of the replicas.
+    leaving: BTreeSet<i32>,
     followers: BTreeMap<i32, Progress>,
 }
 
@@ -120,7 +126,13 @@ impl Leader {
             epoch: leadership.epoch,
             min_insync: leadership.min_insync_replicas,
             replica_lag,
-            state: Mutex::new(State { replicas: leadership.replicas, isr, recorded, followers }),
+            state: Mutex::new(State {
+                replicas: leadership.replicas,
+                isr,
+                recorded,
+                leaving: BTreeSet::new(),
+                followers,
+            }),
             high_watermark: watch::Sender::new(hw),
             epoch_start: end,
             ended: CancellationToken::new(),
@@ -151,8 +163,9 @@ impl Leader {
         self.state().isr.iter().copied().collect()
     }
 
-    /// A follower fetched from `offset`, its log end: it may rejoin the ISR, and the HW may
-    /// move. Fetches from brokers that are not replicas are not counted.
+    /// A follower fetched from `offset`, its log end: it may rejoin the ISR (unless it is
+    /// leaving), and the HW may move. Fetches from brokers that are not replicas are not
+    /// counted.
     pub(crate) fn record_fetch(&self, replica_id: i32, offset: u64) {
         if replica_id == self.broker_id || self.ended.is_cancelled() {
             return;
@@ -168,7 +181,8 @@ impl Leader {
         if offset >= leader_end {
             progress.caught_up_at = Instant::now();
         }
-        if !state.isr.contains(&replica_id) && offset >= hw {
+        if !state.isr.contains(&replica_id) && offset >= hw && !state.leaving.contains(&replica_id)
+        {
             let was_under = self.under_replicated(&state);
             state.isr.insert(replica_id);
             self.metrics.isr_expands.inc();
@@ -282,12 +296,17 @@ impl Leader {
         state.isr.len() < state.replicas.len()
     }
 
-    /// Takes in a new replica list (a reassignment's): a new replica is followed from the
-    /// start of its catching up, and one that left the list leaves the ISR (the controller
-    /// has taken it out of the registry's ISR before).
-    pub(crate) fn set_replicas(&self, replicas: &[i32]) {
+    /// Takes in a new replica list (a reassignment's) and the replicas the reassignment
+    /// under way takes away, `leaving`: a new replica is followed from the start of its
+    /// catching up, and one that left the list leaves the ISR (the controller has taken it
+    /// out of the registry's ISR before).
+    pub(crate) fn set_replicas(&self, replicas: &[i32], leaving: &[i32]) {
         let mut state = self.state();
-        if self.ended.is_cancelled() || state.replicas == replicas {
+        if self.ended.is_cancelled() {
+            return;
+        }
+        state.leaving = leaving.iter().copied().collect();
+        if state.replicas == replicas {
             return;
         }
         let was_under = self.under_replicated(&state);
@@ -417,5 +436,50 @@ pub(crate) async fn watch_lag(leader: Arc<Leader>, stop: CancellationToken) {
                 leader.state().recorded = isr;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::log::LogManager;
+
+    /// Broker 1 leading partition 0 of `t` with replicas 1, 2, 3, all in the ISR.
+    fn leader_of_three(dir: &std::path::Path) -> Leader {
+        let config = BrokerConfig { data_dir: dir.to_path_buf(), ..BrokerConfig::default() };
+        let partition =
+            Arc::new(Partition::open(dir.join("t-0"), "t", 0, config.log()).expect("a partition"));
+        let logs = Arc::new(LogManager::open(&config).expect("the logs"));
+        let metrics = Arc::new(Metrics::new(logs, Box::new(Vec::new)));
+        let leadership = Leadership {
+            epoch: 1,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            min_insync_replicas: 1,
+        };
+        Leader::new(partition, 1, leadership, Duration::from_secs(10), metrics, None)
+    }
+
+    #[test]
+    fn a_replica_a_reassignment_takes_away_does_not_rejoin_the_isr() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = leader_of_three(dir.path());
+        // The move to 1, 2 is under way; the controller has written the ISR without 3 and
+        // not yet the replica list. 3, caught up, fetches again.
+        leader.set_replicas(&[1, 2, 3], &[3]);
+        leader.adopt_isr(&[1, 2], |_| true);
+        assert_eq!(leader.isr(), vec![1, 2]);
+        leader.record_fetch(3, leader.partition.end());
+        assert_eq!(leader.isr(), vec![1, 2], "a leaving replica rejoined");
+        leader.set_replicas(&[1, 2], &[]);
+        assert_eq!(leader.isr(), vec![1, 2]);
+
+        // Without a move, a replica the controller dropped rejoins once caught up.
+        let other = tempfile::tempdir().unwrap();
+        let leader = leader_of_three(other.path());
+        leader.adopt_isr(&[1, 2], |_| true);
+        leader.record_fetch(3, leader.partition.end());
+        assert_eq!(leader.isr(), vec![1, 2, 3]);
     }
 }

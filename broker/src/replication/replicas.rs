@@ -270,11 +270,18 @@ impl Replicas {
         }
     }
 
-    /// Lets the leadership of `topic`'s `partition` take in a new replica list.
-    pub(crate) fn set_replicas(&self, topic: &str, partition: i32, replicas: &[i32]) {
+    /// Lets the leadership of `topic`'s `partition` take in a new replica list, and the
+    /// replicas a reassignment under way takes away from it.
+    pub(crate) fn set_replicas(
+        &self,
+        topic: &str,
+        partition: i32,
+        replicas: &[i32],
+        leaving: &[i32],
+    ) {
         let Ok(partition) = self.replica(topic, partition) else { return };
         if let Some(leader) = self.leader_of(&partition) {
-            leader.set_replicas(replicas);
+            leader.set_replicas(replicas, leaving);
         }
     }
 
