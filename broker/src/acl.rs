@@ -6,8 +6,20 @@
 //! [[allow]]
 //! principals = ["agent-*"]             # globs over the principal (`*`: any run of characters)
 //! topics = ["page-view", "_audit"]     # globs over topic names
-//! operations = ["produce", "describe"] # produce, consume, create, describe, replicate
+//! operations = ["produce", "describe"] # produce, consume, create, describe, replicate,
+//!                                      # delete, alter, alter_configs, describe_configs
+//!
+//! [[allow]]
+//! principals = ["ops-*"]
+//! groups = ["*"]                       # globs over Kafka consumer group ids
+//! operations = ["describe", "delete"]
 //! ```
+//!
+//! A rule names topics, groups or both; its operations apply to each. Kafka's admin APIs
+//! take Kafka's operation names: DeleteTopics and DeleteRecords `delete`, CreatePartitions and
+//! partition reassignments `alter`, AlterConfigs `alter_configs`, DescribeConfigs
+//! `describe_configs`; on groups, DescribeGroups and ListGroups `describe`, DeleteGroups and
+//! OffsetDelete `delete`.
 //!
 //! Without a file every principal (every client, on a listener without client certificates)
 //! may do everything. A denial is counted and logged once a minute per principal, topic and
@@ -28,7 +40,7 @@ const DENIAL_LOG_INTERVAL: Duration = Duration::from_secs(60);
 const DENIALS_REMEMBERED_MAX: usize = 10_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum Operation {
     /// PRODUCE, MULTIPRODUCE.
     Produce,
@@ -40,6 +52,14 @@ pub enum Operation {
     Describe,
     /// REPLICA_FETCH, OFFSET_FOR_LEADER_EPOCH: what a follower broker does.
     Replicate,
+    /// Kafka's DeleteTopics, DeleteRecords; DeleteGroups and OffsetDelete on a group.
+    Delete,
+    /// Kafka's CreatePartitions and partition reassignments.
+    Alter,
+    /// Kafka's AlterConfigs and IncrementalAlterConfigs.
+    AlterConfigs,
+    /// Kafka's DescribeConfigs.
+    DescribeConfigs,
 }
 
 impl Operation {
@@ -50,6 +70,10 @@ impl Operation {
             Operation::Create => "create",
             Operation::Describe => "describe",
             Operation::Replicate => "replicate",
+            Operation::Delete => "delete",
+            Operation::Alter => "alter",
+            Operation::AlterConfigs => "alter_configs",
+            Operation::DescribeConfigs => "describe_configs",
         }
     }
 }
@@ -67,8 +91,27 @@ pub enum AclError {
 #[serde(deny_unknown_fields)]
 struct Rule {
     principals: Vec<String>,
+    #[serde(default)]
     topics: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
     operations: Vec<Operation>,
+}
+
+/// What a rule's patterns name: a topic, or a Kafka consumer group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resource {
+    Topic,
+    Group,
+}
+
+impl Resource {
+    fn name(self) -> &'static str {
+        match self {
+            Resource::Topic => "topic",
+            Resource::Group => "group",
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -97,10 +140,19 @@ impl Acl {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
         for (i, rule) in file.allow.iter().enumerate() {
             let n = i + 1;
-            for (what, list) in [("principals", &rule.principals), ("topics", &rule.topics)] {
-                if list.is_empty() {
-                    return Err(format!("rule {n}: {what} is empty (it would allow nothing)"));
-                }
+            if rule.principals.is_empty() {
+                return Err(format!("rule {n}: principals is empty (it would allow nothing)"));
+            }
+            if rule.topics.is_empty() && rule.groups.is_empty() {
+                return Err(format!(
+                    "rule {n}: names neither topics nor groups (it would allow nothing)"
+                ));
+            }
+            for (what, list) in [
+                ("principals", &rule.principals),
+                ("topics", &rule.topics),
+                ("groups", &rule.groups),
+            ] {
                 if let Some(bad) =
                     list.iter().find(|p| p.is_empty() || p.chars().any(char::is_control))
                 {
@@ -116,10 +168,25 @@ impl Acl {
 
     /// Whether a rule allows `principal` to `operation` on `topic`.
     pub fn allows(&self, principal: &str, topic: &str, operation: Operation) -> bool {
+        self.allows_on(principal, Resource::Topic, topic, operation)
+    }
+
+    /// Whether a rule allows `principal` to `operation` on the `kind` resource `name`.
+    pub fn allows_on(
+        &self,
+        principal: &str,
+        kind: Resource,
+        name: &str,
+        operation: Operation,
+    ) -> bool {
         self.rules.iter().any(|rule| {
+            let patterns = match kind {
+                Resource::Topic => &rule.topics,
+                Resource::Group => &rule.groups,
+            };
             rule.operations.contains(&operation)
                 && rule.principals.iter().any(|p| glob::matches(p, principal))
-                && rule.topics.iter().any(|t| glob::matches(t, topic))
+                && patterns.iter().any(|t| glob::matches(t, name))
         })
     }
 }
@@ -129,7 +196,7 @@ impl Acl {
 #[derive(Debug, Default)]
 pub struct Authorizer {
     acl: Option<Acl>,
-    logged: Mutex<HashMap<(String, String, Operation), Instant>>,
+    logged: Mutex<HashMap<(String, Resource, String, Operation), Instant>>,
 }
 
 impl Authorizer {
@@ -144,8 +211,17 @@ impl Authorizer {
     /// Whether `principal` may `operation` on `topic`; a denial is logged (at most once a
     /// minute for the same three).
     pub fn check(&self, principal: &str, topic: &str, operation: Operation) -> bool {
+        self.check_on(principal, Resource::Topic, topic, operation)
+    }
+
+    /// Whether `principal` may `operation` on Kafka consumer group `group`.
+    pub fn check_group(&self, principal: &str, group: &str, operation: Operation) -> bool {
+        self.check_on(principal, Resource::Group, group, operation)
+    }
+
+    fn check_on(&self, principal: &str, kind: Resource, name: &str, operation: Operation) -> bool {
         let Some(acl) = &self.acl else { return true };
-        if acl.allows(principal, topic, operation) {
+        if acl.allows_on(principal, kind, name, operation) {
             return true;
         }
         let now = Instant::now();
@@ -153,13 +229,13 @@ impl Authorizer {
         if logged.len() >= DENIALS_REMEMBERED_MAX {
             logged.clear();
         }
-        let key = (principal.to_owned(), topic.to_owned(), operation);
+        let key = (principal.to_owned(), kind, name.to_owned(), operation);
         let due = logged.get(&key).is_none_or(|at| now.duration_since(*at) >= DENIAL_LOG_INTERVAL);
         if due {
             logged.insert(key, now);
             tracing::warn!(
-                %principal, %topic, operation = operation.name(),
-                "authorization failed (logged once a minute per principal, topic and operation)"
+                %principal, resource = kind.name(), %name, operation = operation.name(),
+                "authorization failed (logged once a minute per principal, resource and operation)"
             );
         }
         false
@@ -185,6 +261,11 @@ operations = ["consume"]
 principals = ["broker-*"]
 topics = ["*"]
 operations = ["replicate", "describe"]
+
+[[allow]]
+principals = ["ops"]
+groups = ["app-*"]
+operations = ["describe", "delete"]
 "#;
 
     #[test]
@@ -198,6 +279,13 @@ operations = ["replicate", "describe"]
         assert!(!acl.allows("reader", "click", Operation::Consume));
         assert!(!acl.allows("readers", "page-view", Operation::Consume), "no implicit prefix");
         assert!(acl.allows("broker-1", "anything", Operation::Replicate));
+        assert!(acl.allows_on("ops", Resource::Group, "app-1", Operation::Delete));
+        assert!(!acl.allows_on("ops", Resource::Topic, "app-1", Operation::Delete));
+        assert!(!acl.allows_on("ops", Resource::Group, "web", Operation::Describe));
+        assert!(
+            !acl.allows_on("broker-1", Resource::Group, "app-1", Operation::Describe),
+            "topic patterns do not name groups"
+        );
         assert!(!acl.allows("", "page-view", Operation::Consume));
         assert!(
             !Acl::default().allows("x", "y", Operation::Describe),
@@ -221,8 +309,16 @@ operations = ["replicate", "describe"]
                 "invalid pattern",
             ),
             (
-                "[[allow]]\nprincipals = [\"a\"]\ntopics = [\"t\"]\noperations = [\"delete\"]",
+                "[[allow]]\nprincipals = [\"a\"]\ntopics = [\"t\"]\noperations = [\"destroy\"]",
                 "unknown variant",
+            ),
+            (
+                "[[allow]]\nprincipals = [\"a\"]\noperations = [\"describe\"]",
+                "neither topics nor groups",
+            ),
+            (
+                "[[allow]]\nprincipals = [\"a\"]\ngroups = [\"\"]\noperations = [\"describe\"]",
+                "groups has an invalid pattern",
             ),
             (
                 "[[allow]]\nprincipals = [\"a\"]\ntopics = [\"t\"]\noperations = []",

@@ -226,6 +226,7 @@ impl Broker {
                     admission: Arc::clone(&admission),
                     state: Arc::clone(&state),
                     principal: Arc::from(accepted.principal),
+                    host: Arc::from(accepted.peer.ip().to_string()),
                 };
                 let (stop, peer) = (connection_stop.clone(), accepted.peer);
                 async move {

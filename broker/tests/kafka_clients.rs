@@ -146,6 +146,39 @@ async fn confluent_kafka_groups_share_partitions_rebalance_and_resume_at_committ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_commit_in_their_revocation_callbacks_read_nothing_twice() {
+    let cluster = cluster().await;
+    let out =
+        run("python3", &[&script("rebalance_commits.py"), &cluster.bootstrap, "revoked"], b"");
+    let report = report(&out);
+    eprintln!("commits in revocation callbacks: {report}");
+    assert_eq!(
+        (report["distinct"].clone(), report["delivered_twice"].clone()),
+        (6000.into(), 0.into())
+    );
+    assert_eq!(report["refused_commits"], 0, "{report}");
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_members_keep_their_partitions_and_admin_clients_manage_groups() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("group_admin.py"), &cluster.bootstrap, "managed"], b"");
+    let report = report(&out);
+    eprintln!("group admin: {report}");
+    assert_eq!(report["static_restart"]["a_rebalances_during"], 0);
+    assert_eq!(report["delete_with_members"], "NON_EMPTY_GROUP");
+    assert_eq!(report["commit_unknown_topic"], "UNKNOWN_TOPIC_OR_PART");
+    let deleted = &report["kafka_python_delete_groups"];
+    assert_eq!(deleted["managed-meta"], "OK", "{deleted}");
+    assert!(deleted["managed-never"].as_str().unwrap().contains("GroupIdNotFound"), "{deleted}");
+    // Deleted from ZooKeeper, with its offsets.
+    let groups = cluster.registry.kafka_groups().await.unwrap();
+    assert!(!groups.iter().any(|g| g.starts_with("managed")), "{groups:?}");
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_python_idempotent_producer_is_read_back_once() {
     let cluster = cluster().await;
     let out = run("python3", &[&script("idempotent.py"), &cluster.bootstrap, "idempotent"], b"");

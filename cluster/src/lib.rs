@@ -36,7 +36,9 @@ pub use partitions::{
     elect_leader,
 };
 pub use path::{join, validate_path};
-pub use registry::{BrokerInfo, Claim, Registry, RegistryError, Subscription, kafka_coordinator};
+pub use registry::{
+    BrokerInfo, Claim, KafkaCommit, Registry, RegistryError, Subscription, kafka_coordinator,
+};
 pub use zookeeper::{
     ConnectError, Digest, SESSION_TIMEOUT_MS, SessionTimeoutError, ZooKeeper, ZooKeeperArgs,
     ZooKeeperConfig,

@@ -356,20 +356,31 @@ impl Registry {
     // Offsets of Kafka consumer groups (`docs/design.md`, "Kafka consumer groups"): record
     // numbers, apart from native groups' byte offsets.
 
-    /// Records `record` as the next record Kafka group `group` consumes from `partition`.
+    /// Records `record` as the next record Kafka group `group` consumes from `partition`,
+    /// with the commit's `metadata` string (empty for none). The node holds the record number,
+    /// then a newline and the metadata if there is any.
     pub async fn commit_kafka_offset(
         &self,
         group: &str,
         topic: &str,
         partition: i32,
         record: i64,
+        metadata: &str,
     ) -> Result<(), RegistryError> {
-        let path = format!(
-            "/kafka-groups/{}/offsets/{}/{partition}",
+        let path = Registry::kafka_offset_path(group, topic)? + &format!("/{partition}");
+        let value = match metadata {
+            "" => record.to_string(),
+            metadata => format!("{record}\n{metadata}"),
+        };
+        self.put(&path, value.as_bytes()).await
+    }
+
+    fn kafka_offset_path(group: &str, topic: &str) -> Result<String, RegistryError> {
+        Ok(format!(
+            "/kafka-groups/{}/offsets/{}",
             segment("group", group)?,
             segment("topic", topic)?
-        );
-        self.put(&path, record.to_string().as_bytes()).await
+        ))
     }
 
     /// Every offset Kafka group `group` committed, by topic and partition.
@@ -377,6 +388,18 @@ impl Registry {
         &self,
         group: &str,
     ) -> Result<BTreeMap<String, BTreeMap<i32, i64>>, RegistryError> {
+        let commits = self.kafka_commits(group).await?;
+        Ok(commits
+            .into_iter()
+            .map(|(topic, ps)| (topic, ps.into_iter().map(|(p, c)| (p, c.record)).collect()))
+            .collect())
+    }
+
+    /// Every commit of Kafka group `group`, with its metadata, by topic and partition.
+    pub async fn kafka_commits(
+        &self,
+        group: &str,
+    ) -> Result<BTreeMap<String, BTreeMap<i32, KafkaCommit>>, RegistryError> {
         let dir = format!("/kafka-groups/{}/offsets", segment("group", group)?);
         let topics = match self.coordinator.children(&dir).await {
             Ok(topics) => topics,
@@ -386,10 +409,31 @@ impl Registry {
         let mut offsets = BTreeMap::new();
         for topic in topics {
             let values =
-                self.read_partition_values(&format!("{dir}/{topic}"), parse_offset).await?;
+                self.read_partition_values(&format!("{dir}/{topic}"), parse_kafka_commit).await?;
             offsets.insert(topic, values);
         }
         Ok(offsets)
+    }
+
+    /// Forgets Kafka group `group`'s commit for `topic`'s `partition` (none is not an error).
+    pub async fn delete_kafka_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), RegistryError> {
+        let dir = Registry::kafka_offset_path(group, topic)?;
+        ignore_missing(self.coordinator.delete(&format!("{dir}/{partition}"), None).await)?;
+        // The topic's node goes with its last partition; a commit meanwhile keeps it.
+        match self.coordinator.delete(&dir, None).await {
+            Ok(()) | Err(CoordError::NoNode { .. } | CoordError::NotEmpty { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes Kafka group `group` and everything it committed.
+    pub async fn delete_kafka_group(&self, group: &str) -> Result<(), RegistryError> {
+        self.delete_tree(format!("/kafka-groups/{}", segment("group", group)?)).await
     }
 
     /// The Kafka groups that committed offsets.
@@ -492,6 +536,21 @@ impl Registry {
         }
         Ok(values)
     }
+}
+
+/// A Kafka group's commit of a partition: the next record it reads, and the metadata string
+/// the client sent with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaCommit {
+    pub record: i64,
+    pub metadata: String,
+}
+
+fn parse_kafka_commit(path: &str, data: &[u8]) -> Result<KafkaCommit, RegistryError> {
+    let text = String::from_utf8_lossy(data);
+    let (record, metadata) = text.split_once('\n').unwrap_or((&text, ""));
+    let record = record.trim().parse().map_err(|e| corrupt(path, e))?;
+    Ok(KafkaCommit { record, metadata: metadata.to_owned() })
 }
 
 fn parse_offset(path: &str, data: &[u8]) -> Result<i64, RegistryError> {

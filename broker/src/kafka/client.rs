@@ -27,6 +27,8 @@ pub(crate) struct Client {
     pub state: Arc<State>,
     /// The connection's principal: its client certificate's CN, or `anonymous`.
     pub principal: Arc<str>,
+    /// The client's address, as Kafka's tools show a group member's host.
+    pub host: Arc<str>,
 }
 
 /// Why a connection ends.

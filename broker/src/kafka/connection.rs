@@ -9,14 +9,14 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
-use protocol::kafka::request::{self, Reader};
+use protocol::kafka::request::{self, GroupIdsOf, Reader};
 use protocol::kafka::versions;
 use service::tls::ServerStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Answer, Client, Ended};
-use super::{fetch, groups, init_producer_id, metadata, produce};
+use super::{fetch, group_admin, groups, init_producer_id, metadata, produce};
 use crate::metrics::Stalled;
 
 /// Requests of one connection worked on at once; more wait to be read.
@@ -149,6 +149,22 @@ impl Client {
             ApiKey::InitProducerId => {
                 let request = request::init_producer_id(&mut r, v, f)?;
                 Some(init_producer_id::init_producer_id(&self, &header, request).await?)
+            }
+            ApiKey::ListGroups => {
+                let request = request::list_groups(&mut r, v, f)?;
+                Some(group_admin::list_groups(&self, &header, request).await?)
+            }
+            ApiKey::DescribeGroups => {
+                let groups = request::group_ids(&mut r, v, f, GroupIdsOf::Describe)?;
+                Some(group_admin::describe_groups(&self, &header, groups).await?)
+            }
+            ApiKey::DeleteGroups => {
+                let groups = request::group_ids(&mut r, v, f, GroupIdsOf::Delete)?;
+                Some(group_admin::delete_groups(&self, &header, groups).await?)
+            }
+            ApiKey::OffsetDelete => {
+                let request = request::offset_delete(&mut r, v, f)?;
+                Some(group_admin::offset_delete(&self, &header, request).await?)
             }
             _ => unreachable!("versions::served names only the APIs above"),
         };

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -35,6 +36,8 @@ use super::coordinator::{
     GROUPS_MAX, Group, Joined, MEMBERS_MAX, Member, Phase, SESSION_TIMEOUT_MS,
 };
 use crate::acl::Operation;
+use cluster::KafkaCommit;
+use protocol::ErrorCode;
 use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{
     FindCoordinatorRequest, Header, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
@@ -50,7 +53,7 @@ fn coordinator_of(client: &Client, group: &str) -> Option<(i32, String, u16)> {
 }
 
 /// Whether this broker coordinates `group`.
-fn coordinates(client: &Client, group: &str) -> bool {
+pub(super) fn coordinates(client: &Client, group: &str) -> bool {
     coordinator_of(client, group).is_some_and(|(id, _, _)| id == client.node.config().broker_id)
 }
 
@@ -81,9 +84,10 @@ pub async fn join_group(
         let members = joined
             .members
             .into_iter()
-            .map(|(id, metadata)| {
+            .map(|(id, instance, metadata)| {
                 JoinGroupResponseMember::default()
                     .with_member_id(str_bytes(&id))
+                    .with_group_instance_id(instance.as_deref().map(str_bytes))
                     .with_metadata(metadata)
             })
             .collect();
@@ -99,7 +103,7 @@ pub async fn join_group(
         encode(ApiKey::JoinGroup, header, &answer(Joined::error(error, &request.member_id)))
     };
     if request.group_id.is_empty() {
-        return refuse(code::INVALID_REQUEST);
+        return refuse(code::INVALID_GROUP_ID);
     }
     if !coordinates(client, &request.group_id) {
         return refuse(code::NOT_COORDINATOR);
@@ -107,7 +111,7 @@ pub async fn join_group(
     if !SESSION_TIMEOUT_MS.contains(&request.session_timeout_ms) {
         return refuse(code::INVALID_SESSION_TIMEOUT);
     }
-    let waiting = {
+    let waiting = 'join: {
         let coordinator = &client.state.groups;
         let mut groups = coordinator.groups();
         if !groups.contains_key(&request.group_id) && groups.len() >= GROUPS_MAX {
@@ -120,28 +124,48 @@ pub async fn join_group(
         {
             return refuse(code::INCONSISTENT_GROUP_PROTOCOL);
         }
+        let instance = request.group_instance_id.as_deref();
         let member_id = if request.member_id.is_empty() {
             group.next_member += 1;
-            let client_id = header.client_id.as_deref().unwrap_or("consumer");
-            let id = format!("{client_id}-{}-{}", group.generation, group.next_member);
-            if header.version >= 4 {
+            let prefix = instance.or(header.client_id.as_deref()).unwrap_or("consumer");
+            let id = format!("{prefix}-{}-{}", group.generation, group.next_member);
+            if let Some(instance) = instance {
+                // A static member needs no second round trip for its id (KIP-345).
+                if let Some(member) = group.replace_static(instance, &id) {
+                    let (sender, receiver) = oneshot::channel();
+                    refresh(member, &request, client, header, now);
+                    member.joining = Some(sender);
+                    rejoin_static(group, &id, now);
+                    break 'join receiver;
+                }
+                group.instances.insert(instance.to_owned(), id.clone());
+            } else if header.version >= 4 {
                 // The member joins again with its id (KIP-394).
                 let joined = Joined::error(code::MEMBER_ID_REQUIRED, &id);
                 drop(groups);
                 return encode(ApiKey::JoinGroup, header, &answer(joined));
             }
             id
-        } else if !group.members.contains_key(&request.member_id) && header.version < 4 {
-            return refuse(code::UNKNOWN_MEMBER_ID);
         } else {
-            request.member_id.clone()
+            match group.check_member(&request.member_id, instance) {
+                Ok(()) => request.member_id.clone(),
+                // A dynamic member of KIP-394 joins with the id it was given.
+                Err(code::UNKNOWN_MEMBER_ID) if instance.is_none() && header.version >= 4 => {
+                    request.member_id.clone()
+                }
+                Err(error) => return refuse(error),
+            }
         };
         if !group.members.contains_key(&member_id) && group.members.len() >= MEMBERS_MAX {
+            group.instances.retain(|_, m| *m != member_id);
             return refuse(code::COORDINATOR_NOT_AVAILABLE);
         }
         let (sender, receiver) = oneshot::channel();
         // A member joining again keeps its assignment until the rebalance gives it another.
         let member = group.members.entry(member_id).or_insert_with(|| Member {
+            instance_id: request.group_instance_id.clone(),
+            client_id: String::new(),
+            client_host: String::new(),
             session_timeout: Duration::ZERO,
             rebalance_timeout: Duration::ZERO,
             protocols: Vec::new(),
@@ -150,11 +174,7 @@ pub async fn join_group(
             joining: None,
             syncing: None,
         });
-        member.protocols = request.protocols.clone();
-        member.session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
-        member.rebalance_timeout =
-            Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64);
-        member.last_seen = now;
+        refresh(member, &request, client, header, now);
         member.joining = Some(sender);
         group.protocol_type = Some(request.protocol_type.clone());
         // A join outside a rebalance starts one; in one under way, it just joins it.
@@ -168,6 +188,50 @@ pub async fn join_group(
         .await
         .unwrap_or_else(|_| Joined::error(code::UNKNOWN_MEMBER_ID, &request.member_id));
     encode(ApiKey::JoinGroup, header, &answer(joined))
+}
+
+/// What a member's JoinGroup tells of it.
+fn refresh(
+    member: &mut Member,
+    request: &JoinGroupRequest,
+    client: &Client,
+    header: &Header,
+    now: Instant,
+) {
+    member.protocols = request.protocols.clone();
+    member.session_timeout = Duration::from_millis(request.session_timeout_ms as u64);
+    member.rebalance_timeout = Duration::from_millis(request.rebalance_timeout_ms.max(0) as u64);
+    member.client_id = header.client_id.clone().unwrap_or_default();
+    member.client_host = format!("/{}", client.host);
+    member.last_seen = now;
+}
+
+/// A static member `id` that took its instance's place: in a stable group whose protocol
+/// it still speaks it is answered at once with the current generation (the leader with
+/// every member's metadata) and keeps its assignment; otherwise it joins a rebalance.
+fn rejoin_static(group: &mut Group, id: &str, now: Instant) {
+    let speaks = group.members[id].protocols.iter().any(|(name, _)| *name == group.protocol);
+    match group.phase {
+        Phase::Stable if speaks => {
+            let members = if group.leader == id { group.metadata() } else { Vec::new() };
+            let member = group.members.get_mut(id).expect("just put in");
+            if let Some(waiting) = member.joining.take() {
+                let _ = waiting.send(Joined {
+                    error: code::NONE,
+                    generation: group.generation,
+                    protocol: group.protocol.clone(),
+                    leader: group.leader.clone(),
+                    member_id: id.to_owned(),
+                    members,
+                });
+            }
+        }
+        Phase::Joining => group.try_complete(now),
+        _ => {
+            group.rebalance(now);
+            group.try_complete(now);
+        }
+    }
 }
 
 pub async fn sync_group(
@@ -191,11 +255,13 @@ pub async fn sync_group(
                 &answer(code::UNKNOWN_MEMBER_ID, Bytes::new()),
             );
         };
-        let error = match group.members.get(&request.member_id) {
-            None => Some(code::UNKNOWN_MEMBER_ID),
-            Some(_) if request.generation_id != group.generation => Some(code::ILLEGAL_GENERATION),
-            Some(_) if group.phase == Phase::Joining => Some(code::REBALANCE_IN_PROGRESS),
-            Some(_) => None,
+        let error = match group
+            .check_member(&request.member_id, request.group_instance_id.as_deref())
+        {
+            Err(error) => Some(error),
+            Ok(()) if request.generation_id != group.generation => Some(code::ILLEGAL_GENERATION),
+            Ok(()) if group.phase == Phase::Joining => Some(code::REBALANCE_IN_PROGRESS),
+            Ok(()) => None,
         };
         if let Some(error) = error {
             return encode(ApiKey::SyncGroup, header, &answer(error, Bytes::new()));
@@ -239,14 +305,14 @@ pub fn heartbeat(
         match groups.get_mut(&request.group_id) {
             None => code::UNKNOWN_MEMBER_ID,
             Some(group) => {
-                let (phase, generation) = (group.phase, group.generation);
-                match group.members.get_mut(&request.member_id) {
-                    None => code::UNKNOWN_MEMBER_ID,
-                    Some(member) => {
+                match group.check_member(&request.member_id, request.group_instance_id.as_deref()) {
+                    Err(error) => error,
+                    Ok(()) => {
+                        let member = group.members.get_mut(&request.member_id).expect("checked");
                         member.last_seen = Instant::now();
-                        if phase == Phase::Joining {
+                        if group.phase == Phase::Joining {
                             code::REBALANCE_IN_PROGRESS
-                        } else if request.generation_id != generation {
+                        } else if request.generation_id != group.generation {
                             code::ILLEGAL_GENERATION
                         } else {
                             code::NONE
@@ -264,34 +330,87 @@ pub fn leave_group(
     header: &Header,
     request: LeaveGroupRequest,
 ) -> Result<BytesMut, Malformed> {
-    let error = if !coordinates(client, &request.group_id) {
-        code::NOT_COORDINATOR
-    } else {
-        let mut groups = client.state.groups.groups();
-        match groups.get_mut(&request.group_id) {
+    if !coordinates(client, &request.group_id) {
+        let body = LeaveGroupResponse::default().with_error_code(code::NOT_COORDINATOR);
+        return encode(ApiKey::LeaveGroup, header, &body);
+    }
+    let mut groups = client.state.groups.groups();
+    let mut group = groups.get_mut(&request.group_id);
+    let mut left = false;
+    let mut answers = Vec::with_capacity(request.members.len());
+    for (member_id, instance) in &request.members {
+        // A static member may be named by its instance alone (an admin removing it).
+        let error = match group.as_deref_mut() {
             None => code::UNKNOWN_MEMBER_ID,
             Some(group) => {
-                let mut left = false;
-                for member in &request.members {
-                    if let Some(gone) = group.members.remove(member) {
-                        left = true;
-                        if let Some(waiting) = gone.joining {
-                            let _ = waiting.send(Joined::error(code::UNKNOWN_MEMBER_ID, member));
+                let holder = match instance {
+                    Some(instance) => match group.instances.get(instance) {
+                        Some(holder) if member_id.is_empty() || holder == member_id => {
+                            Ok(holder.clone())
                         }
+                        Some(_) => Err(code::FENCED_INSTANCE_ID),
+                        None => Err(code::UNKNOWN_MEMBER_ID),
+                    },
+                    None => Ok(member_id.clone()),
+                };
+                match holder.map(|id| group.remove(&id, code::UNKNOWN_MEMBER_ID)) {
+                    Ok(Some(_)) => {
+                        left = true;
+                        code::NONE
                     }
-                }
-                if left {
-                    let now = Instant::now();
-                    group.rebalance(now);
-                    group.try_complete(now);
-                    code::NONE
-                } else {
-                    code::UNKNOWN_MEMBER_ID
+                    Ok(None) => code::UNKNOWN_MEMBER_ID,
+                    Err(error) => error,
                 }
             }
-        }
+        };
+        answers.push(
+            MemberResponse::default()
+                .with_member_id(str_bytes(member_id))
+                .with_group_instance_id(instance.as_deref().map(str_bytes))
+                .with_error_code(error),
+        );
+    }
+    if left && let Some(group) = group {
+        let now = Instant::now();
+        group.rebalance(now);
+        group.try_complete(now);
+    }
+    drop(groups);
+    let body = if header.version >= 3 {
+        LeaveGroupResponse::default().with_members(answers)
+    } else {
+        let error = answers.first().map_or(code::UNKNOWN_MEMBER_ID, |a| a.error_code);
+        LeaveGroupResponse::default().with_error_code(error)
     };
-    encode(ApiKey::LeaveGroup, header, &LeaveGroupResponse::default().with_error_code(error))
+    encode(ApiKey::LeaveGroup, header, &body)
+}
+
+/// The longest metadata string a commit may carry (Kafka's `offset.metadata.max.bytes`).
+const METADATA_MAX_BYTES: usize = 4096;
+
+/// Whether a commit of `request`'s member may be taken, as Kafka's coordinator decides: a
+/// member of the current generation may commit while the group prepares a rebalance (what
+/// clients do in their revocation callbacks), not while it waits for the leader's SyncGroup.
+fn commit_error(client: &Client, request: &OffsetCommitRequest) -> Option<i16> {
+    if !coordinates(client, &request.group_id) {
+        return Some(code::NOT_COORDINATOR);
+    }
+    if request.generation_id < 0 && request.member_id.is_empty() {
+        // A consumer outside any group (assign, not subscribe) commits as it likes.
+        return None;
+    }
+    let groups = client.state.groups.groups();
+    let Some(group) = groups.get(&request.group_id) else {
+        return Some(code::ILLEGAL_GENERATION);
+    };
+    if let Err(error) = group.check_member(&request.member_id, request.group_instance_id.as_deref())
+    {
+        return Some(error);
+    }
+    if group.generation != request.generation_id {
+        return Some(code::ILLEGAL_GENERATION);
+    }
+    (group.phase == Phase::Syncing).then_some(code::REBALANCE_IN_PROGRESS)
 }
 
 pub async fn offset_commit(
@@ -299,38 +418,32 @@ pub async fn offset_commit(
     header: &Header,
     request: OffsetCommitRequest,
 ) -> Result<BytesMut, Malformed> {
-    let group_error = if !coordinates(client, &request.group_id) {
-        Some(code::NOT_COORDINATOR)
-    } else if request.generation_id < 0 {
-        // A consumer outside any group (assign, not subscribe) commits as it likes.
-        None
-    } else {
-        let groups = client.state.groups.groups();
-        match groups.get(&request.group_id) {
-            None => Some(code::UNKNOWN_MEMBER_ID),
-            Some(group) if !group.members.contains_key(&request.member_id) => {
-                Some(code::UNKNOWN_MEMBER_ID)
-            }
-            Some(group) if group.phase == Phase::Joining => Some(code::REBALANCE_IN_PROGRESS),
-            Some(group) if group.generation != request.generation_id => {
-                Some(code::ILLEGAL_GENERATION)
-            }
-            Some(_) => None,
-        }
-    };
+    let group_error = commit_error(client, &request);
     let registry = client.node.registry();
     let mut topics = Vec::with_capacity(request.topics.len());
     for (topic, partitions) in request.topics {
         let allowed = client.node.authorizer().check(&client.principal, &topic, Operation::Consume);
+        let known = partition_count(client, &topic);
         let mut answers = Vec::with_capacity(partitions.len());
-        for (partition, offset, _metadata) in partitions {
+        for (partition, offset, metadata) in partitions {
+            let metadata = metadata.unwrap_or_default();
             let error = match group_error {
                 Some(error) => error,
                 None if !allowed => code::TOPIC_AUTHORIZATION_FAILED,
+                None if !known.is_some_and(|n| (0..n).contains(&partition)) => {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                }
+                None if metadata.len() > METADATA_MAX_BYTES => code::OFFSET_METADATA_TOO_LARGE,
                 None => match &registry {
                     Some(registry) => {
                         match registry
-                            .commit_kafka_offset(&request.group_id, &topic, partition, offset)
+                            .commit_kafka_offset(
+                                &request.group_id,
+                                &topic,
+                                partition,
+                                offset,
+                                &metadata,
+                            )
                             .await
                         {
                             Ok(()) => code::NONE,
@@ -348,7 +461,7 @@ pub async fn offset_commit(
                             .or_default()
                             .entry(topic.clone())
                             .or_default()
-                            .insert(partition, offset);
+                            .insert(partition, KafkaCommit { record: offset, metadata });
                         code::NONE
                     }
                 },
@@ -368,6 +481,14 @@ pub async fn offset_commit(
     encode(ApiKey::OffsetCommit, header, &OffsetCommitResponse::default().with_topics(topics))
 }
 
+/// How many partitions `topic` has, if it exists.
+fn partition_count(client: &Client, topic: &str) -> Option<i32> {
+    let metadata = client.node.metadata(&[topic.to_owned()]);
+    let topic = metadata.topics.into_iter().find(|t| t.name == topic)?;
+    (topic.error != ErrorCode::UnknownTopic)
+        .then(|| topic.partitions.iter().map(|p| p.partition + 1).max().unwrap_or(0))
+}
+
 pub async fn offset_fetch(
     client: &Client,
     header: &Header,
@@ -380,7 +501,7 @@ pub async fn offset_fetch(
         return fail(code::NOT_COORDINATOR);
     }
     let committed = match client.node.registry() {
-        Some(registry) => match registry.kafka_offsets(&request.group_id).await {
+        Some(registry) => match registry.kafka_commits(&request.group_id).await {
             Ok(committed) => committed,
             Err(e) => {
                 tracing::warn!(group = %request.group_id, error = %e, "cannot read a Kafka group's offsets");
@@ -404,15 +525,20 @@ pub async fn offset_fetch(
             let answers = partitions
                 .into_iter()
                 .map(|partition| {
-                    let offset = committed.get(&topic).and_then(|ps| ps.get(&partition)).copied();
-                    let answer = OffsetFetchResponsePartition::default()
-                        .with_partition_index(partition)
-                        .with_metadata(Some(str_bytes("")));
-                    match (allowed, offset) {
+                    let commit = committed.get(&topic).and_then(|ps| ps.get(&partition));
+                    let answer =
+                        OffsetFetchResponsePartition::default().with_partition_index(partition);
+                    match (allowed, commit) {
                         (false, _) => answer
                             .with_committed_offset(-1)
+                            .with_metadata(Some(str_bytes("")))
                             .with_error_code(code::TOPIC_AUTHORIZATION_FAILED),
-                        (true, offset) => answer.with_committed_offset(offset.unwrap_or(-1)),
+                        (true, None) => {
+                            answer.with_committed_offset(-1).with_metadata(Some(str_bytes("")))
+                        }
+                        (true, Some(commit)) => answer
+                            .with_committed_offset(commit.record)
+                            .with_metadata(Some(str_bytes(&commit.metadata))),
                     }
                 })
                 .collect();

@@ -7,7 +7,7 @@
 //!
 //! Layers, each using only those above it in this list: the state the APIs keep
 //! (`coordinator`, `producer_ids`), who a connection serves (`client`), one file per API or
-//! family of APIs (`metadata`, `produce`, `fetch`, `groups`, `init_producer_id`), and the
+//! family of APIs (`metadata`, `produce`, `fetch`, `groups`, `group_admin`, `init_producer_id`), and the
 //! connection that reads frames and dispatches them (`connection`). Requests are decoded and
 //! answers encoded by [`protocol::kafka`].
 
@@ -15,6 +15,7 @@ mod client;
 mod connection;
 mod coordinator;
 mod fetch;
+mod group_admin;
 mod groups;
 mod init_producer_id;
 mod metadata;

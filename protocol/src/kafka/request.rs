@@ -427,6 +427,7 @@ pub struct SyncGroupRequest {
     pub group_id: String,
     pub generation_id: i32,
     pub member_id: String,
+    pub group_instance_id: Option<String>,
     pub assignments: Vec<(String, Bytes)>,
 }
 
@@ -434,9 +435,7 @@ pub fn sync_group(r: &mut Reader, v: i16, flex: bool) -> Result<SyncGroupRequest
     let group_id = r.string(flex)?;
     let generation_id = r.i32()?;
     let member_id = r.string(flex)?;
-    if v >= 3 {
-        let _group_instance_id = r.nullable_string(flex)?;
-    }
+    let group_instance_id = if v >= 3 { r.nullable_string(flex)? } else { None };
     let assignments = r.vec(flex, |r| {
         let member = r.string(flex)?;
         let assignment = r.bytes(flex)?;
@@ -444,7 +443,7 @@ pub fn sync_group(r: &mut Reader, v: i16, flex: bool) -> Result<SyncGroupRequest
         Ok((member, assignment))
     })?;
     r.tagged_fields(flex)?;
-    Ok(SyncGroupRequest { group_id, generation_id, member_id, assignments })
+    Ok(SyncGroupRequest { group_id, generation_id, member_id, group_instance_id, assignments })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -452,35 +451,35 @@ pub struct HeartbeatRequest {
     pub group_id: String,
     pub generation_id: i32,
     pub member_id: String,
+    pub group_instance_id: Option<String>,
 }
 
 pub fn heartbeat(r: &mut Reader, v: i16, flex: bool) -> Result<HeartbeatRequest> {
     let group_id = r.string(flex)?;
     let generation_id = r.i32()?;
     let member_id = r.string(flex)?;
-    if v >= 3 {
-        let _group_instance_id = r.nullable_string(flex)?;
-    }
+    let group_instance_id = if v >= 3 { r.nullable_string(flex)? } else { None };
     r.tagged_fields(flex)?;
-    Ok(HeartbeatRequest { group_id, generation_id, member_id })
+    Ok(HeartbeatRequest { group_id, generation_id, member_id, group_instance_id })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaveGroupRequest {
     pub group_id: String,
-    pub members: Vec<String>,
+    /// `(member id, group instance id)`; one member without an instance id before v3.
+    pub members: Vec<(String, Option<String>)>,
 }
 
 pub fn leave_group(r: &mut Reader, v: i16, flex: bool) -> Result<LeaveGroupRequest> {
     let group_id = r.string(flex)?;
     let members = if v <= 2 {
-        vec![r.string(flex)?]
+        vec![(r.string(flex)?, None)]
     } else {
         r.vec(flex, |r| {
             let member = r.string(flex)?;
-            let _group_instance_id = r.nullable_string(flex)?;
+            let group_instance_id = r.nullable_string(flex)?;
             r.tagged_fields(flex)?;
-            Ok(member)
+            Ok((member, group_instance_id))
         })?
     };
     r.tagged_fields(flex)?;
@@ -495,6 +494,7 @@ pub struct OffsetCommitRequest {
     pub group_id: String,
     pub generation_id: i32,
     pub member_id: String,
+    pub group_instance_id: Option<String>,
     pub topics: Vec<(String, Vec<CommittedOffset>)>,
 }
 
@@ -502,9 +502,7 @@ pub fn offset_commit(r: &mut Reader, v: i16, flex: bool) -> Result<OffsetCommitR
     let group_id = r.string(flex)?;
     let generation_id = r.i32()?;
     let member_id = r.string(flex)?;
-    if v >= 7 {
-        let _group_instance_id = r.nullable_string(flex)?;
-    }
+    let group_instance_id = if v >= 7 { r.nullable_string(flex)? } else { None };
     if v <= 4 {
         let _retention_time_ms = r.i64()?;
     }
@@ -524,7 +522,7 @@ pub fn offset_commit(r: &mut Reader, v: i16, flex: bool) -> Result<OffsetCommitR
         Ok((name, partitions))
     })?;
     r.tagged_fields(flex)?;
-    Ok(OffsetCommitRequest { group_id, generation_id, member_id, topics })
+    Ok(OffsetCommitRequest { group_id, generation_id, member_id, group_instance_id, topics })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -548,6 +546,53 @@ pub fn offset_fetch(r: &mut Reader, v: i16, flex: bool) -> Result<OffsetFetchReq
     }
     r.tagged_fields(flex)?;
     Ok(OffsetFetchRequest { group_id, topics })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListGroupsRequest {
+    /// The group states asked for (v4); empty: every state.
+    pub states: Vec<String>,
+}
+
+pub fn list_groups(r: &mut Reader, v: i16, flex: bool) -> Result<ListGroupsRequest> {
+    let states = if v >= 4 { r.vec(flex, |r| r.string(flex))? } else { Vec::new() };
+    r.tagged_fields(flex)?;
+    Ok(ListGroupsRequest { states })
+}
+
+/// The group ids of a DescribeGroups or DeleteGroups request.
+pub fn group_ids(r: &mut Reader, v: i16, flex: bool, api: GroupIdsOf) -> Result<Vec<String>> {
+    let groups = r.vec(flex, |r| r.string(flex))?;
+    if api == GroupIdsOf::Describe && v >= 3 {
+        r.bool()?; // include_authorized_operations
+    }
+    r.tagged_fields(flex)?;
+    Ok(groups)
+}
+
+/// Which request [`group_ids`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupIdsOf {
+    Describe,
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetDeleteRequest {
+    pub group_id: String,
+    pub topics: Vec<(String, Vec<i32>)>,
+}
+
+pub fn offset_delete(r: &mut Reader, _v: i16, flex: bool) -> Result<OffsetDeleteRequest> {
+    let group_id = r.string(flex)?;
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let partitions = r.vec(flex, Reader::i32)?;
+        r.tagged_fields(flex)?;
+        Ok((name, partitions))
+    })?;
+    r.tagged_fields(flex)?;
+    Ok(OffsetDeleteRequest { group_id, topics })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -596,6 +641,10 @@ pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
         ApiKey::OffsetCommit => drop(offset_commit(&mut r, v, flex)?),
         ApiKey::OffsetFetch => drop(offset_fetch(&mut r, v, flex)?),
         ApiKey::InitProducerId => drop(init_producer_id(&mut r, v, flex)?),
+        ApiKey::ListGroups => drop(list_groups(&mut r, v, flex)?),
+        ApiKey::DescribeGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Describe)?),
+        ApiKey::DeleteGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Delete)?),
+        ApiKey::OffsetDelete => drop(offset_delete(&mut r, v, flex)?),
         _ => return Ok(None),
     }
     Ok(Some(header))

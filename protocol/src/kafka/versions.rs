@@ -30,6 +30,10 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::ApiVersions, min: 0, max: 3 },
     Served { key: ApiKey::CreateTopics, min: 2, max: 4 },
     Served { key: ApiKey::InitProducerId, min: 0, max: 4 },
+    Served { key: ApiKey::ListGroups, min: 0, max: 4 },
+    Served { key: ApiKey::DescribeGroups, min: 0, max: 5 },
+    Served { key: ApiKey::DeleteGroups, min: 0, max: 2 },
+    Served { key: ApiKey::OffsetDelete, min: 0, max: 0 },
 ];
 
 /// The served API of `key` at `version`, if it is served.
@@ -67,6 +71,10 @@ mod tests {
             ApiKey::ApiVersions => ApiVersionsResponse::VERSIONS,
             ApiKey::CreateTopics => CreateTopicsResponse::VERSIONS,
             ApiKey::InitProducerId => InitProducerIdResponse::VERSIONS,
+            ApiKey::ListGroups => ListGroupsResponse::VERSIONS,
+            ApiKey::DescribeGroups => DescribeGroupsResponse::VERSIONS,
+            ApiKey::DeleteGroups => DeleteGroupsResponse::VERSIONS,
+            ApiKey::OffsetDelete => OffsetDeleteResponse::VERSIONS,
             other => panic!("{other:?} is not served"),
         };
         (range.min, range.max)
