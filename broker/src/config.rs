@@ -447,6 +447,48 @@ const TOPIC_KEYS: [&str; 6] = [
     "flush_ms",
 ];
 
+/// Kafka's names for the topic settings Tributary takes, and Tributary's own: Kafka's admin
+/// APIs take either.
+pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 8] = [
+    ("segment.bytes", "segment_bytes"),
+    ("segment.ms", "segment_ms"),
+    ("retention.ms", "retention_ms"),
+    ("retention.bytes", "retention_bytes"),
+    ("flush.messages", "flush_messages"),
+    ("flush.ms", "flush_ms"),
+    ("min.insync.replicas", "min_insync_replicas"),
+    ("unclean.leader.election.enable", "unclean_leader_election"),
+];
+
+/// Tributary's key for a topic setting named by Kafka's name or its own.
+pub(crate) fn topic_key(name: &str) -> &str {
+    KAFKA_TOPIC_KEYS.iter().find(|(kafka, _)| *kafka == name).map_or(name, |(_, ours)| ours)
+}
+
+/// Kafka's name of one of Tributary's topic settings (its own name if Kafka has none).
+pub(crate) fn kafka_topic_key(ours: &str) -> &str {
+    KAFKA_TOPIC_KEYS.iter().find(|(_, o)| *o == ours).map_or(ours, |(kafka, _)| kafka)
+}
+
+impl BrokerConfig {
+    /// The broker's default for a topic setting (Tributary's key), as text; `None` for one
+    /// without a value (`retention_bytes` unlimited is −1, as in Kafka).
+    pub(crate) fn topic_default(&self, key: &str) -> Option<String> {
+        Some(match key {
+            "segment_bytes" => self.segment_bytes.to_string(),
+            "segment_ms" => self.segment_ms.to_string(),
+            "retention_ms" => self.retention_ms.to_string(),
+            "retention_bytes" => self.retention_bytes.map_or("-1".into(), |b| b.to_string()),
+            "flush_messages" => self.flush_messages.to_string(),
+            "flush_ms" => self.flush_ms.to_string(),
+            "min_insync_replicas" => self.min_insync_replicas.to_string(),
+            "unclean_leader_election" => "false".into(),
+            "visible_after" => self.visible_after.to_string(),
+            _ => return None,
+        })
+    }
+}
+
 /// Topic settings that belong to the cluster rather than to a log: how many replicas, how
 /// many must be in sync for `acks` all, and whether an out-of-sync replica may lead.
 pub(crate) const REPLICATION_FACTOR: &str = "replication_factor";

@@ -24,7 +24,8 @@ struct Cluster {
     bootstrap: String,
 }
 
-/// Three brokers, topics of 3 partitions and replication factor 3 (2 in sync for acks all).
+/// Three brokers, topics of 3 partitions and replication factor 3 (2 in sync for acks all),
+/// retention checked every 200 ms.
 async fn cluster() -> Cluster {
     let connect = ZooKeeperServer::shared().connect_string();
     let args = [
@@ -38,6 +39,8 @@ async fn cluster() -> Cluster {
         "3",
         "--min-insync-replicas",
         "2",
+        "--retention-check-ms",
+        "200",
     ];
     let brokers = BrokerProcesses::start(Path::new(BINARY), &connect, 3, &args);
     let registry = registry(&connect).await;
@@ -175,6 +178,27 @@ async fn static_members_keep_their_partitions_and_admin_clients_manage_groups() 
     // Deleted from ZooKeeper, with its offsets.
     let groups = cluster.registry.kafka_groups().await.unwrap();
     assert!(!groups.iter().any(|g| g.starts_with("managed")), "{groups:?}");
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_clients_change_configs_add_partitions_and_delete_topics() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("topic_admin.py"), &cluster.bootstrap, "administered"], b"");
+    let report = report(&out);
+    eprintln!("topic admin: {report}");
+    let refusals = &report["refusals"];
+    assert_eq!(refusals["compact"], "INVALID_CONFIG", "{refusals}");
+    assert_eq!(refusals["unknown"], "INVALID_CONFIG", "{refusals}");
+    assert_eq!(refusals["not_a_number"], "INVALID_CONFIG", "{refusals}");
+    assert_eq!(refusals["describe_missing"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");
+    assert_eq!(refusals["fewer_partitions"], "INVALID_PARTITIONS", "{refusals}");
+    assert_eq!(refusals["delete_again"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");
+    assert_eq!(report["cluster"]["brokers"], 3);
+    assert_eq!(report["kafka_python_cluster"]["brokers"], 3);
+    // Gone from the registry too.
+    let topics = cluster.registry.topics().await.unwrap();
+    assert!(!topics.iter().any(|t| t.starts_with("administered")), "{topics:?}");
     drop(cluster.brokers);
 }
 

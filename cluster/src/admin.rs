@@ -116,6 +116,16 @@ fn read<T: serde::de::DeserializeOwned>(
         .transpose()
 }
 
+/// How [`Registry::delete_topic`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// Every replica is gone, and so is the topic.
+    Done,
+    /// Marked, but these brokers had not removed their replicas in time (a broker that is
+    /// down finishes when it returns).
+    Waiting(BTreeSet<i32>),
+}
+
 impl Registry {
     // Topic deletion.
 
@@ -127,6 +137,35 @@ impl Registry {
             Ok(()) => Ok(true),
             Err(CoordError::NodeExists { .. }) => Ok(false),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes `topic`: marks it, then waits at most `timeout` until every broker has removed
+    /// its replicas and the controller has finished. What `trib topics delete --execute` and
+    /// Kafka's DeleteTopics both do. `None` if the topic neither exists nor is being deleted.
+    pub async fn delete_topic(
+        &self,
+        topic: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Deletion>, RegistryError> {
+        let already = self.topics_being_deleted().await?.contains(topic);
+        let replicas: BTreeSet<i32> = match self.topic_assignment(topic).await? {
+            Some((assignment, _)) => assignment.partitions.values().flatten().copied().collect(),
+            None if already => BTreeSet::new(),
+            None => return Ok(None),
+        };
+        self.mark_topic_deleted(topic).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let marked = self.topics_being_deleted().await?.contains(topic);
+            if !marked && self.topic_assignment(topic).await?.is_none() {
+                return Ok(Some(Deletion::Done));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let (acks, _) = self.deletion_acks_and_watch(topic).await?;
+                return Ok(Some(Deletion::Waiting(replicas.difference(&acks).copied().collect())));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
 
@@ -189,6 +228,10 @@ impl Registry {
             for kind in ["offsets", "owners"] {
                 self.delete_tree(format!("/consumers/{group}/{kind}/{topic}")).await?;
             }
+        }
+        for group in self.kafka_groups().await? {
+            let group = segment("group", &group)?;
+            self.delete_tree(format!("/kafka-groups/{group}/offsets/{topic}")).await?;
         }
         self.delete_tree(marker(topic)?).await
     }

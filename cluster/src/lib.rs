@@ -21,7 +21,7 @@ mod registry;
 mod replicated;
 mod zookeeper;
 
-pub use admin::{PartitionMove, PreferredElection, ReassignmentPlan, TopicPartition};
+pub use admin::{Deletion, PartitionMove, PreferredElection, ReassignmentPlan, TopicPartition};
 pub use controller::{
     Change, Controller, ControllerError, ReassignStep, UNCLEAN_LEADER_ELECTION, decide,
     prefer_leader, reassign_step,

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Answer, Client, Ended};
-use super::{fetch, group_admin, groups, init_producer_id, metadata, produce};
+use super::{admin, fetch, group_admin, groups, init_producer_id, metadata, produce};
 use crate::metrics::Stalled;
 
 /// Requests of one connection worked on at once; more wait to be read.
@@ -165,6 +165,30 @@ impl Client {
             ApiKey::OffsetDelete => {
                 let request = request::offset_delete(&mut r, v, f)?;
                 Some(group_admin::offset_delete(&self, &header, request).await?)
+            }
+            ApiKey::DeleteTopics => {
+                let request = request::delete_topics(&mut r, v, f)?;
+                Some(admin::delete_topics(&self, &header, request).await?)
+            }
+            ApiKey::CreatePartitions => {
+                let request = request::create_partitions(&mut r, v, f)?;
+                Some(admin::create_partitions(&self, &header, request).await?)
+            }
+            ApiKey::DescribeConfigs => {
+                let request = request::describe_configs(&mut r, v, f)?;
+                Some(admin::describe_configs(&self, &header, request).await?)
+            }
+            ApiKey::AlterConfigs => {
+                let request = request::alter_configs(&mut r, v, f, false)?;
+                Some(admin::alter_configs(&self, &header, request, false).await?)
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let request = request::alter_configs(&mut r, v, f, true)?;
+                Some(admin::alter_configs(&self, &header, request, true).await?)
+            }
+            ApiKey::DescribeCluster => {
+                request::describe_cluster(&mut r, v, f)?;
+                Some(admin::describe_cluster(&self, &header)?)
             }
             _ => unreachable!("versions::served names only the APIs above"),
         };

@@ -16,13 +16,14 @@ use protocol::ErrorCode;
 
 use super::client::Client;
 use crate::acl::Operation;
+use crate::config::topic_key;
 use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{CreateTopicsRequest, Header, MetadataRequest};
 use protocol::kafka::response::{code, encode, encode_version, kafka_error, str_bytes};
 use protocol::kafka::versions;
 
 /// The cluster id Kafka clients are told.
-const CLUSTER_ID: &str = "tributary";
+pub(super) const CLUSTER_ID: &str = "tributary";
 
 fn api_keys() -> Vec<ApiVersion> {
     versions::SERVED
@@ -181,7 +182,7 @@ pub async fn create_topics(
             match (name.as_str(), value) {
                 ("cleanup.policy", Some(policy)) if policy == "delete" => {}
                 (_, None) => {}
-                (name, Some(value)) => configs.push((name.replace('.', "_"), value.clone())),
+                (name, Some(value)) => configs.push((topic_key(name).to_owned(), value.clone())),
             }
             if name == "cleanup.policy" && value.as_deref() != Some("delete") {
                 unusable = Some("only cleanup.policy=delete: there is no compaction".to_owned());

@@ -115,6 +115,33 @@ impl Membership {
         Ok(())
     }
 
+    /// Changes a topic's settings in the registry (see [`topics::alter`]).
+    pub async fn alter_topic(
+        &self,
+        name: &str,
+        changes: &[(String, Option<String>)],
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), (ErrorCode, String)> {
+        if self.view().deleting.contains(name) {
+            return Err((ErrorCode::UnknownTopic, format!("topic {name} is being deleted")));
+        }
+        topics::alter(self.registry(), &self.config, name, changes, replace, validate_only).await
+    }
+
+    /// Deletes a topic from the cluster, waiting at most `timeout` for its replicas to go.
+    pub async fn delete_topic(&self, name: &str, timeout: Duration) -> Result<(), ErrorCode> {
+        match self.registry().delete_topic(name, timeout).await {
+            Ok(Some(cluster::Deletion::Done)) => Ok(()),
+            Ok(Some(cluster::Deletion::Waiting(brokers))) => {
+                tracing::info!(topic = %name, ?brokers, "deletion still waiting for brokers");
+                Err(ErrorCode::RequestTimedOut)
+            }
+            Ok(None) => Err(ErrorCode::UnknownTopic),
+            Err(e) => Err(topics::internal(e)),
+        }
+    }
+
     /// The other replicas a damaged range of `partition` may be copied from, in the order to
     /// try them — the leader, then the in-sync followers — each with its address and the
     /// epochs to ask in (the leader's, then this log's, newest first: an in-sync replica's

@@ -154,6 +154,66 @@ async fn assign(
     }
 }
 
+/// How many times a settings change is tried again when another change of the topic won
+/// the race for its assignment.
+const ALTER_ATTEMPTS: usize = 5;
+
+/// Changes a topic's settings in the registry: `changes` sets (a value) or removes (`None`)
+/// keys, and with `replace` every other key but the replication factor goes back to the
+/// brokers' default. The result is checked as a creation's settings are; with
+/// `validate_only` nothing is written. Brokers apply the change when they read it back.
+pub(super) async fn alter(
+    registry: &Registry,
+    config: &BrokerConfig,
+    name: &str,
+    changes: &[(String, Option<String>)],
+    replace: bool,
+    validate_only: bool,
+) -> Result<(), (ErrorCode, String)> {
+    let registry_failed = |e| (internal(e), "the registry failed".to_owned());
+    for _ in 0..ALTER_ATTEMPTS {
+        let Some((mut assignment, version)) =
+            registry.topic_assignment(name).await.map_err(registry_failed)?
+        else {
+            return Err((ErrorCode::UnknownTopic, format!("no topic {name}")));
+        };
+        if replace {
+            assignment.config.retain(|k, _| k == REPLICATION_FACTOR);
+        }
+        for (key, value) in changes {
+            match value {
+                _ if key == REPLICATION_FACTOR => {
+                    let reason = "replication_factor changes by a reassignment".to_owned();
+                    return Err((ErrorCode::InvalidConfig, reason));
+                }
+                Some(value) => drop(assignment.config.insert(key.clone(), value.clone())),
+                None => drop(assignment.config.remove(key)),
+            }
+        }
+        if let Some(value) = assignment.config.get(cluster::UNCLEAN_LEADER_ELECTION)
+            && !["true", "false"].contains(&value.trim().to_ascii_lowercase().as_str())
+        {
+            let reason = format!("{} is true or false", cluster::UNCLEAN_LEADER_ELECTION);
+            return Err((ErrorCode::InvalidConfig, reason));
+        }
+        let count = assignment.partitions.len() as i32;
+        let all: Vec<(String, String)> =
+            assignment.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        settings(config, name, count, &all, None).map_err(|code| {
+            (code, "a setting Tributary does not take, or a value it refuses".to_owned())
+        })?;
+        if validate_only {
+            return Ok(());
+        }
+        match registry.set_topic_assignment(name, &assignment, version).await {
+            Ok(_) => return Ok(()),
+            Err(cluster::RegistryError::Conflict { .. }) => continue,
+            Err(e) => return Err(registry_failed(e)),
+        }
+    }
+    Err((ErrorCode::Unknown, "the topic kept changing under the request".to_owned()))
+}
+
 pub(super) fn internal(error: cluster::RegistryError) -> ErrorCode {
     tracing::error!(%error, "the registry failed");
     ErrorCode::Unknown

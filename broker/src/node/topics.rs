@@ -1,6 +1,9 @@
 //! `CREATE_TOPIC` (and Kafka's CreateTopics): in the cluster's registry when the broker is in
 //! one, in its own logs when it is alone.
 
+use std::collections::BTreeMap;
+use std::time::Duration;
+
 use protocol::ErrorCode;
 
 use super::Node;
@@ -30,5 +33,64 @@ impl Node {
             ErrorCode::InvalidConfig
         })?;
         self.replicas.create_alone(name, overrides).await.map(drop)
+    }
+
+    /// Changes a topic's settings (see `membership::topics::alter`); a broker outside a
+    /// cluster keeps its topics' settings in its logs, which `CREATE_TOPIC` changes.
+    pub async fn alter_topic(
+        &self,
+        name: &str,
+        changes: &[(String, Option<String>)],
+        replace: bool,
+        validate_only: bool,
+    ) -> Result<(), (ErrorCode, String)> {
+        match &self.membership {
+            Some(membership) => membership.alter_topic(name, changes, replace, validate_only).await,
+            None => Err((
+                ErrorCode::InvalidRequest,
+                "a broker outside a cluster changes topic settings by CREATE_TOPIC".to_owned(),
+            )),
+        }
+    }
+
+    /// Deletes a topic: from the cluster, waiting at most `timeout` for its replicas to go;
+    /// from this broker's logs, if it is alone.
+    pub async fn delete_topic(&self, name: &str, timeout: Duration) -> Result<(), ErrorCode> {
+        if let Some(membership) = &self.membership {
+            return membership.delete_topic(name, timeout).await;
+        }
+        let Some(topic) = self.replicas.logs().topic(name) else {
+            return Err(ErrorCode::UnknownTopic);
+        };
+        let partitions = topic.partitions.keys().copied().collect();
+        self.replicas.remove(name, partitions, true).await
+    }
+
+    /// A topic's own settings (Tributary's keys), if the topic exists: the registry's record
+    /// in a cluster (read from it, so a change just made shows), the logs' overrides on a
+    /// broker alone.
+    pub async fn topic_config(
+        &self,
+        name: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, ErrorCode> {
+        if let Some(membership) = &self.membership {
+            if membership.view().deleting.contains(name) {
+                return Ok(None);
+            }
+            return match membership.registry().topic_assignment(name).await {
+                Ok(found) => Ok(found.map(|(assignment, _)| assignment.config)),
+                Err(e) => {
+                    tracing::warn!(topic = %name, error = %e, "cannot read a topic's settings");
+                    Err(ErrorCode::Unknown)
+                }
+            };
+        }
+        let Some(topic) = self.replicas.logs().topic(name) else { return Ok(None) };
+        let mut config: BTreeMap<String, String> =
+            topic.overrides.values.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        if let Some(visible) = topic.overrides.visible_after {
+            config.insert("visible_after".into(), visible.to_string());
+        }
+        Ok(Some(config))
     }
 }

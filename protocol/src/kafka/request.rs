@@ -596,6 +596,155 @@ pub fn offset_delete(r: &mut Reader, _v: i16, flex: bool) -> Result<OffsetDelete
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteTopicsRequest {
+    pub topics: Vec<String>,
+    pub timeout_ms: i32,
+}
+
+pub fn delete_topics(r: &mut Reader, _v: i16, flex: bool) -> Result<DeleteTopicsRequest> {
+    let topics = r.vec(flex, |r| r.string(flex))?;
+    let timeout_ms = r.i32()?;
+    r.tagged_fields(flex)?;
+    Ok(DeleteTopicsRequest { topics, timeout_ms })
+}
+
+/// A topic's new partition count, and the replicas the client asks for (refused: the
+/// cluster places replicas).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPartitions {
+    pub name: String,
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatePartitionsRequest {
+    pub topics: Vec<NewPartitions>,
+    pub timeout_ms: i32,
+    pub validate_only: bool,
+}
+
+pub fn create_partitions(r: &mut Reader, _v: i16, flex: bool) -> Result<CreatePartitionsRequest> {
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let count = r.i32()?;
+        let assignments = r.nullable_vec(flex, |r| {
+            let brokers = r.vec(flex, Reader::i32)?;
+            r.tagged_fields(flex)?;
+            Ok(brokers)
+        })?;
+        r.tagged_fields(flex)?;
+        Ok(NewPartitions { name, count, assignments })
+    })?;
+    let timeout_ms = r.i32()?;
+    let validate_only = r.bool()?;
+    r.tagged_fields(flex)?;
+    Ok(CreatePartitionsRequest { topics, timeout_ms, validate_only })
+}
+
+/// Kafka's config resource types the listener knows.
+pub mod resource_type {
+    pub const TOPIC: i8 = 2;
+    pub const BROKER: i8 = 4;
+}
+
+/// A resource whose configs are described: `None` keys, every config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigResource {
+    pub resource_type: i8,
+    pub name: String,
+    pub keys: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescribeConfigsRequest {
+    pub resources: Vec<ConfigResource>,
+    pub include_synonyms: bool,
+    pub include_documentation: bool,
+}
+
+pub fn describe_configs(r: &mut Reader, v: i16, flex: bool) -> Result<DescribeConfigsRequest> {
+    let resources = r.vec(flex, |r| {
+        let resource_type = r.i8()?;
+        let name = r.string(flex)?;
+        let keys = r.nullable_vec(flex, |r| r.string(flex))?;
+        r.tagged_fields(flex)?;
+        Ok(ConfigResource { resource_type, name, keys })
+    })?;
+    let include_synonyms = if v >= 1 { r.bool()? } else { false };
+    let include_documentation = if v >= 3 { r.bool()? } else { false };
+    r.tagged_fields(flex)?;
+    Ok(DescribeConfigsRequest { resources, include_synonyms, include_documentation })
+}
+
+/// How an IncrementalAlterConfigs entry changes a config (AlterConfigs: always `Set`, and
+/// every config not named goes back to its default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+/// A resource's config changes: `(name, op, value)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterResource {
+    pub resource_type: i8,
+    pub name: String,
+    pub configs: Vec<(String, ConfigOp, Option<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterConfigsRequest {
+    pub resources: Vec<AlterResource>,
+    pub validate_only: bool,
+}
+
+/// AlterConfigs (`incremental` false) or IncrementalAlterConfigs (true).
+pub fn alter_configs(
+    r: &mut Reader,
+    _v: i16,
+    flex: bool,
+    incremental: bool,
+) -> Result<AlterConfigsRequest> {
+    let resources = r.vec(flex, |r| {
+        let resource_type = r.i8()?;
+        let name = r.string(flex)?;
+        let configs = r.vec(flex, |r| {
+            let key = r.string(flex)?;
+            let op = match incremental {
+                false => ConfigOp::Set,
+                true => match r.i8()? {
+                    0 => ConfigOp::Set,
+                    1 => ConfigOp::Delete,
+                    2 => ConfigOp::Append,
+                    3 => ConfigOp::Subtract,
+                    _ => return Err(Malformed("an unknown config operation")),
+                },
+            };
+            let value = r.nullable_string(flex)?;
+            r.tagged_fields(flex)?;
+            Ok((key, op, value))
+        })?;
+        r.tagged_fields(flex)?;
+        Ok(AlterResource { resource_type, name, configs })
+    })?;
+    let validate_only = r.bool()?;
+    r.tagged_fields(flex)?;
+    Ok(AlterConfigsRequest { resources, validate_only })
+}
+
+pub fn describe_cluster(r: &mut Reader, v: i16, flex: bool) -> Result<()> {
+    r.bool()?; // include_cluster_authorized_operations
+    if v >= 1 {
+        r.i8()?; // endpoint_type
+    }
+    r.tagged_fields(flex)?;
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitProducerIdRequest {
     pub transactional_id: Option<String>,
     pub producer_id: i64,
@@ -645,6 +794,12 @@ pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
         ApiKey::DescribeGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Describe)?),
         ApiKey::DeleteGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Delete)?),
         ApiKey::OffsetDelete => drop(offset_delete(&mut r, v, flex)?),
+        ApiKey::DeleteTopics => drop(delete_topics(&mut r, v, flex)?),
+        ApiKey::CreatePartitions => drop(create_partitions(&mut r, v, flex)?),
+        ApiKey::DescribeConfigs => drop(describe_configs(&mut r, v, flex)?),
+        ApiKey::AlterConfigs => drop(alter_configs(&mut r, v, flex, false)?),
+        ApiKey::IncrementalAlterConfigs => drop(alter_configs(&mut r, v, flex, true)?),
+        ApiKey::DescribeCluster => describe_cluster(&mut r, v, flex)?,
         _ => return Ok(None),
     }
     Ok(Some(header))

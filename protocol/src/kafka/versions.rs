@@ -34,6 +34,12 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::DescribeGroups, min: 0, max: 5 },
     Served { key: ApiKey::DeleteGroups, min: 0, max: 2 },
     Served { key: ApiKey::OffsetDelete, min: 0, max: 0 },
+    Served { key: ApiKey::DeleteTopics, min: 1, max: 5 },
+    Served { key: ApiKey::CreatePartitions, min: 0, max: 3 },
+    Served { key: ApiKey::DescribeConfigs, min: 1, max: 4 },
+    Served { key: ApiKey::AlterConfigs, min: 0, max: 2 },
+    Served { key: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
+    Served { key: ApiKey::DescribeCluster, min: 0, max: 1 },
 ];
 
 /// The served API of `key` at `version`, if it is served.
@@ -75,6 +81,12 @@ mod tests {
             ApiKey::DescribeGroups => DescribeGroupsResponse::VERSIONS,
             ApiKey::DeleteGroups => DeleteGroupsResponse::VERSIONS,
             ApiKey::OffsetDelete => OffsetDeleteResponse::VERSIONS,
+            ApiKey::DeleteTopics => DeleteTopicsResponse::VERSIONS,
+            ApiKey::CreatePartitions => CreatePartitionsResponse::VERSIONS,
+            ApiKey::DescribeConfigs => DescribeConfigsResponse::VERSIONS,
+            ApiKey::AlterConfigs => AlterConfigsResponse::VERSIONS,
+            ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsResponse::VERSIONS,
+            ApiKey::DescribeCluster => DescribeClusterResponse::VERSIONS,
             other => panic!("{other:?} is not served"),
         };
         (range.min, range.max)

@@ -3,7 +3,7 @@
 //! settings.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use client::{OffsetTime, SimpleConsumer};
@@ -125,24 +125,13 @@ async fn delete(
         eprintln!("trib: a plan only; --execute deletes the topic");
         return Ok(());
     }
-    registry.mark_topic_deleted(topic).await?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        let marked = registry.topics_being_deleted().await?.contains(topic);
-        let exists = registry.topic_assignment(topic).await?.is_some();
-        if !marked && !exists {
-            break;
-        }
-        if Instant::now() >= deadline {
-            let (acks, _) = registry.deletion_acks_and_watch(topic).await?;
-            let waiting: std::collections::BTreeSet<i32> =
-                replicas.difference(&acks).copied().collect();
-            anyhow::bail!(
-                "{topic} is marked for deletion, still waiting for brokers {} to remove their                  replicas (a broker that is down finishes when it returns)",
-                show(&waiting)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    match registry.delete_topic(topic, timeout).await? {
+        Some(cluster::Deletion::Done) | None => {}
+        Some(cluster::Deletion::Waiting(waiting)) => anyhow::bail!(
+            "{topic} is marked for deletion, still waiting for brokers {} to remove their \
+             replicas (a broker that is down finishes when it returns)",
+            show(&waiting)
+        ),
     }
     if json {
         println!(
