@@ -195,6 +195,8 @@ async fn admin_clients_change_configs_add_partitions_and_delete_topics() {
     assert_eq!(refusals["fewer_partitions"], "INVALID_PARTITIONS", "{refusals}");
     assert_eq!(refusals["delete_again"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");
     assert_eq!(report["cluster"]["brokers"], 3);
+    assert_eq!(report["invalid_topic"]["errors"], serde_json::json!(["TOPIC_EXCEPTION"]));
+    assert!(report["invalid_topic"]["seconds"].as_f64().unwrap() < 10.0, "{report}");
     assert_eq!(report["kafka_python_cluster"]["brokers"], 3);
     // Gone from the registry too.
     let topics = cluster.registry.topics().await.unwrap();

@@ -64,8 +64,9 @@ pub async fn metadata(
     if request.allow_auto_topic_creation && node.config().auto_create_topics && !asked.is_empty() {
         let known = node.metadata(&asked);
         for topic in known.topics.iter().filter(|t| t.error == ErrorCode::UnknownTopic) {
-            if authorizer.check(&client.principal, &topic.name, Operation::Create)
-                && let Err(e) = node.create_topic(&topic.name, 0, &[]).await
+            if protocol::validate_topic_name(&topic.name).is_ok()
+                && authorizer.check(&client.principal, &topic.name, Operation::Create)
+                && let Err(e) = node.auto_create_topic(&topic.name).await
             {
                 tracing::debug!(topic = %topic.name, error = ?e, "auto-creating a topic for a Kafka client failed");
             }
@@ -92,7 +93,12 @@ pub async fn metadata(
             continue;
         }
         if topic.error != ErrorCode::None {
-            topics.push(topic_error(&topic.name, kafka_error(topic.error)));
+            // A name no topic can have is not worth a client's retries.
+            let error = match protocol::validate_topic_name(&topic.name) {
+                Err(_) => code::INVALID_TOPIC_EXCEPTION,
+                Ok(()) => kafka_error(topic.error),
+            };
+            topics.push(topic_error(&topic.name, error));
             continue;
         }
         let partitions = topic

@@ -115,6 +115,20 @@ impl Membership {
         Ok(())
     }
 
+    /// A topic created as a first produce or a Kafka client's Metadata creates one: with the
+    /// brokers' defaults, unless it exists already — another broker may have created it a
+    /// moment ago, and its settings stand (a creation would merge the defaults into them).
+    pub async fn ensure_topic(&self, name: &str) -> Result<(), ErrorCode> {
+        match self.registry().topic_assignment(name).await {
+            Ok(Some(_)) => {
+                self.manager.wait_for_topic(name, TOPIC_READY_WAIT).await;
+                Ok(())
+            }
+            Ok(None) => self.create_topic(name, 0, &[]).await,
+            Err(e) => Err(topics::internal(e)),
+        }
+    }
+
     /// Changes a topic's settings in the registry (see [`topics::alter`]).
     pub async fn alter_topic(
         &self,

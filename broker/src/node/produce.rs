@@ -220,7 +220,8 @@ impl Node {
             return Err(ErrorCode::UnknownTopic);
         }
         if !known {
-            membership.create_topic(name, 0, &[]).await?;
+            // Still being created (by this produce or another): retriable, as in Kafka.
+            membership.ensure_topic(name).await.map_err(|_| ErrorCode::NotLeader)?;
         }
         // A replica here or not: a broker without one is not the leader.
         logs.topic(name).ok_or(ErrorCode::NotLeader)

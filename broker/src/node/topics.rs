@@ -35,6 +35,16 @@ impl Node {
         self.replicas.create_alone(name, overrides).await.map(drop)
     }
 
+    /// Creates a topic with the brokers' defaults unless it exists: what a Kafka client's
+    /// Metadata for an unknown topic does.
+    pub async fn auto_create_topic(&self, name: &str) -> Result<(), ErrorCode> {
+        protocol::validate_topic_name(name).map_err(|_| ErrorCode::InvalidTopicName)?;
+        match &self.membership {
+            Some(membership) => membership.ensure_topic(name).await,
+            None => self.replicas.ensure_alone(name).await.map(drop),
+        }
+    }
+
     /// Changes a topic's settings (see `membership::topics::alter`); a broker outside a
     /// cluster keeps its topics' settings in its logs, which `CREATE_TOPIC` changes.
     pub async fn alter_topic(

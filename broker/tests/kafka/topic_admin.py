@@ -125,6 +125,14 @@ admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
 wait_for(lambda: topic not in admin.list_topics(timeout=30).topics, "the topic to go")
 refusals["delete_again"] = error_of(admin.delete_topics([topic], operation_timeout=30)[topic])
 
+# A produce to a name no topic can have fails at once, not after the message timeout.
+invalid = []
+started = time.time()
+bad = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 60000})
+bad.produce("no way!", b"x", on_delivery=lambda e, m: invalid.append(e.name() if e else "delivered"))
+bad.flush(30)
+report["invalid_topic"] = {"errors": invalid, "seconds": round(time.time() - started, 1)}
+
 # kafka-python's admin client.
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaConfigResource, ConfigResourceType, NewPartitions as KafkaNewPartitions, NewTopic as KafkaNewTopic
