@@ -194,6 +194,10 @@ async fn admin_clients_change_configs_add_partitions_and_delete_topics() {
     assert_eq!(refusals["describe_missing"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");
     assert_eq!(refusals["fewer_partitions"], "INVALID_PARTITIONS", "{refusals}");
     assert_eq!(refusals["delete_again"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");
+    let unknown_broker = refusals["reassign_to_unknown_broker"].as_str().unwrap();
+    assert!(unknown_broker.contains("InvalidReplicationAssignment"), "{refusals}");
+    assert_eq!(report["elected"]["1"], "NONE", "{report}");
+    assert_eq!(report["elected_again"]["1"], "ELECTION_NOT_NEEDED", "{report}");
     assert_eq!(report["cluster"]["brokers"], 3);
     assert_eq!(report["invalid_topic"]["errors"], serde_json::json!(["TOPIC_EXCEPTION"]));
     assert!(report["invalid_topic"]["seconds"].as_f64().unwrap() < 10.0, "{report}");

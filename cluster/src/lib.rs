@@ -13,6 +13,7 @@
 mod admin;
 mod controller;
 mod coordinator;
+mod election;
 mod embedded;
 mod error;
 mod partitions;
@@ -29,6 +30,7 @@ pub use controller::{
 pub use coordinator::{
     Coordinator, NodeMode, SessionEvent, Version, Watch, WatchEvent, watch_children,
 };
+pub use election::{Elected, Outcome as ElectionOutcome};
 pub use embedded::{Embedded, EmbeddedSession};
 pub use error::CoordError;
 pub use partitions::{

@@ -16,7 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Answer, Client, Ended};
-use super::{admin, fetch, group_admin, groups, init_producer_id, metadata, produce};
+use super::{
+    admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce,
+};
 use crate::metrics::Stalled;
 
 /// Requests of one connection worked on at once; more wait to be read.
@@ -189,6 +191,18 @@ impl Client {
             ApiKey::DescribeCluster => {
                 request::describe_cluster(&mut r, v, f)?;
                 Some(admin::describe_cluster(&self, &header)?)
+            }
+            ApiKey::ElectLeaders => {
+                let request = request::elect_leaders(&mut r, v, f)?;
+                Some(partition_admin::elect_leaders(&self, &header, request).await?)
+            }
+            ApiKey::AlterPartitionReassignments => {
+                let request = request::alter_reassignments(&mut r, v, f)?;
+                Some(partition_admin::alter_reassignments(&self, &header, request).await?)
+            }
+            ApiKey::ListPartitionReassignments => {
+                let asked = request::list_reassignments(&mut r, v, f)?;
+                Some(partition_admin::list_reassignments(&self, &header, asked).await?)
             }
             _ => unreachable!("versions::served names only the APIs above"),
         };

@@ -7,8 +7,8 @@
 //!
 //! Layers, each using only those above it in this list: the state the APIs keep
 //! (`coordinator`, `producer_ids`), who a connection serves (`client`), one file per API or
-//! family of APIs (`metadata`, `admin`, `produce`, `fetch`, `groups`, `group_admin`,
-//! `init_producer_id`), and the
+//! family of APIs (`metadata`, `admin`, `partition_admin`, `produce`, `fetch`, `groups`,
+//! `group_admin`, `init_producer_id`), and the
 //! connection that reads frames and dispatches them (`connection`). Requests are decoded and
 //! answers encoded by [`protocol::kafka`].
 
@@ -21,6 +21,7 @@ mod group_admin;
 mod groups;
 mod init_producer_id;
 mod metadata;
+mod partition_admin;
 mod produce;
 mod producer_ids;
 

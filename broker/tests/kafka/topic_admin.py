@@ -119,6 +119,36 @@ report["refusals"] = refusals
 # More partitions; the cluster; deletion.
 admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
 wait_for(lambda: len(admin.list_topics(topic, timeout=30).topics[topic].partitions) == 4, "4 partitions")
+# Reassignment and preferred election: partition 1's replica list turned round (same
+# replicas, another preferred leader), then the preferred replica elected.
+from kafka import KafkaAdminClient
+from kafka.structs import TopicPartition as KafkaTopicPartition
+
+kadmin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+placement = admin.list_topics(topic, timeout=30).topics[topic].partitions[1]
+turned = list(reversed(placement.replicas))
+moved = kadmin.alter_partition_reassignments({KafkaTopicPartition(topic, 1): turned})
+report["reassignment"] = {"from": placement.replicas, "to": turned, "answer": str(moved)[:300]}
+
+
+def reassigned():
+    now = admin.list_topics(topic, timeout=30).topics[topic].partitions[1]
+    return now.replicas == turned and not kadmin.list_partition_reassignments({topic: [1]})
+
+
+wait_for(reassigned, "the reassignment")
+from confluent_kafka import ElectionType
+
+elected = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 1)]).result(30)
+report["elected"] = {str(tp.partition): (e.name() if e else "NONE") for tp, e in elected.items()}
+wait_for(lambda: admin.list_topics(topic, timeout=30).topics[topic].partitions[1].leader == turned[0],
+         "the preferred replica to lead")
+again = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 1)]).result(30)
+report["elected_again"] = {str(tp.partition): (e.name() if e else "NONE") for tp, e in again.items()}
+refusals["reassign_to_unknown_broker"] = str(
+    kadmin.alter_partition_reassignments({KafkaTopicPartition(topic, 0): [1, 2, 99]}))[:200]
+kadmin.close()
+
 cluster = admin.describe_cluster().result(30)
 report["cluster"] = {"id": cluster.cluster_id, "brokers": len(cluster.nodes), "controller": cluster.controller.id}
 admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
@@ -134,7 +164,6 @@ bad.flush(30)
 report["invalid_topic"] = {"errors": invalid, "seconds": round(time.time() - started, 1)}
 
 # kafka-python's admin client.
-from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaConfigResource, ConfigResourceType, NewPartitions as KafkaNewPartitions, NewTopic as KafkaNewTopic
 
 kadmin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","))

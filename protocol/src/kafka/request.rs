@@ -744,6 +744,72 @@ pub fn describe_cluster(r: &mut Reader, v: i16, flex: bool) -> Result<()> {
     Ok(())
 }
 
+/// Partitions by topic; `None`: every partition of the cluster.
+pub type TopicPartitions = Option<Vec<(String, Vec<i32>)>>;
+
+fn topic_partitions(r: &mut Reader, flex: bool) -> Result<TopicPartitions> {
+    r.nullable_vec(flex, |r| {
+        let topic = r.string(flex)?;
+        let partitions = r.vec(flex, Reader::i32)?;
+        r.tagged_fields(flex)?;
+        Ok((topic, partitions))
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectLeadersRequest {
+    /// 0: preferred, 1: unclean.
+    pub election_type: i8,
+    pub partitions: TopicPartitions,
+    pub timeout_ms: i32,
+}
+
+pub fn elect_leaders(r: &mut Reader, v: i16, flex: bool) -> Result<ElectLeadersRequest> {
+    let election_type = if v >= 1 { r.i8()? } else { 0 };
+    let partitions = topic_partitions(r, flex)?;
+    let timeout_ms = r.i32()?;
+    r.tagged_fields(flex)?;
+    Ok(ElectLeadersRequest { election_type, partitions, timeout_ms })
+}
+
+/// A partition's new replicas in an AlterPartitionReassignments; `None` cancels its move.
+pub type ReassignedPartition = (i32, Option<Vec<i32>>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterReassignmentsRequest {
+    pub timeout_ms: i32,
+    pub topics: Vec<(String, Vec<ReassignedPartition>)>,
+}
+
+pub fn alter_reassignments(
+    r: &mut Reader,
+    _v: i16,
+    flex: bool,
+) -> Result<AlterReassignmentsRequest> {
+    let timeout_ms = r.i32()?;
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let partitions = r.vec(flex, |r| {
+            let index = r.i32()?;
+            let replicas = r.nullable_vec(flex, Reader::i32)?;
+            r.tagged_fields(flex)?;
+            Ok((index, replicas))
+        })?;
+        r.tagged_fields(flex)?;
+        Ok((name, partitions))
+    })?;
+    r.tagged_fields(flex)?;
+    Ok(AlterReassignmentsRequest { timeout_ms, topics })
+}
+
+/// The partitions a ListPartitionReassignments asks about.
+pub fn list_reassignments(r: &mut Reader, _v: i16, flex: bool) -> Result<TopicPartitions> {
+    let _timeout_ms = r.i32()?;
+    let partitions = topic_partitions(r, flex)?;
+    r.tagged_fields(flex)?;
+    Ok(partitions)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitProducerIdRequest {
     pub transactional_id: Option<String>,
@@ -800,6 +866,9 @@ pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
         ApiKey::AlterConfigs => drop(alter_configs(&mut r, v, flex, false)?),
         ApiKey::IncrementalAlterConfigs => drop(alter_configs(&mut r, v, flex, true)?),
         ApiKey::DescribeCluster => describe_cluster(&mut r, v, flex)?,
+        ApiKey::ElectLeaders => drop(elect_leaders(&mut r, v, flex)?),
+        ApiKey::AlterPartitionReassignments => drop(alter_reassignments(&mut r, v, flex)?),
+        ApiKey::ListPartitionReassignments => drop(list_reassignments(&mut r, v, flex)?),
         _ => return Ok(None),
     }
     Ok(Some(header))

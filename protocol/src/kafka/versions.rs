@@ -40,6 +40,9 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::AlterConfigs, min: 0, max: 2 },
     Served { key: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
     Served { key: ApiKey::DescribeCluster, min: 0, max: 1 },
+    Served { key: ApiKey::ElectLeaders, min: 0, max: 2 },
+    Served { key: ApiKey::AlterPartitionReassignments, min: 0, max: 0 },
+    Served { key: ApiKey::ListPartitionReassignments, min: 0, max: 0 },
 ];
 
 /// The served API of `key` at `version`, if it is served.
@@ -87,6 +90,9 @@ mod tests {
             ApiKey::AlterConfigs => AlterConfigsResponse::VERSIONS,
             ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsResponse::VERSIONS,
             ApiKey::DescribeCluster => DescribeClusterResponse::VERSIONS,
+            ApiKey::ElectLeaders => ElectLeadersResponse::VERSIONS,
+            ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsResponse::VERSIONS,
+            ApiKey::ListPartitionReassignments => ListPartitionReassignmentsResponse::VERSIONS,
             other => panic!("{other:?} is not served"),
         };
         (range.min, range.max)

@@ -4,11 +4,11 @@
 //! `/admin` in the registry; the controller carries it out.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use cluster::{
-    PartitionMove, PartitionState, PreferredElection, ReassignmentPlan, Registry, TopicPartition,
+    ElectionOutcome, PartitionMove, PartitionState, ReassignmentPlan, Registry, TopicPartition,
 };
 use serde_json::json;
 
@@ -243,53 +243,41 @@ async fn elect_preferred(
     timeout_ms: u64,
     json: bool,
 ) -> anyhow::Result<()> {
-    let cluster = read_cluster(registry).await?;
-    if let Some(topic) = topic
-        && !cluster.topics.contains_key(topic)
-    {
-        anyhow::bail!(Refused(format!("no topic {topic}")));
-    }
-    let mut asked = Vec::new();
-    for (name, partitions) in &cluster.topics {
-        if topic.is_some_and(|t| t != name) {
-            continue;
+    let which = match topic {
+        None => None,
+        Some(topic) => {
+            let deleting = registry.topics_being_deleted().await?.contains(topic);
+            let found = registry.topic_assignment(topic).await?.filter(|_| !deleting);
+            let Some((assignment, _)) = found else {
+                anyhow::bail!(Refused(format!("no topic {topic}")));
+            };
+            let partitions = assignment.partitions.keys();
+            Some(
+                partitions
+                    .map(|&p| TopicPartition { topic: topic.to_owned(), partition: p })
+                    .collect::<Vec<_>>(),
+            )
         }
-        for (&partition, (replicas, state)) in partitions {
-            if state.as_ref().is_some_and(|s| replicas.first() != Some(&s.leader)) {
-                asked.push(TopicPartition { topic: name.clone(), partition });
-            }
-        }
-    }
-    if !asked.is_empty() {
-        let election = PreferredElection { partitions: asked.clone() };
-        registry.request_preferred_election(&election).await?;
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        while registry.preferred_election().await?.is_some() {
-            if Instant::now() >= deadline {
-                anyhow::bail!("the controller has not carried out the election in {timeout_ms} ms");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let after = read_cluster(registry).await?;
-    let mut rows = Vec::new();
-    let placement = |c: &Cluster, tp: &TopicPartition| -> Option<Placement> {
-        c.topics.get(&tp.topic)?.get(&tp.partition).cloned()
     };
-    for tp in &asked {
-        let before = placement(&cluster, tp).and_then(|(_, s)| s).map_or(-1, |s| s.leader);
-        // Deleted or moved meanwhile: nothing to report of it.
-        let Some((replicas, state)) = placement(&after, tp) else { continue };
-        let Some(&preferred) = replicas.first() else { continue };
-        let leader = state.as_ref().map_or(cluster::NO_LEADER, |s| s.leader);
-        let outcome = if leader == preferred {
-            "elected"
-        } else if !after.live.contains(&preferred) {
-            "preferred replica not live"
-        } else {
-            "preferred replica not in sync"
+    let results =
+        registry.elect_preferred(which.as_deref(), Duration::from_millis(timeout_ms)).await?;
+    if results.iter().any(|r| r.outcome == ElectionOutcome::Pending) {
+        anyhow::bail!("the controller has not carried out the election in {timeout_ms} ms");
+    }
+    let mut rows = Vec::new();
+    for r in &results {
+        let outcome = match r.outcome {
+            ElectionOutcome::Elected => "elected",
+            ElectionOutcome::NotLive => "preferred replica not live",
+            ElectionOutcome::NotInSync => "preferred replica not in sync",
+            // Led by its preferred replica already, or deleted meanwhile: nothing to report.
+            ElectionOutcome::NotNeeded
+            | ElectionOutcome::NoPartition
+            | ElectionOutcome::Pending => {
+                continue;
+            }
         };
-        rows.push((tp, before, leader, preferred, outcome));
+        rows.push((&r.partition, r.before, r.leader, r.preferred, outcome));
     }
     if json {
         let partitions: Vec<_> = rows
