@@ -32,7 +32,7 @@ use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 const INFLATED_BYTES_MAX: usize = 64 << 20;
 
 /// One partition's answer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Read {
     error: i16,
     high_watermark: i64,
@@ -93,7 +93,8 @@ async fn read_all(client: &Client, request: &FetchRequest) -> Vec<(String, Vec<(
         let mut read = Vec::with_capacity(partitions.len());
         for p in partitions {
             let result = if !allowed {
-                Read { error: code::TOPIC_AUTHORIZATION_FAILED, ..Read::default() }
+                let error = code::TOPIC_AUTHORIZATION_FAILED;
+                Read { error, high_watermark: -1, log_start: -1, records: Bytes::new() }
             } else {
                 let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
                 read_partition(client, topic, p.partition, p.fetch_offset, max_bytes).await
@@ -113,7 +114,8 @@ async fn read_partition(
     fetch_offset: i64,
     max_bytes: usize,
 ) -> Read {
-    let failed = |error| Read { error, ..Read::default() };
+    // As Kafka answers a partition it cannot read: no watermarks rather than zeros.
+    let failed = |error| Read { error, high_watermark: -1, log_start: -1, records: Bytes::new() };
     let p = match client.node.replicas().led(topic, partition) {
         Ok(p) => p,
         Err(e) => return failed(kafka_error(e)),
