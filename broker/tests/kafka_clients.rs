@@ -209,6 +209,20 @@ async fn admin_clients_change_configs_add_partitions_and_delete_topics() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_offsets_by_time_is_exact_to_the_record() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("timestamps.py"), &cluster.bootstrap, "stamped"], b"");
+    let report = report(&out);
+    eprintln!("timestamps: {report}");
+    assert_eq!(report["produced"], 300);
+    assert_eq!(report["librdkafka_asked"], 592);
+    assert_eq!(report["kcat_wrong"], serde_json::json!([]));
+    assert_eq!(report["librdkafka_wrong"], serde_json::json!([]));
+    assert_eq!(report["read_as_sent"], true);
+    drop(cluster.brokers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_python_idempotent_producer_is_read_back_once() {
     let cluster = cluster().await;
     let out = run("python3", &[&script("idempotent.py"), &cluster.bootstrap, "idempotent"], b"");
@@ -254,3 +268,4 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
     assert_eq!(report["missing"], 0);
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");
 }
+

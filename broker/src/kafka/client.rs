@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use protocol::kafka::request::Malformed;
 
 use super::coordinator::Coordinator;
 use super::producer_ids::ProducerIds;
+use crate::log::FileSlice;
 use crate::net::admission::Admission;
 use crate::node::Node;
 
@@ -46,5 +47,31 @@ pub(crate) enum Ended {
     Unsupported { key: i16, version: i16 },
 }
 
+/// A run of an answer's bytes: in memory, or stored batches sent from their segment file.
+#[derive(Debug)]
+pub(crate) enum Piece {
+    Bytes(Bytes),
+    File(FileSlice),
+}
+
+impl Piece {
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(bytes) => bytes.len(),
+            Piece::File(slice) => slice.len as usize,
+        }
+    }
+}
+
+/// An answer's frame, in the order its pieces go out.
+#[derive(Debug, Default)]
+pub(crate) struct Reply(pub Vec<Piece>);
+
+impl From<BytesMut> for Reply {
+    fn from(frame: BytesMut) -> Self {
+        Reply(vec![Piece::Bytes(frame.freeze())])
+    }
+}
+
 /// An answer to write: `None` for a produce with acks 0, which Kafka does not answer.
-pub(crate) type Answer = Result<Option<BytesMut>, Ended>;
+pub(crate) type Answer = Result<Option<Reply>, Ended>;

@@ -11,15 +11,16 @@ use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
 use protocol::kafka::request::{self, GroupIdsOf, Reader};
 use protocol::kafka::versions;
-use service::tls::ServerStream;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use service::tls::{MaybeTls, ServerStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Answer, Client, Ended};
+use super::client::{Answer, Client, Ended, Piece, Reply};
 use super::{
     admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce,
 };
 use crate::metrics::Stalled;
+use crate::net::send;
 
 /// Requests of one connection worked on at once; more wait to be read.
 const IN_FLIGHT_MAX: usize = 16;
@@ -33,7 +34,7 @@ impl Client {
         stream: ServerStream,
         stop: CancellationToken,
     ) -> Result<(), Ended> {
-        let (input, mut output) = tokio::io::split(stream);
+        let (input, mut output) = Output::split(stream);
         let mut in_flight = FuturesOrdered::new();
         // Frames come from a stream that keeps a half-read frame across `select!` rounds: a
         // read future dropped when an answer wins the race would lose the bytes it had read.
@@ -50,8 +51,8 @@ impl Client {
                 () = stop.cancelled() => return Ok(()),
                 answered = in_flight.next(), if !in_flight.is_empty() => {
                     let answered: Answer = answered.expect("not empty");
-                    if let Some(answer) = answered? {
-                        output.write_all(&answer).await?;
+                    if let Some(reply) = answered? {
+                        output.write(reply, &self).await?;
                     }
                 }
                 frame = frames.next(), if in_flight.len() < IN_FLIGHT_MAX => {
@@ -93,7 +94,7 @@ impl Client {
         let (key, version, correlation_id) = request::peek(&frame)?;
         let Some(api) = versions::served(key, version) else {
             if key == ApiKey::ApiVersions as i16 {
-                return Ok(Some(metadata::unsupported_api_versions(correlation_id)?));
+                return Ok(Some(metadata::unsupported_api_versions(correlation_id)?.into()));
             }
             return Err(Ended::Unsupported { key, version });
         };
@@ -114,7 +115,7 @@ impl Client {
             ApiKey::Produce => unreachable!("Client::start appends produces itself"),
             ApiKey::Fetch => {
                 let request = request::fetch(&mut r, v, f)?;
-                Some(fetch::fetch(&self, &header, request).await?)
+                return Ok(Some(fetch::fetch(&self, &header, request).await?));
             }
             ApiKey::ListOffsets => {
                 let request = request::list_offsets(&mut r, v, f)?;
@@ -206,8 +207,96 @@ impl Client {
             }
             _ => unreachable!("versions::served names only the APIs above"),
         };
-        Ok(answer)
+        Ok(answer.map(Reply::from))
     }
+}
+
+/// The writing side of a connection: a plaintext socket's, which `sendfile` writes to, or a
+/// TLS stream's.
+enum Output {
+    Plain(tokio::net::tcp::OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<Box<TlsServerStream>>),
+}
+
+type TlsServerStream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+type Input = Box<dyn AsyncRead + Send + Unpin>;
+
+impl Output {
+    fn split(stream: ServerStream) -> (Input, Output) {
+        match stream {
+            MaybeTls::Plain(stream) => {
+                let (input, output) = stream.into_split();
+                (Box::new(input), Output::Plain(output))
+            }
+            MaybeTls::Tls(stream) => {
+                let (input, output) = tokio::io::split(stream);
+                (Box::new(input), Output::Tls(output))
+            }
+        }
+    }
+
+    /// Writes an answer's pieces in order: bytes in memory as they are, a segment's slice by
+    /// `sendfile` (read and encrypted over TLS). A client that takes nothing for
+    /// `client_timeout_ms` ends the connection.
+    async fn write(&mut self, reply: Reply, client: &Client) -> Result<(), Ended> {
+        let metrics = client.node.metrics();
+        let stall = client.node.config().client_timeout();
+        // An answer in several pieces (a fetch's batches) leaves in full segments: corked,
+        // the socket sends what is written only once a segment is full or it is uncorked.
+        let cork = matches!(self, Output::Plain(_)) && reply.0.len() > 2;
+        if cork {
+            self.cork(true)?;
+        }
+        let written = async {
+            for piece in reply.0 {
+                match (&mut *self, piece) {
+                    (Output::Plain(output), Piece::Bytes(bytes)) => {
+                        timed(stall, output.write_all(&bytes)).await?;
+                    }
+                    (Output::Tls(output), Piece::Bytes(bytes)) => {
+                        timed(stall, output.write_all(&bytes)).await?;
+                    }
+                    (Output::Plain(output), Piece::File(slice)) => {
+                        send::sendfile(output.as_ref(), &slice, metrics, stall).await?;
+                    }
+                    (Output::Tls(output), Piece::File(slice)) => {
+                        send::write_from_file(output, &slice, metrics, stall).await?;
+                    }
+                }
+            }
+            match self {
+                Output::Plain(_) => Ok(()),
+                // TLS keeps records until flushed.
+                Output::Tls(output) => timed(stall, output.flush()).await,
+            }
+        };
+        let written = written.await.map_err(|e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                metrics.client_timed_out(Stalled::response);
+            }
+            Ended::Io(e)
+        });
+        if cork {
+            self.cork(false)?;
+        }
+        written
+    }
+
+    /// Corks or uncorks a plaintext socket (`TCP_CORK`).
+    fn cork(&self, cork: bool) -> std::io::Result<()> {
+        match self {
+            Output::Plain(output) => socket2::SockRef::from(output.as_ref()).set_tcp_cork(cork),
+            Output::Tls(_) => Ok(()),
+        }
+    }
+}
+
+/// `write` unless the socket takes nothing for `stall`.
+async fn timed<F: Future<Output = std::io::Result<()>>>(
+    stall: std::time::Duration,
+    write: F,
+) -> std::io::Result<()> {
+    tokio::time::timeout(stall, write).await.unwrap_or_else(|_| Err(send::stalled()))
 }
 
 /// Reads one frame: its size (`None` when the client has closed), then its bytes, within

@@ -1,29 +1,32 @@
 //! Fetch and ListOffsets over the Kafka listener. A fetch's offset is a record number: the
 //! partition's index finds the message that holds it, and the log is read from there up to the
 //! visible end (the high watermark, or the flushed end under `visible_after = "flush"`). The
-//! answer is RecordBatches: a magic-2 message's batch as stored, with no re-encoding; messages
-//! in Tributary's own format are converted, a run of plain messages or a wrapper's inner
+//! answer is RecordBatches: a magic-2 message's batch is sent from its segment file by
+//! `sendfile` (only the message headers between batches are read, to find them); messages in
+//! Tributary's own format are read and converted, a run of plain messages or a wrapper's inner
 //! messages into one batch whose records carry their record numbers (and no timestamp).
 //!
 //! `max_wait_ms` and `min_bytes` are a long poll like `MULTIFETCH_WAIT`'s: the fetch waits on
 //! its partitions' visible ends, within `max_fetch_wait_ms` and the broker's parked-fetch
 //! slots.
 
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
-use kafka_protocol::messages::{ApiKey, FetchResponse, ListOffsetsResponse, TopicName};
+use kafka_protocol::messages::{ApiKey, ListOffsetsResponse, TopicName};
 use protocol::record_batch::RecordBatchBuilder;
 use protocol::{Codec, ErrorCode, MAGIC_BATCH, MessageSetIter};
 
-use super::client::Client;
+use super::client::{Client, Piece, Reply};
 use crate::acl::Operation;
-use crate::log::{LogError, Partition};
+use crate::log::{FileSlice, LogError, Partition};
+use protocol::kafka::fetch_response::{self, PartitionHead};
 use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{FetchRequest, Header, ListOffsetsRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
@@ -31,24 +34,41 @@ use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 /// Bytes a wrapper may inflate to while it is converted.
 const INFLATED_BYTES_MAX: usize = 64 << 20;
 
+/// Bytes before a magic-2 message's batch: length, CRC, magic.
+const BATCH_MESSAGE_HEADER_BYTES: usize = protocol::PLAIN_MESSAGE_OVERHEAD_BYTES;
+/// Bytes of a message read to find where it ends and what it holds: its header, and a batch's
+/// header up to `lastOffsetDelta`.
+const MESSAGE_HEAD_BYTES: usize = BATCH_MESSAGE_HEADER_BYTES + 27;
+
 /// One partition's answer.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Read {
     error: i16,
     high_watermark: i64,
     log_start: i64,
-    records: Bytes,
+    records: Vec<Piece>,
+}
+
+impl Read {
+    fn failed(error: i16) -> Read {
+        // As Kafka answers a partition it cannot read: no watermarks rather than zeros.
+        Read { error, high_watermark: -1, log_start: -1, records: Vec::new() }
+    }
+
+    fn records_len(&self) -> usize {
+        self.records.iter().map(Piece::len).sum()
+    }
 }
 
 pub async fn fetch(
     client: &Client,
     header: &Header,
     request: FetchRequest,
-) -> Result<BytesMut, Malformed> {
+) -> Result<Reply, Malformed> {
     let node = &client.node;
     let mut reads = read_all(client, &request).await;
     let bytes = |reads: &[(String, Vec<(i32, Read)>)]| -> usize {
-        reads.iter().flat_map(|(_, ps)| ps.iter()).map(|(_, r)| r.records.len()).sum()
+        reads.iter().flat_map(|(_, ps)| ps.iter()).map(|(_, r)| r.records_len()).sum()
     };
     let wait = Duration::from_millis(request.max_wait_ms.max(0) as u64)
         .min(node.config().max_fetch_wait());
@@ -59,28 +79,35 @@ pub async fn fetch(
         wait_for_data(client, &request, wait).await;
         reads = read_all(client, &request).await;
     }
-    let responses = reads
-        .into_iter()
+    let heads: Vec<(String, Vec<PartitionHead>)> = reads
+        .iter()
         .map(|(topic, partitions)| {
             let partitions = partitions
-                .into_iter()
-                .map(|(index, read)| {
-                    PartitionData::default()
-                        .with_partition_index(index)
-                        .with_error_code(read.error)
-                        .with_high_watermark(read.high_watermark)
-                        .with_last_stable_offset(read.high_watermark)
-                        .with_log_start_offset(read.log_start)
-                        .with_records(Some(read.records))
+                .iter()
+                .map(|(index, read)| PartitionHead {
+                    partition: *index,
+                    error: read.error,
+                    high_watermark: read.high_watermark,
+                    last_stable_offset: read.high_watermark,
+                    log_start: read.log_start,
+                    records_len: read.records_len(),
                 })
                 .collect();
-            FetchableTopicResponse::default()
-                .with_topic(TopicName(str_bytes(&topic)))
-                .with_partitions(partitions)
+            (topic.clone(), partitions)
         })
         .collect();
-    let body = FetchResponse::default().with_responses(responses);
-    encode(ApiKey::Fetch, header, &body)
+    let mut frame = fetch_response::encode(header, &heads)?;
+    // The frame's bytes up to each partition's records, then the records.
+    let mut pieces = Vec::new();
+    let mut taken = 0;
+    let records = reads.into_iter().flat_map(|(_, ps)| ps).map(|(_, read)| read.records);
+    for (gap, records) in frame.gaps.iter().zip(records) {
+        pieces.push(Piece::Bytes(frame.bytes.split_to(gap - taken).freeze()));
+        taken = *gap;
+        pieces.extend(records);
+    }
+    pieces.push(Piece::Bytes(frame.bytes.freeze()));
+    Ok(Reply(pieces))
 }
 
 /// Reads every partition of `request`, in order, within its `max_bytes` over all of them (the
@@ -93,13 +120,12 @@ async fn read_all(client: &Client, request: &FetchRequest) -> Vec<(String, Vec<(
         let mut read = Vec::with_capacity(partitions.len());
         for p in partitions {
             let result = if !allowed {
-                let error = code::TOPIC_AUTHORIZATION_FAILED;
-                Read { error, high_watermark: -1, log_start: -1, records: Bytes::new() }
+                Read::failed(code::TOPIC_AUTHORIZATION_FAILED)
             } else {
                 let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
                 read_partition(client, topic, p.partition, p.fetch_offset, max_bytes).await
             };
-            budget = budget.saturating_sub(result.records.len());
+            budget = budget.saturating_sub(result.records_len());
             read.push((p.partition, result));
         }
         reads.push((topic.clone(), read));
@@ -114,38 +140,27 @@ async fn read_partition(
     fetch_offset: i64,
     max_bytes: usize,
 ) -> Read {
-    // As Kafka answers a partition it cannot read: no watermarks rather than zeros.
-    let failed = |error| Read { error, high_watermark: -1, log_start: -1, records: Bytes::new() };
     let p = match client.node.replicas().led(topic, partition) {
         Ok(p) => p,
-        Err(e) => return failed(kafka_error(e)),
+        Err(e) => return Read::failed(kafka_error(e)),
     };
-    let max_message_bytes = client.node.config().max_message_bytes as usize;
-    let read = tokio::task::spawn_blocking(move || {
-        read_records(&p, fetch_offset, max_bytes, max_message_bytes)
-    })
-    .await;
+    let read = tokio::task::spawn_blocking(move || read_records(&p, fetch_offset, max_bytes)).await;
     match read {
         Ok(Ok(read)) => read,
         Ok(Err(e)) => {
             tracing::error!(%topic, partition, error = %e, "Kafka fetch failed");
-            failed(code::UNKNOWN_SERVER_ERROR)
+            Read::failed(code::UNKNOWN_SERVER_ERROR)
         }
         Err(e) => {
             tracing::error!(%topic, partition, error = %e, "Kafka fetch panicked");
-            failed(code::UNKNOWN_SERVER_ERROR)
+            Read::failed(code::UNKNOWN_SERVER_ERROR)
         }
     }
 }
 
 /// The batches from record `fetch_offset` on, about `max_bytes` of log (one whole message at
-/// least, up to `max_message_bytes`). Blocking: reads the log.
-fn read_records(
-    p: &Partition,
-    fetch_offset: i64,
-    max_bytes: usize,
-    max_message_bytes: usize,
-) -> Result<Read, LogError> {
+/// least). Blocking: reads the log's message headers, and the messages it converts.
+fn read_records(p: &Partition, fetch_offset: i64, max_bytes: usize) -> Result<Read, LogError> {
     let visible = p.visible_end();
     let high_watermark = p.record_at_offset(visible as i64)?;
     let log_start = p.start_record();
@@ -156,61 +171,94 @@ fn read_records(
         records,
     };
     let Ok(record) = u64::try_from(fetch_offset) else {
-        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Bytes::new()));
+        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
     };
     if record < log_start || record > high_watermark {
-        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Bytes::new()));
+        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
     }
     if record == high_watermark || max_bytes == 0 {
-        return Ok(answer(code::NONE, Bytes::new()));
+        return Ok(answer(code::NONE, Vec::new()));
     }
     let Some((byte, first)) = p.locate_record(record)? else {
-        return Ok(answer(code::NONE, Bytes::new()));
+        return Ok(answer(code::NONE, Vec::new()));
     };
-    let mut bytes = read_log(p, byte, max_bytes)?;
-    if let Some(length) = protocol::u32_at(&bytes, 0)
-        && MessageSetIter::new(&bytes, 0).next().is_none()
-    {
-        // The first message is larger than `max_bytes`: it goes whole, as Kafka sends a first
-        // batch larger than the fetch's limits.
-        bytes = read_log(p, byte, (length as usize + 4).min(max_message_bytes + 4))?;
+    let Some(slice) = p.read(byte as i64, u32::MAX)? else {
+        return Ok(answer(code::NONE, Vec::new()));
+    };
+    let records = pieces(&slice, first, max_bytes).map_err(|source| LogError::Io {
+        context: "reading",
+        path: slice.segment.path.clone(),
+        source,
+    })?;
+    Ok(answer(code::NONE, records))
+}
+
+/// The whole messages at the start of `slice` (the first numbered `first_record`), about
+/// `max_bytes` of them and the first whatever its size, as RecordBatches: each magic-2
+/// message's batch a slice of the file, each run of other messages read and converted.
+fn pieces(slice: &FileSlice, first_record: u64, max_bytes: usize) -> io::Result<Vec<Piece>> {
+    let file = &slice.segment.file;
+    let end = slice.position + slice.len;
+    let (mut position, mut number, mut taken) = (slice.position, first_record, 0usize);
+    let mut pieces = Vec::new();
+    let mut head = [0u8; MESSAGE_HEAD_BYTES];
+    while position < end {
+        let head = &mut head[..MESSAGE_HEAD_BYTES.min((end - position) as usize)];
+        file.read_exact_at(head, position)?;
+        let Some(length) = protocol::u32_at(head, 0) else { break };
+        let size = 4 + u64::from(length);
+        if position + size > end || (taken > 0 && taken as u64 + size > max_bytes as u64) {
+            break;
+        }
+        if head.len() == MESSAGE_HEAD_BYTES && head[8] == MAGIC_BATCH {
+            // lastOffsetDelta, after baseOffset, batchLength, partitionLeaderEpoch, magic, crc
+            // and attributes.
+            let last_delta = i32::from_be_bytes(head[32..36].try_into().expect("4 bytes"));
+            let header = BATCH_MESSAGE_HEADER_BYTES as u64;
+            let segment = Arc::clone(&slice.segment);
+            let batch = FileSlice { segment, position: position + header, len: size - header };
+            pieces.push(Piece::File(batch));
+            number += u64::try_from(last_delta).map_or(0, |d| d + 1);
+            position += size;
+            taken += size as usize;
+            continue;
+        }
+        // A run of messages in Tributary's own format: read (the budget's worth, the first
+        // whole) and converted up to the next batch.
+        let want = (max_bytes.saturating_sub(taken) as u64).max(size).min(end - position);
+        let mut bytes = vec![0u8; want as usize];
+        file.read_exact_at(&mut bytes, position)?;
+        let (batches, used, next) = to_batches(&bytes, number);
+        if used == 0 {
+            break;
+        }
+        pieces.push(Piece::Bytes(batches));
+        number = next;
+        position += used as u64;
+        taken += used;
     }
-    Ok(answer(code::NONE, to_batches(&bytes, first)))
+    Ok(pieces)
 }
 
-/// Up to `max_bytes` of the visible log from `byte`, within its segment.
-fn read_log(p: &Partition, byte: u64, max_bytes: usize) -> Result<Vec<u8>, LogError> {
-    let max_bytes = u32::try_from(max_bytes).unwrap_or(u32::MAX);
-    let Some(slice) = p.read(byte as i64, max_bytes)? else { return Ok(Vec::new()) };
-    let mut bytes = vec![0u8; slice.len as usize];
-    std::os::unix::fs::FileExt::read_exact_at(&slice.segment.file, &mut bytes, slice.position)
-        .map_err(|source| LogError::Io {
-            context: "reading",
-            path: slice.segment.path.clone(),
-            source,
-        })?;
-    Ok(bytes)
-}
-
-/// The whole messages of `bytes` (the first numbered `first_record`) as RecordBatches; a
-/// partial message at the end is left out.
-fn to_batches(bytes: &[u8], first_record: u64) -> Bytes {
+/// The whole messages at the start of `bytes` (the first numbered `first_record`) up to the
+/// first magic-2 message, as RecordBatches; a partial message at the end is left out. Returns
+/// the batches, the bytes of `bytes` they came from, and the number of the next record.
+fn to_batches(bytes: &[u8], first_record: u64) -> (Bytes, usize, u64) {
     let mut out = BytesMut::with_capacity(bytes.len() + 64);
     let mut number = first_record as i64;
+    let mut used = 0;
     let mut plain: Option<RecordBatchBuilder> = None;
     let flush = |plain: &mut Option<RecordBatchBuilder>, out: &mut BytesMut| {
         if let Some(batch) = plain.take() {
             out.extend_from_slice(&batch.finish());
         }
     };
-    for message in MessageSetIter::new(bytes, 0) {
-        let Ok((_, message)) = message else { break };
+    let mut messages = MessageSetIter::new(bytes, 0);
+    while let Some(Ok((_, message))) = messages.next() {
         if message.magic == MAGIC_BATCH {
-            flush(&mut plain, &mut out);
-            out.extend_from_slice(message.payload);
-            number += protocol::records_in(&message, 0).unwrap_or(0) as i64;
-            continue;
+            break;
         }
+        used = messages.valid_bytes();
         if message.codec() == Codec::None {
             let batch = plain.get_or_insert_with(|| RecordBatchBuilder::new(number));
             batch.push(number, -1, None, Some(message.payload), &[]);
@@ -235,7 +283,7 @@ fn to_batches(bytes: &[u8], first_record: u64) -> Bytes {
         }
     }
     flush(&mut plain, &mut out);
-    out.freeze()
+    (out.freeze(), used, number as u64)
 }
 
 /// Waits until a partition of `request` has more visible data, or `wait` has passed.
@@ -268,21 +316,21 @@ pub async fn list_offsets(
         let allowed = client.node.authorizer().check(&client.principal, &topic, Operation::Consume);
         let mut answers = Vec::with_capacity(partitions.len());
         for (partition, timestamp) in partitions {
-            let answer = |error, offset| {
+            let answer = |error, (offset, timestamp)| {
                 ListOffsetsPartitionResponse::default()
                     .with_partition_index(partition)
                     .with_error_code(error)
-                    .with_timestamp(-1)
+                    .with_timestamp(timestamp)
                     .with_offset(offset)
             };
             if !allowed {
-                answers.push(answer(code::TOPIC_AUTHORIZATION_FAILED, -1));
+                answers.push(answer(code::TOPIC_AUTHORIZATION_FAILED, (-1, -1)));
                 continue;
             }
             let p = match client.node.replicas().led(&topic, partition) {
                 Ok(p) => p,
                 Err(e) => {
-                    answers.push(answer(kafka_error(e), -1));
+                    answers.push(answer(kafka_error(e), (-1, -1)));
                     continue;
                 }
             };
@@ -293,10 +341,10 @@ pub async fn list_offsets(
             }
             let found = tokio::task::spawn_blocking(move || offset_for(&p, timestamp)).await;
             answers.push(match found {
-                Ok(Ok(offset)) => answer(code::NONE, offset),
-                Ok(Err(ErrorCode::InvalidRequest)) => answer(code::INVALID_REQUEST, -1),
-                Ok(Err(e)) => answer(kafka_error(e), -1),
-                Err(_) => answer(code::UNKNOWN_SERVER_ERROR, -1),
+                Ok(Ok(found)) => answer(code::NONE, found),
+                Ok(Err(ErrorCode::InvalidRequest)) => answer(code::INVALID_REQUEST, (-1, -1)),
+                Ok(Err(e)) => answer(kafka_error(e), (-1, -1)),
+                Err(_) => answer(code::UNKNOWN_SERVER_ERROR, (-1, -1)),
             });
         }
         topics.push(
@@ -309,17 +357,21 @@ pub async fn list_offsets(
     encode(ApiKey::ListOffsets, header, &body)
 }
 
-/// ListOffsets of one partition: −1 the high watermark, −2 the first record, a time the first
-/// record of the oldest segment written at or after it (−1 if none was). Blocking.
-fn offset_for(p: &Arc<Partition>, timestamp: i64) -> Result<i64, ErrorCode> {
+/// ListOffsets of one partition, an offset and its timestamp: −1 the high watermark, −2 the
+/// first record (both with timestamp −1), a time the first record at or after it (offset −1
+/// if none is). Blocking.
+fn offset_for(p: &Arc<Partition>, timestamp: i64) -> Result<(i64, i64), ErrorCode> {
     let failed = |e: LogError| {
         tracing::error!(error = %e, "Kafka ListOffsets failed");
         ErrorCode::Unknown
     };
     match timestamp {
-        -1 => p.record_at_offset(p.visible_end() as i64).map(|r| r as i64).map_err(failed),
-        -2 => Ok(p.start_record() as i64),
-        t if t >= 0 => Ok(p.first_record_since(t).map_err(failed)?.map_or(-1, |r| r as i64)),
+        -1 => p.record_at_offset(p.visible_end() as i64).map(|r| (r as i64, -1)).map_err(failed),
+        -2 => Ok((p.start_record() as i64, -1)),
+        t if t >= 0 => {
+            let found = p.find_time(t).map_err(failed)?;
+            Ok(found.map_or((-1, -1), |(record, time)| (record as i64, time)))
+        }
         _ => Err(ErrorCode::InvalidRequest),
     }
 }
@@ -329,9 +381,40 @@ mod tests {
     use protocol::record_batch::{RecordBatchBuilder, RecordBatchRef};
 
     use super::*;
+    use crate::log::Segment;
+
+    /// The pieces' bytes as a client receives them: file slices read back.
+    fn received(pieces: &[Piece]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Bytes(bytes) => out.extend_from_slice(bytes),
+                Piece::File(slice) => {
+                    let mut bytes = vec![0; slice.len as usize];
+                    slice.segment.file.read_exact_at(&mut bytes, slice.position).unwrap();
+                    out.extend_from_slice(&bytes);
+                }
+            }
+        }
+        out
+    }
+
+    fn records_of(mut batches: &[u8]) -> Vec<(i64, Vec<u8>)> {
+        let mut seen = Vec::new();
+        while !batches.is_empty() {
+            let size = 12 + i32::from_be_bytes(batches[8..12].try_into().unwrap()) as usize;
+            let batch = RecordBatchRef::parse(&batches[..size]).unwrap();
+            for record in batch.records(1 << 20).unwrap().iter() {
+                let record = record.unwrap();
+                seen.push((record.offset, record.value.unwrap().to_vec()));
+            }
+            batches = &batches[size..];
+        }
+        seen
+    }
 
     #[test]
-    fn stored_messages_become_batches_numbered_as_the_index_numbers_them() {
+    fn stored_batches_go_from_the_file_and_other_messages_are_converted_and_numbered() {
         let mut log = Vec::new();
         protocol::encode_message(&mut log, Codec::None, b"p0");
         protocol::encode_message(&mut log, Codec::None, b"p1");
@@ -340,39 +423,55 @@ mod tests {
         protocol::encode_message(&mut inner, Codec::None, b"w3");
         let packed = protocol::compression::compress(Codec::Zstd, &inner).unwrap();
         protocol::encode_message(&mut log, Codec::Zstd, &packed);
-        let mut stored = RecordBatchBuilder::new(4);
-        stored.push(4, 7, Some(b"k"), Some(b"b4"), &[]);
-        stored.push(5, 8, None, Some(b"b5"), &[]);
+        let mut stored = RecordBatchBuilder::new(104);
+        stored.push(104, 7, Some(b"k"), Some(b"b4"), &[]);
+        stored.push(105, 8, None, Some(b"b5"), &[]);
         let stored = stored.finish();
         protocol::encode_batch_message(&mut log, &stored);
+        let batch_at = log.len() - stored.len();
         protocol::encode_message(&mut log, Codec::None, b"p6");
         let whole = log.len();
         protocol::encode_message(&mut log, Codec::None, b"cut off");
         log.truncate(whole + 5);
 
-        let batches = to_batches(&log, 100);
-        let mut rest = &batches[..];
-        let mut seen = Vec::new();
-        while !rest.is_empty() {
-            let size = 12 + i32::from_be_bytes(rest[8..12].try_into().unwrap()) as usize;
-            let batch = RecordBatchRef::parse(&rest[..size]).unwrap();
-            for record in batch.records(1 << 20).unwrap().iter() {
-                let record = record.unwrap();
-                seen.push((record.offset, record.value.unwrap().to_vec()));
-            }
-            rest = &rest[size..];
-        }
-        let expected: Vec<(i64, Vec<u8>)> =
-            [(100, "p0"), (101, "p1"), (102, "w2"), (103, "w3"), (4, "b4"), (5, "b5"), (106, "p6")]
-                .iter()
-                .map(|(o, v)| (*o, v.as_bytes().to_vec()))
-                .collect();
-        // The stored batch keeps its own base offset (4 here, as this test never appended
-        // it): a leader writes its first record's number there.
-        assert_eq!(seen, expected);
-        assert!(
-            batches.windows(stored.len()).any(|w| w == stored),
-            "a stored batch goes as stored"
-        );
+        let dir = tempfile::tempdir().unwrap();
+        let segment = Segment::create(dir.path(), 0).unwrap();
+        segment.file.write_all_at(&log, 0).unwrap();
+        let slice = FileSlice { segment: Arc::new(segment), position: 0, len: log.len() as u64 };
+
+        let all = pieces(&slice, 100, 1 << 20).unwrap();
+        let expected: Vec<(i64, Vec<u8>)> = [
+            (100, "p0"),
+            (101, "p1"),
+            (102, "w2"),
+            (103, "w3"),
+            (104, "b4"),
+            (105, "b5"),
+            (106, "p6"),
+        ]
+        .iter()
+        .map(|(o, v)| (*o, v.as_bytes().to_vec()))
+        .collect();
+        assert_eq!(records_of(&received(&all)), expected);
+        let files: Vec<(u64, u64)> = all
+            .iter()
+            .filter_map(|p| match p {
+                Piece::File(slice) => Some((slice.position, slice.len)),
+                Piece::Bytes(_) => None,
+            })
+            .collect();
+        assert_eq!(files, [(batch_at as u64, stored.len() as u64)], "the batch goes from the file");
+
+        // A budget smaller than the first message still gets it whole, and nothing more.
+        let first = pieces(&slice, 100, 1).unwrap();
+        assert_eq!(records_of(&received(&first)), expected[..1]);
+        // From the batch on, a budget of the batch's message takes the batch alone.
+        let from_batch = FileSlice {
+            position: (batch_at - 9) as u64,
+            len: (log.len() - batch_at + 9) as u64,
+            ..slice
+        };
+        let batch = pieces(&from_batch, 104, stored.len() + 9).unwrap();
+        assert_eq!(received(&batch), stored);
     }
 }

@@ -120,7 +120,7 @@ pub async fn start(
             return Ok(None);
         }
         let body = ProduceResponse::default().with_responses(responses);
-        Ok(Some(encode(ApiKey::Produce, &header, &body)?))
+        Ok(Some(encode(ApiKey::Produce, &header, &body)?.into()))
     }))
 }
 

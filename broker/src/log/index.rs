@@ -1,9 +1,13 @@
-//! Record numbers beside byte offsets (`docs/design.md`, "Record-number index"): every
-//! partition numbers its records from 0 — a plain message is one record, a magic-1 wrapper one
-//! per inner message, a magic-2 message its batch's last offset delta + 1 — and each segment
-//! has a sparse index, `{base_offset:020}.index`, of `u64 record_number, u64 byte_offset`
-//! pairs: the record number of the message that starts at that byte offset, one about every
-//! [`INDEX_INTERVAL_BYTES`] of log.
+//! Record numbers and times beside byte offsets (`docs/design.md`, "Record-number index"):
+//! every partition numbers its records from 0 — a plain message is one record, a magic-1
+//! wrapper one per inner message, a magic-2 message its batch's last offset delta + 1 — and
+//! each segment has a sparse index, `{base_offset:020}.index`: after an 8-byte format mark,
+//! `u64 record_number, u64 byte_offset, i64 time` entries, one about every
+//! [`INDEX_INTERVAL_BYTES`] of log: the record number of the message that starts at that byte
+//! offset, and the largest record timestamp of the segment's messages before it (−1 if none
+//! has one: only magic-2 batches carry timestamps). Times let a search for a timestamp skip to
+//! the last entry before which every record is older (Kafka's `.timeindex`, in the same file).
+//! An index file without the mark (written before times were indexed) is rebuilt.
 //!
 //! The first entry of a segment's index is its base offset and the number of its first record.
 //! A sealed segment's index ends with an entry at the segment's end (the number of the next
@@ -12,7 +16,7 @@
 //! index of the active segment is written at each flush without an fsync; recovery scans the
 //! active segment anyway. Replicas hold the same bytes, so they compute the same numbers.
 //!
-//! Entries are kept in memory: 16 bytes for every 4 KiB of log, 0.4 % of the log's size.
+//! Entries are kept in memory: 24 bytes for every 4 KiB of log, 0.6 % of the log's size.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
@@ -26,23 +30,43 @@ pub const INDEX_SUFFIX: &str = ".index";
 /// Log bytes between two index entries, about.
 pub const INDEX_INTERVAL_BYTES: u64 = 4096;
 /// Bytes one entry takes in an index file.
-const ENTRY_BYTES: usize = 16;
+const ENTRY_BYTES: usize = 24;
+/// What an index file begins with: its format, entries with times.
+const FORMAT_MARK: &[u8; 8] = b"TRIBIX02";
+/// Bytes before an index file's first entry.
+const HEADER_BYTES: usize = FORMAT_MARK.len();
+/// The time of a message without one: a plain message or a wrapper.
+pub const NO_TIME: i64 = -1;
 /// Bytes a wrapper may inflate to while its records are counted.
 pub const INFLATED_BYTES_MAX: usize = 256 << 20;
 
-/// The record number of the message starting at a byte offset.
+/// The record number of the message starting at a byte offset, and the largest timestamp of
+/// the segment's records before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     pub record: u64,
     pub byte: u64,
+    pub time: i64,
+}
+
+/// One message of a set about to be appended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageCount {
+    /// Where it starts in the set.
+    pub position: u32,
+    pub records: u64,
+    /// A magic-2 message, whose batch a leader numbers.
+    pub batch: bool,
+    /// Its largest record timestamp: [`time_of`].
+    pub time: i64,
 }
 
 /// The messages of a MessageSet about to be appended, each with its record count: what an
 /// append needs to number its records, worked out before the partition is locked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SetRecords {
-    /// `(position in the set, records, is a magic-2 message)` of each message.
-    pub messages: Vec<(u32, u64, bool)>,
+    /// Each message, in order.
+    pub messages: Vec<MessageCount>,
     /// Records of every message.
     pub records: u64,
 }
@@ -80,7 +104,8 @@ pub fn count_records(set: &[u8], length_max: u32) -> Result<SetRecords, CountErr
         let records = protocol::records_in(&message, INFLATED_BYTES_MAX)
             .map_err(|source| CountError::Records { position, source })?;
         let batch = message.magic == protocol::MAGIC_BATCH;
-        counted.messages.push((position as u32, records, batch));
+        let time = time_of(&message);
+        counted.messages.push(MessageCount { position: position as u32, records, batch, time });
         counted.records += records;
     }
     let tail = messages.remainder();
@@ -120,7 +145,7 @@ impl SegmentIndex {
     /// A new, empty segment's index: its first record is `first_record`. Writes the file.
     pub fn create(dir: &Path, base_offset: u64, first_record: u64) -> io::Result<SegmentIndex> {
         let path = dir.join(file_name(base_offset));
-        let first = IndexEntry { record: first_record, byte: base_offset };
+        let first = IndexEntry { record: first_record, byte: base_offset, time: NO_TIME };
         let mut index =
             SegmentIndex { path, entries: vec![first], written: 0, end: first, sealed: false };
         index.rewrite()?;
@@ -157,7 +182,7 @@ impl SegmentIndex {
                 }
                 0
             });
-            entries = vec![IndexEntry { record, byte: base_offset }];
+            entries = vec![IndexEntry { record, byte: base_offset, time: NO_TIME }];
         }
         let mut index = SegmentIndex {
             path,
@@ -197,27 +222,35 @@ impl SegmentIndex {
         let mut at = from;
         while at < end {
             let length = read_message(&mut reader, at, end, message_bytes_max, &mut message)?;
-            let records = match MessageSetIter::new(&message, 0).next() {
-                Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or_else(|e| {
-                    tracing::warn!(index = %self.path.display(), offset = at, error = %e, "a message whose records cannot be counted counts none");
-                    0
-                }),
-                _ => 0,
+            let (records, time) = match MessageSetIter::new(&message, 0).next() {
+                Some(Ok((_, m))) => {
+                    let records = protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or_else(|e| {
+                        tracing::warn!(index = %self.path.display(), offset = at, error = %e, "a message whose records cannot be counted counts none");
+                        0
+                    });
+                    (records, time_of(&m))
+                }
+                _ => (0, NO_TIME),
             };
-            self.append_message(at, records, length);
+            self.append_message(at, records, length, time);
             at += length;
         }
         Ok(())
     }
 
     /// Numbers the message of `bytes` bytes at byte `at` (the index's end), which holds
-    /// `records` records, with an entry if the last one is far enough behind.
-    pub fn append_message(&mut self, at: u64, records: u64, bytes: u64) {
+    /// `records` records, the latest at `time`, with an entry if the last one is far enough
+    /// behind.
+    pub fn append_message(&mut self, at: u64, records: u64, bytes: u64, time: i64) {
         let last = self.entries.last().expect("one entry at least");
         if at - last.byte >= INDEX_INTERVAL_BYTES && records > 0 {
-            self.entries.push(IndexEntry { record: self.end.record, byte: at });
+            self.entries.push(IndexEntry { byte: at, ..self.end });
         }
-        self.end = IndexEntry { record: self.end.record + records, byte: at + bytes };
+        self.end = IndexEntry {
+            record: self.end.record + records,
+            byte: at + bytes,
+            time: self.end.time.max(time),
+        };
     }
 
     /// Where the index ends: the number the next record gets, and its byte offset.
@@ -252,6 +285,13 @@ impl SegmentIndex {
         self.entries[i.saturating_sub(1)]
     }
 
+    /// The last entry before which every record is older than `time`: where a search for the
+    /// first record at or after `time` starts.
+    pub fn floor_time(&self, time: i64) -> IndexEntry {
+        let i = self.entries.partition_point(|e| e.time < time);
+        self.entries[i.saturating_sub(1)]
+    }
+
     /// Writes the entries not yet in the file (no fsync: an index is rebuilt after a crash).
     pub fn write_new(&mut self) -> io::Result<()> {
         if self.written == self.entries.len() {
@@ -259,7 +299,7 @@ impl SegmentIndex {
         }
         let file = OpenOptions::new().write(true).create(true).truncate(false).open(&self.path)?;
         let bytes = encode(&self.entries[self.written..]);
-        file.write_all_at(&bytes, (self.written * ENTRY_BYTES) as u64)?;
+        file.write_all_at(&bytes, entry_at(self.written))?;
         self.written = self.entries.len();
         Ok(())
     }
@@ -269,8 +309,8 @@ impl SegmentIndex {
     pub fn seal(&mut self) -> io::Result<()> {
         self.write_new()?;
         let file = OpenOptions::new().write(true).open(&self.path)?;
-        file.write_all_at(&encode(&[self.end]), (self.entries.len() * ENTRY_BYTES) as u64)?;
-        file.set_len(((self.entries.len() + 1) * ENTRY_BYTES) as u64)?;
+        file.write_all_at(&encode(&[self.end]), entry_at(self.entries.len()))?;
+        file.set_len(entry_at(self.entries.len() + 1))?;
         file.sync_data()?;
         self.sealed = true;
         Ok(())
@@ -286,7 +326,8 @@ impl SegmentIndex {
         if self.sealed {
             all.push(self.end);
         }
-        let bytes = encode(&all);
+        let mut bytes = FORMAT_MARK.to_vec();
+        bytes.extend(encode(&all));
         let file = OpenOptions::new().write(true).create(true).truncate(false).open(&self.path)?;
         file.write_all_at(&bytes, 0)?;
         file.set_len(bytes.len() as u64)?;
@@ -294,12 +335,12 @@ impl SegmentIndex {
         Ok(())
     }
 
-    /// Cuts the index back to byte `offset` of its segment (a message boundary), where the
-    /// record numbered `record` starts; the file follows.
-    pub fn truncate(&mut self, offset: u64, record: u64) -> io::Result<()> {
-        let keep = self.entries.partition_point(|e| e.byte < offset).max(1);
+    /// Cuts the index back to `end`, a message boundary of its segment (as [`entry_at`]
+    /// finds it); the file follows.
+    pub fn truncate(&mut self, end: IndexEntry) -> io::Result<()> {
+        let keep = self.entries.partition_point(|e| e.byte < end.byte).max(1);
         self.entries.truncate(keep);
-        self.end = IndexEntry { record, byte: offset };
+        self.end = end;
         self.sealed = false;
         self.rewrite()
     }
@@ -312,36 +353,59 @@ impl SegmentIndex {
     }
 }
 
+/// Where entry `i` is in an index file.
+fn entry_at(i: usize) -> u64 {
+    (HEADER_BYTES + i * ENTRY_BYTES) as u64
+}
+
 fn encode(entries: &[IndexEntry]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(entries.len() * ENTRY_BYTES);
     for entry in entries {
         bytes.extend_from_slice(&entry.record.to_be_bytes());
         bytes.extend_from_slice(&entry.byte.to_be_bytes());
+        bytes.extend_from_slice(&entry.time.to_be_bytes());
     }
     bytes
 }
 
-/// The valid entries of an index file, in order: the first at `base_offset`, bytes rising
-/// within `[base_offset, end]`, records never falling. Stops at the first that is not.
+/// The largest record timestamp of a stored message: a magic-2 batch's `maxTimestamp`;
+/// [`NO_TIME`] for Tributary's own messages, which carry none.
+pub fn time_of(message: &protocol::MessageRef) -> i64 {
+    if message.magic != protocol::MAGIC_BATCH {
+        return NO_TIME;
+    }
+    protocol::record_batch::RecordBatchRef::parse(message.payload)
+        .map_or(NO_TIME, |batch| batch.max_timestamp().max(NO_TIME))
+}
+
+/// The valid entries of an index file, in order: the first at `base_offset` with no time
+/// before it, bytes rising within `[base_offset, end]`, records and times never falling. Stops
+/// at the first that is not; a file without the format mark has none.
 fn read_entries(path: &Path, base_offset: u64, end: u64) -> io::Result<Vec<IndexEntry>> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    let Some(bytes) = bytes.strip_prefix(FORMAT_MARK) else { return Ok(Vec::new()) };
     let mut entries: Vec<IndexEntry> = Vec::with_capacity(bytes.len() / ENTRY_BYTES);
-    for (record, byte) in bytes
-        .chunks_exact(ENTRY_BYTES)
-        .filter_map(|pair| Some((protocol::u64_at(pair, 0)?, protocol::u64_at(pair, 8)?)))
-    {
+    for entry in bytes.chunks_exact(ENTRY_BYTES).filter_map(|e| {
+        let record = protocol::u64_at(e, 0)?;
+        Some(IndexEntry { record, byte: protocol::u64_at(e, 8)?, time: protocol::i64_at(e, 16)? })
+    }) {
         let fits = match entries.last() {
-            None => byte == base_offset,
-            Some(last) => byte > last.byte && byte <= end && record >= last.record,
+            None => entry.byte == base_offset && entry.time == NO_TIME,
+            Some(last) => {
+                entry.byte > last.byte
+                    && entry.byte <= end
+                    && entry.record >= last.record
+                    && entry.time >= last.time
+            }
         };
         if !fits {
             break;
         }
-        entries.push(IndexEntry { record, byte });
+        entries.push(entry);
     }
     Ok(entries)
 }
@@ -400,33 +464,39 @@ fn read_message(
     Ok(4 + length)
 }
 
-/// The Kafka records a stored message holds; 0 for one that cannot be counted.
-fn records_of(message: &[u8]) -> u64 {
+/// The Kafka records a stored message holds (0 for one that cannot be counted), and its time.
+fn records_and_time(message: &[u8]) -> (u64, i64) {
     match MessageSetIter::new(message, 0).next() {
-        Some(Ok((_, m))) => protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0),
-        _ => 0,
+        Some(Ok((_, m))) => {
+            (protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0), time_of(&m))
+        }
+        _ => (0, NO_TIME),
     }
 }
 
-/// The number of the record at byte `offset` of the segment based at `base_offset` (a message
-/// boundary, or the segment's end), counting from the index entry `from` at or before it.
-/// Blocking: reads the messages between them.
-pub fn record_at(
+/// The index entry at byte `offset` of the segment based at `base_offset` (a message
+/// boundary, or the segment's end): the number of the record there and the latest time
+/// before it, counted from the index entry `from` at or before it. Blocking: reads the
+/// messages between them.
+pub fn entry_at_offset(
     file: &File,
     base_offset: u64,
     from: IndexEntry,
     offset: u64,
     message_bytes_max: u32,
-) -> io::Result<u64> {
+) -> io::Result<IndexEntry> {
     let reader = PositionalReader { file, position: from.byte - base_offset };
     let mut reader = BufReader::with_capacity(64 << 10, reader);
-    let (mut at, mut number) = (from.byte, from.record);
+    let mut entry = from;
     let mut message = Vec::new();
-    while at < offset {
-        at += read_message(&mut reader, at, offset, message_bytes_max, &mut message)?;
-        number += records_of(&message);
+    while entry.byte < offset {
+        entry.byte +=
+            read_message(&mut reader, entry.byte, offset, message_bytes_max, &mut message)?;
+        let (records, time) = records_and_time(&message);
+        entry.record += records;
+        entry.time = entry.time.max(time);
     }
-    Ok(number)
+    Ok(entry)
 }
 
 /// Finds the message holding record `record` in the segment `[base_offset, end)` of `file`,
@@ -447,12 +517,49 @@ pub fn locate(
     let mut message = Vec::new();
     while at < end {
         let length = read_message(&mut reader, at, end, message_bytes_max, &mut message)?;
-        let records = records_of(&message);
+        let (records, _) = records_and_time(&message);
         if record < number + records {
             return Ok(Some((at, number)));
         }
         number += records;
         at += length;
+    }
+    Ok(None)
+}
+
+/// The first record at or after `time` in the segment `[base_offset, end)` of `file`, scanning
+/// from the index entry `from` (one before which every record is older): its number and its
+/// timestamp; `None` if no record before `end` is that recent. Blocking: reads the messages
+/// from `from` to the batch that holds it, and opens that batch.
+pub fn find_time(
+    file: &File,
+    base_offset: u64,
+    end: u64,
+    from: IndexEntry,
+    time: i64,
+    message_bytes_max: u32,
+) -> io::Result<Option<(u64, i64)>> {
+    let reader = PositionalReader { file, position: from.byte - base_offset };
+    let mut reader = BufReader::with_capacity(64 << 10, reader);
+    let (mut at, mut number) = (from.byte, from.record);
+    let mut message = Vec::new();
+    while at < end {
+        at += read_message(&mut reader, at, end, message_bytes_max, &mut message)?;
+        let Some(Ok((_, m))) = MessageSetIter::new(&message, 0).next() else { continue };
+        let records = protocol::records_in(&m, INFLATED_BYTES_MAX).unwrap_or(0);
+        if time_of(&m) >= time
+            && let Ok(batch) = protocol::record_batch::RecordBatchRef::parse(m.payload)
+        {
+            let inflated = batch.records(INFLATED_BYTES_MAX).map_err(io::Error::other)?;
+            for record in inflated.iter() {
+                let record = record.map_err(io::Error::other)?;
+                if record.timestamp >= time {
+                    let delta = u64::try_from(record.offset - batch.base_offset()).unwrap_or(0);
+                    return Ok(Some((number + delta, record.timestamp)));
+                }
+            }
+        }
+        number += records;
     }
     Ok(None)
 }
@@ -523,7 +630,7 @@ mod tests {
         // A crash left the index short: it is completed from the segment.
         let path = dir.path().join(file_name(0));
         let short = fs::read(&path).unwrap();
-        fs::write(&path, &short[..ENTRY_BYTES * 2]).unwrap();
+        fs::write(&path, &short[..HEADER_BYTES + ENTRY_BYTES * 2]).unwrap();
         let completed =
             SegmentIndex::open(dir.path(), &file, 0, end, Some(100), true, MAX).unwrap();
         assert_eq!((completed.entries.clone(), completed.end_record()), (entries.clone(), 126));
@@ -549,7 +656,7 @@ mod tests {
         let from = index.floor_record(0);
         for found in [
             locate(&file, 0, end, from, 5, MAX).map(|_| ()),
-            record_at(&file, 0, from, 5 * 1009, MAX).map(|_| ()),
+            entry_at_offset(&file, 0, from, 5 * 1009, MAX).map(|_| ()),
         ] {
             let error = found.unwrap_err();
             let bad = error.get_ref().and_then(|e| e.downcast_ref::<BadLength>()).unwrap();
@@ -568,11 +675,66 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, end) = segment(dir.path(), 20);
         let mut index = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
-        index.truncate(10 * 1009, 10).unwrap();
+        let from = index.floor_byte(10 * 1009);
+        let cut = entry_at_offset(&file, 0, from, 10 * 1009, MAX).unwrap();
+        assert_eq!((cut.record, cut.byte, cut.time), (10, 10 * 1009, NO_TIME));
+        index.truncate(cut).unwrap();
         assert_eq!(index.end_record(), 10);
         assert!(index.entries.iter().all(|e| e.byte < 10 * 1009));
         let reread = read_entries(&dir.path().join(file_name(0)), 0, end).unwrap();
         assert_eq!(reread, index.entries);
+    }
+
+    #[test]
+    fn times_find_the_first_record_at_or_after_a_timestamp() {
+        // 300 batches of 4 records, 100 bytes each, timestamps rising by 10 ms a record but
+        // for batch 150, whose records went out of order (sent late: 50 ms before batch 149).
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = Vec::new();
+        protocol::encode_message(&mut bytes, Codec::None, b"a native message has no time");
+        let mut times = Vec::new();
+        for b in 0..300i64 {
+            let base = 1 + 4 * b;
+            let mut batch = protocol::record_batch::RecordBatchBuilder::new(base);
+            for r in 0..4 {
+                let time =
+                    if b == 150 { 1_000 + 10 * (base + r) - 50 } else { 1_000 + 10 * (base + r) };
+                batch.push(base + r, time, None, Some(&[0u8; 100]), &[]);
+                times.push((base + r, time));
+            }
+            protocol::encode_batch_message(&mut bytes, &batch.finish());
+        }
+        let path = dir.path().join("00000000000000000000.log");
+        File::create(&path).unwrap().write_all(&bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let end = bytes.len() as u64;
+        let index = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
+        assert_eq!(index.end().time, 1_000 + 10 * 1200);
+        assert!(index.entries.len() > 10, "{} entries", index.entries.len());
+        assert!(index.entries.windows(2).all(|w| w[0].time <= w[1].time));
+        // What Kafka answers: the first record, in offset order, at or after the time.
+        let expected =
+            |t: i64| times.iter().find(|(_, time)| *time >= t).map(|&(r, time)| (r as u64, time));
+        for t in (0..=1_000 + 10 * 1201).step_by(5) {
+            let from = index.floor_time(t);
+            let found = find_time(&file, 0, end, from, t, MAX).unwrap();
+            assert_eq!(found, expected(t), "time {t}");
+        }
+        // The times survive a reopening, and a rebuilt index has the same.
+        let reopened = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
+        assert_eq!(reopened.entries, index.entries);
+        fs::remove_file(dir.path().join(file_name(0))).unwrap();
+        let rebuilt = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
+        assert_eq!((rebuilt.entries, rebuilt.end), (index.entries.clone(), index.end));
+        // An index file of the format before times (16-byte entries, no mark) is rebuilt.
+        let mut old = Vec::new();
+        for e in &index.entries {
+            old.extend_from_slice(&e.record.to_be_bytes());
+            old.extend_from_slice(&e.byte.to_be_bytes());
+        }
+        fs::write(dir.path().join(file_name(0)), &old).unwrap();
+        let upgraded = SegmentIndex::open(dir.path(), &file, 0, end, None, false, MAX).unwrap();
+        assert_eq!(upgraded.entries, index.entries);
     }
 
     #[test]
@@ -586,7 +748,9 @@ mod tests {
         protocol::encode_message(&mut set, Codec::Gzip, &packed);
         let counted = count_records(&set, 1 << 20).unwrap();
         assert_eq!(counted.records, 3);
-        assert_eq!(counted.messages, vec![(0, 1, false), (10, 2, false)]);
+        let counts: Vec<(u32, u64, bool, i64)> =
+            counted.messages.iter().map(|m| (m.position, m.records, m.batch, m.time)).collect();
+        assert_eq!(counts, vec![(0, 1, false, NO_TIME), (10, 2, false, NO_TIME)]);
         let mut garbage = Vec::new();
         protocol::encode_message(&mut garbage, Codec::Gzip, b"not gzip");
         assert!(matches!(

@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use service::tls::{MaybeTls, ServerStream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::log::FileSlice;
@@ -59,10 +59,20 @@ pub async fn send_slice(
     metrics: &Metrics,
     stall: std::time::Duration,
 ) -> io::Result<()> {
-    let tls = match stream {
-        MaybeTls::Plain(stream) => return sendfile(stream, slice, metrics, stall).await,
-        MaybeTls::Tls(tls) => tls,
-    };
+    match stream {
+        MaybeTls::Plain(stream) => sendfile(stream, slice, metrics, stall).await,
+        MaybeTls::Tls(tls) => write_from_file(tls, slice, metrics, stall).await,
+    }
+}
+
+/// Reads `slice` from its file and writes it to `output`, a TLS stream (kernel TLS would let
+/// `sendfile` through). Fails with [`stalled`] when a write takes no bytes for `stall`.
+pub async fn write_from_file<W: AsyncWrite + Unpin>(
+    output: &mut W,
+    slice: &FileSlice,
+    metrics: &Metrics,
+    stall: std::time::Duration,
+) -> io::Result<()> {
     let mut buf = vec![0; TLS_CHUNK_BYTES.min(slice.len as usize)];
     let (mut position, end) = (slice.position, slice.position + slice.len);
     while position < end {
@@ -75,7 +85,7 @@ pub async fn send_slice(
                 format!("{} ended before offset {end}", slice.segment.path.display()),
             ));
         }
-        tokio::time::timeout(stall, tls.write_all(&buf[..read]))
+        tokio::time::timeout(stall, output.write_all(&buf[..read]))
             .await
             .unwrap_or_else(|_| Err(stalled()))?;
         metrics.tls_fetch_bytes.inc_by(read as u64);
@@ -86,7 +96,7 @@ pub async fn send_slice(
 
 /// Sends `slice` to `stream`, waiting for the socket whenever its buffer is full — at most
 /// `stall` each time.
-async fn sendfile(
+pub async fn sendfile(
     stream: &TcpStream,
     slice: &FileSlice,
     metrics: &Metrics,

@@ -67,9 +67,11 @@ impl Partition {
         let index = state.active_index_mut();
         let mut at = offset;
         for (set, counts) in sets.iter().zip(counted) {
-            for (i, &(start, records, _)) in counts.messages.iter().enumerate() {
-                let next = counts.messages.get(i + 1).map_or(set.len() as u64, |m| u64::from(m.0));
-                index.append_message(at + u64::from(start), records, next - u64::from(start));
+            for (i, message) in counts.messages.iter().enumerate() {
+                let start = u64::from(message.position);
+                let next =
+                    counts.messages.get(i + 1).map_or(set.len() as u64, |m| m.position.into());
+                index.append_message(at + start, message.records, next - start, message.time);
             }
             at += set.len() as u64;
         }
@@ -153,11 +155,11 @@ fn number_batches(
         .zip(counted)
         .map(|(set, counts)| {
             let mut copy: Option<Vec<u8>> = None;
-            for (i, &(start, records, batch)) in counts.messages.iter().enumerate() {
-                if batch {
+            for (i, message) in counts.messages.iter().enumerate() {
+                if message.batch {
                     let copy = copy.get_or_insert_with(|| set.to_vec());
-                    let start = start as usize;
-                    let end = counts.messages.get(i + 1).map_or(set.len(), |m| m.0 as usize);
+                    let start = message.position as usize;
+                    let end = counts.messages.get(i + 1).map_or(set.len(), |m| m.position as usize);
                     let message = &mut copy[start..end];
                     // length, CRC, magic: then the batch.
                     let batch_at = protocol::PLAIN_MESSAGE_OVERHEAD_BYTES;
@@ -167,7 +169,7 @@ fn number_batches(
                     );
                     protocol::restamp_crc(message);
                 }
-                record += records;
+                record += message.records;
             }
             copy
         })

@@ -6,8 +6,7 @@ use std::time::UNIX_EPOCH;
 
 use super::{FileSlice, Partition, State};
 use crate::log::error::{LogError, io_error};
-use crate::log::index::{self, SegmentIndex};
-use crate::log::segment::Segment;
+use crate::log::index;
 
 impl Partition {
     // Record numbers (docs/design.md, "Record numbers").
@@ -38,7 +37,8 @@ impl Partition {
             let from = state.indexes[i].floor_byte(position);
             (Arc::clone(&state.segments[i]), from, position, state.config.max_message_bytes)
         };
-        index::record_at(&segment.file, segment.base_offset, from, position, max)
+        index::entry_at_offset(&segment.file, segment.base_offset, from, position, max)
+            .map(|entry| entry.record)
             .map_err(io_error("indexing", &segment.path))
     }
 
@@ -100,20 +100,46 @@ impl Partition {
         }
     }
 
-    /// The record number of the first record of the oldest segment last modified at or after
-    /// `time_ms` (ms since the epoch): where records written at or after that time begin, at
-    /// a segment's grain; `None` if every segment is older. Blocking (reads file times).
-    pub fn first_record_since(&self, time_ms: i64) -> Result<Option<u64>, LogError> {
-        let (segments, firsts): (Vec<Arc<Segment>>, Vec<u64>) = {
+    /// The first visible record whose timestamp is `time_ms` (ms since the epoch) or later,
+    /// and that timestamp: Kafka's ListOffsets by time. Records carry timestamps in magic-2
+    /// batches; the index's times lead to the segment and the place in it where the search
+    /// begins. A segment without any (Tributary's own messages only) counts as written at its
+    /// file's modification time and answers its first record, with timestamp −1. `None` when
+    /// no record is that recent. Blocking: reads messages from an index entry on.
+    pub fn find_time(&self, time_ms: i64) -> Result<Option<(u64, i64)>, LogError> {
+        let visible_end = self.visible_end();
+        let (searches, max) = {
             let state = self.state();
-            (state.segments.clone(), state.indexes.iter().map(SegmentIndex::first_record).collect())
+            let searches: Vec<_> = (0..state.segments.len())
+                .filter(|&i| state.segments[i].base_offset < visible_end)
+                .map(|i| {
+                    let index = &state.indexes[i];
+                    let end = state.segment_end(i).min(visible_end);
+                    let search =
+                        (index.end().time, index.first_record(), index.floor_time(time_ms));
+                    (Arc::clone(&state.segments[i]), end, search)
+                })
+                .collect();
+            (searches, state.config.max_message_bytes)
         };
-        for (segment, first) in segments.iter().zip(firsts) {
-            let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
-            let modified_ms =
-                modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-            if modified_ms >= time_ms {
-                return Ok(Some(first));
+        for (segment, end, (latest, first, from)) in searches {
+            if latest == index::NO_TIME {
+                let modified = segment.modified().map_err(io_error("reading", &segment.path))?;
+                let modified_ms =
+                    modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+                if modified_ms >= time_ms {
+                    return Ok(Some((first, index::NO_TIME)));
+                }
+                continue;
+            }
+            if latest < time_ms {
+                continue;
+            }
+            let found =
+                index::find_time(&segment.file, segment.base_offset, end, from, time_ms, max)
+                    .map_err(io_error("indexing", &segment.path))?;
+            if found.is_some() {
+                return Ok(found);
             }
         }
         Ok(None)

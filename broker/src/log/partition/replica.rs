@@ -89,13 +89,10 @@ impl Partition {
         let kept = Arc::clone(state.active());
         let from = state.active_index().floor_byte(offset);
         let max = state.config.max_message_bytes;
-        let record = index::record_at(&kept.file, kept.base_offset, from, offset, max)
+        let end = index::entry_at_offset(&kept.file, kept.base_offset, from, offset, max)
             .map_err(io_error("indexing", &kept.path))?;
         kept.file.set_len(offset - kept.base_offset).map_err(io_error("truncating", &kept.path))?;
-        state
-            .active_index_mut()
-            .truncate(offset, record)
-            .map_err(io_error("indexing", &kept.path))?;
+        state.active_index_mut().truncate(end).map_err(io_error("indexing", &kept.path))?;
         state.recent_ends.retain(|e| e.byte <= offset);
         state.end = offset;
         // Fsynced whole below, so no flush need sync it again, unless that fails.
