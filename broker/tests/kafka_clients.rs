@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cluster::Registry;
 use testkit::broker_processes::{BrokerProcesses, registry};
@@ -269,3 +269,74 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");
 }
 
+/// A seconds setting from the environment, or `default`.
+fn seconds_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The soak through Kafka's clients (`tests/kafka/soak.py`): a producer at acks all, three
+/// group members that leave and join every few seconds and commit in their revocation
+/// callbacks, and a broker killed -9 (and started again 5 s later) every
+/// `KAFKA_SOAK_KILL_SECS`, for `KAFKA_SOAK_SECS`. In the test run 40 s with one kill; the
+/// ten-minute run is
+/// `KAFKA_SOAK_SECS=600 KAFKA_SOAK_KILL_SECS=60 cargo test -p broker --test kafka_clients soak -- --nocapture`.
+/// Every acknowledged message is consumed; a message delivered twice must be delivered again
+/// within 45 s of a kill (members only leave cleanly, so nothing else may repeat one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soak_with_churning_members_and_killed_brokers_consumes_every_message() {
+    let seconds = seconds_from_env("KAFKA_SOAK_SECS", 40);
+    let every = seconds_from_env("KAFKA_SOAK_KILL_SECS", 20).max(10);
+    let mut cluster = cluster().await;
+    let soak = Command::new("python3")
+        .args([&script("soak.py"), &cluster.bootstrap, "soak", &seconds.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let started = Instant::now();
+    let unix_now = || SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let mut kills: Vec<(i32, f64)> = Vec::new();
+    let mut at = every;
+    while at + 5 < seconds {
+        tokio::time::sleep(Duration::from_secs(at).saturating_sub(started.elapsed())).await;
+        let victim = kills.len() as i32 % cluster.brokers.count();
+        cluster.brokers.kill(victim);
+        kills.push((victim, unix_now()));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        cluster.brokers.restart(victim);
+        at += every;
+    }
+    let output =
+        tokio::task::spawn_blocking(move || soak.wait_with_output().unwrap()).await.unwrap();
+    let (out, err) =
+        (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let report = report(&out);
+    let repeats: Vec<f64> =
+        report["duplicate_times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    let after_kill = |t: f64| kills.iter().any(|&(_, k)| k <= t && t <= k + 45.0);
+    let unexplained: Vec<f64> = repeats.iter().copied().filter(|&t| !after_kill(t)).collect();
+    eprintln!(
+        "soak of {seconds} s, brokers killed {:?}: sent {}, acknowledged {}, consumed {}, \
+         missing {}, delivered twice {} ({} not after a kill), members started {}, left {}, \
+         refused commits {}, failed deliveries {}",
+        kills.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+        report["sent"],
+        report["acknowledged"],
+        report["consumed"],
+        report["missing"],
+        repeats.len(),
+        unexplained.len(),
+        report["members_started"],
+        report["members_left"],
+        report["refused_commits"],
+        report["failed_deliveries"],
+    );
+    assert!(output.status.success(), "soak.py: {out}\n{err}");
+    assert_eq!(report["missing"], 0, "{out}");
+    assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{out}");
+    assert!(
+        unexplained.is_empty(),
+        "messages delivered twice with no broker killed before: {unexplained:?}"
+    );
+    drop(cluster.brokers);
+}
