@@ -291,7 +291,8 @@ async fn groups_of_an_authenticated_cluster_change_only_with_its_credentials() {
 /// `trib groups` shows a group that Kafka's own clients keep through the brokers' Kafka
 /// listeners beside native groups: kcat (librdkafka) reads a topic in a group and commits;
 /// `list` names the group, `describe` gives its committed record numbers, the log ends in
-/// records, the lag, and the coordinator the brokers pick.
+/// records, the lag, and the coordinator the brokers pick; with a member reading, the
+/// coordinator's description of it (client id, host, assigned partitions).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_show_kafka_protocol_groups() {
     let zk = ZooKeeperServer::shared().connect_string();
@@ -369,6 +370,37 @@ async fn groups_show_kafka_protocol_groups() {
             text.starts_with("group kafka-readers (Kafka protocol): coordinator broker "),
             "{text}"
         );
+
+        // A member at work: its coordinator describes it, and which partitions it reads.
+        let mut member = Command::new("kcat")
+            .args(["-b", &bootstrap, "-G", "kafka-readers", "events", "-q"])
+            .args(["-X", "client.id=reader-one"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let described = loop {
+            let described = trib_json(&describe);
+            if described["state"] == "Stable" || Instant::now() > deadline {
+                break described;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let text = Command::new(TRIB).args(describe).output().unwrap();
+        let _ = member.kill();
+        let _ = member.wait();
+        assert_eq!(described["state"], "Stable", "{described}");
+        let members = described["members"].as_array().unwrap();
+        assert_eq!(members.len(), 1, "{described}");
+        assert_eq!(members[0]["client_id"], "reader-one", "{described}");
+        assert_eq!(members[0]["assignment"], serde_json::json!({"events": [0, 1]}), "{described}");
+        for p in described["partitions"].as_array().unwrap() {
+            assert_eq!(p["owner"], members[0]["member_id"], "{described}");
+        }
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(text.contains("state Stable, 1 member(s)"), "{text}");
+        assert!(text.contains("client reader-one"), "{text}");
     })
     .await
     .unwrap();

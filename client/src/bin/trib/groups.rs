@@ -10,10 +10,20 @@ use client::group::lag::{LogEnds, PartitionLag, group_lag_with};
 use serde_json::json;
 
 use client::{OffsetTime, SimpleConsumer};
+use protocol::kafka::describe_groups;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::brokers::Brokers;
 use crate::cli::{GroupsCommand, ResetTo};
 use crate::context::Context;
+
+/// A member's partitions, by topic.
+type Assignment = Vec<(String, Vec<i32>)>;
+
+/// How long a group's coordinator has to describe it.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The largest answer read from it.
+const ANSWER_BYTES_MAX: usize = 16 << 20;
 
 pub async fn run(command: GroupsCommand, context: &Context, json: bool) -> anyhow::Result<()> {
     match command {
@@ -265,7 +275,8 @@ async fn describe(
 
 /// A Kafka-protocol group (docs/design.md, "Kafka consumer groups on the listener"): its
 /// offsets are record numbers, and its members and their assignment live with its
-/// coordinator, which this names.
+/// coordinator, which this names and asks (DescribeGroups on its Kafka listener), as Kafka's
+/// `kafka-consumer-groups --describe` does.
 async fn describe_kafka(
     brokers: &Brokers,
     context: &Context,
@@ -277,6 +288,31 @@ async fn describe_kafka(
     let live = registry.brokers().await.context("cannot read the live brokers")?;
     let with_listener = live.iter().filter(|(_, b)| b.kafka_port.is_some()).map(|(id, _)| *id);
     let coordinator = cluster::kafka_coordinator(group, with_listener);
+    let described = match coordinator.and_then(|id| live.get(&id)) {
+        Some(b) => {
+            let addr = format!("{}:{}", b.host, b.kafka_port.expect("a Kafka listener"));
+            ask_coordinator(&addr, context, group).await
+        }
+        None => Err(anyhow::anyhow!("no live broker coordinates it")),
+    };
+    let members: Vec<(describe_groups::Member, Assignment)> = match &described {
+        Ok(g) => g
+            .members
+            .iter()
+            .map(|m| {
+                let assigned =
+                    describe_groups::consumer_assignment(&m.assignment).unwrap_or_default();
+                (m.clone(), assigned)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let owner = |topic: &str, partition: i32| {
+        members.iter().find_map(|(m, assigned)| {
+            let owns = assigned.iter().any(|(t, ps)| t == topic && ps.contains(&partition));
+            owns.then_some(m)
+        })
+    };
     let mut rows = Vec::new();
     for (topic, partitions) in &offsets {
         for (&partition, &committed) in partitions {
@@ -296,33 +332,94 @@ async fn describe_kafka(
             .iter()
             .map(|(topic, partition, committed, end, lag)| {
                 json!({"topic": topic, "partition": partition, "committed": committed,
-                       "log_end": end, "lag": lag})
+                       "log_end": end, "lag": lag,
+                       "owner": owner(topic, *partition).map(|m| &m.member_id)})
             })
             .collect();
-        let value = json!({"group": group, "protocol": "kafka", "coordinator": coordinator,
-                           "partitions": partitions});
+        let member_values: Vec<_> = members
+            .iter()
+            .map(|(m, assigned)| {
+                let assigned: BTreeMap<&String, &Vec<i32>> =
+                    assigned.iter().map(|(t, ps)| (t, ps)).collect();
+                json!({"member_id": m.member_id, "client_id": m.client_id,
+                       "host": m.client_host, "assignment": assigned})
+            })
+            .collect();
+        let mut value = json!({"group": group, "protocol": "kafka", "coordinator": coordinator,
+                               "partitions": partitions, "members": member_values});
+        match &described {
+            Ok(g) => value["state"] = json!(g.state),
+            Err(e) => value["members_unknown"] = json!(format!("{e:#}")),
+        }
         println!("{value}");
         return Ok(());
     }
     let coordinator = coordinator.map_or("none live".to_owned(), |id| format!("broker {id}"));
+    println!("group {group} (Kafka protocol): coordinator {coordinator}; offsets in records");
+    match &described {
+        Ok(g) => {
+            println!("state {}, {} member(s)", g.state, g.members.len());
+            for (m, assigned) in &members {
+                let assigned: Vec<String> =
+                    assigned.iter().map(|(t, ps)| format!("{t} {ps:?}")).collect();
+                println!(
+                    "  {}  client {}  host {}  assigned {}",
+                    m.member_id,
+                    m.client_id,
+                    m.client_host,
+                    assigned.join(", ")
+                );
+            }
+        }
+        Err(e) => println!("members unknown: {e:#}"),
+    }
     println!(
-        "group {group} (Kafka protocol): coordinator {coordinator}, which holds its members and \
-         their assignment; offsets in records"
-    );
-    println!(
-        "{:<20} {:>9} {:>14} {:>14} {:>12}",
-        "topic", "partition", "committed", "log end", "lag"
+        "{:<20} {:>9} {:>14} {:>14} {:>12}  {:<24}",
+        "topic", "partition", "committed", "log end", "lag", "client (host)"
     );
     let show = |o: Option<i64>| o.map_or("-".to_owned(), |o| o.to_string());
     for (topic, partition, committed, end, lag) in &rows {
+        let owner = owner(topic, *partition)
+            .map_or("-".to_owned(), |m| format!("{} ({})", m.client_id, m.client_host));
         println!(
-            "{:<20} {:>9} {:>14} {:>14} {:>12}",
+            "{:<20} {:>9} {:>14} {:>14} {:>12}  {:<24}",
             topic,
             partition.to_string(),
             committed,
             show(*end),
-            show(*lag)
+            show(*lag),
+            owner
         );
     }
     Ok(())
+}
+
+/// Asks the group's coordinator for its members: DescribeGroups on its Kafka listener, with
+/// trib's TLS settings.
+async fn ask_coordinator(
+    addr: &str,
+    context: &Context,
+    group: &str,
+) -> anyhow::Result<describe_groups::Group> {
+    let ask = async {
+        let tls = context.tls();
+        let mut stream = service::tls::ClientStream::connect(addr, tls.as_ref()).await?;
+        stream.write_all(&describe_groups::request(1, "trib", group)?).await?;
+        let mut size = [0u8; 4];
+        stream.read_exact(&mut size).await?;
+        let size = u32::from_be_bytes(size) as usize;
+        anyhow::ensure!(size <= ANSWER_BYTES_MAX, "an answer of {size} bytes");
+        let mut frame = vec![0; size];
+        stream.read_exact(&mut frame).await?;
+        let (_, described) = describe_groups::response(frame.into())?;
+        match described.error {
+            0 => Ok(described),
+            30 => anyhow::bail!("the ACLs do not let {} describe the group", context.principal()),
+            code => anyhow::bail!("the coordinator answered Kafka error {code}"),
+        }
+    };
+    tokio::time::timeout(ASK_TIMEOUT, ask)
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer in {ASK_TIMEOUT:?}"))?
+        .with_context(|| format!("asking the coordinator at {addr}"))
 }
