@@ -287,10 +287,13 @@ async fn a_soak_with_churning_members_and_killed_brokers_consumes_every_message(
     let seconds = seconds_from_env("KAFKA_SOAK_SECS", 40);
     let every = seconds_from_env("KAFKA_SOAK_KILL_SECS", 20).max(10);
     let mut cluster = cluster().await;
+    // librdkafka logs every refused connection to stderr: into a file, as a pipe nobody reads
+    // until the end fills and then blocks its threads, producer and consumers with them.
+    let stderr = tempfile::NamedTempFile::new().unwrap();
     let soak = Command::new("python3")
         .args([&script("soak.py"), &cluster.bootstrap, "soak", &seconds.to_string()])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr.reopen().unwrap())
         .spawn()
         .expect("python3");
     let started = Instant::now();
@@ -308,8 +311,9 @@ async fn a_soak_with_churning_members_and_killed_brokers_consumes_every_message(
     }
     let output =
         tokio::task::spawn_blocking(move || soak.wait_with_output().unwrap()).await.unwrap();
-    let (out, err) =
-        (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = std::fs::read_to_string(stderr.path()).unwrap_or_default();
+    assert!(out.lines().last().is_some(), "soak.py printed no report: {err}");
     let report = report(&out);
     let repeats: Vec<f64> =
         report["duplicate_times"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
@@ -331,6 +335,17 @@ async fn a_soak_with_churning_members_and_killed_brokers_consumes_every_message(
         report["refused_commits"],
         report["failed_deliveries"],
     );
+    if !output.status.success() {
+        // What the cluster looked like at the end, and every broker's log, kept for a look.
+        let states = cluster.registry.partition_states("soak").await;
+        eprintln!("partition states at the end: {states:?}\nsoak.py progress:\n{err}");
+        let kept = std::env::temp_dir().join("tributary-kafka-soak");
+        let _ = std::fs::create_dir_all(&kept);
+        for id in 0..cluster.brokers.count() {
+            let _ = std::fs::write(kept.join(format!("broker-{id}.log")), cluster.brokers.log(id));
+        }
+        eprintln!("broker logs kept in {}", kept.display());
+    }
     assert!(output.status.success(), "soak.py: {out}\n{err}");
     assert_eq!(report["missing"], 0, "{out}");
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{out}");

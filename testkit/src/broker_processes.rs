@@ -32,6 +32,10 @@ pub struct BrokerProcesses {
 
 struct Slot {
     port: u16,
+    /// The port of its Kafka listener when the arguments ask for one on port 0: the broker's
+    /// own, kept across restarts as a deployment's would be, so that a client's bootstrap
+    /// list stays good.
+    kafka_port: u16,
     process: Option<Process>,
     /// How many times it was started: each start logs to a file of its own.
     starts: u32,
@@ -39,7 +43,8 @@ struct Slot {
 
 impl BrokerProcesses {
     /// Starts `count` brokers of `binary` registered at `connect` (a ZooKeeper connect string
-    /// with the cluster's chroot), each with `args` after the flags that make it broker `id`.
+    /// with the cluster's chroot), each with `args` after the flags that make it broker `id`
+    /// (`--kafka-port 0` becomes a port of each broker's own, the same at every restart).
     pub fn start(binary: &Path, connect: &str, count: i32, args: &[&str]) -> BrokerProcesses {
         let mut brokers = BrokerProcesses {
             connect: connect.to_owned(),
@@ -47,7 +52,12 @@ impl BrokerProcesses {
             dir: tempfile::tempdir().expect("temp dir"),
             args: args.iter().map(|a| a.to_string()).collect(),
             brokers: (0..count)
-                .map(|_| Slot { port: free_port(), process: None, starts: 0 })
+                .map(|_| Slot {
+                    port: free_port(),
+                    kafka_port: free_port(),
+                    process: None,
+                    starts: 0,
+                })
                 .collect(),
         };
         for id in 0..count {
@@ -111,7 +121,15 @@ impl BrokerProcesses {
         ]
         .map(String::from)
         .to_vec();
-        args.extend(self.args.iter().cloned());
+        let kafka_port = slot.kafka_port.to_string();
+        let mut asked = self.args.iter().peekable();
+        while let Some(arg) = asked.next() {
+            args.push(arg.clone());
+            if arg == "--kafka-port" && asked.peek().is_some_and(|p| *p == "0") {
+                asked.next();
+                args.push(kafka_port.clone());
+            }
+        }
         let starts = slot.starts + 1;
         let log_path = self.log_path(id, starts);
         let process = Process::spawn(&self.binary, &args, slot.port, &log_path);

@@ -81,6 +81,8 @@ class Member:
     def leave(self):
         self.stop.set()
         self.thread.join(60)
+        if self.thread.is_alive():
+            print(f"{time.strftime('%H:%M:%S')} a member did not stop in 60 s", file=sys.stderr, flush=True)
 
 
 members = [Member(n) for n in range(MEMBERS)]
@@ -115,6 +117,20 @@ def churn():
 
 churner = threading.Thread(target=churn, daemon=True)
 churner.start()
+
+
+def progress():
+    # Every 5 s on stderr: what was acknowledged, consumed and given up so far.
+    while True:
+        time.sleep(5)
+        with lock:
+            consumed = len(deliveries)
+        print(f"{time.strftime('%H:%M:%S')} acknowledged {len(acknowledged)} consumed {consumed} "
+              f"failed {dict(failed_deliveries)} members started {report['members_started']}",
+              file=sys.stderr, flush=True)
+
+
+threading.Thread(target=progress, daemon=True).start()
 seq = 0
 end = time.time() + seconds
 while time.time() < end:
@@ -146,6 +162,18 @@ for member in members:
 
 with lock:
     missing = sorted(acknowledged - deliveries.keys())
+if missing:
+    # Where the members are, and what their coordinator says of the group.
+    import faulthandler
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    try:
+        described = admin.describe_consumer_groups([topic + "-soak"])[topic + "-soak"].result(30)
+        report["group_state"] = str(described.state)
+        report["group_members"] = [(m.client_id, m.member_id, [tp.partition for tp in m.assignment.topic_partitions])
+                                   for m in described.members]
+    except Exception as e:
+        report["group_state"] = f"not described: {e}"
+with lock:
     repeats = sorted(t for times in deliveries.values() for t in times[1:])
 report["consumed"] = len(deliveries)
 report["missing"] = len(missing)
