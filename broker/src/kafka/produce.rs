@@ -30,7 +30,7 @@ pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
 /// A partition's part of the answer: settled now, or once its appended run is acknowledged.
 enum Outcome {
     Settled { error: i16, base_offset: i64 },
-    Appended { run: AppendedRun, first_record: u64, idempotent: Option<Idempotent> },
+    Appended { run: AppendedRun, first_record: u64 },
 }
 
 /// What to remember of an idempotent producer's batch once it is appended.
@@ -75,7 +75,6 @@ pub async fn start(
         }
         topics.push((topic, outcomes));
     }
-    let state = std::sync::Arc::clone(&client.state);
     Ok(Box::pin(async move {
         let mut responses = Vec::with_capacity(topics.len());
         for (topic, outcomes) in topics {
@@ -83,20 +82,8 @@ pub async fn start(
             for (partition, outcome) in outcomes {
                 let (error, base_offset) = match outcome {
                     Outcome::Settled { error, base_offset } => (error, base_offset),
-                    Outcome::Appended { run, first_record, idempotent } => {
+                    Outcome::Appended { run, first_record } => {
                         let result = run.acknowledged().await.pop().expect("one set");
-                        if let Some(i) = idempotent {
-                            // In the log now, acknowledged or not: a retry of it is a duplicate.
-                            let producers = &state.producers;
-                            producers.record(
-                                i.id,
-                                i.epoch,
-                                &topic,
-                                partition,
-                                i.sequences,
-                                first_record,
-                            );
-                        }
                         match result {
                             Ok(_) => (code::NONE, first_record as i64),
                             Err(e) => (kafka_error(e), -1),
@@ -165,7 +152,18 @@ async fn append(
     let set = set.freeze();
     let run = client.node.append_run(topic, partition, acks, std::slice::from_ref(&set)).await;
     match run.first_record() {
-        Some(first_record) => Outcome::Appended { run, first_record, idempotent },
+        Some(first_record) => {
+            // In the log now, acknowledged or not: a retry of it is a duplicate, and the
+            // producer's next batch — which it may send before this one is acknowledged, up to
+            // five in flight — follows it. Remembered only once acknowledged, a batch made the
+            // next one, pipelined behind it, look out of order (OUT_OF_ORDER_SEQUENCE_NUMBER,
+            // fatal to librdkafka's idempotent producer) whenever acks all took a while.
+            if let Some(i) = idempotent {
+                let producers = &client.state.producers;
+                producers.record(i.id, i.epoch, topic, partition, i.sequences, first_record);
+            }
+            Outcome::Appended { run, first_record }
+        }
         None => {
             let error = run.acknowledged().await.pop().expect("one set").err();
             settled(error.map_or(code::UNKNOWN_SERVER_ERROR, kafka_error))
