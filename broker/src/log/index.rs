@@ -368,14 +368,18 @@ fn encode(entries: &[IndexEntry]) -> Vec<u8> {
     bytes
 }
 
+/// Where a RecordBatch header holds `maxTimestamp`.
+const MAX_TIMESTAMP_AT: usize = 35;
+
 /// The largest record timestamp of a stored message: a magic-2 batch's `maxTimestamp`;
-/// [`NO_TIME`] for Tributary's own messages, which carry none.
+/// [`NO_TIME`] for Tributary's own messages, which carry none. Read from the batch's header
+/// as it is: the message was checked whole (CRC-32C included) when it was parsed, and
+/// parsing the batch again would compute its CRC a second time for every message.
 pub fn time_of(message: &protocol::MessageRef) -> i64 {
     if message.magic != protocol::MAGIC_BATCH {
         return NO_TIME;
     }
-    protocol::record_batch::RecordBatchRef::parse(message.payload)
-        .map_or(NO_TIME, |batch| batch.max_timestamp().max(NO_TIME))
+    protocol::i64_at(message.payload, MAX_TIMESTAMP_AT).map_or(NO_TIME, |t| t.max(NO_TIME))
 }
 
 /// The valid entries of an index file, in order: the first at `base_offset` with no time
