@@ -99,10 +99,13 @@ pub async fn run(args: ReplicationArgs, date: String, machine: String) -> BenchR
     let broker_args = ["--zookeeper-session-timeout-ms", &session, "--flush-ms", "10"];
     let mut brokers = BrokerProcesses::start(&broker_bin, &connect, 3, &broker_args);
     let registry = registry(&connect).await;
-    wait_for(Duration::from_secs(60), "three brokers registered", || async {
+    let registered = wait_for(Duration::from_secs(60), "three brokers registered", || async {
         registry.brokers().await.is_ok_and(|b| b.len() == 3)
     })
-    .await?;
+    .await;
+    if let Err(e) = registered {
+        anyhow::bail!("{e}\n{}", brokers.report());
+    }
     let admin = Connection::connect(&brokers.addr(0)).await?;
     let replicated = [("replication_factor", "3"), ("min_insync_replicas", "2")];
     admin.create_topic("rf1", 1, &[("replication_factor", "1")]).await?;

@@ -170,6 +170,47 @@ async fn registration_comes_back_after_zookeeper_restarts() {
     drop(server);
 }
 
+/// A broker starting while ZooKeeper stands still for three of its 1 s sessions waits for it,
+/// as for a server not up yet, and registers once it answers (it exited with "no response from
+/// connection in 400ms": a whole test cluster short of a broker under a loaded machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_starting_through_a_zookeeper_pause_registers_after_it() {
+    let server = Arc::new(ZooKeeperServer::start());
+    let connect = server.connect_string();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let paused = Arc::clone(&server);
+    let pause = std::thread::spawn(move || paused.pause(Duration::from_secs(3)));
+    std::thread::sleep(Duration::from_millis(100));
+    let args: Vec<String> = [
+        "--broker-id",
+        "4",
+        "--port",
+        &port.to_string(),
+        "--data-dir",
+        dir.path().join("data").to_str().unwrap(),
+        "--zookeeper",
+        &connect,
+        "--zookeeper-session-timeout-ms",
+        "1000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let log = dir.path().join("broker.log");
+    let mut process = Process::spawn(env!("CARGO_BIN_EXE_broker").as_ref(), &args, port, &log);
+    tokio::task::spawn_blocking(move || pause.join().unwrap()).await.unwrap();
+    let (_session, registry) = observer(&connect).await;
+    let registered = async {
+        while !registry.brokers().await.is_ok_and(|b| b.contains_key(&4)) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let timely = tokio::time::timeout(WAIT, registered).await.is_ok();
+    let exited = process.child.try_wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(timely && exited.is_none(), "registered: {timely}, exited: {exited:?}\n{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zookeeper_flags_register_a_broker_started_from_the_command_line() {
     let server = ZooKeeperServer::shared();

@@ -77,7 +77,9 @@ impl std::fmt::Debug for Watch {
 #[async_trait]
 pub trait Coordinator: Send + Sync + 'static {
     /// Creates `path` holding `data`, creating missing parents as empty persistent nodes.
-    /// Fails with [`CoordError::NodeExists`] if `path` exists.
+    /// Fails with [`CoordError::NodeExists`] if `path` exists, unless it is an ephemeral node
+    /// of this session holding `data`: a create tried again after the connection lost its
+    /// answer ([`CoordError::Unavailable`]: the outcome unknown) finds the node it made.
     async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<(), CoordError>;
 
     /// Creates `path` and its parents as empty persistent nodes where missing.

@@ -67,7 +67,15 @@ impl Tree {
         data: Vec<u8>,
         owner: Option<SessionId>,
     ) -> Result<(), CoordError> {
-        if path == "/" || self.nodes.contains_key(path) {
+        if let Some(node) = self.nodes.get(path) {
+            // As on ZooKeeper (see `Coordinator::create`): this session's own ephemeral node
+            // with these bytes is the node it asked for.
+            if owner.is_some() && node.owner == owner && node.data == data {
+                return Ok(());
+            }
+            return Err(CoordError::NodeExists { path: path.to_owned() });
+        }
+        if path == "/" {
             return Err(CoordError::NodeExists { path: path.to_owned() });
         }
         let parent_path = parent(path);

@@ -210,6 +210,10 @@ fn map_error(path: &str, e: zk::Error) -> CoordError {
         | zk::Error::Timeout
         | zk::Error::NoHosts
         | zk::Error::ClientClosed) => CoordError::Unavailable(e.to_string()),
+        // The client's own failures of the connection under a request ("no response from
+        // connection in 400ms" when the server paused, a socket error): ZooKeeper's
+        // connection loss, the outcome unknown and the session perhaps still alive.
+        e @ zk::Error::Custom(_) => CoordError::Unavailable(e.to_string()),
         e => CoordError::Backend(e.to_string()),
     }
 }
@@ -290,16 +294,29 @@ async fn open(
     if let Some(Digest(credentials)) = &config.digest {
         connector = connector.with_auth("digest", credentials.as_bytes());
     }
-    let connecting = connector.connect(hosts);
-    let client = tokio::time::timeout(Duration::from_millis(config.connect_timeout_ms), connecting)
-        .await
-        .map_err(|_| {
-            CoordError::Unavailable(format!(
-                "no ZooKeeper answered at {hosts} within {} ms",
+    // The client gives up on a server that stops answering for 2/3 of the session timeout (a
+    // collector's pause, a starved machine): tried again until the connect timeout, as for a
+    // server not up yet.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(config.connect_timeout_ms);
+    let mut backoff = service::Backoff::from_ms(50, 1_000);
+    let client = loop {
+        let lost = match tokio::time::timeout_at(deadline, connector.clone().connect(hosts)).await {
+            Ok(Ok(client)) => break client,
+            Ok(Err(e)) => match map_error("/", e) {
+                CoordError::Unavailable(lost) => lost,
+                other => return Err(other),
+            },
+            Err(_) => String::from("no answer"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CoordError::Unavailable(format!(
+                "no ZooKeeper session at {hosts} within {} ms: {lost}",
                 config.connect_timeout_ms
-            ))
-        })?
-        .map_err(|e| map_error("/", e))?;
+            )));
+        }
+        tracing::debug!(error = %lost, "ZooKeeper connection failed; trying again");
+        backoff.sleep().await;
+    };
     if chroot.is_empty() {
         return Ok(client);
     }
@@ -429,7 +446,25 @@ async fn create_with_parents(
 impl Coordinator for ZooKeeper {
     async fn create(&self, path: &str, data: &[u8], mode: NodeMode) -> Result<(), CoordError> {
         validate_path(path)?;
-        create_with_parents(&self.client(), path, data, mode, self.acls()).await?;
+        let client = self.client();
+        match create_with_parents(&client, path, data, mode, self.acls()).await {
+            // This session's own node with these very bytes: an earlier create whose answer
+            // the connection lost (Unavailable, the outcome unknown) was carried out, and the
+            // caller tries again. Anything else there is someone else's, or another value.
+            Err(CoordError::NodeExists { .. }) if mode == NodeMode::Ephemeral => {
+                let own = match client.get_data(path).await {
+                    Ok((found, stat)) => {
+                        stat.ephemeral_owner == client.session_id().0 && found == data
+                    }
+                    Err(zk::Error::NoNode) => false,
+                    Err(e) => return Err(map_error(path, e)),
+                };
+                if !own {
+                    return Err(CoordError::NodeExists { path: path.to_owned() });
+                }
+            }
+            result => result?,
+        }
         if mode == NodeMode::Ephemeral {
             self.ephemerals().insert(path.to_owned(), data.to_vec());
         }

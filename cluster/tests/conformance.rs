@@ -139,6 +139,20 @@ async fn creating_an_existing_node_fails_with_a_typed_error(service: Service) {
     assert_eq!(c.get("/dup").await.unwrap().unwrap().0, b"first");
 }
 
+/// A create tried again (its first answer lost with the connection) finds the node it made;
+/// another value, or another session's node, is still somebody else's.
+async fn an_ephemeral_create_tried_again_finds_its_own_node(service: Service) {
+    let (one, two) = (service.session().await, service.session().await);
+    let (one, two) = (one.coordinator(), two.coordinator());
+    one.create("/again/mine", b"me", NodeMode::Ephemeral).await.unwrap();
+    one.create("/again/mine", b"me", NodeMode::Ephemeral).await.unwrap();
+    let err = one.create("/again/mine", b"changed", NodeMode::Ephemeral).await.unwrap_err();
+    assert!(matches!(err, CoordError::NodeExists { .. }), "{err}");
+    let err = two.create("/again/mine", b"me", NodeMode::Ephemeral).await.unwrap_err();
+    assert!(matches!(err, CoordError::NodeExists { .. }), "{err}");
+    assert_eq!(two.get("/again/mine").await.unwrap().unwrap().0, b"me");
+}
+
 async fn conditional_set_fails_on_a_stale_version(service: Service) {
     let c = service.session().await.coordinator();
     c.create("/v", b"0", NodeMode::Persistent).await.unwrap();
@@ -576,6 +590,7 @@ macro_rules! conformance {
 conformance!(
     create_read_set_delete,
     creating_an_existing_node_fails_with_a_typed_error,
+    an_ephemeral_create_tried_again_finds_its_own_node,
     conditional_set_fails_on_a_stale_version,
     deleting_a_parent_with_children_fails,
     ephemeral_nodes_vanish_when_their_session_ends,

@@ -86,6 +86,25 @@ impl BrokerProcesses {
             .join("\n--- restarted ---\n")
     }
 
+    /// Each broker's state (running, or how its process ended) and the last lines it logged:
+    /// what a failed wait for the cluster reports, since the logs go with the test's directory.
+    pub fn report(&mut self) -> String {
+        let mut report = String::new();
+        for id in 0..self.count() {
+            let state = match self.slot_mut(id).process.as_mut().map(|p| p.child.try_wait()) {
+                None => "killed".to_owned(),
+                Some(Ok(None)) => "running".to_owned(),
+                Some(Ok(Some(status))) => format!("exited: {status}"),
+                Some(Err(e)) => format!("unknown: {e}"),
+            };
+            let log = self.log(id);
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            report.push_str(&format!("--- broker {id} ({state}), its last lines:\n{tail}\n"));
+        }
+        report
+    }
+
     /// `kill -9`: no flush, no unregistering; its ZooKeeper node goes when its session expires.
     pub fn kill(&mut self, id: i32) {
         if let Some(mut process) = self.slot_mut(id).process.take() {

@@ -101,6 +101,16 @@ impl ZooKeeperServer {
         Some(answer)
     }
 
+    /// Freezes the server (SIGSTOP) for `pause`, as a long collector pause or a starved
+    /// machine would: connections stay open and go unanswered. Returns once it runs again.
+    pub fn pause(&self, pause: Duration) {
+        let pid = self.child.lock().unwrap().as_ref().map(|c| Pid::from_raw(c.id() as i32));
+        let pid = pid.expect("a running server");
+        kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+        std::thread::sleep(pause);
+        kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    }
+
     /// Stops the server (SIGTERM), keeping its data directory.
     pub fn stop(&self) {
         if let Some(mut child) = self.child.lock().unwrap().take() {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::{BrokerInfo, Coordinator, Registry, RegistryError, ZooKeeper};
+use cluster::{BrokerInfo, CoordError, Coordinator, Registry, RegistryError, ZooKeeper};
 
 pub(crate) struct Registration {
     broker_id: i32,
@@ -28,13 +28,49 @@ impl Registration {
         info: BrokerInfo,
     ) -> Result<Registration, RegistryError> {
         let session_timeout_ms = zookeeper.session_timeout_ms();
-        let session = ZooKeeper::connect(zookeeper.config(connect)?).await?;
+        let config = zookeeper.config(connect)?;
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let session = ZooKeeper::connect(config).await?;
         tracing::info!(zookeeper = %connect, "connected to ZooKeeper");
         let registry = Registry::new(session.clone());
         let timeout = 2 * Duration::from_millis(session_timeout_ms);
-        wait_until_gone(&registry, broker_id, timeout).await?;
-        wait_for_leadership_moved(&registry, broker_id, timeout).await?;
-        registry.register_broker(broker_id, &info).await?;
+        // A connection lost on the way (ZooKeeper paused by its collector, or a machine so
+        // starved that 2/3 of the session passed unanswered) is ridden out as the session
+        // rides it out, for as long as a first connection may take: a broker that gives up
+        // on a pause of half a second at its start is a broker an operator must start again.
+        let give_up = Instant::now() + connect_timeout;
+        let mut backoff = service::Backoff::from_ms(100, 2_000);
+        let (mut waited, mut lost) = (false, false);
+        loop {
+            let registered = async {
+                if !waited {
+                    wait_until_gone(&registry, broker_id, timeout).await?;
+                    wait_for_leadership_moved(&registry, broker_id, timeout).await?;
+                    waited = true;
+                }
+                registry.register_broker(broker_id, &info).await
+            };
+            let error = match registered.await {
+                Ok(()) => break,
+                Err(e) if Instant::now() >= give_up => return Err(e),
+                Err(RegistryError::Coord(
+                    e @ (CoordError::Unavailable(_) | CoordError::SessionExpired),
+                )) => e.to_string(),
+                // A create of an earlier try carried out in the session that then expired: the
+                // node goes when ZooKeeper ends that session. (One of this session's own is
+                // found by the create itself.)
+                Err(e @ RegistryError::BrokerIdTaken { .. }) if lost => {
+                    match registry.brokers().await.map(|b| b.get(&broker_id).cloned()) {
+                        Ok(Some(held)) if held != info => return Err(e),
+                        _ => "this broker's node from the expired session is still there".into(),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            lost = true;
+            tracing::warn!(%error, "ZooKeeper connection lost while registering; retrying");
+            backoff.sleep().await;
+        }
         tracing::info!(broker_id, addr = %info.addr(), "registered broker");
         Ok(Registration { broker_id, registry, _session: session })
     }
