@@ -41,8 +41,14 @@ use std::time::{Duration, Instant};
 
 /// An HTTP client for tests (5 s timeout), with the process's TLS provider installed.
 pub fn http_client() -> reqwest::Client {
+    http_client_with_timeout(Duration::from_secs(5))
+}
+
+/// An HTTP client whose requests may take up to `timeout`: for a request whose duration is
+/// not what its test is about (a very large body, measured for memory).
+pub fn http_client_with_timeout(timeout: Duration) -> reqwest::Client {
     service::tls::install_crypto_provider();
-    reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("an HTTP client")
+    reqwest::Client::builder().timeout(timeout).build().expect("an HTTP client")
 }
 
 /// Polls `check` every 10 ms until it returns `Some`, failing the test after `timeout`.
