@@ -23,11 +23,13 @@ pub enum ConfigError {
     #[error("invalid {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error(
-        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, visible_after, partitions)"
+        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, visible_after, message_timestamp_type, partitions)"
     )]
     UnknownTopicKey(String),
     #[error("visible_after: {0:?} is neither \"flush\" nor \"write\"")]
     NotAVisibility(String),
+    #[error("message_timestamp_type: {0:?} is neither \"CreateTime\" nor \"LogAppendTime\"")]
+    NotATimestampType(String),
     #[error("topic config {key}: {value:?} is not a whole number")]
     NotANumber { key: String, value: String },
 }
@@ -62,6 +64,38 @@ impl std::fmt::Display for VisibleAfter {
         f.write_str(match self {
             VisibleAfter::Flush => "flush",
             VisibleAfter::Write => "write",
+        })
+    }
+}
+
+/// Which time a magic-2 batch's records carry (Kafka's `message.timestamp.type`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TimestampType {
+    /// The producer's, as sent.
+    #[default]
+    CreateTime,
+    /// The leader's clock when it appends the batch: it sets the batch's timestamp type and
+    /// its max timestamp, which Kafka's consumers then read as every record's timestamp.
+    LogAppendTime,
+}
+
+impl FromStr for TimestampType {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<TimestampType, ConfigError> {
+        match s.trim() {
+            "CreateTime" => Ok(TimestampType::CreateTime),
+            "LogAppendTime" => Ok(TimestampType::LogAppendTime),
+            other => Err(ConfigError::NotATimestampType(other.to_owned())),
+        }
+    }
+}
+
+impl std::fmt::Display for TimestampType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimestampType::CreateTime => "CreateTime",
+            TimestampType::LogAppendTime => "LogAppendTime",
         })
     }
 }
@@ -136,6 +170,8 @@ pub struct BrokerConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
+    /// Which time magic-2 batches carry: `CreateTime` or `LogAppendTime`.
+    pub message_timestamp_type: TimestampType,
     /// `tls_cert` and `tls_key` (PEM certificate chain and key): the listener speaks TLS 1.3
     /// only, and followers fetch from their leaders over TLS with this certificate as theirs.
     /// `tls_client_ca`: clients must present a certificate signed by this CA (mutual TLS); the
@@ -161,6 +197,7 @@ pub struct LogConfig {
     pub flush_messages: u64,
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
+    pub timestamp_type: TimestampType,
     /// The longest message the broker takes (the broker's `max_message_bytes`): also the
     /// longest a length read back from a segment file may claim.
     pub max_message_bytes: u32,
@@ -204,6 +241,7 @@ impl Default for BrokerConfig {
             flush_messages: 10_000,
             flush_ms: 1000,
             visible_after: VisibleAfter::Flush,
+            message_timestamp_type: TimestampType::CreateTime,
             tls: service::tls::TlsArgs::default(),
             acl_file: None,
             unknown: service::config::Unknown,
@@ -340,6 +378,7 @@ impl BrokerConfig {
             flush_messages: self.flush_messages,
             flush_ms: self.flush_ms,
             visible_after: self.visible_after,
+            timestamp_type: self.message_timestamp_type,
             max_message_bytes: self.max_message_bytes,
         }
     }
@@ -418,6 +457,9 @@ impl LogConfig {
         if let Some(visible_after) = overrides.visible_after {
             log.visible_after = visible_after;
         }
+        if let Some(timestamp_type) = overrides.timestamp_type {
+            log.timestamp_type = timestamp_type;
+        }
         for (key, &value) in &overrides.values {
             match key.as_str() {
                 "segment_bytes" => log.segment_bytes = value,
@@ -449,7 +491,7 @@ const TOPIC_KEYS: [&str; 6] = [
 
 /// Kafka's names for the topic settings Tributary takes, and Tributary's own: Kafka's admin
 /// APIs take either.
-pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 8] = [
+pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 9] = [
     ("segment.bytes", "segment_bytes"),
     ("segment.ms", "segment_ms"),
     ("retention.ms", "retention_ms"),
@@ -458,7 +500,11 @@ pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 8] = [
     ("flush.ms", "flush_ms"),
     ("min.insync.replicas", "min_insync_replicas"),
     ("unclean.leader.election.enable", "unclean_leader_election"),
+    ("message.timestamp.type", TIMESTAMP_TYPE),
 ];
+
+/// The topic setting of [`TimestampType`].
+pub(crate) const TIMESTAMP_TYPE: &str = "message_timestamp_type";
 
 /// Tributary's key for a topic setting named by Kafka's name or its own.
 pub(crate) fn topic_key(name: &str) -> &str {
@@ -484,6 +530,7 @@ impl BrokerConfig {
             "min_insync_replicas" => self.min_insync_replicas.to_string(),
             "unclean_leader_election" => "false".into(),
             "visible_after" => self.visible_after.to_string(),
+            TIMESTAMP_TYPE => self.message_timestamp_type.to_string(),
             _ => return None,
         })
     }
@@ -513,6 +560,9 @@ pub struct TopicOverrides {
     /// Unset: the broker's `visible_after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visible_after: Option<VisibleAfter>,
+    /// Unset: the broker's `message_timestamp_type`.
+    #[serde(default, rename = "message_timestamp_type", skip_serializing_if = "Option::is_none")]
+    pub timestamp_type: Option<TimestampType>,
     /// The numeric keys of [`TOPIC_KEYS`].
     #[serde(default)]
     pub values: BTreeMap<String, u64>,
@@ -528,10 +578,14 @@ impl TopicOverrides {
     ) -> Result<TopicOverrides, ConfigError> {
         let mut values = BTreeMap::new();
         let mut partitions_key = None;
-        let mut visible_after = None;
+        let (mut visible_after, mut timestamp_type) = (None, None);
         for (key, value) in configs {
             if key == "visible_after" {
                 visible_after = Some(value.parse()?);
+                continue;
+            }
+            if key == TIMESTAMP_TYPE {
+                timestamp_type = Some(value.parse()?);
                 continue;
             }
             let number: u64 = value
@@ -563,7 +617,8 @@ impl TopicOverrides {
                 reason: "must be between 1 and 10000".into(),
             });
         }
-        let overrides = TopicOverrides { partitions: partitions as u32, visible_after, values };
+        let overrides =
+            TopicOverrides { partitions: partitions as u32, visible_after, timestamp_type, values };
         BrokerConfig::default().log().with_overrides(&overrides).validate()?;
         Ok(overrides)
     }

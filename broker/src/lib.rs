@@ -21,7 +21,8 @@ mod replication;
 
 pub use broker::{Broker, BrokerError, Listeners, run};
 pub use config::{
-    BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TopicOverrides, VisibleAfter,
+    BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TimestampType, TopicOverrides,
+    VisibleAfter,
 };
 pub use metrics::Metrics;
 pub use node::Node;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use broker::{Broker, BrokerConfig, Listeners, VisibleAfter};
+use broker::{Broker, BrokerConfig, Listeners, TimestampType, VisibleAfter};
 use clap::Parser;
 use serde::Serialize;
 use service::Failure;
@@ -104,6 +104,10 @@ struct Cli {
     /// in the page cache; a machine crash can lose data a consumer saw).
     #[arg(long, value_name = "flush|write")]
     visible_after: Option<VisibleAfter>,
+    /// Which time magic-2 batches carry: the producer's (`CreateTime`) or the leader's clock
+    /// at append (`LogAppendTime`); Kafka's `log.message.timestamp.type`.
+    #[arg(long, value_name = "CreateTime|LogAppendTime")]
+    message_timestamp_type: Option<TimestampType>,
     /// Delete segments last modified longer ago than this.
     #[arg(long, value_name = "MS")]
     retention_ms: Option<u64>,

@@ -223,6 +223,68 @@ async fn list_offsets_by_time_is_exact_to_the_record() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_append_time_topic_stamps_records_with_the_leaders_clock() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("append_time.py"), &cluster.bootstrap, "appended"], b"");
+    let report = report(&out);
+    eprintln!("append time: {report}");
+    assert_eq!(report["described"], "LogAppendTime");
+    assert_eq!(report["delivered"], 100);
+    assert_eq!(report["delivered_stamped"], true);
+    assert_eq!(report["read_as_delivered"], true);
+    assert_eq!(report["by_time_wrong"], serde_json::json!([]));
+    drop(cluster.brokers);
+}
+
+/// The segment files and the log start file of `topic`'s partition 0 on broker `id`.
+fn partition_files(cluster: &Cluster, id: i32, topic: &str) -> (Vec<String>, String) {
+    let dir = cluster.brokers.data_dir(id).join(format!("{topic}-0"));
+    let mut segments: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            let names = entries.filter_map(|e| e.ok()?.file_name().into_string().ok());
+            names.filter(|name| name.ends_with(".log")).collect()
+        })
+        .unwrap_or_default();
+    segments.sort();
+    (segments, std::fs::read_to_string(dir.join("log-start")).unwrap_or_default())
+}
+
+/// DeleteRecords from both Python admin clients (`tests/kafka/delete_records.py`): the log
+/// start moves on every replica alike (the same start file, the segments wholly before it
+/// deleted), and a new leader starts where the old one did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_of_every_replica() {
+    let mut cluster = cluster().await;
+    let args = [script("delete_records.py"), cluster.bootstrap.clone(), "trimmed".into()];
+    let out = run("python3", &[&args[0], &args[1], &args[2], "delete"], b"");
+    let deleted = report(&out);
+    eprintln!("delete records: {deleted}");
+    assert_eq!(deleted["read_from_10"], 120);
+    assert_eq!(deleted["kafka_python_low_watermark"], 150);
+    assert_eq!(deleted["past_the_end"], "OFFSET_OUT_OF_RANGE");
+    let files = eventually(WAIT, "every replica at the same start", || async {
+        let files: Vec<_> = (0..3).map(|id| partition_files(&cluster, id, "trimmed")).collect();
+        let same = files.iter().all(|f| *f == files[0]);
+        (same && !files[0].1.is_empty()).then_some(files)
+    })
+    .await;
+    let (segments, start) = &files[0];
+    eprintln!("every replica: segments {segments:?}, log start {start:?}");
+    // 200 records of about 100 bytes in segments of 4 KiB: about five, three of them before
+    // record 150.
+    assert!((1..=3).contains(&segments.len()), "{segments:?} with start {start}");
+    let (leader, _) = cluster.registry.leader("trimmed", 0).await.unwrap().unwrap();
+    cluster.brokers.kill(leader);
+    eventually(WAIT, "another leader", || async {
+        let state = cluster.registry.partition_state("trimmed", 0).await.ok()??;
+        (state.0.leader >= 0 && state.0.leader != leader).then_some(())
+    })
+    .await;
+    let out = run("python3", &[&args[0], &args[1], &args[2], "check"], b"");
+    eprintln!("after the leader's death: {}", report(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_python_idempotent_producer_is_read_back_once() {
     let cluster = cluster().await;
     let out = run("python3", &[&script("idempotent.py"), &cluster.bootstrap, "idempotent"], b"");

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `/brokers/topics/{topic}` | persistent | [`TopicAssignment`] |
 //! | `/brokers/topics/{topic}/partitions/{p}/state` | persistent, versioned writes | [`PartitionState`] |
+//! | `/brokers/topics/{topic}/log_starts` | persistent, versioned writes | `{"p": record}`: where DeleteRecords moved each log's start |
 //! | `/controller` | ephemeral | `{"broker_id": id}` |
 //! | `/controller_epoch` | persistent | n, bumped by each new controller |
 //!
@@ -33,6 +34,10 @@ fn topic_path(topic: &str) -> Result<String, RegistryError> {
 
 fn state_path(topic: &str, partition: i32) -> Result<String, RegistryError> {
     Ok(format!("{}/partitions/{partition}/state", topic_path(topic)?))
+}
+
+fn log_starts_path(topic: &str) -> Result<String, RegistryError> {
+    Ok(format!("{}/log_starts", topic_path(topic)?))
 }
 
 fn conflict(path: String) -> impl FnOnce(CoordError) -> RegistryError {
@@ -68,6 +73,62 @@ fn read_assignment(
 }
 
 impl Registry {
+    // Log starts (DeleteRecords).
+
+    /// Where DeleteRecords moved each partition's log start of `topic` (the record number of
+    /// its first record kept; partitions never moved are absent), and a watch that fires when
+    /// one moves.
+    pub async fn log_starts_and_watch(
+        &self,
+        topic: &str,
+    ) -> Result<(BTreeMap<i32, u64>, Watch), RegistryError> {
+        let path = log_starts_path(topic)?;
+        let (found, watch) = self.coordinator().get_and_watch(&path).await?;
+        let starts = read_json(&path, found)?.map(|(starts, _)| starts).unwrap_or_default();
+        Ok((starts, watch))
+    }
+
+    /// Moves `partition`'s log start to record `record` (never back: a lower one leaves the
+    /// start where it is), for every replica to apply; returns the start now recorded.
+    pub async fn advance_log_start(
+        &self,
+        topic: &str,
+        partition: i32,
+        record: u64,
+    ) -> Result<u64, RegistryError> {
+        let path = log_starts_path(topic)?;
+        loop {
+            let found = self.coordinator().get(&path).await?;
+            let (mut starts, version): (BTreeMap<i32, u64>, Option<Version>) =
+                match read_json(&path, found)? {
+                    Some((starts, version)) => (starts, Some(version)),
+                    None => (BTreeMap::new(), None),
+                };
+            let start = starts.entry(partition).or_insert(0);
+            if *start >= record {
+                return Ok(*start);
+            }
+            *start = record;
+            let data = serde_json::to_vec(&starts).expect("log starts serialize");
+            let written = match version {
+                Some(version) => {
+                    self.coordinator().set(&path, &data, Some(version)).await.map(drop)
+                }
+                // Not under a topic that is gone: a create would make its path again.
+                None if self.topic_assignment(topic).await?.is_none() => {
+                    return Err(CoordError::NoNode { path: topic_path(topic)? }.into());
+                }
+                None => self.coordinator().create(&path, &data, NodeMode::Persistent).await,
+            };
+            match written.map_err(conflict(path.clone())) {
+                Ok(_) => return Ok(record),
+                // Another writer moved a start meanwhile: read again.
+                Err(RegistryError::Conflict { .. }) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     // Topic assignments.
 
     /// Creates `topic` with its replica assignment; [`RegistryError::TopicExists`] if another

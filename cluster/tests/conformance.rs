@@ -393,6 +393,23 @@ async fn replicated_partitions_follow_the_design_layout(service: Service) {
     assert_eq!(states[&1].0.leader, 2);
     let leaders = r.partition_leaders("views").await.unwrap();
     assert_eq!(leaders.into_iter().collect::<Vec<_>>(), [(0, 1), (1, 2)]);
+
+    // Log starts moved by DeleteRecords: only forward, watched, under the topic only.
+    let (starts, moved) = r.log_starts_and_watch("views").await.unwrap();
+    assert!(starts.is_empty());
+    assert_eq!(r.advance_log_start("views", 1, 150).await.unwrap(), 150);
+    assert_eq!(within("a log start moved", moved).await, WatchEvent::Created);
+    assert_eq!(r.advance_log_start("views", 1, 120).await.unwrap(), 150, "never back");
+    assert_eq!(r.advance_log_start("views", 0, 7).await.unwrap(), 7);
+    let (starts, _) = r.log_starts_and_watch("views").await.unwrap();
+    assert_eq!(starts.into_iter().collect::<Vec<_>>(), [(0, 7), (1, 150)]);
+    let raw = s.coordinator().get("/brokers/topics/views/log_starts").await.unwrap();
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&raw.unwrap().0).unwrap(),
+        serde_json::json!({"0": 7, "1": 150})
+    );
+    assert!(r.advance_log_start("gone", 0, 1).await.is_err());
+    assert_eq!(s.coordinator().get("/brokers/topics/gone").await.unwrap(), None);
 }
 
 async fn one_controller_at_a_time_in_rising_epochs(service: Service) {

@@ -203,6 +203,7 @@ impl<'a> RecordBatchRef<'a> {
             count: self.record_count().max(0) as usize,
             base_offset: self.base_offset(),
             base_timestamp: self.base_timestamp(),
+            append_time: self.is_log_append_time().then(|| self.max_timestamp()),
         })
     }
 }
@@ -212,6 +213,21 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[..8].copy_from_slice(&base_offset.to_be_bytes());
 }
 
+/// Marks a checked batch's timestamps as the broker's append time `time_ms` (Kafka's
+/// LogAppendTime: the timestamp-type attribute set and the max timestamp, which consumers
+/// read as every record's timestamp), and writes its CRC-32C again. The records are as sent.
+///
+/// # Panics
+/// If `batch` is shorter than a batch header: it must be one [`RecordBatchRef::parse`] took.
+pub fn set_log_append_time(batch: &mut [u8], time_ms: i64) {
+    let attributes = i16::from_be_bytes([batch[ATTRIBUTES_AT], batch[ATTRIBUTES_AT + 1]]);
+    let attributes = attributes | TIMESTAMP_TYPE_BIT;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&time_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// The records of a batch, inflated; [`Records::iter`] reads them.
 #[derive(Debug, Clone)]
 pub struct Records {
@@ -219,6 +235,8 @@ pub struct Records {
     count: usize,
     base_offset: i64,
     base_timestamp: i64,
+    /// A LogAppendTime batch's max timestamp: every record's timestamp.
+    append_time: Option<i64>,
 }
 
 impl Records {
@@ -248,7 +266,8 @@ impl Records {
 pub struct Record<'a> {
     /// The batch's base offset + this record's offset delta.
     pub offset: i64,
-    /// The batch's base timestamp + this record's timestamp delta.
+    /// The batch's base timestamp + this record's timestamp delta; in a LogAppendTime batch,
+    /// the batch's max timestamp (the broker's append time), as Kafka's consumers read it.
     pub timestamp: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
@@ -328,7 +347,10 @@ impl<'a> RecordIter<'a> {
         self.position = end;
         Ok(Record {
             offset: self.records.base_offset.wrapping_add(i64::from(offset_delta)),
-            timestamp: self.records.base_timestamp.wrapping_add(timestamp_delta),
+            timestamp: match self.records.append_time {
+                Some(appended) => appended,
+                None => self.records.base_timestamp.wrapping_add(timestamp_delta),
+            },
             key,
             value,
             headers,
@@ -526,6 +548,20 @@ mod tests {
         let parsed = RecordBatchRef::parse(&bytes).unwrap();
         assert_eq!(parsed.base_offset(), 7);
         assert_eq!(parsed.records(1 << 20).unwrap().iter().next().unwrap().unwrap().offset, 7);
+    }
+
+    #[test]
+    fn a_log_append_time_batch_reads_the_append_time_for_every_record() {
+        let mut bytes = batch();
+        set_log_append_time(&mut bytes, 5_000);
+        let parsed = RecordBatchRef::parse(&bytes).expect("the CRC-32C written again");
+        assert!(parsed.is_log_append_time());
+        assert_eq!((parsed.base_timestamp(), parsed.max_timestamp()), (1_000, 5_000));
+        let records = parsed.records(1 << 20).unwrap();
+        let times: Vec<i64> = records.iter().map(|r| r.unwrap().timestamp).collect();
+        assert_eq!(times, [5_000; 3]);
+        let plain = batch();
+        assert!(!RecordBatchRef::parse(&plain).unwrap().is_log_append_time());
     }
 
     #[test]

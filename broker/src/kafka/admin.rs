@@ -128,11 +128,10 @@ async fn add_partitions(
 
 /// Settings Kafka's tools expect on every topic that Tributary does not let one change:
 /// `(name, value)`.
-fn fixed_topic_configs(client: &Client) -> [(&'static str, String); 3] {
+fn fixed_topic_configs(client: &Client) -> [(&'static str, String); 2] {
     [
         ("cleanup.policy", "delete".into()),
         ("max.message.bytes", client.node.config().max_message_bytes.to_string()),
-        ("message.timestamp.type", "CreateTime".into()),
     ]
 }
 
@@ -260,6 +259,7 @@ fn broker_configs(client: &Client) -> Vec<ConfigEntry> {
         ("log.flush.interval.ms", "flush_ms"),
         ("min.insync.replicas", "min_insync_replicas"),
         ("unclean.leader.election.enable", "unclean_leader_election"),
+        ("log.message.timestamp.type", "message_timestamp_type"),
     ] {
         if let Some(value) = config.topic_default(ours) {
             entries.push((kafka.to_owned(), value, source::DEFAULT_CONFIG, true));

@@ -201,6 +201,10 @@ impl Client {
                 let request = request::alter_reassignments(&mut r, v, f)?;
                 Some(partition_admin::alter_reassignments(&self, &header, request).await?)
             }
+            ApiKey::DeleteRecords => {
+                let request = request::delete_records(&mut r, v, f)?;
+                Some(partition_admin::delete_records(&self, &header, request).await?)
+            }
             ApiKey::ListPartitionReassignments => {
                 let asked = request::list_reassignments(&mut r, v, f)?;
                 Some(partition_admin::list_reassignments(&self, &header, asked).await?)

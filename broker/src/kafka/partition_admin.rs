@@ -2,9 +2,12 @@
 //! ListPartitionReassignments, on the registry requests `trib partitions elect-preferred` and
 //! `trib partitions reassign` write (`Registry::elect_preferred`, `start_reassignment`), which
 //! the controller carries out. Authorised by `alter` on each topic (Kafka asks ALTER on the
-//! cluster, a resource the ACL file does not have).
+//! cluster, a resource the ACL file does not have). And DeleteRecords, which moves log
+//! starts through the registry to every replica (`Registry::advance_log_start`), authorised
+//! by `delete` on the topic as Kafka authorises it.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -12,18 +15,22 @@ use cluster::{ElectionOutcome, PartitionMove, ReassignmentPlan, Registry, Regist
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
 };
 use kafka_protocol::messages::{
-    AlterPartitionReassignmentsResponse, ApiKey, BrokerId, ElectLeadersResponse,
-    ListPartitionReassignmentsResponse, TopicName,
+    AlterPartitionReassignmentsResponse, ApiKey, BrokerId, DeleteRecordsResponse,
+    ElectLeadersResponse, ListPartitionReassignmentsResponse, TopicName,
 };
 use protocol::kafka::request::{
-    AlterReassignmentsRequest, ElectLeadersRequest, Header, Malformed, TopicPartitions,
+    AlterReassignmentsRequest, DeleteRecordsRequest, ElectLeadersRequest, Header, Malformed,
+    TopicPartitions,
 };
-use protocol::kafka::response::{code, encode, str_bytes};
+use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
 use super::client::Client;
 use crate::acl::Operation;
@@ -48,6 +55,75 @@ fn by_topic(answers: Vec<(String, i32, Answer)>) -> Vec<(String, Vec<(i32, Answe
         }
     }
     topics
+}
+
+pub async fn delete_records(
+    client: &Client,
+    header: &Header,
+    request: DeleteRecordsRequest,
+) -> Result<BytesMut, Malformed> {
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for (topic, partitions) in request.topics {
+        let permitted =
+            client.node.authorizer().check(&client.principal, &topic, Operation::Delete);
+        let mut answers = Vec::with_capacity(partitions.len());
+        for (partition, offset) in partitions {
+            let (error, low_watermark) = match permitted {
+                true => delete_before(client, &topic, partition, offset).await,
+                false => (code::TOPIC_AUTHORIZATION_FAILED, -1),
+            };
+            answers.push(
+                DeleteRecordsPartitionResult::default()
+                    .with_partition_index(partition)
+                    .with_low_watermark(low_watermark)
+                    .with_error_code(error),
+            );
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(TopicName(str_bytes(&topic)))
+                .with_partitions(answers),
+        );
+    }
+    encode(ApiKey::DeleteRecords, header, &DeleteRecordsResponse::default().with_topics(topics))
+}
+
+/// Moves one partition's log start to record `offset` (−1: the high watermark), which must
+/// not be past the high watermark, on its leader: `(error, the log's start record now)`. In a
+/// cluster the start goes to the registry first, so that every replica (and whichever leads
+/// next) applies it; this leader then applies it before it answers.
+async fn delete_before(client: &Client, topic: &str, partition: i32, offset: i64) -> (i16, i64) {
+    let p = match client.node.replicas().led(topic, partition) {
+        Ok(p) => p,
+        Err(e) => return (kafka_error(e), -1),
+    };
+    let reading = Arc::clone(&p);
+    let high_watermark =
+        tokio::task::spawn_blocking(move || reading.record_at_offset(reading.visible_end() as i64))
+            .await;
+    let Ok(Ok(high_watermark)) = high_watermark else {
+        return (code::UNKNOWN_SERVER_ERROR, -1);
+    };
+    let record = match offset {
+        -1 => high_watermark,
+        o if o >= 0 && o as u64 <= high_watermark => o as u64,
+        _ => return (code::OFFSET_OUT_OF_RANGE, -1),
+    };
+    if let Some(registry) = client.node.registry()
+        && let Err(e) = registry.advance_log_start(topic, partition, record).await
+    {
+        tracing::warn!(%topic, partition, error = %e, "cannot record a log start");
+        return (code::UNKNOWN_SERVER_ERROR, -1);
+    }
+    p.want_start(record);
+    match tokio::task::spawn_blocking(move || p.advance_start()).await {
+        Ok(Ok(start)) => (code::NONE, start as i64),
+        Ok(Err(e)) => {
+            tracing::error!(%topic, partition, error = %e, "cannot move the log start");
+            (code::KAFKA_STORAGE_ERROR, -1)
+        }
+        Err(_) => (code::UNKNOWN_SERVER_ERROR, -1),
+    }
 }
 
 pub async fn elect_leaders(

@@ -80,13 +80,14 @@ pub async fn start(
         for (topic, outcomes) in topics {
             let mut partitions = Vec::with_capacity(outcomes.len());
             for (partition, outcome) in outcomes {
-                let (error, base_offset) = match outcome {
-                    Outcome::Settled { error, base_offset } => (error, base_offset),
+                let (error, base_offset, append_time) = match outcome {
+                    Outcome::Settled { error, base_offset } => (error, base_offset, None),
                     Outcome::Appended { run, first_record } => {
+                        let append_time = run.append_time();
                         let result = run.acknowledged().await.pop().expect("one set");
                         match result {
-                            Ok(_) => (code::NONE, first_record as i64),
-                            Err(e) => (kafka_error(e), -1),
+                            Ok(_) => (code::NONE, first_record as i64, append_time),
+                            Err(e) => (kafka_error(e), -1, None),
                         }
                     }
                 };
@@ -94,7 +95,9 @@ pub async fn start(
                     PartitionProduceResponse::default()
                         .with_index(partition)
                         .with_error_code(error)
-                        .with_base_offset(base_offset),
+                        .with_base_offset(base_offset)
+                        // The time the records carry when the topic stamps them (−1: theirs).
+                        .with_log_append_time_ms(append_time.unwrap_or(-1)),
                 );
             }
             responses.push(

@@ -52,7 +52,8 @@ pub async fn flusher(
     }
 }
 
-/// Deletes expired segments of every partition every `interval`, until `stop`.
+/// Deletes expired segments of every partition every `interval`, and moves each log start
+/// DeleteRecords asked for that the log now reaches, until `stop`.
 pub async fn retention(logs: Arc<LogManager>, interval: Duration, stop: CancellationToken) {
     loop {
         tokio::select! {
@@ -65,6 +66,9 @@ pub async fn retention(logs: Arc<LogManager>, interval: Duration, stop: Cancella
             for partition in logs.partitions() {
                 if let Err(e) = partition.enforce_retention(now) {
                     tracing::error!(partition = ?partition, error = %e, "retention failed");
+                }
+                if let Err(e) = partition.advance_start() {
+                    tracing::error!(partition = ?partition, error = %e, "cannot move the log start");
                 }
             }
         })

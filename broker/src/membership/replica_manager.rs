@@ -151,6 +151,34 @@ impl ReplicaManager {
                 let Some((state, _)) = tv.states.get(&(p as i32)) else { continue };
                 self.apply_partition(view, topic, tv, p as i32, state).await;
             }
+            self.move_log_starts(topic, tv).await;
+        }
+    }
+
+    /// Moves this broker's replicas' log starts where DeleteRecords put them (as far as each
+    /// log reaches; the retention sweep goes on as it grows), on every replica alike, so that
+    /// whichever leads next reads from the same start.
+    async fn move_log_starts(&self, topic: &str, tv: &TopicView) {
+        let Some(local) = self.replicas.logs().topic(topic) else { return };
+        for (&p, &record) in &tv.log_starts {
+            let Some(partition) = u32::try_from(p).ok().and_then(|p| local.partitions.get(&p))
+            else {
+                continue;
+            };
+            if partition.start_record() >= record {
+                continue;
+            }
+            partition.want_start(record);
+            let moving = Arc::clone(partition);
+            match tokio::task::spawn_blocking(move || moving.advance_start()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(%topic, partition = p, error = %e, "cannot move the log start")
+                }
+                Err(e) => {
+                    tracing::error!(%topic, partition = p, error = %e, "moving the log start panicked")
+                }
+            }
         }
     }
 

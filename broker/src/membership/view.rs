@@ -25,6 +25,8 @@ pub struct View {
 pub struct TopicView {
     pub assignment: TopicAssignment,
     pub states: BTreeMap<i32, (PartitionState, Version)>,
+    /// Where DeleteRecords moved partitions' log starts (record numbers).
+    pub log_starts: BTreeMap<i32, u64>,
 }
 
 impl TopicView {
@@ -65,7 +67,9 @@ pub(super) async fn read_view(registry: &Registry) -> Result<(View, Vec<Watch>),
                 states.insert(p, state);
             }
         }
-        view.topics.insert(topic, TopicView { assignment, states });
+        let (log_starts, watch) = registry.log_starts_and_watch(&topic).await?;
+        watches.push(watch);
+        view.topics.insert(topic, TopicView { assignment, states, log_starts });
     }
     Ok((view, watches))
 }

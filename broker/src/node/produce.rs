@@ -22,6 +22,8 @@ pub struct AppendedRun {
     wait: Option<AckWait>,
     /// The record number of the first record appended, if any was.
     first_record: Option<u64>,
+    /// The time its batches carry under LogAppendTime.
+    append_time: Option<i64>,
 }
 
 /// What an acknowledgement waits for after the append.
@@ -34,12 +36,17 @@ enum AckWait {
 
 impl AppendedRun {
     fn now(results: Results) -> AppendedRun {
-        AppendedRun { results, wait: None, first_record: None }
+        AppendedRun { results, wait: None, first_record: None, append_time: None }
     }
 
     /// The record number of the first record appended, if any was.
     pub fn first_record(&self) -> Option<u64> {
         self.first_record
+    }
+
+    /// The leader's append time its batches carry, under LogAppendTime.
+    pub fn append_time(&self) -> Option<i64> {
+        self.append_time
     }
 
     /// Whether the answers are ready without waiting.
@@ -160,7 +167,12 @@ impl Node {
             // A partition without followers: its leader is its only in-sync replica.
             _ => None,
         };
-        AppendedRun { results, wait, first_record: Some(appended.first_record) }
+        AppendedRun {
+            results,
+            wait,
+            first_record: Some(appended.first_record),
+            append_time: appended.append_time,
+        }
     }
 
     /// Validates each set whole and counts its records: a placeholder result for each valid

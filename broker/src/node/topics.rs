@@ -101,6 +101,9 @@ impl Node {
         if let Some(visible) = topic.overrides.visible_after {
             config.insert("visible_after".into(), visible.to_string());
         }
+        if let Some(timestamp_type) = topic.overrides.timestamp_type {
+            config.insert(crate::config::TIMESTAMP_TYPE.into(), timestamp_type.to_string());
+        }
         Ok(Some(config))
     }
 }

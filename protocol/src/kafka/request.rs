@@ -744,6 +744,31 @@ pub fn describe_cluster(r: &mut Reader, v: i16, flex: bool) -> Result<()> {
     Ok(())
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecordsRequest {
+    /// Per topic, each partition and the record number its log is to start at (−1: its high
+    /// watermark).
+    pub topics: Vec<(String, Vec<(i32, i64)>)>,
+    pub timeout_ms: i32,
+}
+
+pub fn delete_records(r: &mut Reader, _v: i16, flex: bool) -> Result<DeleteRecordsRequest> {
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let partitions = r.vec(flex, |r| {
+            let partition = r.i32()?;
+            let offset = r.i64()?;
+            r.tagged_fields(flex)?;
+            Ok((partition, offset))
+        })?;
+        r.tagged_fields(flex)?;
+        Ok((name, partitions))
+    })?;
+    let timeout_ms = r.i32()?;
+    r.tagged_fields(flex)?;
+    Ok(DeleteRecordsRequest { topics, timeout_ms })
+}
+
 /// Partitions by topic; `None`: every partition of the cluster.
 pub type TopicPartitions = Option<Vec<(String, Vec<i32>)>>;
 
@@ -867,6 +892,7 @@ pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
         ApiKey::IncrementalAlterConfigs => drop(alter_configs(&mut r, v, flex, true)?),
         ApiKey::DescribeCluster => describe_cluster(&mut r, v, flex)?,
         ApiKey::ElectLeaders => drop(elect_leaders(&mut r, v, flex)?),
+        ApiKey::DeleteRecords => drop(delete_records(&mut r, v, flex)?),
         ApiKey::AlterPartitionReassignments => drop(alter_reassignments(&mut r, v, flex)?),
         ApiKey::ListPartitionReassignments => drop(list_reassignments(&mut r, v, flex)?),
         _ => return Ok(None),

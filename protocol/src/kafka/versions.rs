@@ -41,6 +41,7 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
     Served { key: ApiKey::DescribeCluster, min: 0, max: 1 },
     Served { key: ApiKey::ElectLeaders, min: 0, max: 2 },
+    Served { key: ApiKey::DeleteRecords, min: 0, max: 2 },
     Served { key: ApiKey::AlterPartitionReassignments, min: 0, max: 0 },
     Served { key: ApiKey::ListPartitionReassignments, min: 0, max: 0 },
 ];
@@ -91,6 +92,7 @@ mod tests {
             ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsResponse::VERSIONS,
             ApiKey::DescribeCluster => DescribeClusterResponse::VERSIONS,
             ApiKey::ElectLeaders => ElectLeadersResponse::VERSIONS,
+            ApiKey::DeleteRecords => DeleteRecordsResponse::VERSIONS,
             ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsResponse::VERSIONS,
             ApiKey::ListPartitionReassignments => ListPartitionReassignmentsResponse::VERSIONS,
             other => panic!("{other:?} is not served"),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Appended, Partition, RECENT_ENDS_MAX, Roll, State};
-use crate::config::VisibleAfter;
+use crate::config::{TimestampType, VisibleAfter};
 use crate::log::error::{LogError, io_error};
 use crate::log::index::{SegmentIndex, SetRecords};
 use crate::log::segment::Segment;
@@ -50,9 +50,14 @@ impl Partition {
         }
         let offset = state.end;
         let first_record = state.active_index().end_record();
-        // A leader numbers the batches of magic-2 messages; a follower copies them as they are.
+        // A leader numbers the batches of magic-2 messages (and stamps them with its clock
+        // under LogAppendTime); a follower copies them as they are.
+        let append_time = match (roll, state.config.timestamp_type) {
+            (Roll::BySettings, TimestampType::LogAppendTime) => Some(now_ms()),
+            _ => None,
+        };
         let numbered: Vec<Option<Vec<u8>>> = match roll {
-            Roll::BySettings => number_batches(sets, counted, first_record),
+            Roll::BySettings => number_batches(sets, counted, first_record, append_time),
             Roll::At(_) => vec![None; sets.len()],
         };
         let written: Vec<&[u8]> =
@@ -71,7 +76,11 @@ impl Partition {
                 let start = u64::from(message.position);
                 let next =
                     counts.messages.get(i + 1).map_or(set.len() as u64, |m| m.position.into());
-                index.append_message(at + start, message.records, next - start, message.time);
+                let time = match append_time {
+                    Some(appended) if message.batch => appended,
+                    _ => message.time,
+                };
+                index.append_message(at + start, message.records, next - start, time);
             }
             at += set.len() as u64;
         }
@@ -92,7 +101,7 @@ impl Partition {
         if first_dirty || state.unflushed_messages >= state.config.flush_messages {
             self.flush_wanted.notify_one();
         }
-        Ok(Appended { offset, end: state.end, first_record })
+        Ok(Appended { offset, end: state.end, first_record, append_time })
     }
 
     /// Starts a new segment at the log end. The old one is fsynced by the next flush.
@@ -143,12 +152,14 @@ pub(super) fn write_all_vectored_at(
 }
 
 /// Copies of the sets that hold magic-2 messages, each batch's base offset set to the number
-/// of its first record (records of the sets before numbered from `first_record`) and the
-/// message's CRC written again; `None` for a set without one, which is written as it came.
+/// of its first record (records of the sets before numbered from `first_record`), its
+/// timestamps made `append_time` if given (LogAppendTime), and the message's CRC written
+/// again; `None` for a set without one, which is written as it came.
 fn number_batches(
     sets: &[&[u8]],
     counted: &[SetRecords],
     first_record: u64,
+    append_time: Option<i64>,
 ) -> Vec<Option<Vec<u8>>> {
     let mut record = first_record;
     sets.iter()
@@ -163,10 +174,12 @@ fn number_batches(
                     let message = &mut copy[start..end];
                     // length, CRC, magic: then the batch.
                     let batch_at = protocol::PLAIN_MESSAGE_OVERHEAD_BYTES;
-                    protocol::record_batch::set_base_offset(
-                        &mut message[batch_at..],
-                        i64::try_from(record).unwrap_or(i64::MAX),
-                    );
+                    let batch = &mut message[batch_at..];
+                    let base_offset = i64::try_from(record).unwrap_or(i64::MAX);
+                    protocol::record_batch::set_base_offset(batch, base_offset);
+                    if let Some(time) = append_time {
+                        protocol::record_batch::set_log_append_time(batch, time);
+                    }
                     protocol::restamp_crc(message);
                 }
                 record += message.records;
@@ -174,4 +187,10 @@ fn number_batches(
             copy
         })
         .collect()
+}
+
+/// The wall clock in ms since the epoch, as Kafka stamps LogAppendTime.
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

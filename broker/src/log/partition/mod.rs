@@ -13,6 +13,7 @@ mod recover;
 mod repair;
 mod replica;
 mod retention;
+mod start;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +37,8 @@ pub struct Appended {
     pub end: u64,
     /// Record number of the first appended record.
     pub first_record: u64,
+    /// The time the leader stamped its batches with, under LogAppendTime.
+    pub append_time: Option<i64>,
 }
 
 /// What a follower's fetch gets: bytes of one epoch, and which epoch that is.
@@ -140,6 +143,18 @@ struct State {
     unsynced: Vec<Arc<Segment>>,
     /// A segment was created or deleted since the directory was last fsynced.
     dir_unsynced: bool,
+    /// Where DeleteRecords moved the start, if inside the first segment (`start` module).
+    log_start: Option<LogStart>,
+    /// The record the log should start at: a start not yet reached, or reached.
+    start_wanted: u64,
+}
+
+/// A log start inside the first segment: the message holding the first record kept, and that
+/// record's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LogStart {
+    byte: u64,
+    record: u64,
 }
 
 impl State {
@@ -241,9 +256,9 @@ impl Partition {
         self.state().end
     }
 
-    /// Offset of the first byte still kept.
+    /// Offset of the first byte readers may ask for.
     pub fn start_offset(&self) -> u64 {
-        self.state().segments[0].base_offset
+        self.state().start_byte()
     }
 
     /// A watch of the written end, for followers' fetches that wait for data.
@@ -268,7 +283,7 @@ mod tests {
     use protocol::Codec;
 
     use super::*;
-    use crate::config::BrokerConfig;
+    use crate::config::{BrokerConfig, TimestampType};
     use crate::log::LogError;
     use crate::log::index;
 
@@ -378,6 +393,75 @@ mod tests {
         assert_eq!((rebuilt.start_record(), rebuilt.end_record()), (0, 50));
         assert_eq!(rebuilt.locate_record(37).unwrap(), partition_locate(&appended[3], 7));
         assert_eq!(append_mixed(&rebuilt).first_record, 50);
+    }
+
+    /// Under LogAppendTime the leader stamps each batch with its clock: the stored batch says
+    /// so (its CRCs right), the append answers the time, and the time index finds it by it.
+    #[test]
+    fn log_append_time_stamps_the_stored_batch_and_indexes_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let stamping =
+            LogConfig { timestamp_type: TimestampType::LogAppendTime, ..config(1 << 20) };
+        let partition = open(dir.path(), stamping);
+        let before = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+        let before = before.as_millis() as i64;
+        let appended = append_mixed(&partition);
+        let time = appended.append_time.expect("stamped");
+        assert!(time >= before, "{time} < {before}");
+        let batch_at = appended.offset + mixed_set_batch_position();
+        let slice = partition.read(batch_at as i64, 1 << 20).unwrap().unwrap();
+        let mut bytes = vec![0u8; slice.len as usize];
+        slice.segment.file.read_exact_at(&mut bytes, slice.position).unwrap();
+        let (_, message) = protocol::MessageSetIter::new(&bytes, 0).next().unwrap().unwrap();
+        let batch = protocol::record_batch::RecordBatchRef::parse(message.payload).unwrap();
+        assert!(batch.is_log_append_time());
+        assert_eq!((batch.base_timestamp(), batch.max_timestamp()), (1_000, time));
+        // The producer's 1,000 ms is no longer what the batch is found by; its append time is.
+        assert_eq!(partition.find_time(1_001).unwrap(), Some((5, time)));
+        assert_eq!(partition.find_time(time + 1).unwrap(), None);
+        // Without it, the producer's times stand: record 9 is the batch's one of 1,001 ms.
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        assert_eq!(append_mixed(&partition).append_time, None);
+        assert_eq!(partition.find_time(1_001).unwrap(), Some((9, 1_001)));
+    }
+
+    /// DeleteRecords' log start: mid-segment and mid-message, kept across a reopen, never
+    /// moved back, and at the end of the log every record gone with the log's end kept.
+    #[test]
+    fn a_moved_log_start_hides_what_is_before_it_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let set_bytes = mixed_set().len() as u64;
+        let partition = open(dir.path(), config(2 * set_bytes));
+        let appended: Vec<Appended> = (0..5).map(|_| append_mixed(&partition)).collect();
+        let segments = partition.segment_bases().len();
+        // Record 27 is in the batch of the third set (records 25..30), in the second segment.
+        partition.want_start(27);
+        assert_eq!(partition.advance_start().unwrap(), 27);
+        let batch_at = appended[2].offset + mixed_set_batch_position();
+        assert_eq!((partition.start_record(), partition.start_offset()), (27, batch_at));
+        assert_eq!(partition.segment_bases().len(), segments - 1, "the first segment went");
+        assert_eq!(partition.locate_record(26).unwrap(), None);
+        assert_eq!(partition.locate_record(27).unwrap(), Some((batch_at, 25)));
+        assert!(matches!(
+            partition.read(appended[2].offset as i64, 1 << 20),
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        assert!(partition.read(batch_at as i64, 1 << 20).unwrap().is_some());
+        // Asked for less, it stays.
+        partition.want_start(5);
+        assert_eq!(partition.advance_start().unwrap(), 27);
+        drop(partition);
+
+        let reopened = open(dir.path(), config(2 * set_bytes));
+        assert_eq!((reopened.start_record(), reopened.start_offset()), (27, batch_at));
+        // Everything: the log keeps its end, and goes on from it.
+        reopened.want_start(50);
+        assert_eq!(reopened.advance_start().unwrap(), 50);
+        assert_eq!((reopened.start_record(), reopened.end_record()), (50, 50));
+        assert_eq!(reopened.start_offset(), reopened.end());
+        assert_eq!(append_mixed(&reopened).first_record, 50);
+        assert_eq!(reopened.start_record(), 50);
     }
 
     /// Where record `k` (0..10) of a mixed set appended at `a` is.

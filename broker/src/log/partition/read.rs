@@ -18,7 +18,7 @@ impl Partition {
 
     /// The number of the log's first record.
     pub fn start_record(&self) -> u64 {
-        self.state().indexes[0].first_record()
+        self.state().start_record()
     }
 
     /// The number of the record at byte `offset` (a message boundary, or the log's end).
@@ -48,9 +48,7 @@ impl Partition {
     pub fn locate_record(&self, record: u64) -> Result<Option<(u64, u64)>, LogError> {
         let (segment, end, from, max) = {
             let state = self.state();
-            if record < state.indexes[0].first_record()
-                || record >= state.active_index().end_record()
-            {
+            if record < state.start_record() || record >= state.active_index().end_record() {
                 return Ok(None);
             }
             let i = state.indexes.partition_point(|index| index.first_record() <= record) - 1;
@@ -87,7 +85,7 @@ impl Partition {
     /// `offset` as a position of the log between its start and `end`, or
     /// [`LogError::OffsetOutOfRange`].
     pub(super) fn within(&self, state: &State, offset: i64, end: u64) -> Result<u64, LogError> {
-        let start = state.segments[0].base_offset;
+        let start = state.start_byte();
         match u64::try_from(offset) {
             Ok(position) if position >= start && position <= end => Ok(position),
             _ => Err(LogError::OffsetOutOfRange {
@@ -108,7 +106,7 @@ impl Partition {
     /// no record is that recent. Blocking: reads messages from an index entry on.
     pub fn find_time(&self, time_ms: i64) -> Result<Option<(u64, i64)>, LogError> {
         let visible_end = self.visible_end();
-        let (searches, max) = {
+        let (searches, max, start) = {
             let state = self.state();
             let searches: Vec<_> = (0..state.segments.len())
                 .filter(|&i| state.segments[i].base_offset < visible_end)
@@ -120,7 +118,7 @@ impl Partition {
                     (Arc::clone(&state.segments[i]), end, search)
                 })
                 .collect();
-            (searches, state.config.max_message_bytes)
+            (searches, state.config.max_message_bytes, state.start_record())
         };
         for (segment, end, (latest, first, from)) in searches {
             if latest == index::NO_TIME {
@@ -128,7 +126,7 @@ impl Partition {
                 let modified_ms =
                     modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
                 if modified_ms >= time_ms {
-                    return Ok(Some((first, index::NO_TIME)));
+                    return Ok(Some((first.max(start), index::NO_TIME)));
                 }
                 continue;
             }
@@ -138,8 +136,9 @@ impl Partition {
             let found =
                 index::find_time(&segment.file, segment.base_offset, end, from, time_ms, max)
                     .map_err(io_error("indexing", &segment.path))?;
-            if found.is_some() {
-                return Ok(found);
+            // Records DeleteRecords removed are not answered: the search ends at the start.
+            if let Some((record, time)) = found {
+                return Ok(Some((record.max(start), time)));
             }
         }
         Ok(None)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
-use super::{Partition, State};
+use super::{Partition, State, start};
 use crate::config::LogConfig;
 use crate::log::error::{LogError, io_error};
 use crate::log::index::{self, SegmentIndex};
@@ -32,7 +32,7 @@ impl Partition {
             let name = entry.file_name();
             match name.to_str().and_then(Segment::parse_file_name) {
                 Some(base) => bases.push(base),
-                None if name == LEADER_EPOCH_CHECKPOINT => {}
+                None if name == LEADER_EPOCH_CHECKPOINT || name == start::LOG_START_FILE => {}
                 None if name.to_str().and_then(index::parse_file_name).is_some() => {}
                 None => {
                     tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
@@ -99,6 +99,8 @@ impl Partition {
                 flush_requested: false,
                 unsynced: Vec::new(),
                 dir_unsynced,
+                log_start: None,
+                start_wanted: 0,
             }),
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),
@@ -111,6 +113,12 @@ impl Partition {
         };
         if dir_unsynced {
             partition.flush()?;
+        }
+        if let Some(kept) = start::read_start(&partition.dir) {
+            let mut state = partition.state();
+            state.log_start = Some(kept);
+            state.settle_start();
+            state.start_wanted = kept.record;
         }
         Ok(partition)
     }

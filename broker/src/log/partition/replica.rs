@@ -47,6 +47,7 @@ impl Partition {
             return Ok(());
         }
         let cut = self.cut(&mut state, offset);
+        state.settle_start();
         // After a failure too: the ends follow what the log holds now.
         let end = state.end;
         for published in [&self.flushed, &self.visible, &self.written] {
@@ -255,6 +256,7 @@ impl Partition {
         let old_index = state.indexes.remove(0);
         old_index.delete().map_err(io_error("deleting the index of", &old.path))?;
         state.recent_ends.clear();
+        state.log_start = None;
         sync_dir(&self.dir)?;
         state.dir_unsynced = false;
         state.unsynced.clear();

@@ -5,7 +5,7 @@ use std::fs;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Partition, lock};
+use super::{Partition, State, lock};
 use crate::log::error::{LogError, io_error};
 use crate::log::segment::Segment;
 
@@ -15,8 +15,7 @@ impl Partition {
     /// active segment goes only after a roll, when it has expired too. Blocking. Returns the
     /// base offsets deleted.
     pub fn enforce_retention(&self, now: SystemTime) -> Result<Vec<u64>, LogError> {
-        let mut doomed = Vec::new();
-        {
+        let doomed = {
             let mut state = self.state();
             let visible_end = self.flushed_end();
             let retention = Duration::from_millis(state.config.retention_ms);
@@ -50,17 +49,8 @@ impl Partition {
                     count -= 1;
                 }
             }
-            if count > 0 {
-                for index in state.indexes.drain(..count) {
-                    if let Err(e) = index.delete() {
-                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot delete a segment's index");
-                    }
-                }
-                doomed.extend(state.segments.drain(..count));
-                state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
-                state.dir_unsynced = true;
-            }
-        }
+            self.drop_head_segments(&mut state, count)
+        };
         let mut deleted = Vec::with_capacity(doomed.len());
         for segment in doomed {
             fs::remove_file(&segment.path).map_err(io_error("deleting", &segment.path))?;
@@ -73,5 +63,23 @@ impl Partition {
             lock(&self.epochs).truncate_from_start(start)?;
         }
         Ok(deleted)
+    }
+
+    /// Takes the first `count` segments out of `state` and deletes their indexes; the caller
+    /// deletes the segment files it gets back once the state is unlocked.
+    pub(super) fn drop_head_segments(&self, state: &mut State, count: usize) -> Vec<Arc<Segment>> {
+        if count == 0 {
+            return Vec::new();
+        }
+        for index in state.indexes.drain(..count) {
+            if let Err(e) = index.delete() {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot delete a segment's index");
+            }
+        }
+        let doomed: Vec<Arc<Segment>> = state.segments.drain(..count).collect();
+        state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
+        state.dir_unsynced = true;
+        state.settle_start();
+        doomed
     }
 }
