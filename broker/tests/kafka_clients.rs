@@ -328,6 +328,8 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
     let report = report(&out);
     eprintln!("leader {leader} killed under confluent-kafka acks all: {report}");
     assert_eq!(report["missing"], 0);
+    // Idempotent: a batch retried across the failover is not appended twice.
+    assert_eq!(report["repeats"], 0, "{report}");
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");
 }
 

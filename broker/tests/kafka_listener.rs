@@ -18,15 +18,27 @@ const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 const WAIT: Duration = Duration::from_secs(20);
 
 struct Broker {
-    _process: Process,
-    _dir: tempfile::TempDir,
+    process: Process,
+    dir: tempfile::TempDir,
+    ports: (u16, u16),
     native: String,
     kafka: String,
 }
 
 fn start() -> Broker {
-    let dir = tempfile::tempdir().unwrap();
-    let (port, kafka_port) = (free_port(), free_port());
+    start_in(tempfile::tempdir().unwrap(), (free_port(), free_port()))
+}
+
+impl Broker {
+    /// Killed (-9) and started again on its directory and ports.
+    fn restart(self) -> Broker {
+        let Broker { process, dir, ports, .. } = self;
+        drop(process);
+        start_in(dir, ports)
+    }
+}
+
+fn start_in(dir: tempfile::TempDir, (port, kafka_port): (u16, u16)) -> Broker {
     let args: Vec<String> = [
         "--port",
         &port.to_string(),
@@ -45,8 +57,9 @@ fn start() -> Broker {
     .to_vec();
     let process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
     Broker {
-        _process: process,
-        _dir: dir,
+        process,
+        dir,
+        ports: (port, kafka_port),
         native: format!("127.0.0.1:{port}"),
         kafka: format!("127.0.0.1:{kafka_port}"),
     }
@@ -177,6 +190,53 @@ async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
     })
     .await;
     assert_eq!(values, ["seq-0", "seq-1", "seq-2", "seq-3", "seq-4", "seq-5"]);
+}
+
+/// A batch retried after its broker restarted (the acknowledgement lost with the process) is
+/// still a duplicate: the restarted broker learns its producers' sequences from the log.
+#[tokio::test]
+async fn a_batch_retried_across_a_restart_is_acknowledged_and_not_appended_twice() {
+    let broker = start();
+    let mut stream = connect(&broker.kafka).await;
+    let mut metadata = BytesMut::new();
+    metadata.put_i32(1);
+    str16(&mut metadata, "idempotent");
+    call(&mut stream, &frame(3, 4, 9, &[&metadata[..], &[1]].concat())).await.unwrap();
+    let mut answer = call(&mut stream, &init_producer_id()).await.unwrap();
+    let (_throttle, _error) = (answer.get_i32(), answer.get_i16());
+    let producer = (answer.get_i64(), answer.get_i16());
+    let first = produce(producer, 0, 3);
+    eventually(WAIT, "the first batch to be appended", || async {
+        let answer = produced(call(&mut connect(&broker.kafka).await, &first).await?);
+        (answer.0 == 0).then_some(())
+    })
+    .await;
+    let second = produce(producer, 3, 3);
+    assert_eq!(produced(call(&mut stream, &second).await.unwrap()), (0, 3));
+    drop(stream);
+
+    let broker = broker.restart();
+    let again = eventually(WAIT, "the restarted broker to answer", || async {
+        let answer = produced(call(&mut connect(&broker.kafka).await, &second).await?);
+        (answer.0 == 0).then_some(answer)
+    })
+    .await;
+    assert_eq!(again, (0, 3), "the batch's first offset, as before the restart");
+    let mut stream = connect(&broker.kafka).await;
+    assert_eq!(produced(call(&mut stream, &produce(producer, 6, 1)).await.unwrap()), (0, 6));
+    let consumer =
+        SimpleConsumer::connect(&broker.native, SimpleConsumerConfig::default()).await.unwrap();
+    let values = eventually(WAIT, "seven records visible", || async {
+        let fetched = consumer.fetch("idempotent", 0, 0).await.ok()?;
+        let values: Vec<String> = fetched
+            .iter()
+            .map(|m| String::from_utf8(m.unwrap().payload.to_vec()).unwrap())
+            .collect();
+        (values.len() >= 7).then_some(values)
+    })
+    .await;
+    let expected: Vec<String> = (0..7).map(|i| format!("seq-{i}")).collect();
+    assert_eq!(values, expected);
 }
 
 /// A client pipelines requests, as librdkafka does, and its bytes arrive in pieces: the frame

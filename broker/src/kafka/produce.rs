@@ -17,7 +17,7 @@ use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
 
 use super::client::{Answer, Client};
-use super::producer_ids::Check;
+use super::producer_ids::{Check, STATE_TAIL_BYTES};
 use crate::acl::Operation;
 use crate::node::AppendedRun;
 use protocol::kafka::request::Malformed;
@@ -137,6 +137,23 @@ async fn append(
                 (batch.producer_id(), batch.producer_epoch(), batch.base_sequence());
             let last = base.wrapping_add(batch.last_offset_delta()) & i32::MAX;
             let producers = &client.state.producers;
+            // A broker that has just started leading learns the sequences from the log first.
+            let replicas = client.node.replicas();
+            let leadership = replicas.leading_epoch(topic, partition);
+            producers
+                .load(topic, partition, leadership, || async {
+                    let log = replicas.led(topic, partition).ok()?;
+                    let tail = STATE_TAIL_BYTES;
+                    match tokio::task::spawn_blocking(move || log.producer_batches(tail)).await {
+                        Ok(Ok(batches)) => Some(batches),
+                        Ok(Err(e)) => {
+                            tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
+                            None
+                        }
+                        Err(_) => None,
+                    }
+                })
+                .await;
             match producers.check(id, epoch, topic, partition, base, last) {
                 Check::Append => {
                     idempotent = Some(Idempotent { id, epoch, sequences: (base, last) })

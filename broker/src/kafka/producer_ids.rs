@@ -5,21 +5,30 @@
 //! appended twice. Kafka's Java and Python clients turn idempotence on by default.
 //!
 //! What a leader knows of a producer is kept in memory: the last [`BATCHES_KEPT`] batches per
-//! producer and partition (clients have at most five in flight). A new leader, or one that
-//! restarted, starts without it and takes the producer's next batch as it comes: a duplicate
-//! sent across a failover is appended again (at least once, as the native producer is).
-//! Transactions are not served: a transactional id is refused.
+//! producer and partition (clients have at most five in flight). A broker that starts leading
+//! a partition — a new leader after a failover, or one that restarted — learns them from the
+//! batches themselves, which carry their producer id, epoch and sequences and are the same on
+//! every replica: it reads the last [`STATE_TAIL_BYTES`] of the log before its first
+//! idempotent produce ([`ProducerIds::load`]). A batch sent again across a failover is then
+//! acknowledged with its first offset, not appended twice. A producer whose last batch lies
+//! further back is taken as new. Transactions are not served: a transactional id is refused.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use protocol::kafka::response::code;
 
+use crate::log::ProducerBatch;
+
 /// Batches remembered per producer and partition.
 pub const BATCHES_KEPT: usize = 5;
 /// Producers and partitions remembered at most; past it, one is forgotten per new one.
 const ENTRIES_MAX: usize = 100_000;
+/// How much of a partition's log a new leader reads for its producers' sequences: far more
+/// than five batches in flight per producer at the largest batch a broker takes, by default.
+pub const STATE_TAIL_BYTES: u64 = 8 << 20;
 
 /// A producer's batches on one partition.
 #[derive(Debug)]
@@ -44,6 +53,12 @@ pub enum Check {
 pub struct ProducerIds {
     next: AtomicI64,
     sequences: Mutex<HashMap<(i64, String, i32), Sequences>>,
+    /// The leadership (leader epoch; `None` on a broker alone) each partition's sequences
+    /// were learned for from its log.
+    loaded: Mutex<HashMap<(String, i32), Option<i32>>>,
+    /// Held while a partition's sequences are learned, so that no batch is recorded and then
+    /// forgotten by a load that read the log before it.
+    loading: tokio::sync::Mutex<()>,
 }
 
 /// The sequence after `sequence` (sequences wrap to 0 past `i32::MAX`).
@@ -72,6 +87,34 @@ impl ProducerIds {
         (i64::from(broker_id & 0x7ffff) << COUNTER_BITS) | (counter & ((1 << COUNTER_BITS) - 1))
     }
 
+    /// Learns the sequences of `topic`-`partition` from its log, led in `leadership`, unless
+    /// they were learned for that leadership already: `read` gives the log's recent batches of
+    /// idempotent producers (`Partition::producer_batches`), and what was known of the
+    /// partition before (from an earlier leadership) is forgotten for them.
+    pub async fn load<F, Fut>(&self, topic: &str, partition: i32, leadership: Option<i32>, read: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Option<Vec<ProducerBatch>>>,
+    {
+        let key = (topic.to_owned(), partition);
+        let loaded = |ids: &ProducerIds| lock(&ids.loaded).get(&key) == Some(&leadership);
+        if loaded(self) {
+            return;
+        }
+        let _loading = self.loading.lock().await;
+        if loaded(self) {
+            return;
+        }
+        // Unread (the log could not be read): the leader goes on without, as before.
+        let batches = read().await.unwrap_or_default();
+        lock(&self.sequences).retain(|(_, t, p), _| !(t == topic && *p == partition));
+        for b in &batches {
+            self.record(b.producer_id, b.epoch, topic, partition, b.sequences, b.first_record);
+        }
+        lock(&self.loaded).insert(key, leadership);
+        tracing::debug!(%topic, partition, batches = batches.len(), "learned producers' sequences from the log");
+    }
+
     /// What to do with a batch of sequences `base..=last` in `epoch` of producer `id` for
     /// `topic`-`partition`.
     pub fn check(
@@ -83,7 +126,7 @@ impl ProducerIds {
         base: i32,
         last: i32,
     ) -> Check {
-        let sequences = self.sequences.lock().unwrap_or_else(|p| p.into_inner());
+        let sequences = lock(&self.sequences);
         let Some(seen) = sequences.get(&(id, topic.to_owned(), partition)) else {
             return Check::Append;
         };
@@ -114,7 +157,7 @@ impl ProducerIds {
         (base, last): (i32, i32),
         first_record: u64,
     ) {
-        let mut sequences = self.sequences.lock().unwrap_or_else(|p| p.into_inner());
+        let mut sequences = lock(&self.sequences);
         let key = (id, topic.to_owned(), partition);
         if !sequences.contains_key(&key) && sequences.len() >= ENTRIES_MAX {
             let forgotten = sequences.keys().next().cloned();
@@ -133,6 +176,10 @@ impl ProducerIds {
         }
         seen.batches.push_back((base, last, first_record));
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

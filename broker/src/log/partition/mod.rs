@@ -149,6 +149,17 @@ struct State {
     start_wanted: u64,
 }
 
+/// A batch of an idempotent producer in the log ([`Partition::producer_batches`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Its first and last sequence numbers.
+    pub sequences: (i32, i32),
+    /// The number of its first record (its base offset as stored).
+    pub first_record: u64,
+}
+
 /// A log start inside the first segment: the message holding the first record kept, and that
 /// record's number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,6 +473,27 @@ mod tests {
         assert_eq!(reopened.start_offset(), reopened.end());
         assert_eq!(append_mixed(&reopened).first_record, 50);
         assert_eq!(reopened.start_record(), 50);
+    }
+
+    /// The idempotent producers' batches of the log's tail, as a new leader reads them.
+    #[test]
+    fn the_tail_gives_each_idempotent_batch_with_its_first_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        append_mixed(&partition);
+        let mut set = Vec::new();
+        let mut batch = protocol::record_batch::RecordBatchBuilder::new(0).with_producer(7, 2, 40);
+        batch.push(0, 1_000, None, Some(b"a"), &[]);
+        batch.push(1, 1_000, None, Some(b"b"), &[]);
+        protocol::encode_batch_message(&mut set, &batch.finish());
+        let counted = index::count_records(&set, 1 << 20).unwrap();
+        partition.append(&[&set], &[counted]).unwrap();
+        let found = partition.producer_batches(1 << 20).unwrap();
+        let expected =
+            ProducerBatch { producer_id: 7, epoch: 2, sequences: (40, 41), first_record: 10 };
+        assert_eq!(found, [expected], "the mixed set's batch has no producer");
+        // A tail shorter than the batch still starts at a message before it.
+        assert_eq!(partition.producer_batches(1).unwrap(), [expected]);
     }
 
     /// Where record `k` (0..10) of a mixed set appended at `a` is.
