@@ -3,7 +3,7 @@
 //! until retention deletes the segment. Segments wholly before it are deleted at once. The
 //! start is kept in the partition's `log-start` file (`BYTE RECORD`), written durably before
 //! it counts; every replica applies the start its cluster's registry names, so a new leader has
-//! it too (docs/design.md, "DeleteRecords").
+//! it too (docs/design.md, "Log start").
 
 use std::fs;
 use std::path::Path;
