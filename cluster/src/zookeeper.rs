@@ -283,29 +283,22 @@ impl Drop for ZooKeeper {
     }
 }
 
-/// Connects to `hosts` and roots the client at `chroot`, creating it.
+/// Connects to `hosts` and roots the client at `chroot`, creating it. The client gives up on a
+/// server that stops answering for 2/3 of the session timeout (a collector's pause, a starved
+/// machine), at the connection or at the chroot's creation: the whole is tried again until the
+/// connect timeout, as for a server not up yet.
 async fn open(
     hosts: &str,
     chroot: &str,
     config: &ZooKeeperConfig,
 ) -> Result<zk::Client, CoordError> {
-    let mut connector = zk::Client::connector();
-    connector = connector.with_session_timeout(Duration::from_millis(config.session_timeout_ms));
-    if let Some(Digest(credentials)) = &config.digest {
-        connector = connector.with_auth("digest", credentials.as_bytes());
-    }
-    // The client gives up on a server that stops answering for 2/3 of the session timeout (a
-    // collector's pause, a starved machine): tried again until the connect timeout, as for a
-    // server not up yet.
     let deadline = tokio::time::Instant::now() + Duration::from_millis(config.connect_timeout_ms);
     let mut backoff = service::Backoff::from_ms(50, 1_000);
-    let client = loop {
-        let lost = match tokio::time::timeout_at(deadline, connector.clone().connect(hosts)).await {
-            Ok(Ok(client)) => break client,
-            Ok(Err(e)) => match map_error("/", e) {
-                CoordError::Unavailable(lost) => lost,
-                other => return Err(other),
-            },
+    loop {
+        let lost = match tokio::time::timeout_at(deadline, open_once(hosts, chroot, config)).await {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(CoordError::Unavailable(lost))) => lost,
+            Ok(Err(other)) => return Err(other),
             Err(_) => String::from("no answer"),
         };
         if tokio::time::Instant::now() >= deadline {
@@ -316,7 +309,21 @@ async fn open(
         }
         tracing::debug!(error = %lost, "ZooKeeper connection failed; trying again");
         backoff.sleep().await;
-    };
+    }
+}
+
+/// One try of [`open`].
+async fn open_once(
+    hosts: &str,
+    chroot: &str,
+    config: &ZooKeeperConfig,
+) -> Result<zk::Client, CoordError> {
+    let mut connector = zk::Client::connector();
+    connector = connector.with_session_timeout(Duration::from_millis(config.session_timeout_ms));
+    if let Some(Digest(credentials)) = &config.digest {
+        connector = connector.with_auth("digest", credentials.as_bytes());
+    }
+    let client = connector.connect(hosts).await.map_err(|e| map_error("/", e))?;
     if chroot.is_empty() {
         return Ok(client);
     }
