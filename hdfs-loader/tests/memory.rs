@@ -42,13 +42,29 @@ async fn rows_committed(metrics: &str) -> f64 {
     testkit::metrics::value(&samples, "tributary_loader_rows_committed_total", &[])
 }
 
-async fn until_committed(metrics: &str, rows: usize, timeout: Duration) {
+/// Waits until the loader `child` (logging to `log`) has committed `rows` rows; a loader that
+/// ends first fails the test at once, with what it logged.
+async fn until_committed(
+    child: &mut std::process::Child,
+    log: &std::path::Path,
+    metrics: &str,
+    rows: usize,
+    timeout: Duration,
+) {
     let deadline = Instant::now() + timeout;
+    let mut alive = || {
+        if let Some(status) = child.try_wait().unwrap() {
+            let logged = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("the loader ended ({status}) before committing {rows} rows:\n{logged}");
+        }
+    };
     while tokio::net::TcpStream::connect(metrics).await.is_err() {
+        alive();
         assert!(Instant::now() < deadline, "the loader's /metrics never listened");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     while rows_committed(metrics).await < rows as f64 {
+        alive();
         assert!(Instant::now() < deadline, "{rows} rows not committed within {timeout:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -76,7 +92,7 @@ async fn serve_until(
         .spawn()
         .unwrap();
     let pid = child.id();
-    until_committed(&metrics, rows, Duration::from_secs(600)).await;
+    until_committed(&mut child, &log, &metrics, rows, Duration::from_secs(600)).await;
     let peak = peak_rss(pid);
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
