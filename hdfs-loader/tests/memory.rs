@@ -52,20 +52,24 @@ async fn until_committed(
     timeout: Duration,
 ) {
     let deadline = Instant::now() + timeout;
+    let logged = || std::fs::read_to_string(log).unwrap_or_default();
     let mut alive = || {
         if let Some(status) = child.try_wait().unwrap() {
-            let logged = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("the loader ended ({status}) before committing {rows} rows:\n{logged}");
+            panic!("the loader ended ({status}) before committing {rows} rows:\n{}", logged());
         }
     };
     while tokio::net::TcpStream::connect(metrics).await.is_err() {
         alive();
-        assert!(Instant::now() < deadline, "the loader's /metrics never listened");
+        assert!(Instant::now() < deadline, "the loader's /metrics never listened:\n{}", logged());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     while rows_committed(metrics).await < rows as f64 {
         alive();
-        assert!(Instant::now() < deadline, "{rows} rows not committed within {timeout:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{rows} rows not committed in {timeout:?}:\n{}",
+            logged()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
