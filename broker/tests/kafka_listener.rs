@@ -26,7 +26,12 @@ struct Broker {
 }
 
 fn start() -> Broker {
-    start_in(tempfile::tempdir().unwrap(), (free_port(), free_port()))
+    start_with(&[])
+}
+
+/// A broker with `more` flags after the usual ones.
+fn start_with(more: &[&str]) -> Broker {
+    start_in(tempfile::tempdir().unwrap(), (free_port(), free_port()), more)
 }
 
 impl Broker {
@@ -34,12 +39,12 @@ impl Broker {
     fn restart(self) -> Broker {
         let Broker { process, dir, ports, .. } = self;
         drop(process);
-        start_in(dir, ports)
+        start_in(dir, ports, &[])
     }
 }
 
-fn start_in(dir: tempfile::TempDir, (port, kafka_port): (u16, u16)) -> Broker {
-    let args: Vec<String> = [
+fn start_in(dir: tempfile::TempDir, (port, kafka_port): (u16, u16), more: &[&str]) -> Broker {
+    let mut args: Vec<String> = [
         "--port",
         &port.to_string(),
         "--kafka-port",
@@ -55,6 +60,7 @@ fn start_in(dir: tempfile::TempDir, (port, kafka_port): (u16, u16)) -> Broker {
     ]
     .map(String::from)
     .to_vec();
+    args.extend(more.iter().map(|a| a.to_string()));
     let process = Process::spawn(BINARY.as_ref(), &args, port, &dir.path().join("broker.log"));
     Broker {
         process,
@@ -151,26 +157,52 @@ fn produced(mut answer: Bytes) -> (i16, i64) {
     (answer.get_i16(), answer.get_i64())
 }
 
+/// The topic `idempotent` (created by a metadata request, as a client's makes it) and a
+/// producer id for it, on `stream`.
+async fn idempotent_producer(stream: &mut TcpStream) -> (i64, i16) {
+    let mut metadata = BytesMut::new();
+    metadata.put_i32(1);
+    str16(&mut metadata, "idempotent");
+    call(stream, &frame(3, 4, 9, &[&metadata[..], &[1]].concat())).await.unwrap();
+    let mut answer = call(stream, &init_producer_id()).await.unwrap();
+    let (_throttle, error) = (answer.get_i32(), answer.get_i16());
+    let producer = (answer.get_i64(), answer.get_i16());
+    assert_eq!((error, producer.1), (0, 0));
+    producer
+}
+
+/// Sends `request` (a produce) until it is appended (the topic's partition may still be
+/// opening); the whole answer.
+async fn produce_until_appended(broker: &Broker, request: &Bytes) -> Bytes {
+    eventually(WAIT, "the batch to be appended", || async {
+        let answer = call(&mut connect(&broker.kafka).await, request).await?;
+        (produced(answer.clone()).0 == 0).then_some(answer)
+    })
+    .await
+}
+
+/// The values of `idempotent`'s records as the native protocol reads them, once `count` are.
+async fn idempotent_values(broker: &Broker, count: usize) -> Vec<String> {
+    let consumer =
+        SimpleConsumer::connect(&broker.native, SimpleConsumerConfig::default()).await.unwrap();
+    eventually(WAIT, "the records visible", || async {
+        let fetched = consumer.fetch("idempotent", 0, 0).await.ok()?;
+        let values: Vec<String> = fetched
+            .iter()
+            .map(|m| String::from_utf8(m.unwrap().payload.to_vec()).unwrap())
+            .collect();
+        (values.len() >= count).then_some(values)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
     let broker = start();
     let mut stream = connect(&broker.kafka).await;
-    // The topic first, as a client's metadata request makes it.
-    let mut metadata = BytesMut::new();
-    metadata.put_i32(1);
-    str16(&mut metadata, "idempotent");
-    call(&mut stream, &frame(3, 4, 9, &[&metadata[..], &[1]].concat())).await.unwrap();
-    let mut answer = call(&mut stream, &init_producer_id()).await.unwrap();
-    let (_throttle, error) = (answer.get_i32(), answer.get_i16());
-    let producer = (answer.get_i64(), answer.get_i16());
-    assert_eq!((error, producer.1), (0, 0));
+    let producer = idempotent_producer(&mut stream).await;
     let first = produce(producer, 0, 3);
-    let appended = eventually(WAIT, "the first batch to be appended", || async {
-        let answer = produced(call(&mut connect(&broker.kafka).await, &first).await?);
-        (answer.0 == 0).then_some(answer)
-    })
-    .await;
-    assert_eq!(appended, (0, 0));
+    assert_eq!(produced(produce_until_appended(&broker, &first).await), (0, 0));
     // The same batch again (a retry after a lost acknowledgement): its first offset, once.
     assert_eq!(produced(call(&mut stream, &first).await.unwrap()), (0, 0));
     assert_eq!(produced(call(&mut stream, &produce(producer, 3, 3)).await.unwrap()), (0, 3));
@@ -178,17 +210,7 @@ async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
     let gap = produced(call(&mut stream, &produce(producer, 10, 1)).await.unwrap());
     assert_eq!(gap.0, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
 
-    let consumer =
-        SimpleConsumer::connect(&broker.native, SimpleConsumerConfig::default()).await.unwrap();
-    let values = eventually(WAIT, "six records visible", || async {
-        let fetched = consumer.fetch("idempotent", 0, 0).await.ok()?;
-        let values: Vec<String> = fetched
-            .iter()
-            .map(|m| String::from_utf8(m.unwrap().payload.to_vec()).unwrap())
-            .collect();
-        (values.len() >= 6).then_some(values)
-    })
-    .await;
+    let values = idempotent_values(&broker, 6).await;
     assert_eq!(values, ["seq-0", "seq-1", "seq-2", "seq-3", "seq-4", "seq-5"]);
 }
 
@@ -198,45 +220,40 @@ async fn a_retried_idempotent_batch_is_acknowledged_and_not_appended_twice() {
 async fn a_batch_retried_across_a_restart_is_acknowledged_and_not_appended_twice() {
     let broker = start();
     let mut stream = connect(&broker.kafka).await;
-    let mut metadata = BytesMut::new();
-    metadata.put_i32(1);
-    str16(&mut metadata, "idempotent");
-    call(&mut stream, &frame(3, 4, 9, &[&metadata[..], &[1]].concat())).await.unwrap();
-    let mut answer = call(&mut stream, &init_producer_id()).await.unwrap();
-    let (_throttle, _error) = (answer.get_i32(), answer.get_i16());
-    let producer = (answer.get_i64(), answer.get_i16());
-    let first = produce(producer, 0, 3);
-    eventually(WAIT, "the first batch to be appended", || async {
-        let answer = produced(call(&mut connect(&broker.kafka).await, &first).await?);
-        (answer.0 == 0).then_some(())
-    })
-    .await;
+    let producer = idempotent_producer(&mut stream).await;
+    produce_until_appended(&broker, &produce(producer, 0, 3)).await;
     let second = produce(producer, 3, 3);
     assert_eq!(produced(call(&mut stream, &second).await.unwrap()), (0, 3));
     drop(stream);
 
     let broker = broker.restart();
-    let again = eventually(WAIT, "the restarted broker to answer", || async {
-        let answer = produced(call(&mut connect(&broker.kafka).await, &second).await?);
-        (answer.0 == 0).then_some(answer)
-    })
-    .await;
+    let again = produced(produce_until_appended(&broker, &second).await);
     assert_eq!(again, (0, 3), "the batch's first offset, as before the restart");
     let mut stream = connect(&broker.kafka).await;
     assert_eq!(produced(call(&mut stream, &produce(producer, 6, 1)).await.unwrap()), (0, 6));
-    let consumer =
-        SimpleConsumer::connect(&broker.native, SimpleConsumerConfig::default()).await.unwrap();
-    let values = eventually(WAIT, "seven records visible", || async {
-        let fetched = consumer.fetch("idempotent", 0, 0).await.ok()?;
-        let values: Vec<String> = fetched
-            .iter()
-            .map(|m| String::from_utf8(m.unwrap().payload.to_vec()).unwrap())
-            .collect();
-        (values.len() >= 7).then_some(values)
-    })
-    .await;
     let expected: Vec<String> = (0..7).map(|i| format!("seq-{i}")).collect();
-    assert_eq!(values, expected);
+    assert_eq!(idempotent_values(&broker, 7).await, expected);
+}
+
+/// `--message-timestamp-type LogAppendTime`, the broker's default for its topics: the produce
+/// answer gives the time the leader stamped, and the stored batch carries it.
+#[tokio::test]
+async fn the_broker_default_timestamp_type_stamps_batches_at_append() {
+    let broker = start_with(&["--message-timestamp-type", "LogAppendTime"]);
+    let mut stream = connect(&broker.kafka).await;
+    let producer = idempotent_producer(&mut stream).await;
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let mut answer = produce_until_appended(&broker, &produce(producer, 0, 3)).await;
+    // After the error code and base offset: log_append_time_ms.
+    answer.advance(4 + 2 + "idempotent".len() + 4 + 4 + 2 + 8);
+    let stamped = answer.get_i64();
+    assert!(stamped >= before.as_millis() as i64, "{stamped} is before the produce");
+    let segment = broker.dir.path().join("data/idempotent-0/00000000000000000000.log");
+    let stored = std::fs::read(segment).unwrap();
+    let (_, message) = protocol::MessageSetIter::new(&stored, 0).next().unwrap().unwrap();
+    let batch = protocol::record_batch::RecordBatchRef::parse(message.payload).unwrap();
+    assert!(batch.is_log_append_time());
+    assert_eq!(batch.max_timestamp(), stamped);
 }
 
 /// A client pipelines requests, as librdkafka does, and its bytes arrive in pieces: the frame
