@@ -6,6 +6,9 @@ paths, and a check that it has no circle.
     scripts/layers.py --graph C   print crate C's modules (lines of non-test code) and the
                                   modules each one imports
 
+It also checks that no non-test function of the broker crate runs over FUNCTION_LINES_MAX
+lines (from its `fn` line to its closing brace): the broker is where functions grow.
+
 A module is a file: `src/a.rs` or `src/a/mod.rs` is `a`, `src/a/b.rs` is `a::b`. A path
 `crate::a::b::Name` is an import of the deepest module it names (`a::b` if that is a file,
 else `a`); a name that `a/mod.rs` re-exports from a child (`pub use b::Name`) is an import of
@@ -209,6 +212,38 @@ def cycles(nodes, edges):
     return out
 
 
+FUNCTION_LINES_MAX = 100
+FN_RE = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?(?:async\s+)?(?:const\s+)?(?:unsafe\s+)?fn\s+(\w+)")
+
+
+def long_functions(src):
+    """(file, line, name, lines) of each function in src longer than FUNCTION_LINES_MAX."""
+    out = []
+    for path in sorted(module_files(src).values()):
+        lines = open(path, encoding="utf-8").read().split("\n")
+        i = 0
+        while i < len(lines):
+            if re.match(r"\s*#\[cfg\(test\)\]", lines[i]):
+                break
+            m = FN_RE.match(lines[i])
+            if not m:
+                i += 1
+                continue
+            depth, opened, j = 0, False, i
+            while j < len(lines):
+                code = re.sub(r"//.*", "", lines[j])
+                code = re.sub(r"'(?:\\.|[^\\'])'", "", re.sub(r'"(?:\\.|[^"\\])*"', "", code))
+                depth += code.count("{") - code.count("}")
+                opened = opened or "{" in code
+                if (opened and depth <= 0) or (not opened and code.rstrip().endswith(";")):
+                    break
+                j += 1
+            if j - i + 1 > FUNCTION_LINES_MAX:
+                out.append((os.path.relpath(path, ROOT), i + 1, m.group(1), j - i + 1))
+            i = j + 1
+    return out
+
+
 def name(path):
     return "::".join(path) if path else "(root)"
 
@@ -230,8 +265,12 @@ def main():
         for comp in cycles(list(modules), edges):
             failed = True
             print(f"{crate}: modules import each other in a circle: {', '.join(name(c) for c in comp)}")
+    for path, line, fn, length in long_functions(os.path.join(ROOT, "broker", "src")):
+        failed = True
+        print(f"{path}:{line}: fn {fn} is {length} lines, over {FUNCTION_LINES_MAX}")
     if not failed:
-        print("layers: no import circle in any crate")
+        print("layers: no import circle in any crate, no broker function over "
+              f"{FUNCTION_LINES_MAX} lines")
     return 1 if failed else 0
 
 

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use kafka_protocol::messages::ApiKey;
-use protocol::kafka::request::{self, GroupIdsOf, Reader};
+use protocol::kafka::request::{self, GroupIdsOf, Header, Reader};
 use protocol::kafka::versions;
 use service::tls::{MaybeTls, ServerStream};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -108,10 +108,6 @@ impl Client {
                 let request = request::metadata(&mut r, v, f)?;
                 Some(metadata::metadata(&self, &header, request).await?)
             }
-            ApiKey::CreateTopics => {
-                let request = request::create_topics(&mut r, v, f)?;
-                Some(metadata::create_topics(&self, &header, request).await?)
-            }
             ApiKey::Produce => unreachable!("Client::start appends produces itself"),
             ApiKey::Fetch => {
                 let request = request::fetch(&mut r, v, f)?;
@@ -121,97 +117,143 @@ impl Client {
                 let request = request::list_offsets(&mut r, v, f)?;
                 Some(fetch::list_offsets(&self, &header, request).await?)
             }
-            ApiKey::FindCoordinator => {
-                let request = request::find_coordinator(&mut r, v, f)?;
-                Some(groups::find_coordinator(&self, &header, request)?)
-            }
-            ApiKey::JoinGroup => {
-                let request = request::join_group(&mut r, v, f)?;
-                Some(groups::join_group(&self, &header, request).await?)
-            }
-            ApiKey::SyncGroup => {
-                let request = request::sync_group(&mut r, v, f)?;
-                Some(groups::sync_group(&self, &header, request).await?)
-            }
-            ApiKey::Heartbeat => {
-                let request = request::heartbeat(&mut r, v, f)?;
-                Some(groups::heartbeat(&self, &header, request)?)
-            }
-            ApiKey::LeaveGroup => {
-                let request = request::leave_group(&mut r, v, f)?;
-                Some(groups::leave_group(&self, &header, request)?)
-            }
-            ApiKey::OffsetCommit => {
-                let request = request::offset_commit(&mut r, v, f)?;
-                Some(groups::offset_commit(&self, &header, request).await?)
-            }
-            ApiKey::OffsetFetch => {
-                let request = request::offset_fetch(&mut r, v, f)?;
-                Some(groups::offset_fetch(&self, &header, request).await?)
-            }
             ApiKey::InitProducerId => {
                 let request = request::init_producer_id(&mut r, v, f)?;
                 Some(init_producer_id::init_producer_id(&self, &header, request).await?)
             }
-            ApiKey::ListGroups => {
-                let request = request::list_groups(&mut r, v, f)?;
-                Some(group_admin::list_groups(&self, &header, request).await?)
-            }
-            ApiKey::DescribeGroups => {
-                let groups = request::group_ids(&mut r, v, f, GroupIdsOf::Describe)?;
-                Some(group_admin::describe_groups(&self, &header, groups).await?)
-            }
-            ApiKey::DeleteGroups => {
-                let groups = request::group_ids(&mut r, v, f, GroupIdsOf::Delete)?;
-                Some(group_admin::delete_groups(&self, &header, groups).await?)
-            }
-            ApiKey::OffsetDelete => {
-                let request = request::offset_delete(&mut r, v, f)?;
-                Some(group_admin::offset_delete(&self, &header, request).await?)
-            }
-            ApiKey::DeleteTopics => {
-                let request = request::delete_topics(&mut r, v, f)?;
-                Some(admin::delete_topics(&self, &header, request).await?)
-            }
-            ApiKey::CreatePartitions => {
-                let request = request::create_partitions(&mut r, v, f)?;
-                Some(admin::create_partitions(&self, &header, request).await?)
-            }
-            ApiKey::DescribeConfigs => {
-                let request = request::describe_configs(&mut r, v, f)?;
-                Some(admin::describe_configs(&self, &header, request).await?)
-            }
-            ApiKey::AlterConfigs => {
-                let request = request::alter_configs(&mut r, v, f, false)?;
-                Some(admin::alter_configs(&self, &header, request, false).await?)
-            }
-            ApiKey::IncrementalAlterConfigs => {
-                let request = request::alter_configs(&mut r, v, f, true)?;
-                Some(admin::alter_configs(&self, &header, request, true).await?)
-            }
-            ApiKey::DescribeCluster => {
-                request::describe_cluster(&mut r, v, f)?;
-                Some(admin::describe_cluster(&self, &header)?)
-            }
-            ApiKey::ElectLeaders => {
-                let request = request::elect_leaders(&mut r, v, f)?;
-                Some(partition_admin::elect_leaders(&self, &header, request).await?)
-            }
-            ApiKey::AlterPartitionReassignments => {
-                let request = request::alter_reassignments(&mut r, v, f)?;
-                Some(partition_admin::alter_reassignments(&self, &header, request).await?)
-            }
-            ApiKey::DeleteRecords => {
-                let request = request::delete_records(&mut r, v, f)?;
-                Some(partition_admin::delete_records(&self, &header, request).await?)
-            }
-            ApiKey::ListPartitionReassignments => {
-                let asked = request::list_reassignments(&mut r, v, f)?;
-                Some(partition_admin::list_reassignments(&self, &header, asked).await?)
-            }
-            _ => unreachable!("versions::served names only the APIs above"),
+            ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::SyncGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::ListGroups
+            | ApiKey::DescribeGroups
+            | ApiKey::DeleteGroups
+            | ApiKey::OffsetDelete => Some(self.handle_group(api, &header, &mut r, v, f).await?),
+            // Every other API served is an administrative one.
+            _ => Some(self.handle_admin(api, &header, &mut r, v, f).await?),
         };
         Ok(answer.map(Reply::from))
+    }
+
+    /// Answers a request to the group coordinator: membership, offsets, group administration.
+    async fn handle_group(
+        &self,
+        api: ApiKey,
+        header: &Header,
+        r: &mut Reader,
+        v: i16,
+        f: bool,
+    ) -> Result<BytesMut, Ended> {
+        let answer = match api {
+            ApiKey::FindCoordinator => {
+                let request = request::find_coordinator(r, v, f)?;
+                groups::find_coordinator(self, header, request)?
+            }
+            ApiKey::JoinGroup => {
+                let request = request::join_group(r, v, f)?;
+                groups::join_group(self, header, request).await?
+            }
+            ApiKey::SyncGroup => {
+                let request = request::sync_group(r, v, f)?;
+                groups::sync_group(self, header, request).await?
+            }
+            ApiKey::Heartbeat => {
+                let request = request::heartbeat(r, v, f)?;
+                groups::heartbeat(self, header, request)?
+            }
+            ApiKey::LeaveGroup => {
+                let request = request::leave_group(r, v, f)?;
+                groups::leave_group(self, header, request)?
+            }
+            ApiKey::OffsetCommit => {
+                let request = request::offset_commit(r, v, f)?;
+                groups::offset_commit(self, header, request).await?
+            }
+            ApiKey::OffsetFetch => {
+                let request = request::offset_fetch(r, v, f)?;
+                groups::offset_fetch(self, header, request).await?
+            }
+            ApiKey::ListGroups => {
+                let request = request::list_groups(r, v, f)?;
+                group_admin::list_groups(self, header, request).await?
+            }
+            ApiKey::DescribeGroups => {
+                let groups = request::group_ids(r, v, f, GroupIdsOf::Describe)?;
+                group_admin::describe_groups(self, header, groups).await?
+            }
+            ApiKey::DeleteGroups => {
+                let groups = request::group_ids(r, v, f, GroupIdsOf::Delete)?;
+                group_admin::delete_groups(self, header, groups).await?
+            }
+            ApiKey::OffsetDelete => {
+                let request = request::offset_delete(r, v, f)?;
+                group_admin::offset_delete(self, header, request).await?
+            }
+            _ => unreachable!("Client::handle passes only the APIs handled here"),
+        };
+        Ok(answer)
+    }
+
+    /// Answers an administrative request: topics, configs, partitions, the cluster.
+    async fn handle_admin(
+        &self,
+        api: ApiKey,
+        header: &Header,
+        r: &mut Reader,
+        v: i16,
+        f: bool,
+    ) -> Result<BytesMut, Ended> {
+        let answer = match api {
+            ApiKey::CreateTopics => {
+                let request = request::create_topics(r, v, f)?;
+                metadata::create_topics(self, header, request).await?
+            }
+            ApiKey::DeleteTopics => {
+                let request = request::delete_topics(r, v, f)?;
+                admin::delete_topics(self, header, request).await?
+            }
+            ApiKey::CreatePartitions => {
+                let request = request::create_partitions(r, v, f)?;
+                admin::create_partitions(self, header, request).await?
+            }
+            ApiKey::DescribeConfigs => {
+                let request = request::describe_configs(r, v, f)?;
+                admin::describe_configs(self, header, request).await?
+            }
+            ApiKey::AlterConfigs => {
+                let request = request::alter_configs(r, v, f, false)?;
+                admin::alter_configs(self, header, request, false).await?
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let request = request::alter_configs(r, v, f, true)?;
+                admin::alter_configs(self, header, request, true).await?
+            }
+            ApiKey::DescribeCluster => {
+                request::describe_cluster(r, v, f)?;
+                admin::describe_cluster(self, header)?
+            }
+            ApiKey::ElectLeaders => {
+                let request = request::elect_leaders(r, v, f)?;
+                partition_admin::elect_leaders(self, header, request).await?
+            }
+            ApiKey::AlterPartitionReassignments => {
+                let request = request::alter_reassignments(r, v, f)?;
+                partition_admin::alter_reassignments(self, header, request).await?
+            }
+            ApiKey::DeleteRecords => {
+                let request = request::delete_records(r, v, f)?;
+                partition_admin::delete_records(self, header, request).await?
+            }
+            ApiKey::ListPartitionReassignments => {
+                let asked = request::list_reassignments(r, v, f)?;
+                partition_admin::list_reassignments(self, header, asked).await?
+            }
+            _ => unreachable!("Client::handle passes only the APIs handled here"),
+        };
+        Ok(answer)
     }
 }
 

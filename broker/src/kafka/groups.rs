@@ -80,27 +80,8 @@ pub async fn join_group(
     header: &Header,
     request: JoinGroupRequest,
 ) -> Result<BytesMut, Malformed> {
-    let answer = |joined: Joined| {
-        let members = joined
-            .members
-            .into_iter()
-            .map(|(id, instance, metadata)| {
-                JoinGroupResponseMember::default()
-                    .with_member_id(str_bytes(&id))
-                    .with_group_instance_id(instance.as_deref().map(str_bytes))
-                    .with_metadata(metadata)
-            })
-            .collect();
-        JoinGroupResponse::default()
-            .with_error_code(joined.error)
-            .with_generation_id(joined.generation)
-            .with_protocol_name(Some(str_bytes(&joined.protocol)))
-            .with_leader(str_bytes(&joined.leader))
-            .with_member_id(str_bytes(&joined.member_id))
-            .with_members(members)
-    };
     let refuse = |error: i16| {
-        encode(ApiKey::JoinGroup, header, &answer(Joined::error(error, &request.member_id)))
+        encode(ApiKey::JoinGroup, header, &join_answer(Joined::error(error, &request.member_id)))
     };
     if request.group_id.is_empty() {
         return refuse(code::INVALID_GROUP_ID);
@@ -143,7 +124,7 @@ pub async fn join_group(
                 // The member joins again with its id (KIP-394).
                 let joined = Joined::error(code::MEMBER_ID_REQUIRED, &id);
                 drop(groups);
-                return encode(ApiKey::JoinGroup, header, &answer(joined));
+                return encode(ApiKey::JoinGroup, header, &join_answer(joined));
             }
             id
         } else {
@@ -187,7 +168,29 @@ pub async fn join_group(
     let joined = waiting
         .await
         .unwrap_or_else(|_| Joined::error(code::UNKNOWN_MEMBER_ID, &request.member_id));
-    encode(ApiKey::JoinGroup, header, &answer(joined))
+    encode(ApiKey::JoinGroup, header, &join_answer(joined))
+}
+
+/// A JoinGroup answer: the member's id and generation, and to the leader every member's
+/// subscription.
+fn join_answer(joined: Joined) -> JoinGroupResponse {
+    let members = joined
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            JoinGroupResponseMember::default()
+                .with_member_id(str_bytes(&id))
+                .with_group_instance_id(instance.as_deref().map(str_bytes))
+                .with_metadata(metadata)
+        })
+        .collect();
+    JoinGroupResponse::default()
+        .with_error_code(joined.error)
+        .with_generation_id(joined.generation)
+        .with_protocol_name(Some(str_bytes(&joined.protocol)))
+        .with_leader(str_bytes(&joined.leader))
+        .with_member_id(str_bytes(&joined.member_id))
+        .with_members(members)
 }
 
 /// What a member's JoinGroup tells of it.

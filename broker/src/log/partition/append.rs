@@ -53,7 +53,7 @@ impl Partition {
         // A leader numbers the batches of magic-2 messages (and stamps them with its clock
         // under LogAppendTime); a follower copies them as they are.
         let append_time = match (roll, state.config.timestamp_type) {
-            (Roll::BySettings, TimestampType::LogAppendTime) => Some(now_ms()),
+            (Roll::BySettings, TimestampType::LogAppendTime) => Some(service::now_ms()),
             _ => None,
         };
         let numbered: Vec<Option<Vec<u8>>> = match roll {
@@ -187,10 +187,4 @@ fn number_batches(
             copy
         })
         .collect()
-}
-
-/// The wall clock in ms since the epoch, as Kafka stamps LogAppendTime.
-fn now_ms() -> i64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

@@ -26,57 +26,8 @@ impl Partition {
         config: LogConfig,
     ) -> Result<Self, LogError> {
         fs::create_dir_all(&dir).map_err(io_error("creating partition directory", &dir))?;
-        let mut bases = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(io_error("listing", &dir))? {
-            let entry = entry.map_err(io_error("listing", &dir))?;
-            let name = entry.file_name();
-            match name.to_str().and_then(Segment::parse_file_name) {
-                Some(base) => bases.push(base),
-                None if name == LEADER_EPOCH_CHECKPOINT || name == start::LOG_START_FILE => {}
-                None if name.to_str().and_then(index::parse_file_name).is_some() => {}
-                None => {
-                    tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
-                }
-            }
-        }
-        bases.sort_unstable();
-        let mut segments = Vec::with_capacity(bases.len().max(1));
-        for &base in &bases {
-            segments.push(Arc::new(
-                Segment::open(&dir, base).map_err(io_error("opening segment in", &dir))?,
-            ));
-        }
-        let mut dir_unsynced = false;
-        if segments.is_empty() {
-            segments.push(Arc::new(
-                Segment::create(&dir, 0).map_err(io_error("creating segment in", &dir))?,
-            ));
-            dir_unsynced = true;
-        }
-        for pair in segments.windows(2) {
-            let len = pair[0].file_len().map_err(io_error("reading", &pair[0].path))?;
-            if pair[0].base_offset + len != pair[1].base_offset {
-                tracing::warn!(
-                    segment = %pair[0].path.display(), len, next_base = pair[1].base_offset,
-                    "segment does not end where the next begins"
-                );
-            }
-        }
-        let last = segments.last().expect("one segment at least");
-        let file_len = last.file_len().map_err(io_error("reading", &last.path))?;
-        let scan =
-            scan_valid_prefix(&last.file, file_len).map_err(io_error("recovering", &last.path))?;
-        if let Some(reason) = &scan.stopped_because {
-            tracing::warn!(
-                segment = %last.path.display(),
-                kept_bytes = scan.valid_bytes, kept_messages = scan.messages,
-                cut_bytes = file_len - scan.valid_bytes, %reason,
-                "truncating the partition's tail at the first invalid message"
-            );
-            last.file.set_len(scan.valid_bytes).map_err(io_error("truncating", &last.path))?;
-            last.file.sync_all().map_err(io_error("syncing", &last.path))?;
-        }
-        let end = last.base_offset + scan.valid_bytes;
+        let (segments, dir_unsynced) = open_segments(&dir)?;
+        let end = recover_tail(segments.last().expect("one segment at least"))?;
         let indexes = open_indexes(&dir, &segments, end, config.max_message_bytes)?;
         let mut epochs = LeaderEpochCache::open(&dir)?;
         // The checkpoint may run past a log cut short by recovery.
@@ -122,6 +73,64 @@ impl Partition {
         }
         Ok(partition)
     }
+}
+
+/// The partition's segments in `dir`, oldest first, with a first empty one created when there
+/// are none (then the directory is not yet synced: `true`). Blocking.
+fn open_segments(dir: &Path) -> Result<(Vec<Arc<Segment>>, bool), LogError> {
+    let mut bases = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error("listing", dir))? {
+        let entry = entry.map_err(io_error("listing", dir))?;
+        let name = entry.file_name();
+        match name.to_str().and_then(Segment::parse_file_name) {
+            Some(base) => bases.push(base),
+            None if name == LEADER_EPOCH_CHECKPOINT || name == start::LOG_START_FILE => {}
+            None if name.to_str().and_then(index::parse_file_name).is_some() => {}
+            None => {
+                tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
+            }
+        }
+    }
+    bases.sort_unstable();
+    let mut segments = Vec::with_capacity(bases.len().max(1));
+    for &base in &bases {
+        segments
+            .push(Arc::new(Segment::open(dir, base).map_err(io_error("opening segment in", dir))?));
+    }
+    if segments.is_empty() {
+        segments
+            .push(Arc::new(Segment::create(dir, 0).map_err(io_error("creating segment in", dir))?));
+        return Ok((segments, true));
+    }
+    for pair in segments.windows(2) {
+        let len = pair[0].file_len().map_err(io_error("reading", &pair[0].path))?;
+        if pair[0].base_offset + len != pair[1].base_offset {
+            tracing::warn!(
+                segment = %pair[0].path.display(), len, next_base = pair[1].base_offset,
+                "segment does not end where the next begins"
+            );
+        }
+    }
+    Ok((segments, false))
+}
+
+/// Checks the last segment message by message and cuts it at the first torn or invalid one;
+/// answers where the log ends. Blocking.
+fn recover_tail(last: &Segment) -> Result<u64, LogError> {
+    let file_len = last.file_len().map_err(io_error("reading", &last.path))?;
+    let scan =
+        scan_valid_prefix(&last.file, file_len).map_err(io_error("recovering", &last.path))?;
+    if let Some(reason) = &scan.stopped_because {
+        tracing::warn!(
+            segment = %last.path.display(),
+            kept_bytes = scan.valid_bytes, kept_messages = scan.messages,
+            cut_bytes = file_len - scan.valid_bytes, %reason,
+            "truncating the partition's tail at the first invalid message"
+        );
+        last.file.set_len(scan.valid_bytes).map_err(io_error("truncating", &last.path))?;
+        last.file.sync_all().map_err(io_error("syncing", &last.path))?;
+    }
+    Ok(last.base_offset + scan.valid_bytes)
 }
 
 /// The record index of each segment, opened or rebuilt (`index` module); the log ends at
