@@ -26,6 +26,11 @@ pub enum ErrorCode {
     /// The broker's disk has no room for the append; nothing of it was kept. Fetches go on,
     /// and produces succeed again once there is room.
     StorageFull = 15,
+    /// An idempotent producer's batch does not follow the last one the leader has of it
+    /// on the partition (a batch between them is missing).
+    OutOfOrderSequence = 16,
+    /// An idempotent producer's epoch is older than one the leader has seen for its id.
+    InvalidProducerEpoch = 17,
 }
 
 impl ErrorCode {
@@ -48,6 +53,8 @@ impl ErrorCode {
             13 => ErrorCode::RequestTimedOut,
             14 => ErrorCode::AuthorizationFailed,
             15 => ErrorCode::StorageFull,
+            16 => ErrorCode::OutOfOrderSequence,
+            17 => ErrorCode::InvalidProducerEpoch,
             _ => ErrorCode::Unknown,
         }
     }
@@ -79,6 +86,8 @@ impl ErrorCode {
             ErrorCode::RequestTimedOut => "not replicated within ack_timeout_ms",
             ErrorCode::AuthorizationFailed => "authorization failed",
             ErrorCode::StorageFull => "the broker's disk is full",
+            ErrorCode::OutOfOrderSequence => "the producer's batch does not follow its last one",
+            ErrorCode::InvalidProducerEpoch => "the producer's epoch is older than its current one",
         }
     }
 }

@@ -28,15 +28,15 @@ pub use message::{
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use records::{RecordCountError, records_in};
 pub use request::{
-    Acks, ApiKey, CreateTopicRequest, FetchRequest, MetadataRequest, MultiFetchRequest,
-    MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest,
-    ProducePartition, ProduceRequest, RecordNumberRequest, ReplicaFetchPartition,
+    Acks, ApiKey, CreateTopicRequest, FetchRequest, IdempotentProduceRequest, MetadataRequest,
+    MultiFetchRequest, MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest,
+    OffsetsRequest, ProducePartition, ProduceRequest, RecordNumberRequest, ReplicaFetchPartition,
     ReplicaFetchRequest, Request,
 };
 pub use response::{
-    BrokerMetadata, CreateTopicResponse, FetchPart, FetchResponse, MetadataResponse,
-    MultiFetchResponse, MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse,
-    PartitionMetadata, ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES,
+    BrokerMetadata, CreateTopicResponse, FetchPart, FetchResponse, InitProducerIdResponse,
+    MetadataResponse, MultiFetchResponse, MultiProduceResponse, OffsetForLeaderEpochResponse,
+    OffsetsResponse, PartitionMetadata, ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES,
     RecordNumberResponse, ReplicaFetchPart, ReplicaFetchResponse, ReplicaPartHeader, Response,
     TopicMetadata, UNDEFINED_EPOCH, encode_replica_part_header, encode_response_header,
 };

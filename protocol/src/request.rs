@@ -23,6 +23,8 @@ pub enum ApiKey {
     OffsetForLeaderEpoch = 8,
     ReplicaFetch = 9,
     RecordNumber = 10,
+    InitProducerId = 11,
+    IdempotentProduce = 12,
 }
 
 impl ApiKey {
@@ -39,6 +41,8 @@ impl ApiKey {
             8 => ApiKey::OffsetForLeaderEpoch,
             9 => ApiKey::ReplicaFetch,
             10 => ApiKey::RecordNumber,
+            11 => ApiKey::InitProducerId,
+            12 => ApiKey::IdempotentProduce,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -95,6 +99,13 @@ pub struct ProduceRequest {
     /// A whole MessageSet.
     pub messages: Bytes,
 }
+
+/// A produce of an idempotent producer ([`Request::IdempotentProduce`]): a
+/// [`ProduceRequest`] whose set is one magic-2 message, its batch carrying the producer id from
+/// [`Request::InitProducerId`], the producer's epoch and the batch's first sequence number
+/// on this partition. The leader appends a batch it has not seen and answers one sent again
+/// with the offset it was appended at.
+pub type IdempotentProduceRequest = ProduceRequest;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
@@ -208,6 +219,9 @@ pub enum Request {
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
     ReplicaFetch(ReplicaFetchRequest),
     RecordNumber(RecordNumberRequest),
+    /// A producer id for an idempotent producer (empty body).
+    InitProducerId,
+    IdempotentProduce(IdempotentProduceRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -230,13 +244,15 @@ impl Request {
             Request::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Request::ReplicaFetch(_) => ApiKey::ReplicaFetch,
             Request::RecordNumber(_) => ApiKey::RecordNumber,
+            Request::InitProducerId => ApiKey::InitProducerId,
+            Request::IdempotentProduce(_) => ApiKey::IdempotentProduce,
         }
     }
 
     /// Whether the broker answers this request (only `acks` 0 produces go unanswered).
     pub fn expects_response(&self) -> bool {
         match self {
-            Request::Produce(p) => p.acks != Acks::None,
+            Request::Produce(p) | Request::IdempotentProduce(p) => p.acks != Acks::None,
             Request::MultiProduce(p) => p.acks != Acks::None,
             _ => true,
         }
@@ -247,13 +263,9 @@ impl Request {
         let mut r = Reader::new(frame);
         let key = ApiKey::from_u16(r.u16("request type")?)?;
         let request = match key {
-            ApiKey::Produce => {
-                let topic = r.str("topic")?;
-                let partition = r.i32("partition")?;
-                let acks = Acks::decode(&mut r)?;
-                let messages = set(&mut r)?;
-                Request::Produce(ProduceRequest { topic, partition, acks, messages })
-            }
+            ApiKey::Produce => Request::Produce(produce(&mut r)?),
+            ApiKey::IdempotentProduce => Request::IdempotentProduce(produce(&mut r)?),
+            ApiKey::InitProducerId => Request::InitProducerId,
             ApiKey::Fetch => Request::Fetch(fetch(&mut r)?),
             ApiKey::MultiFetch => {
                 Request::MultiFetch(MultiFetchRequest { fetches: fetches(&mut r)? })
@@ -343,7 +355,10 @@ impl Request {
     /// Bytes of the frame after its `size` field.
     pub fn body_len(&self) -> usize {
         2 + match self {
-            Request::Produce(p) => str_len(&p.topic) + 4 + 1 + 4 + p.messages.len(),
+            Request::Produce(p) | Request::IdempotentProduce(p) => {
+                str_len(&p.topic) + 4 + 1 + 4 + p.messages.len()
+            }
+            Request::InitProducerId => 0,
             Request::Fetch(f) => fetch_len(f),
             Request::MultiFetch(m) => 2 + m.fetches.iter().map(fetch_len).sum::<usize>(),
             Request::MultiFetchWait(m) => {
@@ -376,12 +391,13 @@ impl Request {
         put_size(buf, body_len);
         buf.put_u16(self.api_key() as u16);
         match self {
-            Request::Produce(p) => {
+            Request::Produce(p) | Request::IdempotentProduce(p) => {
                 put_str(buf, &p.topic);
                 buf.put_i32(p.partition);
                 buf.put_u8(p.acks as u8);
                 put_set(buf, &p.messages);
             }
+            Request::InitProducerId => {}
             Request::Fetch(f) => put_fetch(buf, f),
             Request::MultiFetch(m) => put_fetches(buf, &m.fetches),
             Request::MultiFetchWait(m) => {
@@ -447,7 +463,8 @@ impl Request {
     /// Checks every string, count and size against the width of its length field.
     fn check_encodable(&self) -> Result<(), EncodeError> {
         let strs: Vec<&str> = match self {
-            Request::Produce(p) => vec![&p.topic],
+            Request::Produce(p) | Request::IdempotentProduce(p) => vec![&p.topic],
+            Request::InitProducerId => vec![],
             Request::Fetch(f) => vec![&f.topic],
             Request::MultiFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
             Request::MultiFetchWait(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
@@ -482,6 +499,14 @@ impl Request {
         }
         Ok(())
     }
+}
+
+fn produce(r: &mut Reader) -> Result<ProduceRequest, DecodeError> {
+    let topic = r.str("topic")?;
+    let partition = r.i32("partition")?;
+    let acks = Acks::decode(r)?;
+    let messages = set(r)?;
+    Ok(ProduceRequest { topic, partition, acks, messages })
 }
 
 fn fetch(r: &mut Reader) -> Result<FetchRequest, DecodeError> {

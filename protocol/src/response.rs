@@ -25,6 +25,13 @@ pub struct ProduceResponse {
     pub offset: i64,
 }
 
+/// The producer id of an idempotent producer and its epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitProducerIdResponse {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchResponse {
     /// Raw MessageSet bytes, possibly ending in a partial message.
@@ -199,6 +206,7 @@ pub enum Response {
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     ReplicaFetch(ReplicaFetchResponse),
     RecordNumber(RecordNumberResponse),
+    InitProducerId(InitProducerIdResponse),
 }
 
 const FETCH_PART_BYTES_MIN: usize = 4 + ERROR_BYTES;
@@ -220,15 +228,17 @@ impl Response {
             Response::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Response::ReplicaFetch(_) => ApiKey::ReplicaFetch,
             Response::RecordNumber(_) => ApiKey::RecordNumber,
+            Response::InitProducerId(_) => ApiKey::InitProducerId,
         }
     }
 
     /// Decodes the body (after `error`) of a successful response to a request of type `key`.
-    /// A `MULTIFETCH_WAIT` is answered like a `MULTIFETCH`.
+    /// A `MULTIFETCH_WAIT` is answered like a `MULTIFETCH`, an `IDEMPOTENT_PRODUCE` like a
+    /// `PRODUCE`.
     pub fn decode(key: ApiKey, body: Bytes) -> Result<Response, DecodeError> {
         let mut r = Reader::new(body);
         let response = match key {
-            ApiKey::Produce => Response::Produce(ProduceResponse {
+            ApiKey::Produce | ApiKey::IdempotentProduce => Response::Produce(ProduceResponse {
                 partition: r.i32("partition")?,
                 offset: r.i64("offset")?,
             }),
@@ -282,6 +292,10 @@ impl Response {
             ApiKey::RecordNumber => {
                 Response::RecordNumber(RecordNumberResponse { record: r.i64("record")? })
             }
+            ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse {
+                producer_id: r.i64("producer_id")?,
+                producer_epoch: r.i16("producer_epoch")?,
+            }),
             ApiKey::ReplicaFetch => {
                 let count = r.remaining() / (4 + REPLICA_PART_HEADER_BYTES);
                 let mut parts = Vec::with_capacity(count);
@@ -335,6 +349,7 @@ impl Response {
             Response::CreateTopic(_) => 0,
             Response::OffsetForLeaderEpoch(_) => 4 + 8,
             Response::RecordNumber(_) => 8,
+            Response::InitProducerId(_) => 8 + 2,
             Response::ReplicaFetch(m) => {
                 m.parts.iter().map(|p| 4 + REPLICA_PART_HEADER_BYTES + p.messages.len()).sum()
             }
@@ -378,6 +393,10 @@ impl Response {
                 buf.put_i64(o.end_offset);
             }
             Response::RecordNumber(o) => buf.put_i64(o.record),
+            Response::InitProducerId(o) => {
+                buf.put_i64(o.producer_id);
+                buf.put_i16(o.producer_epoch);
+            }
             Response::ReplicaFetch(m) => {
                 for p in &m.parts {
                     let header = ReplicaPartHeader {

@@ -24,7 +24,7 @@ fn acks() -> impl Strategy<Value = Acks> {
 }
 
 fn error_code() -> impl Strategy<Value = ErrorCode> {
-    (-1i16..=13).prop_map(ErrorCode::from_i16)
+    (-1i16..=17).prop_map(ErrorCode::from_i16)
 }
 
 fn fetch() -> impl Strategy<Value = FetchRequest> {
@@ -39,9 +39,13 @@ fn fetch() -> impl Strategy<Value = FetchRequest> {
 }
 
 fn request() -> impl Strategy<Value = Request> {
-    let produce = (topic(), any::<i32>(), acks(), message_set()).prop_map(
-        |(topic, partition, acks, messages)| {
-            Request::Produce(ProduceRequest { topic, partition, acks, messages })
+    let produce = (topic(), any::<i32>(), acks(), message_set(), any::<bool>()).prop_map(
+        |(topic, partition, acks, messages, idempotent)| {
+            let request = ProduceRequest { topic, partition, acks, messages };
+            match idempotent {
+                true => Request::IdempotentProduce(request),
+                false => Request::Produce(request),
+            }
         },
     );
     let multi_fetch = prop::collection::vec(fetch(), 0..5)
@@ -111,7 +115,8 @@ fn request() -> impl Strategy<Value = Request> {
         offsets,
         metadata,
         create,
-        multi_fetch_wait
+        multi_fetch_wait,
+        Just(Request::InitProducerId)
     ]
 }
 
@@ -162,6 +167,10 @@ fn response() -> impl Strategy<Value = Response> {
     });
     let record_number =
         any::<i64>().prop_map(|record| Response::RecordNumber(RecordNumberResponse { record }));
+    let init_producer_id =
+        (any::<i64>(), any::<i16>()).prop_map(|(producer_id, producer_epoch)| {
+            Response::InitProducerId(InitProducerIdResponse { producer_id, producer_epoch })
+        });
     let replica_fetch = prop::collection::vec(
         (error_code(), any::<i64>(), any::<i32>(), any::<i64>(), message_set()),
         0..4,
@@ -186,6 +195,7 @@ fn response() -> impl Strategy<Value = Response> {
         multi_produce,
         offsets,
         metadata,
+        init_producer_id,
         Just(Response::CreateTopic(CreateTopicResponse))
     ]
 }

@@ -72,6 +72,8 @@ pub fn kafka_error(error: ErrorCode) -> i16 {
         ErrorCode::AuthorizationFailed => code::TOPIC_AUTHORIZATION_FAILED,
         ErrorCode::StorageFull => code::KAFKA_STORAGE_ERROR,
         ErrorCode::InvalidRequest | ErrorCode::InvalidFetchSize => code::INVALID_REQUEST,
+        ErrorCode::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
         _ => code::UNKNOWN_SERVER_ERROR,
     }
 }
