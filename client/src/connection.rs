@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use protocol::{
-    Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, MetadataRequest,
-    MetadataResponse, MultiFetchRequest, MultiFetchWaitRequest, MultiProduceRequest,
-    MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest, ProduceResponse,
-    RecordNumberRequest, Request, Response,
+    Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, InitProducerIdResponse,
+    MetadataRequest, MetadataResponse, MultiFetchRequest, MultiFetchWaitRequest,
+    MultiProduceRequest, MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest,
+    ProduceResponse, RecordNumberRequest, Request, Response,
 };
 use service::tls::{ClientStream, MaybeTls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -172,12 +172,41 @@ impl Connection {
         acks: Acks,
         messages: Bytes,
     ) -> Result<Option<ProduceResponse>, ClientError> {
-        let request =
-            Request::Produce(ProduceRequest { topic: topic.into(), partition, acks, messages });
+        let request = ProduceRequest { topic: topic.into(), partition, acks, messages };
+        self.produce_request(Request::Produce(request)).await
+    }
+
+    /// `IDEMPOTENT_PRODUCE`: `messages` is one magic-2 message whose batch carries this
+    /// producer's id, epoch and first sequence number on the partition. A batch the leader
+    /// has already is answered with the offset it was appended at. `None` with `acks` 0.
+    pub async fn produce_idempotent(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        messages: Bytes,
+    ) -> Result<Option<ProduceResponse>, ClientError> {
+        let request = ProduceRequest { topic: topic.into(), partition, acks, messages };
+        self.produce_request(Request::IdempotentProduce(request)).await
+    }
+
+    async fn produce_request(
+        &self,
+        request: Request,
+    ) -> Result<Option<ProduceResponse>, ClientError> {
+        let api = request.api_key();
         match self.send(request).await? {
             Some(Response::Produce(p)) => Ok(Some(p)),
-            Some(other) => Err(unexpected(ApiKey::Produce, &other)),
+            Some(other) => Err(unexpected(api, &other)),
             None => Ok(None),
+        }
+    }
+
+    /// `INIT_PRODUCER_ID`: a producer id no other producer of the cluster has, and its epoch.
+    pub async fn init_producer_id(&self) -> Result<InitProducerIdResponse, ClientError> {
+        match self.call(Request::InitProducerId).await? {
+            Response::InitProducerId(r) => Ok(r),
+            other => Err(unexpected(ApiKey::InitProducerId, &other)),
         }
     }
 

@@ -405,3 +405,57 @@ async fn partition_any_behind_a_load_balancer_finds_a_broker_that_leads() {
     let ack = tokio::time::timeout(WAIT, pending).await.expect("acknowledged in time");
     assert_eq!(ack.expect("acknowledged").partition, 0);
 }
+
+/// An idempotent producer sends each batch as one magic-2 message of its producer id, the
+/// batches' sequence numbers following one another, compressed as a whole with a codec; its
+/// messages read back once each, in order, and each is acknowledged at its batch's offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_numbers_its_batches_in_sequence() {
+    let broker = TestBroker::start().await;
+    for (topic, compression) in [("idempotent", Codec::None), ("idempotent-lz4", Codec::Lz4)] {
+        broker.connect().await.create_topic(topic, 1, &[]).await.unwrap();
+        let config = ProducerConfig {
+            idempotence: true,
+            batch_messages: 100,
+            linger_ms: 20,
+            compression,
+            ..ProducerConfig::default()
+        };
+        let producer = producer(&broker, config);
+        let mut pending = Vec::new();
+        for i in 0..1000 {
+            pending.push(producer.enqueue(topic, None, format!("m{i}").as_bytes()).await.unwrap());
+        }
+        let mut offsets = Vec::new();
+        for p in pending {
+            offsets.push(p.await.unwrap().offset.unwrap());
+        }
+        producer.close().await;
+        let expected: Vec<String> = (0..1000).map(|i| format!("m{i}")).collect();
+        assert_eq!(read_all(&broker, topic, 0, 1000).await, expected, "{topic}");
+
+        let set = broker.connect().await.fetch(topic, 0, 0, 1 << 20).await.unwrap();
+        let mut batches = Vec::new();
+        for message in MessageSetIter::new(&set, 0) {
+            let (offset, message) = message.unwrap();
+            assert_eq!(message.magic, protocol::MAGIC_BATCH, "{topic}: one batch per message");
+            let batch = protocol::record_batch::RecordBatchRef::parse(message.payload).unwrap();
+            assert_eq!(batch.codec(), Some(compression));
+            batches.push((
+                offset,
+                batch.producer_id(),
+                batch.base_sequence(),
+                batch.record_count(),
+            ));
+        }
+        let mut next_sequence = 0;
+        for &(_, id, sequence, count) in &batches {
+            assert!(id >= 0 && id == batches[0].1, "{topic}: one producer id");
+            assert_eq!(sequence, next_sequence, "{topic}: batches in sequence");
+            next_sequence += count;
+        }
+        assert_eq!(next_sequence, 1000);
+        let batch_offsets: Vec<i64> = batches.iter().map(|b| b.0).collect();
+        assert!(offsets.iter().all(|o| batch_offsets.contains(o)), "acknowledged at its batch");
+    }
+}

@@ -52,6 +52,28 @@ async fn produced_lines_come_back_from_consume() {
     assert_eq!(stdout(&limited), "line 0\nline 1\nline 2\n");
 }
 
+/// `--idempotent`: the lines go as an idempotent producer's batches and come back once each;
+/// with `--acks 0` it is refused before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_produce_comes_back_once_and_acks_0_is_refused() {
+    let broker = TestBroker::start().await;
+    let b = broker.addr.as_str();
+    broker.connect().await.create_topic("idem", 1, &[]).await.unwrap();
+    let lines: String = (0..300).map(|i| format!("line {i}\n")).collect();
+    let args = ["produce", "--brokers", b, "--topic", "idem", "--partition", "0", "--idempotent"];
+    stdout(&trib(&args, lines.as_bytes()).await);
+    let consumed = trib(&["consume", "--brokers", b, "--topic", "idem"], b"").await;
+    assert_eq!(stdout(&consumed), lines);
+    let set = broker.connect().await.fetch("idem", 0, 0, 1 << 20).await.unwrap();
+    let (_, first) = protocol::MessageSetIter::new(&set, 0).next().unwrap().unwrap();
+    assert_eq!(first.magic, protocol::MAGIC_BATCH, "one batch per message");
+
+    let refused = trib(&[&args[..], &["--acks", "0"]].concat(), b"x\n").await;
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("idempotence needs acks 1 or more"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_output_says_offsets_and_summaries() {
     let broker = TestBroker::start().await;

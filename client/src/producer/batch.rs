@@ -1,9 +1,12 @@
 //! A batch: the messages bound for one partition, accumulated until `batch_messages`,
 //! `batch_bytes` or `linger_ms` says send, then encoded as one MessageSet — or, with
-//! compression, as one magic-1 wrapper message whose payload is that set compressed.
+//! compression, as one magic-1 wrapper message whose payload is that set compressed; or, for
+//! an idempotent producer, as one magic-2 message whose RecordBatch carries the producer's
+//! id, epoch and sequence numbers (compressed as a whole with a codec).
 
 use bytes::{Bytes, BytesMut};
-use protocol::Codec;
+use protocol::record_batch::RecordBatchBuilder;
+use protocol::{Codec, MessageSetIter};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::compression::{self, CompressionError};
@@ -69,14 +72,51 @@ impl Batch {
         Ok(wrapper.freeze())
     }
 
+    /// The batch as one magic-2 message of an idempotent producer: each message's payload
+    /// becomes a record's value, stamped with the time now. `None` if a message is not a
+    /// plain one (a wrapper or a batch already), which only a plain produce carries.
+    pub fn encode_idempotent(
+        &self,
+        codec: Codec,
+        (id, epoch, base_sequence): (i64, i16, i32),
+    ) -> Result<Option<Bytes>, CompressionError> {
+        let now = service::now_ms();
+        let mut batch = RecordBatchBuilder::new(0).with_producer(id, epoch, base_sequence);
+        let mut count = 0i64;
+        for record in &self.records {
+            for message in MessageSetIter::new(&record.message, 0) {
+                let Ok((_, message)) = message else { return Ok(None) };
+                let plain = message.magic == protocol::MAGIC_PLAIN
+                    || (message.magic == protocol::MAGIC_ATTRIBUTES
+                        && message.codec() == Codec::None);
+                if !plain {
+                    return Ok(None);
+                }
+                batch.push(count, now, None, Some(message.payload), &[]);
+                count += 1;
+            }
+        }
+        let batch = batch.finish_compressed(codec)?;
+        let mut set = BytesMut::with_capacity(batch.len() + protocol::PLAIN_MESSAGE_OVERHEAD_BYTES);
+        protocol::encode_batch_message(&mut set, &batch);
+        Ok(Some(set.freeze()))
+    }
+
     /// Answers every message. `first_offset` is the acknowledged offset of the set's first
-    /// message (`None` with acks 0); a plain message's own offset follows from its position.
-    pub fn acknowledge(self, addr: &str, partition: i32, first_offset: Option<i64>, codec: Codec) {
+    /// message (`None` with acks 0); a plain message's own offset follows from its position,
+    /// unless the set was sent as one message (`one_message`: a wrapper, or a batch).
+    pub fn acknowledge(
+        self,
+        addr: &str,
+        partition: i32,
+        first_offset: Option<i64>,
+        one_message: bool,
+    ) {
         let mut position = 0i64;
         for record in self.records {
-            let offset = match codec {
-                Codec::None => first_offset.map(|o| o + position),
-                _ => first_offset,
+            let offset = match one_message {
+                false => first_offset.map(|o| o + position),
+                true => first_offset,
             };
             position += record.message.len() as i64;
             let delivery = Delivery { addr: addr.to_owned(), partition, offset };

@@ -311,6 +311,7 @@ impl Producer {
             pool: Arc::clone(&inner.pool),
             routes: Arc::clone(&inner.routes),
             queue: receiver,
+            producer: None,
         };
         senders.tasks.push(tokio::spawn(sender.run()));
         senders.queues.insert(key, queue.clone());

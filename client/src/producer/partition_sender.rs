@@ -4,16 +4,24 @@
 //! leader change (`NOT_LEADER`, `FENCED_LEADER_EPOCH`: the route is asked for again) with
 //! capped exponential backoff. Because a partition has one batch in flight, a retry never
 //! reorders its batches.
+//!
+//! With `idempotence` (and acks ≥ 1, to a real partition) each sender is an idempotent
+//! producer of its own: it asks the leader for a producer id once, numbers its messages, and
+//! sends each batch as one magic-2 message carrying its first sequence number, the same bytes
+//! on every retry. A leader that has the batch already — appended before an answer was lost,
+//! or before a failover — answers where it is instead of appending it again. A batch that
+//! fails for good leaves a gap the leader would refuse, so the sender then asks for a new id.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use protocol::{Acks, ErrorCode};
+use protocol::{Acks, Codec, ErrorCode};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::ClientError;
+use crate::compression::CompressionError;
 use crate::partitioner::TopicPartition;
 use crate::producer::batch::{Batch, Record};
 use crate::producer::pool::ConnectionPool;
@@ -36,6 +44,23 @@ pub(crate) struct PartitionSender {
     pub pool: Arc<ConnectionPool>,
     pub routes: Arc<Routes>,
     pub queue: mpsc::Receiver<Command>,
+    /// As an idempotent producer: its id, epoch and next sequence number, once asked for.
+    pub producer: Option<(i64, i16, i32)>,
+}
+
+/// A batch as it goes on the wire.
+struct Encoded {
+    set: Bytes,
+    /// The producer id, epoch and first sequence it carries as an idempotent batch.
+    producer: Option<(i64, i16, i32)>,
+}
+
+impl Encoded {
+    /// Whether the set is one message (a wrapper or a batch), which every message it holds
+    /// is acknowledged at.
+    fn one_message(&self, codec: Codec) -> bool {
+        self.producer.is_some() || codec != Codec::None
+    }
 }
 
 impl PartitionSender {
@@ -84,26 +109,39 @@ impl PartitionSender {
     }
 
     /// Sends `batch`, first to `addr`; returns where it went last (the leader it found).
-    async fn send(&self, batch: Batch, mut addr: String) -> String {
-        let (topic, partition) = (&self.topic, self.target.partition);
+    async fn send(&mut self, batch: Batch, mut addr: String) -> String {
+        let (topic, partition) = (self.topic.clone(), self.target.partition);
         let codec = self.config.compression;
-        let set = match batch.encode(codec) {
-            Ok(set) => set,
-            Err(source) => {
-                batch.fail(&ProducerError::Compression { topic: topic.clone(), partition, source });
-                return addr;
-            }
-        };
         let mut backoff = service::Backoff::from_ms(
             self.config.retry_backoff_ms,
             self.config.retry_backoff_max_ms,
         );
+        let mut encoded: Option<Encoded> = None;
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let error = match self.attempt(&addr, &set).await {
+            let sent = match &encoded {
+                Some(encoded) => self.attempt(&addr, encoded).await,
+                None => match self.encode(&batch, &addr).await {
+                    Ok(Ok(first)) => self.attempt(&addr, encoded.insert(first)).await,
+                    Ok(Err(source)) => {
+                        let error = ProducerError::Compression { topic, partition, source };
+                        batch.fail(&error);
+                        return addr;
+                    }
+                    Err(error) => Err(error),
+                },
+            };
+            let error = match sent {
                 Ok((partition, offset)) => {
-                    batch.acknowledge(&addr, partition, offset, codec);
+                    let encoded = encoded.expect("encoded before it was sent");
+                    if let (Some((id, epoch, base)), Some(next)) =
+                        (encoded.producer, &mut self.producer)
+                    {
+                        let sent = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+                        *next = (id, epoch, base.wrapping_add(sent) & i32::MAX);
+                    }
+                    batch.acknowledge(&addr, partition, offset, encoded.one_message(codec));
                     return addr;
                 }
                 Err(error) => error,
@@ -123,6 +161,10 @@ impl PartitionSender {
                     )
                 );
             if !retriable || attempts > self.config.retries_max {
+                if encoded.is_some_and(|e| e.producer.is_some()) {
+                    // Its sequences may be in the log or not: the next batch starts afresh.
+                    self.producer = None;
+                }
                 let source = Arc::new(error);
                 batch.fail(&ProducerError::Send {
                     topic: topic.clone(),
@@ -143,7 +185,7 @@ impl PartitionSender {
             backoff.sleep().await;
             if partition != protocol::ANY_PARTITION {
                 if moved || !matches!(error, ClientError::Broker { .. }) {
-                    self.routes.invalidate(topic);
+                    self.routes.invalidate(&topic);
                 }
                 addr = self.leader_addr().await.unwrap_or(addr);
             } else if moved {
@@ -156,6 +198,40 @@ impl PartitionSender {
                 }
             }
         }
+    }
+
+    /// The batch as it goes on the wire: as an idempotent producer's batch when this sender
+    /// is one (asking `addr` for a producer id the first time), else as a plain set. `Err`:
+    /// the producer id could not be had; `Ok(Err)`: the batch does not compress.
+    async fn encode(
+        &mut self,
+        batch: &Batch,
+        addr: &str,
+    ) -> Result<Result<Encoded, CompressionError>, ClientError> {
+        let codec = self.config.compression;
+        let idempotent =
+            self.config.idempotence && self.target.partition != protocol::ANY_PARTITION;
+        if idempotent {
+            let producer = match self.producer {
+                Some(producer) => producer,
+                None => {
+                    let conn = self.pool.get(addr).await?;
+                    let timeout = Duration::from_millis(self.config.request_timeout_ms);
+                    let asked = tokio::time::timeout(timeout, conn.init_producer_id()).await;
+                    let id = asked.map_err(|_| ClientError::Closed {
+                        addr: addr.to_owned(),
+                        reason: format!("no producer id within {} ms", timeout.as_millis()),
+                    })??;
+                    *self.producer.insert((id.producer_id, id.producer_epoch, 0))
+                }
+            };
+            match batch.encode_idempotent(codec, producer) {
+                Ok(Some(set)) => return Ok(Ok(Encoded { set, producer: Some(producer) })),
+                Ok(None) => {} // not plain messages: sent as they are
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(batch.encode(codec).map(|set| Encoded { set, producer: None }))
     }
 
     /// An entry point other than `addr` for a produce to partition −1, if the route has one.
@@ -174,10 +250,19 @@ impl PartitionSender {
     }
 
     /// One produce: the acknowledged `(partition, offset)`, no offset with acks 0.
-    async fn attempt(&self, addr: &str, set: &Bytes) -> Result<(i32, Option<i64>), ClientError> {
+    async fn attempt(
+        &self,
+        addr: &str,
+        encoded: &Encoded,
+    ) -> Result<(i32, Option<i64>), ClientError> {
         let conn = self.pool.get(addr).await?;
-        let acks = self.config.acks;
-        let produce = conn.produce(&self.topic, self.target.partition, acks, set.clone());
+        let (acks, partition, set) = (self.config.acks, self.target.partition, encoded.set.clone());
+        let produce = async {
+            match encoded.producer {
+                Some(_) => conn.produce_idempotent(&self.topic, partition, acks, set).await,
+                None => conn.produce(&self.topic, partition, acks, set).await,
+            }
+        };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
         match tokio::time::timeout(timeout, produce).await {
             Ok(Ok(Some(ack))) => Ok((ack.partition, Some(ack.offset))),

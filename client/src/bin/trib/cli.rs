@@ -263,6 +263,11 @@ pub struct ProduceArgs {
     pub batch_messages: u32,
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
+    /// Produce as an idempotent producer: a batch retried after a lost answer or a failover
+    /// is stored once. Each batch is then one magic-2 message (needs --acks 1 or more, and a
+    /// partition: not --any-partition).
+    #[arg(long, conflicts_with = "any_partition")]
+    pub idempotent: bool,
     /// Report progress on stderr every second (on by default when stderr is a terminal).
     #[arg(long)]
     pub progress: bool,

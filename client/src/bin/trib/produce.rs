@@ -30,6 +30,7 @@ pub async fn run(args: ProduceArgs, context: &Context, json: bool) -> anyhow::Re
         compression: args.compression.codec(),
         batch_messages: args.batch_messages as usize,
         linger_ms: args.linger_ms,
+        idempotence: args.idempotent,
         partitioner,
         tls: context.tls(),
         ..ProducerConfig::default()
