@@ -142,6 +142,7 @@ pub async fn run(args: ReplicationArgs, date: String, machine: String) -> BenchR
         wipe_at: None,
         rate: args.rate,
         message_bytes: args.message_bytes as usize,
+        idempotence: false,
     };
     let kills = kill_leaders(&mut brokers, &registry, &plan).await;
     let mut lost = 0;

@@ -44,10 +44,12 @@ pub enum RequestKind {
     offset_for_leader_epoch,
     replica_fetch,
     record_number,
+    init_producer_id,
+    idempotent_produce,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 11] = [
+    const ALL: [RequestKind; 13] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -59,6 +61,8 @@ impl RequestKind {
         RequestKind::offset_for_leader_epoch,
         RequestKind::replica_fetch,
         RequestKind::record_number,
+        RequestKind::init_producer_id,
+        RequestKind::idempotent_produce,
     ];
 }
 
@@ -489,6 +493,8 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::RequestTimedOut => "request_timed_out",
         ErrorCode::AuthorizationFailed => "authorization_failed",
         ErrorCode::StorageFull => "storage_full",
+        ErrorCode::OutOfOrderSequence => "out_of_order_sequence",
+        ErrorCode::InvalidProducerEpoch => "invalid_producer_epoch",
     }
 }
 

@@ -222,6 +222,8 @@ pub struct KillPlan {
     pub rate: u64,
     /// Bytes of each message.
     pub message_bytes: usize,
+    /// Whether the producer is an idempotent one ([`ProducerConfig::idempotence`]).
+    pub idempotence: bool,
 }
 
 /// What a [`kill_leaders`] run saw.
@@ -255,7 +257,13 @@ fn by_key_partition() -> Partitioner {
 
 /// An acks-all producer that finds leaders in the registry and retries through a failover.
 pub fn acks_all_producer(registry: &Registry) -> Producer {
+    acks_all_producer_with(registry, false)
+}
+
+/// [`acks_all_producer`], an idempotent one if `idempotence`.
+pub fn acks_all_producer_with(registry: &Registry, idempotence: bool) -> Producer {
     let config = ProducerConfig {
+        idempotence,
         acks: Acks::All,
         linger_ms: 2,
         partitioner: by_key_partition(),
@@ -277,7 +285,7 @@ pub async fn kill_leaders(
     registry: &Registry,
     plan: &KillPlan,
 ) -> KillReport {
-    let producer = Arc::new(acks_all_producer(registry));
+    let producer = Arc::new(acks_all_producer_with(registry, plan.idempotence));
     let (acked_tx, mut acked_rx) = mpsc::unbounded_channel();
     let stop = tokio_util::sync::CancellationToken::new();
     let sequencer = Arc::new(Sequencer::default());

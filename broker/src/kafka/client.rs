@@ -1,6 +1,6 @@
 //! Who a Kafka connection serves and with what: the node every API calls, the admission both
-//! listeners share, the state the Kafka APIs keep across connections (groups, producer
-//! ids), and the connection's principal; and what a handler answers with.
+//! listeners share, the state the Kafka APIs keep across connections (groups), and the
+//! connection's principal; and what a handler answers with.
 
 use std::sync::Arc;
 
@@ -8,7 +8,6 @@ use bytes::{Bytes, BytesMut};
 use protocol::kafka::request::Malformed;
 
 use super::coordinator::Coordinator;
-use super::producer_ids::ProducerIds;
 use crate::log::FileSlice;
 use crate::net::admission::Admission;
 use crate::node::Node;
@@ -17,7 +16,6 @@ use crate::node::Node;
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub groups: Arc<Coordinator>,
-    pub producers: ProducerIds,
 }
 
 /// Who a connection serves.

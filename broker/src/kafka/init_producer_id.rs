@@ -27,12 +27,12 @@ pub async fn init_producer_id(
                 .with_producer_id(ProducerId(request.producer_id))
                 .with_producer_epoch(epoch),
             None => {
-                let id = client.state.producers.allocate(client.node.config().broker_id);
+                let id = client.node.allocate_producer_id();
                 InitProducerIdResponse::default().with_producer_id(ProducerId(id))
             }
         }
     } else {
-        let id = client.state.producers.allocate(client.node.config().broker_id);
+        let id = client.node.allocate_producer_id();
         InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0)
     };
     encode(ApiKey::InitProducerId, header, &body)

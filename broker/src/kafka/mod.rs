@@ -6,7 +6,8 @@
 //! payloads as stored, messages in Tributary's own format converted.
 //!
 //! Layers, each using only those above it in this list: the state the APIs keep
-//! (`coordinator`, `producer_ids`), who a connection serves (`client`), one file per API or
+//! (`coordinator`; idempotent producers' sequences are the node's, shared with the native
+//! protocol), who a connection serves (`client`), one file per API or
 //! family of APIs (`metadata`, `admin`, `partition_admin`, `produce`, `fetch`, `groups`,
 //! `group_admin`, `init_producer_id`), and the
 //! connection that reads frames and dispatches them (`connection`). Requests are decoded and
@@ -23,7 +24,6 @@ mod init_producer_id;
 mod metadata;
 mod partition_admin;
 mod produce;
-mod producer_ids;
 
 pub(crate) use client::{Client, State};
 pub(crate) use coordinator::tick_until;

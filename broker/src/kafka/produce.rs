@@ -17,9 +17,8 @@ use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
 
 use super::client::{Answer, Client};
-use super::producer_ids::{Check, STATE_TAIL_BYTES};
 use crate::acl::Operation;
-use crate::node::AppendedRun;
+use crate::node::{AppendedRun, BatchProducer};
 use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{Header, ProduceRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
@@ -31,13 +30,6 @@ pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
 enum Outcome {
     Settled { error: i16, base_offset: i64 },
     Appended { run: AppendedRun, first_record: u64 },
-}
-
-/// What to remember of an idempotent producer's batch once it is appended.
-struct Idempotent {
-    id: i64,
-    epoch: i16,
-    sequences: (i32, i32),
 }
 
 /// Appends the request's batches now; the answer follows their `acks`. A produce with acks 0
@@ -127,63 +119,32 @@ async fn append(
         Ok(batches) => batches,
         Err(error) => return settled(error),
     };
-    // An idempotent producer's batches of one partition: one batch per request, as every
-    // client sends them; its sequences are checked before the append.
-    let mut idempotent = None;
-    if let [batch] = batches.as_slice() {
-        let batch = RecordBatchRef::parse(batch).expect("checked by split_batches");
-        if batch.producer_id() >= 0 {
-            let (id, epoch, base) =
-                (batch.producer_id(), batch.producer_epoch(), batch.base_sequence());
-            let last = base.wrapping_add(batch.last_offset_delta()) & i32::MAX;
-            let producers = &client.state.producers;
-            // A broker that has just started leading learns the sequences from the log first.
-            let replicas = client.node.replicas();
-            let leadership = replicas.leading_epoch(topic, partition);
-            producers
-                .load(topic, partition, leadership, || async {
-                    let log = replicas.led(topic, partition).ok()?;
-                    let tail = STATE_TAIL_BYTES;
-                    match tokio::task::spawn_blocking(move || log.producer_batches(tail)).await {
-                        Ok(Ok(batches)) => Some(batches),
-                        Ok(Err(e)) => {
-                            tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
-                            None
-                        }
-                        Err(_) => None,
-                    }
-                })
-                .await;
-            match producers.check(id, epoch, topic, partition, base, last) {
-                Check::Append => {
-                    idempotent = Some(Idempotent { id, epoch, sequences: (base, last) })
-                }
-                Check::Duplicate(first) => {
-                    return Outcome::Settled { error: code::NONE, base_offset: first as i64 };
-                }
-                Check::Refuse(error) => return settled(error),
-            }
-        }
-    }
     let mut set = BytesMut::with_capacity(records.len() + batches.len() * 9);
     for batch in &batches {
         protocol::encode_batch_message(&mut set, batch);
     }
     let set = set.freeze();
-    let run = client.node.append_run(topic, partition, acks, std::slice::from_ref(&set)).await;
-    match run.first_record() {
-        Some(first_record) => {
-            // In the log now, acknowledged or not: a retry of it is a duplicate, and the
-            // producer's next batch — which it may send before this one is acknowledged, up to
-            // five in flight — follows it. Remembered only once acknowledged, a batch made the
-            // next one, pipelined behind it, look out of order (OUT_OF_ORDER_SEQUENCE_NUMBER,
-            // fatal to librdkafka's idempotent producer) whenever acks all took a while.
-            if let Some(i) = idempotent {
-                let producers = &client.state.producers;
-                producers.record(i.id, i.epoch, topic, partition, i.sequences, first_record);
-            }
-            Outcome::Appended { run, first_record }
+    // An idempotent producer's batches of one partition: one batch per request, as every
+    // client sends them; its sequences are checked before the append.
+    let producer = match batches.as_slice() {
+        [batch] => {
+            BatchProducer::of(&RecordBatchRef::parse(batch).expect("checked by split_batches"))
         }
+        _ => None,
+    };
+    let node = &client.node;
+    let run = match producer {
+        // A batch sent again is acknowledged where it was appended.
+        Some(producer) => {
+            match node.append_idempotent(topic, partition, acks, &set, producer).await {
+                Ok(run) => run,
+                Err(error) => return settled(kafka_error(error)),
+            }
+        }
+        None => node.append_run(topic, partition, acks, std::slice::from_ref(&set)).await,
+    };
+    match run.first_record() {
+        Some(first_record) => Outcome::Appended { run, first_record },
         None => {
             let error = run.acknowledged().await.pop().expect("one set").err();
             settled(error.map_or(code::UNKNOWN_SERVER_ERROR, kafka_error))

@@ -1,6 +1,7 @@
 //! Who may do what on the native protocol: every topic a request touches must allow the
 //! operation to the connection's principal (the ACL file); METADATA is always allowed and
-//! leaves out what the principal may not describe.
+//! leaves out what the principal may not describe, and INIT_PRODUCER_ID (which touches no
+//! topic and reveals nothing) too.
 
 use protocol::{ErrorCode, Request};
 
@@ -17,7 +18,10 @@ impl Connection {
         }
         let may = |topic: &str, operation| authorizer.check(&self.principal, topic, operation);
         match request {
-            Request::Produce(p) => may(&p.topic, Operation::Produce),
+            Request::Produce(p) | Request::IdempotentProduce(p) => {
+                may(&p.topic, Operation::Produce)
+            }
+            Request::InitProducerId => true,
             Request::MultiProduce(m) => m.entries.iter().all(|e| may(&e.topic, Operation::Produce)),
             Request::Fetch(f) => may(&f.topic, Operation::Consume),
             Request::MultiFetch(m) => m.fetches.iter().all(|f| may(&f.topic, Operation::Consume)),

@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use protocol::{
-    ErrorCode, FRAME_SIZE_BYTES, OffsetsResponse, RecordNumberResponse, Request, Response,
+    ErrorCode, FRAME_SIZE_BYTES, InitProducerIdResponse, OffsetsResponse, RecordNumberResponse,
+    Request, Response,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -256,6 +257,11 @@ impl Connection {
                         Next::Continue
                     }
                 }
+                Request::IdempotentProduce(p) => {
+                    // Waits for its acks beside later requests, like a produce run.
+                    self.handle_idempotent_produce(p).await;
+                    Next::Continue
+                }
                 request => {
                     // Answers stay in request order.
                     self.answer_awaiting().await;
@@ -356,6 +362,13 @@ impl Connection {
         let metrics = node.metrics();
         match request {
             Request::Produce(p) => self.handle_produce_run(vec![p]).await,
+            Request::IdempotentProduce(p) => self.handle_idempotent_produce(p).await,
+            Request::InitProducerId => {
+                metrics.request(RequestKind::init_producer_id, 1);
+                let producer_id = node.allocate_producer_id();
+                let response = InitProducerIdResponse { producer_id, producer_epoch: 0 };
+                self.respond(Ok(Response::InitProducerId(response)));
+            }
             Request::MultiProduce(m) => self.multi_produce(m).await,
             Request::Fetch(f) => self.fetch(f).await?,
             Request::MultiFetch(m) => {

@@ -1,11 +1,13 @@
 //! Produces on the native protocol: a run of produces to one partition that a client
 //! pipelined back to back is appended with one write, each set still validated and answered
 //! on its own; answers that wait for their `acks` queue up in request order while the
-//! produces behind them are appended.
+//! produces behind them are appended. An IDEMPOTENT_PRODUCE is appended alone, once its
+//! producer's sequence numbers are checked; its answer queues up the same way.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use protocol::record_batch::RecordBatchRef;
 use protocol::{
     Acks, ErrorCode, MultiProduceRequest, MultiProduceResponse, ProducePart, ProduceResponse,
     Response,
@@ -13,6 +15,7 @@ use protocol::{
 
 use super::connection::{AWAITING_RUNS_MAX, Awaiting, Connection, Results, oldest_answers};
 use crate::metrics::{Latency, RequestKind};
+use crate::node::{AppendedRun, BatchProducer};
 
 impl Connection {
     /// Appends a run of produces to one partition and answers each (unless `acks` is 0): at
@@ -24,6 +27,34 @@ impl Connection {
         let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
         let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
         let appended = node.append_run(topic, partition, acks, &sets).await;
+        self.queue_answers(appended, acks, started).await;
+    }
+
+    /// Appends an idempotent producer's batch unless the leader has it already (then answers
+    /// where it was appended) or it does not follow the producer's last one (error 16) or is
+    /// of an older epoch (17). The set must be one magic-2 message whose batch carries a
+    /// producer id and is neither transactional nor a control batch (else error 6), and the
+    /// partition a real one (−1 has no sequences).
+    pub(super) async fn handle_idempotent_produce(&mut self, p: protocol::ProduceRequest) {
+        let node = Arc::clone(&self.node);
+        let started = Instant::now();
+        node.metrics().request(RequestKind::idempotent_produce, 1);
+        let appended = match producer_of(&p.messages) {
+            Some(producer) if p.partition >= 0 => {
+                let (topic, partition) = (p.topic.as_str(), p.partition);
+                let appended =
+                    node.append_idempotent(topic, partition, p.acks, &p.messages, producer).await;
+                appended.unwrap_or_else(|error| AppendedRun::now(vec![Err(error)]))
+            }
+            _ => AppendedRun::now(vec![Err(ErrorCode::InvalidRequest)]),
+        };
+        self.queue_answers(appended, p.acks, started).await;
+    }
+
+    /// Answers appended sets (none with `acks` 0): at once if nothing waits before them,
+    /// else behind the answers still waiting for their acks ([`Connection::awaiting`]).
+    async fn queue_answers(&mut self, appended: AppendedRun, acks: Acks, started: Instant) {
+        let node = Arc::clone(&self.node);
         if acks == Acks::None {
             let results = appended.acknowledged().await;
             for error in results.into_iter().filter_map(Result::err) {
@@ -89,4 +120,19 @@ impl Connection {
         }
         node.metrics().observe(Latency::produce, started.elapsed());
     }
+}
+
+/// The producer of an idempotent produce's set: one magic-2 message whose batch has a
+/// producer id, neither transactional nor control.
+fn producer_of(set: &[u8]) -> Option<BatchProducer> {
+    let mut messages = protocol::MessageSetIter::new(set, 0);
+    let (_, message) = messages.next()?.ok()?;
+    if messages.next().is_some() || message.magic != protocol::MAGIC_BATCH {
+        return None;
+    }
+    let batch = RecordBatchRef::parse(message.payload).ok()?;
+    if batch.is_transactional() || batch.is_control() {
+        return None;
+    }
+    BatchProducer::of(&batch)
 }

@@ -1,5 +1,6 @@
-//! What every API calls, whichever protocol it came in by: produce (`produce`), fetch and
-//! offsets (`fetch`), topic creation (`topics`) and cluster metadata (`metadata`). A node
+//! What every API calls, whichever protocol it came in by: produce (`produce`, idempotent
+//! producers' sequences in `producer_ids`), fetch and offsets (`fetch`), topic creation
+//! (`topics`) and cluster metadata (`metadata`). A node
 //! answers with values or typed error codes, never panics; it holds no protocol state.
 //!
 //! It stands on this broker's replicas (which partitions it has and leads) and, in a
@@ -8,6 +9,7 @@
 mod fetch;
 mod metadata;
 mod produce;
+mod producer_ids;
 mod topics;
 
 use std::sync::Arc;
@@ -21,6 +23,9 @@ use crate::metrics::Metrics;
 use crate::replication::Replicas;
 
 pub use produce::AppendedRun;
+pub use producer_ids::BatchProducer;
+
+use producer_ids::ProducerIds;
 
 pub struct Node {
     replicas: Arc<Replicas>,
@@ -30,6 +35,8 @@ pub struct Node {
     authorizer: Authorizer,
     /// Where clients reach this broker: what METADATA says of it when it is alone.
     advertised: BrokerInfo,
+    /// The producer ids handed out, and the sequences of idempotent producers' batches.
+    producers: ProducerIds,
 }
 
 impl Node {
@@ -40,7 +47,14 @@ impl Node {
         authorizer: Authorizer,
         advertised: BrokerInfo,
     ) -> Node {
-        Node { replicas, membership, metrics, authorizer, advertised }
+        Node {
+            replicas,
+            membership,
+            metrics,
+            authorizer,
+            advertised,
+            producers: ProducerIds::default(),
+        }
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -57,6 +71,12 @@ impl Node {
 
     pub(crate) fn authorizer(&self) -> &Authorizer {
         &self.authorizer
+    }
+
+    /// A producer id for an idempotent producer, which no other broker of the cluster hands
+    /// out.
+    pub fn allocate_producer_id(&self) -> i64 {
+        self.producers.allocate(self.config().broker_id)
     }
 
     /// The cluster's registry, if this broker is in one.

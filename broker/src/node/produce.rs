@@ -9,6 +9,7 @@ use bytes::Bytes;
 use protocol::{Acks, ErrorCode, InvalidMessage};
 
 use super::Node;
+use super::producer_ids::{BatchProducer, Check, Placed, STATE_TAIL_BYTES};
 use crate::log::index::{self, CountError};
 use crate::log::{Partition, Topic};
 use crate::replication::Leader;
@@ -35,7 +36,8 @@ enum AckWait {
 }
 
 impl AppendedRun {
-    fn now(results: Results) -> AppendedRun {
+    /// Results settled without an append.
+    pub fn now(results: Results) -> AppendedRun {
         AppendedRun { results, wait: None, first_record: None, append_time: None }
     }
 
@@ -159,19 +161,91 @@ impl Node {
             *result = Ok((partition.index() as i32, offset as i64));
             offset += valid.next().expect("one valid set per ok result").len() as u64;
         }
-        let wait = match (acks, leader) {
-            (Acks::Flushed, _) => Some(AckWait::Flushed(partition, appended.end)),
-            (Acks::All, Some(leader)) => {
-                Some(AckWait::Replicated(leader, appended.end, self.config().ack_timeout()))
-            }
-            // A partition without followers: its leader is its only in-sync replica.
-            _ => None,
-        };
+        let wait = self.ack_wait(acks, partition, leader, appended.end);
         AppendedRun {
             results,
             wait,
             first_record: Some(appended.first_record),
             append_time: appended.append_time,
+        }
+    }
+
+    /// Appends `set`, one magic-2 message holding a batch of an idempotent `producer`, unless
+    /// the leader has it already — then it is acknowledged again where it was appended, once
+    /// `acks` hold for it there — or it does not follow the producer's last batch on the
+    /// partition (`OutOfOrderSequence`, `InvalidProducerEpoch`). A broker that has just
+    /// started leading the partition first learns its producers' last batches from the tail
+    /// of the log, where every replica has them: so a batch sent again across a failover or
+    /// a restart is not appended twice.
+    pub async fn append_idempotent(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        set: &Bytes,
+        producer: BatchProducer,
+    ) -> Result<AppendedRun, ErrorCode> {
+        let leadership = self.replicas.leading_epoch(topic, partition);
+        self.producers
+            .load(topic, partition, leadership, || async {
+                let log = self.replicas.led(topic, partition).ok()?;
+                let read = tokio::task::spawn_blocking(move || log.producer_batches(STATE_TAIL_BYTES));
+                match read.await {
+                    Ok(Ok(batches)) => Some(batches),
+                    Ok(Err(e)) => {
+                        tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            })
+            .await;
+        let appending = self.producers.appending(topic, partition);
+        let _appending = appending.lock().await;
+        match self.producers.check(producer, topic, partition) {
+            Check::Append => {}
+            Check::Duplicate(placed) => {
+                let log = self.replicas.led(topic, partition)?;
+                let leader = self.replicas.leader_of(&log);
+                return Ok(AppendedRun {
+                    results: vec![Ok((partition, placed.offset as i64))],
+                    wait: self.ack_wait(acks, log, leader, placed.end),
+                    first_record: Some(placed.first_record),
+                    append_time: None,
+                });
+            }
+            Check::Refuse(code) => return Err(code),
+        }
+        let run = self.append_run(topic, partition, acks, std::slice::from_ref(set)).await;
+        if let (Some(first_record), Some(Ok((_, offset)))) = (run.first_record, run.results.first())
+        {
+            // In the log now, acknowledged or not: a retry of it is a duplicate, and the
+            // producer's next batch — which a Kafka client may send before this one is
+            // acknowledged, up to five in flight — follows it. Remembered only once
+            // acknowledged, a batch made the next one, pipelined behind it, look out of order
+            // whenever acks all took a while (fatal to librdkafka's idempotent producer).
+            let offset = *offset as u64;
+            let placed = Placed { first_record, offset, end: offset + set.len() as u64 };
+            self.producers.record(producer, topic, partition, placed);
+        }
+        Ok(run)
+    }
+
+    /// What an acknowledgement of the log up to `end` waits for under `acks`.
+    fn ack_wait(
+        &self,
+        acks: Acks,
+        log: Arc<Partition>,
+        leader: Option<Arc<Leader>>,
+        end: u64,
+    ) -> Option<AckWait> {
+        match (acks, leader) {
+            (Acks::Flushed, _) => Some(AckWait::Flushed(log, end)),
+            (Acks::All, Some(leader)) => {
+                Some(AckWait::Replicated(leader, end, self.config().ack_timeout()))
+            }
+            // A partition without followers: its leader is its only in-sync replica.
+            _ => None,
         }
     }
 

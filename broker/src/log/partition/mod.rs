@@ -158,6 +158,9 @@ pub struct ProducerBatch {
     pub sequences: (i32, i32),
     /// The number of its first record (its base offset as stored).
     pub first_record: u64,
+    /// Where its message begins and ends (byte offsets).
+    pub offset: u64,
+    pub end: u64,
 }
 
 /// A log start inside the first segment: the message holding the first record kept, and that
@@ -487,10 +490,16 @@ mod tests {
         batch.push(1, 1_000, None, Some(b"b"), &[]);
         protocol::encode_batch_message(&mut set, &batch.finish());
         let counted = index::count_records(&set, 1 << 20).unwrap();
-        partition.append(&[&set], &[counted]).unwrap();
+        let appended = partition.append(&[&set], &[counted]).unwrap();
         let found = partition.producer_batches(1 << 20).unwrap();
-        let expected =
-            ProducerBatch { producer_id: 7, epoch: 2, sequences: (40, 41), first_record: 10 };
+        let expected = ProducerBatch {
+            producer_id: 7,
+            epoch: 2,
+            sequences: (40, 41),
+            first_record: 10,
+            offset: appended.offset,
+            end: appended.offset + set.len() as u64,
+        };
         assert_eq!(found, [expected], "the mixed set's batch has no producer");
         // A tail shorter than the batch still starts at a message before it.
         assert_eq!(partition.producer_batches(1).unwrap(), [expected]);

@@ -174,7 +174,7 @@ impl Partition {
                 .read_exact_at(&mut bytes, begin - segment.base_offset)
                 .map_err(io_error("reading", &segment.path))?;
             for message in protocol::MessageSetIter::new(&bytes, begin as i64) {
-                let Ok((_, message)) = message else { break };
+                let Ok((offset, message)) = message else { break };
                 if message.magic != protocol::MAGIC_BATCH {
                     continue;
                 }
@@ -191,6 +191,9 @@ impl Partition {
                         base_sequence.wrapping_add(batch.last_offset_delta()) & i32::MAX,
                     ),
                     first_record: u64::try_from(batch.base_offset()).unwrap_or(0),
+                    offset: offset as u64,
+                    // A magic-2 message: length, CRC and magic before its batch.
+                    end: offset as u64 + 9 + message.payload.len() as u64,
                 });
             }
         }

@@ -1,0 +1,79 @@
+//! Idempotent producers on the native protocol (`docs/design.md`, "Idempotent produce"):
+//! INIT_PRODUCER_ID hands out a producer id, and an IDEMPOTENT_PRODUCE whose batch the leader
+//! has already — sent again after a lost answer, or after the broker restarted — is answered
+//! with the offset it was appended at and not appended again. A gap in a producer's
+//! sequences, an older epoch, a set that is not one idempotent batch and partition −1 are
+//! refused.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use client::{ClientError, Connection};
+use protocol::record_batch::RecordBatchBuilder;
+use protocol::{Acks, ErrorCode, ProduceResponse};
+use testkit::broker::{TestBroker, message_set, read_all};
+use testkit::eventually;
+
+const TOPIC: &str = "idempotent";
+
+/// One magic-2 message: a batch of `producer` (id, epoch) whose first record has sequence
+/// number `sequence`, a record per value.
+fn batch(producer: (i64, i16), sequence: i32, values: &[&str]) -> Bytes {
+    let mut builder = RecordBatchBuilder::new(0).with_producer(producer.0, producer.1, sequence);
+    for (i, value) in values.iter().enumerate() {
+        builder.push(i as i64, 1_000, None, Some(value.as_bytes()), &[]);
+    }
+    let mut set = BytesMut::new();
+    protocol::encode_batch_message(&mut set, &builder.finish());
+    set.freeze()
+}
+
+async fn produce(conn: &Connection, partition: i32, set: Bytes) -> Result<i64, ClientError> {
+    let answer = conn.produce_idempotent(TOPIC, partition, Acks::Written, set).await?;
+    let ProduceResponse { offset, .. } = answer.expect("acks 1 is answered");
+    Ok(offset)
+}
+
+fn refused(result: Result<i64, ClientError>) -> Option<ErrorCode> {
+    result.err().and_then(|e| e.code())
+}
+
+#[tokio::test]
+async fn a_batch_sent_again_is_acknowledged_where_it_was_appended_even_after_a_restart() {
+    let broker = TestBroker::start().await;
+    let conn = broker.connect().await;
+    let id = conn.init_producer_id().await.unwrap();
+    assert!(id.producer_id >= 0);
+    assert_ne!(conn.init_producer_id().await.unwrap().producer_id, id.producer_id);
+    let producer = (id.producer_id, id.producer_epoch);
+
+    let first = batch(producer, 0, &["a", "b", "c"]);
+    let first_at = produce(&conn, 0, first.clone()).await.unwrap();
+    assert_eq!(produce(&conn, 0, first).await.unwrap(), first_at, "sent again: where it is");
+    let second = batch(producer, 3, &["d"]);
+    let second_at = produce(&conn, 0, second.clone()).await.unwrap();
+    assert!(second_at > first_at);
+    let gap = produce(&conn, 0, batch(producer, 9, &["gap"])).await;
+    assert_eq!(refused(gap), Some(ErrorCode::OutOfOrderSequence));
+    let plain = produce(&conn, 0, message_set(&["plain"])).await;
+    assert_eq!(refused(plain), Some(ErrorCode::InvalidRequest), "not one idempotent batch");
+    let any = produce(&conn, -1, batch(producer, 4, &["any"])).await;
+    assert_eq!(refused(any), Some(ErrorCode::InvalidRequest), "partition −1 has no sequences");
+    drop(conn);
+
+    // The restarted broker learns its producers' last batches from the log.
+    let broker = broker.restart(|_| {}).await;
+    let conn = broker.connect().await;
+    assert_eq!(produce(&conn, 0, second).await.unwrap(), second_at, "a duplicate still");
+    // A newer epoch of the producer starts its sequences afresh; the older is refused.
+    produce(&conn, 0, batch((producer.0, producer.1 + 1), 0, &["e"])).await.unwrap();
+    let old = produce(&conn, 0, batch(producer, 4, &["old"])).await;
+    assert_eq!(refused(old), Some(ErrorCode::InvalidProducerEpoch));
+
+    let read = eventually(Duration::from_secs(10), "the last batch visible", || async {
+        let read = read_all(&broker.addr, TOPIC).await;
+        (read.len() >= 5).then_some(read)
+    })
+    .await;
+    assert_eq!(read, ["a", "b", "c", "d", "e"].map(|v| Bytes::from(v.as_bytes())));
+}
