@@ -421,3 +421,35 @@ async fn a_produce_waiting_for_replicas_does_not_hold_up_the_pipeline() {
     }
     assert!(matches!(metadata.wait().await.unwrap(), Response::Metadata(_)));
 }
+
+/// A follower notes its leader's idempotent batches as it copies them: once it leads, a batch
+/// sent again is acknowledged where the old leader appended it, however much was written after
+/// it (here more than the 8 MiB a broker reads back for what precedes its start).
+#[tokio::test]
+async fn a_new_leader_knows_the_idempotent_batches_it_copied_as_a_follower() {
+    let a = broker_with_topic(1 << 20).await;
+    let b = broker_with_topic(1 << 20).await;
+    let following = follow(&b, &a, 0).await;
+    let conn = a.connect().await;
+    let producer = conn.init_producer_id().await.unwrap().producer_id;
+    let mut builder =
+        protocol::record_batch::RecordBatchBuilder::new(0).with_producer(producer, 0, 0);
+    builder.push(0, 1_000, None, Some(b"once"), &[]);
+    let mut batch = bytes::BytesMut::new();
+    protocol::encode_batch_message(&mut batch, &builder.finish());
+    let batch = batch.freeze();
+    let ack = conn.produce_idempotent(TOPIC, 0, Acks::Written, batch.clone()).await.unwrap();
+    let first_at = ack.expect("answered").offset;
+    let filler = message_set(&[vec![7u8; 100_000]]);
+    for _ in 0..100 {
+        conn.produce(TOPIC, 0, Acks::Written, filler.clone()).await.unwrap();
+    }
+    caught_up(&a, &b).await;
+    following.stop().await.unwrap();
+
+    start_epoch(&b, 1);
+    let again = b.connect().await.produce_idempotent(TOPIC, 0, Acks::Written, batch).await;
+    assert_eq!(again.unwrap().expect("answered").offset, first_at, "a duplicate, not appended");
+    let once = messages(&b).await.iter().filter(|(_, payload)| payload.len() < 100).count();
+    assert_eq!(once, 1, "the batch is in the log once");
+}

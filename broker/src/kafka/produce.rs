@@ -18,7 +18,8 @@ use protocol::record_batch::RecordBatchRef;
 
 use super::client::{Answer, Client};
 use crate::acl::Operation;
-use crate::node::{AppendedRun, BatchProducer};
+use crate::log::producers::BatchProducer;
+use crate::node::AppendedRun;
 use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{Header, ProduceRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};

@@ -14,8 +14,9 @@ use protocol::{
 };
 
 use super::connection::{AWAITING_RUNS_MAX, Awaiting, Connection, Results, oldest_answers};
+use crate::log::producers::BatchProducer;
 use crate::metrics::{Latency, RequestKind};
-use crate::node::{AppendedRun, BatchProducer};
+use crate::node::AppendedRun;
 
 impl Connection {
     /// Appends a run of produces to one partition and answers each (unless `acks` is 0): at

@@ -23,7 +23,6 @@ use crate::metrics::Metrics;
 use crate::replication::Replicas;
 
 pub use produce::AppendedRun;
-pub use producer_ids::BatchProducer;
 
 use producer_ids::ProducerIds;
 

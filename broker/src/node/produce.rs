@@ -9,8 +9,8 @@ use bytes::Bytes;
 use protocol::{Acks, ErrorCode, InvalidMessage};
 
 use super::Node;
-use super::producer_ids::{BatchProducer, Check, Placed, STATE_TAIL_BYTES};
 use crate::log::index::{self, CountError};
+use crate::log::producers::{BatchProducer, Check};
 use crate::log::{Partition, Topic};
 use crate::replication::Leader;
 
@@ -171,12 +171,11 @@ impl Node {
     }
 
     /// Appends `set`, one magic-2 message holding a batch of an idempotent `producer`, unless
-    /// the leader has it already — then it is acknowledged again where it was appended, once
-    /// `acks` hold for it there — or it does not follow the producer's last batch on the
-    /// partition (`OutOfOrderSequence`, `InvalidProducerEpoch`). A broker that has just
-    /// started leading the partition first learns its producers' last batches from the tail
-    /// of the log, where every replica has them: so a batch sent again across a failover or
-    /// a restart is not appended twice.
+    /// the partition has it already — then it is acknowledged again where it was appended,
+    /// once `acks` hold for it there — or it does not follow the producer's last batch on the
+    /// partition (`OutOfOrderSequence`, `InvalidProducerEpoch`). Every replica keeps its
+    /// producers' last batches as it appends ([`crate::log::producers`]), so a batch sent
+    /// again across a failover or a restart is not appended twice.
     pub async fn append_idempotent(
         &self,
         topic: &str,
@@ -185,50 +184,48 @@ impl Node {
         set: &Bytes,
         producer: BatchProducer,
     ) -> Result<AppendedRun, ErrorCode> {
-        let leadership = self.replicas.leading_epoch(topic, partition);
-        self.producers
-            .load(topic, partition, leadership, || async {
-                let log = self.replicas.led(topic, partition).ok()?;
-                let read = tokio::task::spawn_blocking(move || log.producer_batches(STATE_TAIL_BYTES));
-                match read.await {
-                    Ok(Ok(batches)) => Some(batches),
-                    Ok(Err(e)) => {
-                        tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
-                        None
-                    }
-                    Err(_) => None,
-                }
-            })
-            .await;
+        let log = match self.replicas.led(topic, partition) {
+            Ok(log) => log,
+            // Not led here (or not there yet, for a topic its first produce creates): the
+            // produce path answers why.
+            Err(_) => {
+                return Ok(self
+                    .append_run(topic, partition, acks, std::slice::from_ref(set))
+                    .await);
+            }
+        };
         let appending = self.producers.appending(topic, partition);
         let _appending = appending.lock().await;
-        match self.producers.check(producer, topic, partition) {
-            Check::Append => {}
+        let check = match log.check_producer(producer) {
+            Some(check) => check,
+            None => {
+                let learning = Arc::clone(&log);
+                match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
+                        return Err(ErrorCode::Unknown);
+                    }
+                    Err(_) => return Err(ErrorCode::Unknown),
+                }
+                log.check_producer(producer).unwrap_or(Check::Append)
+            }
+        };
+        match check {
+            Check::Append => {
+                Ok(self.append_run(topic, partition, acks, std::slice::from_ref(set)).await)
+            }
             Check::Duplicate(placed) => {
-                let log = self.replicas.led(topic, partition)?;
                 let leader = self.replicas.leader_of(&log);
-                return Ok(AppendedRun {
+                Ok(AppendedRun {
                     results: vec![Ok((partition, placed.offset as i64))],
                     wait: self.ack_wait(acks, log, leader, placed.end),
                     first_record: Some(placed.first_record),
                     append_time: None,
-                });
+                })
             }
-            Check::Refuse(code) => return Err(code),
+            Check::Refuse(code) => Err(code),
         }
-        let run = self.append_run(topic, partition, acks, std::slice::from_ref(set)).await;
-        if let (Some(first_record), Some(Ok((_, offset)))) = (run.first_record, run.results.first())
-        {
-            // In the log now, acknowledged or not: a retry of it is a duplicate, and the
-            // producer's next batch — which a Kafka client may send before this one is
-            // acknowledged, up to five in flight — follows it. Remembered only once
-            // acknowledged, a batch made the next one, pipelined behind it, look out of order
-            // whenever acks all took a while (fatal to librdkafka's idempotent producer).
-            let offset = *offset as u64;
-            let placed = Placed { first_record, offset, end: offset + set.len() as u64 };
-            self.producers.record(producer, topic, partition, placed);
-        }
-        Ok(run)
     }
 
     /// What an acknowledgement of the log up to `end` waits for under `acks`.

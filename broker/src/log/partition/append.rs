@@ -85,6 +85,7 @@ impl Partition {
             at += set.len() as u64;
         }
         let ended = index.end();
+        state.note_producers(&written, counted, offset, first_record);
         if state.recent_ends.len() == RECENT_ENDS_MAX {
             state.recent_ends.pop_front();
         }

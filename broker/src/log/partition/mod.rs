@@ -8,6 +8,7 @@
 
 mod append;
 mod flush;
+mod producers;
 mod read;
 mod recover;
 mod repair;
@@ -147,20 +148,8 @@ struct State {
     log_start: Option<LogStart>,
     /// The record the log should start at: a start not yet reached, or reached.
     start_wanted: u64,
-}
-
-/// A batch of an idempotent producer in the log ([`Partition::producer_batches`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerBatch {
-    pub producer_id: i64,
-    pub epoch: i16,
-    /// Its first and last sequence numbers.
-    pub sequences: (i32, i32),
-    /// The number of its first record (its base offset as stored).
-    pub first_record: u64,
-    /// Where its message begins and ends (byte offsets).
-    pub offset: u64,
-    pub end: u64,
+    /// Its idempotent producers' last batches.
+    producers: crate::log::producers::Producers,
 }
 
 /// A log start inside the first segment: the message holding the first record kept, and that
@@ -478,9 +467,11 @@ mod tests {
         assert_eq!(reopened.start_record(), 50);
     }
 
-    /// The idempotent producers' batches of the log's tail, as a new leader reads them.
+    /// A replica knows its idempotent producers' batches as it appends them, learns those
+    /// before it opened the log from the log's tail, and forgets those cut away.
     #[test]
-    fn the_tail_gives_each_idempotent_batch_with_its_first_record() {
+    fn a_replica_knows_its_producers_batches_from_appends_the_log_and_cuts() {
+        use crate::log::producers::{BatchProducer, Check, Placed};
         let dir = tempfile::tempdir().unwrap();
         let partition = open(dir.path(), config(1 << 20));
         append_mixed(&partition);
@@ -491,18 +482,28 @@ mod tests {
         protocol::encode_batch_message(&mut set, &batch.finish());
         let counted = index::count_records(&set, 1 << 20).unwrap();
         let appended = partition.append(&[&set], &[counted]).unwrap();
-        let found = partition.producer_batches(1 << 20).unwrap();
-        let expected = ProducerBatch {
-            producer_id: 7,
-            epoch: 2,
-            sequences: (40, 41),
+        let producer = BatchProducer { id: 7, epoch: 2, sequences: (40, 41) };
+        let placed = Placed {
             first_record: 10,
             offset: appended.offset,
             end: appended.offset + set.len() as u64,
         };
-        assert_eq!(found, [expected], "the mixed set's batch has no producer");
-        // A tail shorter than the batch still starts at a message before it.
-        assert_eq!(partition.producer_batches(1).unwrap(), [expected]);
+        assert_eq!(partition.check_producer(producer), None, "not learned yet");
+        partition.learn_producers().unwrap();
+        assert_eq!(partition.check_producer(producer), Some(Check::Duplicate(placed)));
+        drop(partition);
+
+        let reopened = open(dir.path(), config(1 << 20));
+        reopened.learn_producers().unwrap();
+        assert_eq!(
+            reopened.check_producer(producer),
+            Some(Check::Duplicate(placed)),
+            "from the log"
+        );
+        reopened.truncate_to(appended.offset).unwrap();
+        assert_eq!(reopened.check_producer(producer), None, "cut: learned again");
+        reopened.learn_producers().unwrap();
+        assert_eq!(reopened.check_producer(producer), Some(Check::Append));
     }
 
     /// Where record `k` (0..10) of a mixed set appended at `a` is.

@@ -1,13 +1,10 @@
 //! Reads: where a fetch's bytes are, record numbers from byte offsets and back, and offsets
 //! by time.
 
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use protocol::record_batch::RecordBatchRef;
-
-use super::{FileSlice, Partition, ProducerBatch, State};
+use super::{FileSlice, Partition, State};
 use crate::log::error::{LogError, io_error};
 use crate::log::index;
 
@@ -145,59 +142,6 @@ impl Partition {
             }
         }
         Ok(None)
-    }
-
-    /// The batches of idempotent producers in about the last `tail_bytes` of the log (from the
-    /// index entry at or before that point), oldest first: what a broker that starts leading
-    /// the partition learns its producers' latest sequences from. Blocking: reads that much.
-    pub fn producer_batches(&self, tail_bytes: u64) -> Result<Vec<ProducerBatch>, LogError> {
-        let reads: Vec<_> = {
-            let state = self.state();
-            let from = state.end.saturating_sub(tail_bytes).max(state.start_byte());
-            let first = state.segments.partition_point(|s| s.base_offset <= from) - 1;
-            (first..state.segments.len())
-                .map(|i| {
-                    let segment = Arc::clone(&state.segments[i]);
-                    let begin = match i == first {
-                        true => state.indexes[i].floor_byte(from).byte.max(segment.base_offset),
-                        false => segment.base_offset,
-                    };
-                    (segment, begin, state.segment_end(i))
-                })
-                .collect()
-        };
-        let mut batches = Vec::new();
-        for (segment, begin, end) in reads {
-            let mut bytes = vec![0u8; (end - begin) as usize];
-            segment
-                .file
-                .read_exact_at(&mut bytes, begin - segment.base_offset)
-                .map_err(io_error("reading", &segment.path))?;
-            for message in protocol::MessageSetIter::new(&bytes, begin as i64) {
-                let Ok((offset, message)) = message else { break };
-                if message.magic != protocol::MAGIC_BATCH {
-                    continue;
-                }
-                let Ok(batch) = RecordBatchRef::parse(message.payload) else { continue };
-                if batch.producer_id() < 0 {
-                    continue;
-                }
-                let base_sequence = batch.base_sequence();
-                batches.push(ProducerBatch {
-                    producer_id: batch.producer_id(),
-                    epoch: batch.producer_epoch(),
-                    sequences: (
-                        base_sequence,
-                        base_sequence.wrapping_add(batch.last_offset_delta()) & i32::MAX,
-                    ),
-                    first_record: u64::try_from(batch.base_offset()).unwrap_or(0),
-                    offset: offset as u64,
-                    // A magic-2 message: length, CRC and magic before its batch.
-                    end: offset as u64 + 9 + message.payload.len() as u64,
-                });
-            }
-        }
-        Ok(batches)
     }
 
     /// `OFFSETS` for a time in ms since the epoch: base offsets of the segments last modified

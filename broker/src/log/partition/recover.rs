@@ -14,6 +14,7 @@ use crate::config::LogConfig;
 use crate::log::error::{LogError, io_error};
 use crate::log::index::{self, SegmentIndex};
 use crate::log::leader_epoch::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
+use crate::log::producers::Producers;
 use crate::log::segment::{Segment, scan_valid_prefix};
 
 impl Partition {
@@ -52,6 +53,7 @@ impl Partition {
                 dir_unsynced,
                 log_start: None,
                 start_wanted: 0,
+                producers: Producers::from(end),
             }),
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),

@@ -48,8 +48,10 @@ impl Partition {
         }
         let cut = self.cut(&mut state, offset);
         state.settle_start();
-        // After a failure too: the ends follow what the log holds now.
+        // After a failure too: the ends (and what the replica knows of its producers) follow
+        // what the log holds now.
         let end = state.end;
+        state.reset_producers(end);
         for published in [&self.flushed, &self.visible, &self.written] {
             published.send_if_modified(|published| {
                 let lowered = *published > end;
@@ -250,6 +252,7 @@ impl Partition {
         state.segments.push(Arc::new(created));
         state.indexes.push(index);
         state.end = base;
+        state.reset_producers(base);
         state.dir_unsynced = true;
         fs::remove_file(&old.path).map_err(io_error("deleting", &old.path))?;
         state.segments.remove(0);
