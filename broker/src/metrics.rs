@@ -165,6 +165,9 @@ pub struct Metrics {
     pub tls_fetch_bytes: Counter,
     /// Requests denied by the ACL file.
     pub authorization_denied: Counter,
+    /// Batches of idempotent producers sent again and acknowledged where they were appended,
+    /// not appended twice (either protocol).
+    pub duplicate_batches: Counter,
     /// TLS handshakes that failed: a plaintext client, a certificate refused, a timeout.
     pub tls_handshake_failures: Counter,
     /// Followers that left the ISR of a partition this broker leads, and that rejoined it.
@@ -222,6 +225,7 @@ impl Metrics {
             sendfile_calls: Counter::default(),
             rejected_frames: Counter::default(),
             authorization_denied: Counter::default(),
+            duplicate_batches: Counter::default(),
             tls_fetch_bytes: Counter::default(),
             tls_handshake_failures: Counter::default(),
             isr_shrinks: Counter::default(),
@@ -280,6 +284,12 @@ impl Metrics {
             "authorization_denied",
             "Requests answered with error 14: the ACL file does not allow them",
             m.authorization_denied.clone(),
+        );
+        registry.register(
+            "duplicate_batches",
+            "Batches of idempotent producers sent again and acknowledged where they were \
+             appended, not appended twice",
+            m.duplicate_batches.clone(),
         );
         registry.register(
             "tls_fetch_bytes",

@@ -50,6 +50,7 @@ async fn a_batch_sent_again_is_acknowledged_where_it_was_appended_even_after_a_r
     let first = batch(producer, 0, &["a", "b", "c"]);
     let first_at = produce(&conn, 0, first.clone()).await.unwrap();
     assert_eq!(produce(&conn, 0, first).await.unwrap(), first_at, "sent again: where it is");
+    assert_eq!(broker.broker.metrics().duplicate_batches.get(), 1);
     let second = batch(producer, 3, &["d"]);
     let second_at = produce(&conn, 0, second.clone()).await.unwrap();
     assert!(second_at > first_at);

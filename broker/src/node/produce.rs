@@ -216,6 +216,7 @@ impl Node {
                 Ok(self.append_run(topic, partition, acks, std::slice::from_ref(set)).await)
             }
             Check::Duplicate(placed) => {
+                self.metrics.duplicate_batches.inc();
                 let leader = self.replicas.leader_of(&log);
                 Ok(AppendedRun {
                     results: vec![Ok((partition, placed.offset as i64))],
