@@ -459,3 +459,63 @@ async fn an_idempotent_producer_numbers_its_batches_in_sequence() {
         assert!(offsets.iter().all(|o| batch_offsets.contains(o)), "acknowledged at its batch");
     }
 }
+
+/// Connections cut again and again under an idempotent producer — each cut loses the answers
+/// in flight, and the producer sends those batches again on a new connection: every message
+/// is acknowledged and stored once, in order. (Without idempotence, a run stored 22,050
+/// messages for 20,000.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_cut_under_an_idempotent_producer_store_each_message_once() {
+    const MESSAGES: usize = 20_000;
+    let port = testkit::process::free_port();
+    let upstream = format!("127.0.0.1:{port}");
+    let proxy = testkit::proxy::start(upstream.parse().unwrap()).await;
+    // The broker names the proxy as its address, so that the producer goes through it.
+    let broker = TestBroker::start_at(tempfile::tempdir().unwrap(), &upstream, |c| {
+        c.advertised_port = Some(proxy.addr().port());
+    })
+    .await;
+    broker.connect().await.create_topic("cut", 1, &[]).await.unwrap();
+    let config = ProducerConfig {
+        idempotence: true,
+        batch_messages: 50,
+        linger_ms: 1,
+        retries_max: 10_000,
+        retry_backoff_ms: 5,
+        retry_backoff_max_ms: 50,
+        ..ProducerConfig::default()
+    };
+    let producer =
+        Producer::new(config, Arc::new(StaticBrokers::new([proxy.addr().to_string()]))).unwrap();
+    let cutting = tokio_util::sync::CancellationToken::new();
+    let cutter = tokio::spawn({
+        let cutting = cutting.clone();
+        async move {
+            let mut cuts = 0;
+            while !cutting.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                proxy.cut();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                proxy.heal();
+                cuts += 1;
+            }
+            cuts
+        }
+    });
+    let mut pending = Vec::with_capacity(MESSAGES);
+    for i in 0..MESSAGES {
+        pending.push(producer.enqueue("cut", None, format!("c{i}").as_bytes()).await.unwrap());
+    }
+    for p in pending {
+        p.await.expect("acknowledged through the cuts");
+    }
+    cutting.cancel();
+    let cuts = cutter.await.unwrap();
+    producer.close().await;
+    let expected: Vec<String> = (0..MESSAGES).map(|i| format!("c{i}")).collect();
+    let stored = read_all(&broker, "cut", 0, MESSAGES).await;
+    let duplicates = broker.broker.metrics().duplicate_batches.get();
+    eprintln!("{cuts} cuts; {duplicates} batches sent again were acknowledged, not appended");
+    assert_eq!(stored.len(), MESSAGES, "each message stored once");
+    assert_eq!(stored, expected);
+}
