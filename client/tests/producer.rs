@@ -519,3 +519,21 @@ async fn connections_cut_under_an_idempotent_producer_store_each_message_once() 
     assert_eq!(stored.len(), MESSAGES, "each message stored once");
     assert_eq!(stored, expected);
 }
+
+/// A leader that lost an idempotent producer's last batch (cut from its log, as a batch
+/// acknowledged with acks 1 by a leader that alone had it is lost with it) refuses the next
+/// one as out of order; the producer sends that one again under a new producer id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_producer_starts_afresh_when_the_leader_lost_its_last_batch() {
+    let broker = TestBroker::start().await;
+    broker.connect().await.create_topic("lost", 1, &[]).await.unwrap();
+    let producer = producer(&broker, ProducerConfig { idempotence: true, ..Default::default() });
+    producer.send("lost", None, b"a").await.unwrap();
+    let log = Arc::clone(&broker.broker.logs().topic("lost").unwrap().partitions[&0]);
+    let kept = log.end();
+    producer.send("lost", None, b"b").await.unwrap();
+    log.truncate_to(kept).unwrap();
+    producer.send("lost", None, b"c").await.expect("sent again as a new producer's");
+    producer.close().await;
+    assert_eq!(read_all(&broker, "lost", 0, 2).await, ["a", "c"]);
+}

@@ -150,7 +150,16 @@ impl PartitionSender {
                 error.code(),
                 Some(ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch | ErrorCode::UnknownTopic)
             );
-            let retriable = moved
+            // The leader lacks this producer's batches before this one (acknowledged with acks
+            // 1 by a leader that alone had them, and lost with it): it lacks this one too, which
+            // goes again as the first batch of a new producer id.
+            let out_of_order = error.code() == Some(ErrorCode::OutOfOrderSequence);
+            if out_of_order {
+                encoded = None;
+                self.producer = None;
+            }
+            let retriable = out_of_order
+                || moved
                 || matches!(error, ClientError::Connect { .. } | ClientError::Closed { .. })
                 || matches!(
                     error.code(),
