@@ -149,10 +149,21 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
     assert!(topology.contains("interval = \"2000ms\""), "{topology}");
     assert_eq!(results["verdicts"]["loss"], 0, "{stderr}");
     assert!(results["verdicts"]["complete"].as_u64().unwrap() > 0, "{stderr}");
+    // The report says the sustained rate the results hold: the highest step with no shortfall.
+    // Which step that is, is the benchmark's to measure: on a busy 2-core machine the
+    // simulators' pacing fell short of 97 % of 3000/s once (2896/s), and 1500/s was sustained.
+    let kept_up = |s: &&serde_json::Value| s["shortfalls"].as_array().unwrap().is_empty();
+    let sustained = steps.iter().filter(kept_up).map(|s| s["offered"].as_u64().unwrap()).max();
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
-    assert!(report.contains("**Sustained: 3000 events/s**"), "{report}");
     let svg = std::fs::read_to_string(out.path().join("throughput.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("sustained 3000/s"), "{svg}");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    match sustained {
+        Some(rate) => {
+            assert!(report.contains(&format!("**Sustained: {rate} events/s**")), "{report}");
+            assert!(svg.contains(&format!("sustained {rate}/s")), "{svg}");
+        }
+        None => assert!(report.contains("**No step was kept up.**"), "{report}"),
+    }
 
     // --render writes the same report again from results.json, running nothing.
     let again = tempfile::tempdir().unwrap();
