@@ -97,6 +97,12 @@ pub struct Deployment {
 impl Deployment {
     /// Writes the topology under `work` and starts it.
     pub fn up(work: &Path, settings: &Settings) -> anyhow::Result<Deployment> {
+        // What the flags name first, then what the machine has: a wrong --bin-dir is said so
+        // whatever ports are free.
+        let tributary = settings.bin_dir.join("tributary");
+        if !tributary.is_file() {
+            bail!("{} is missing: cargo build --release --workspace first", tributary.display());
+        }
         let ports = Ports { base: settings.base_port };
         let taken: Vec<u16> = ports
             .all()
@@ -105,10 +111,6 @@ impl Deployment {
             .collect();
         if !taken.is_empty() {
             bail!("ports {taken:?} are in use; pick another --base-port");
-        }
-        let tributary = settings.bin_dir.join("tributary");
-        if !tributary.is_file() {
-            bail!("{} is missing: cargo build --release --workspace first", tributary.display());
         }
         let run_dir = work.join("run");
         let topology = work.join("topology.toml");
