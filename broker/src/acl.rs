@@ -52,7 +52,8 @@ pub enum Operation {
     Describe,
     /// REPLICA_FETCH, OFFSET_FOR_LEADER_EPOCH: what a follower broker does.
     Replicate,
-    /// Kafka's DeleteTopics, DeleteRecords; DeleteGroups and OffsetDelete on a group.
+    /// DELETE_RECORDS; Kafka's DeleteTopics, DeleteRecords; DeleteGroups and OffsetDelete on
+    /// a group.
     Delete,
     /// Kafka's CreatePartitions and partition reassignments.
     Alter,

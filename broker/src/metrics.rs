@@ -46,10 +46,11 @@ pub enum RequestKind {
     record_number,
     init_producer_id,
     idempotent_produce,
+    delete_records,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 13] = [
+    const ALL: [RequestKind; 14] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -63,6 +64,7 @@ impl RequestKind {
         RequestKind::record_number,
         RequestKind::init_producer_id,
         RequestKind::idempotent_produce,
+        RequestKind::delete_records,
     ];
 }
 

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use protocol::{
-    Acks, ApiKey, CreateTopicRequest, ErrorCode, FetchPart, FetchRequest, InitProducerIdResponse,
-    MetadataRequest, MetadataResponse, MultiFetchRequest, MultiFetchWaitRequest,
-    MultiProduceRequest, MultiProduceResponse, OffsetsRequest, ProducePartition, ProduceRequest,
-    ProduceResponse, RecordNumberRequest, Request, Response,
+    Acks, ApiKey, CreateTopicRequest, DeleteRecordsRequest, ErrorCode, FetchPart, FetchRequest,
+    InitProducerIdResponse, MetadataRequest, MetadataResponse, MultiFetchRequest,
+    MultiFetchWaitRequest, MultiProduceRequest, MultiProduceResponse, OffsetsRequest,
+    ProducePartition, ProduceRequest, ProduceResponse, RecordNumberRequest, Request, Response,
 };
 use service::tls::{ClientStream, MaybeTls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -292,6 +292,23 @@ impl Connection {
         match self.call(request).await? {
             Response::RecordNumber(r) => Ok(r.record),
             other => Err(unexpected(ApiKey::RecordNumber, &other)),
+        }
+    }
+
+    /// `DELETE_RECORDS`: moves the log start of a partition (on its leader) to the message at
+    /// byte `offset` ([`protocol::DELETE_TO_HIGH_WATERMARK`]: the high watermark), deleting
+    /// every message before it on every replica. Returns the byte offset the log starts at.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, ClientError> {
+        let request =
+            Request::DeleteRecords(DeleteRecordsRequest { topic: topic.into(), partition, offset });
+        match self.call(request).await? {
+            Response::DeleteRecords(r) => Ok(r.log_start),
+            other => Err(unexpected(ApiKey::DeleteRecords, &other)),
         }
     }
 

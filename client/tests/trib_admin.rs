@@ -507,3 +507,70 @@ async fn a_throttled_reassignment_copies_no_faster_than_its_throttle() {
     assert_eq!(read, lines, "the moved partition holds every message, in order");
     drop(brokers);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_are_deleted_before_an_offset_on_every_replica() {
+    let zk = ZooKeeperServer::shared().connect_string();
+    let brokers = cluster(&zk, &[1, 2, 3]).await;
+    let create =
+        ["topics", "create", "--zookeeper", &zk, "--topic", "trimmed", "--partitions", "1"];
+    trib_json(&[&create[..], &["--config", "segment_bytes=2000"]].concat()).await;
+    let lines: Vec<String> = (0..300).map(|i| format!("message-{i:04}")).collect();
+    produce(&zk, "trimmed", &lines).await;
+    let consume = ["consume", "--zookeeper", &zk, "--topic", "trimmed", "--json"];
+    let out = trib(&consume).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offsets: Vec<i64> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["offset"].as_i64().unwrap())
+        .collect();
+    assert_eq!(offsets.len(), 300);
+    let (at, inside) = (offsets[120].to_string(), (offsets[120] + 1).to_string());
+    let delete = ["delete-records", "--zookeeper", &zk, "--topic", "trimmed"];
+    refused(&[&delete[..], &["--before", &inside]].concat(), "is not the offset of a message")
+        .await;
+    refused(&[&delete[..], &["--before", "99999999"]].concat(), "is past the high watermark").await;
+
+    let deleted = trib_json(&[&delete[..], &["--before", &at]].concat()).await;
+    assert_eq!(deleted["log_start"].as_i64(), Some(offsets[120]), "{deleted}");
+    let earliest = ["offsets", "--zookeeper", &zk, "--topic", "trimmed", "--time", "earliest"];
+    assert_eq!(trib_json(&earliest).await["offsets"][0].as_i64(), Some(offsets[120]));
+    assert_eq!(read_all(&zk, "trimmed").await, lines[120..]);
+    let below = trib(&["consume", "--zookeeper", &zk, "--topic", "trimmed", "--offset", "0"]).await;
+    let stderr = String::from_utf8_lossy(&below.stderr);
+    assert!(!below.status.success() && stderr.contains("out of range"), "{stderr}");
+    // An earlier offset moves nothing back.
+    let again = trib_json(&[&delete[..], &["--before", &offsets[50].to_string()]].concat()).await;
+    assert_eq!(again["log_start"].as_i64(), Some(offsets[120]), "{again}");
+    // Every replica keeps the same start, and deletes the segments wholly before it.
+    let want = format!("{} 120\n", offsets[120]);
+    eventually("every replica to apply the log start", Duration::from_secs(20), async || {
+        brokers
+            .values()
+            .all(|b| {
+                let dir = b.data_dir().join("trimmed-0");
+                let start = std::fs::read_to_string(dir.join("log-start")).unwrap_or_default();
+                let first_segment = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .filter_map(|e| {
+                        e.ok()?
+                            .file_name()
+                            .into_string()
+                            .ok()?
+                            .strip_suffix(".log")?
+                            .parse::<i64>()
+                            .ok()
+                    })
+                    .min();
+                start == want && first_segment.is_some_and(|base| base > 0 && base <= offsets[120])
+            })
+            .then_some(())
+    })
+    .await;
+
+    let all = trib_json(&[&delete[..], &["--before", "latest"]].concat()).await;
+    let end = trib_json(&["offsets", "--zookeeper", &zk, "--topic", "trimmed"]).await;
+    assert_eq!(all["log_start"], end["offsets"][0], "{all} {end}");
+    assert!(read_all(&zk, "trimmed").await.is_empty());
+}

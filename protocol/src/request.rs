@@ -25,6 +25,7 @@ pub enum ApiKey {
     RecordNumber = 10,
     InitProducerId = 11,
     IdempotentProduce = 12,
+    DeleteRecords = 13,
 }
 
 impl ApiKey {
@@ -43,6 +44,7 @@ impl ApiKey {
             10 => ApiKey::RecordNumber,
             11 => ApiKey::InitProducerId,
             12 => ApiKey::IdempotentProduce,
+            13 => ApiKey::DeleteRecords,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -184,6 +186,21 @@ pub struct RecordNumberRequest {
     pub offset: i64,
 }
 
+/// Moves a partition's log start to the message at byte `offset` (a message boundary at or
+/// below the high watermark; [`DELETE_TO_HIGH_WATERMARK`]: the high watermark), as Kafka's
+/// DeleteRecords does: every message before it is gone to every reader, on every replica.
+/// An offset at or below the log start moves nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteRecordsRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// The `offset` of a [`DeleteRecordsRequest`] that deletes every message below the high
+/// watermark.
+pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
+
 /// One partition of a [`ReplicaFetchRequest`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaFetchPartition {
@@ -222,6 +239,7 @@ pub enum Request {
     /// A producer id for an idempotent producer (empty body).
     InitProducerId,
     IdempotentProduce(IdempotentProduceRequest),
+    DeleteRecords(DeleteRecordsRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -246,6 +264,7 @@ impl Request {
             Request::RecordNumber(_) => ApiKey::RecordNumber,
             Request::InitProducerId => ApiKey::InitProducerId,
             Request::IdempotentProduce(_) => ApiKey::IdempotentProduce,
+            Request::DeleteRecords(_) => ApiKey::DeleteRecords,
         }
     }
 
@@ -317,6 +336,11 @@ impl Request {
                 partition: r.i32("partition")?,
                 offset: r.i64("offset")?,
             }),
+            ApiKey::DeleteRecords => Request::DeleteRecords(DeleteRecordsRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                offset: r.i64("offset")?,
+            }),
             ApiKey::OffsetForLeaderEpoch => {
                 Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
                     topic: r.str("topic")?,
@@ -376,6 +400,7 @@ impl Request {
             }
             Request::OffsetForLeaderEpoch(o) => str_len(&o.topic) + 4 + 4,
             Request::RecordNumber(o) => str_len(&o.topic) + 4 + 8,
+            Request::DeleteRecords(d) => str_len(&d.topic) + 4 + 8,
             Request::ReplicaFetch(m) => {
                 let fetch = |f: &ReplicaFetchPartition| str_len(&f.topic) + 4 + 4 + 8 + 4;
                 4 + 4 + 4 + 2 + m.fetches.iter().map(fetch).sum::<usize>()
@@ -443,6 +468,11 @@ impl Request {
                 buf.put_i32(o.partition);
                 buf.put_i64(o.offset);
             }
+            Request::DeleteRecords(d) => {
+                put_str(buf, &d.topic);
+                buf.put_i32(d.partition);
+                buf.put_i64(d.offset);
+            }
             Request::ReplicaFetch(m) => {
                 buf.put_i32(m.replica_id);
                 buf.put_i32(m.max_wait_ms);
@@ -476,6 +506,7 @@ impl Request {
                 .collect(),
             Request::OffsetForLeaderEpoch(o) => vec![&o.topic],
             Request::RecordNumber(o) => vec![&o.topic],
+            Request::DeleteRecords(d) => vec![&d.topic],
             Request::ReplicaFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
         };
         if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {

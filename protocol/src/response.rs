@@ -143,6 +143,13 @@ pub struct RecordNumberResponse {
     pub record: i64,
 }
 
+/// Where a partition's log starts after a `DELETE_RECORDS`: the byte offset of its first
+/// message (the asked offset, or the start it already had if that was later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteRecordsResponse {
+    pub log_start: i64,
+}
+
 /// The epoch of an [`OffsetForLeaderEpochResponse`] for an epoch the leader does not know.
 pub const UNDEFINED_EPOCH: i32 = -1;
 
@@ -207,6 +214,7 @@ pub enum Response {
     ReplicaFetch(ReplicaFetchResponse),
     RecordNumber(RecordNumberResponse),
     InitProducerId(InitProducerIdResponse),
+    DeleteRecords(DeleteRecordsResponse),
 }
 
 const FETCH_PART_BYTES_MIN: usize = 4 + ERROR_BYTES;
@@ -229,6 +237,7 @@ impl Response {
             Response::ReplicaFetch(_) => ApiKey::ReplicaFetch,
             Response::RecordNumber(_) => ApiKey::RecordNumber,
             Response::InitProducerId(_) => ApiKey::InitProducerId,
+            Response::DeleteRecords(_) => ApiKey::DeleteRecords,
         }
     }
 
@@ -292,6 +301,9 @@ impl Response {
             ApiKey::RecordNumber => {
                 Response::RecordNumber(RecordNumberResponse { record: r.i64("record")? })
             }
+            ApiKey::DeleteRecords => {
+                Response::DeleteRecords(DeleteRecordsResponse { log_start: r.i64("log_start")? })
+            }
             ApiKey::InitProducerId => Response::InitProducerId(InitProducerIdResponse {
                 producer_id: r.i64("producer_id")?,
                 producer_epoch: r.i16("producer_epoch")?,
@@ -348,7 +360,7 @@ impl Response {
             }
             Response::CreateTopic(_) => 0,
             Response::OffsetForLeaderEpoch(_) => 4 + 8,
-            Response::RecordNumber(_) => 8,
+            Response::RecordNumber(_) | Response::DeleteRecords(_) => 8,
             Response::InitProducerId(_) => 8 + 2,
             Response::ReplicaFetch(m) => {
                 m.parts.iter().map(|p| 4 + REPLICA_PART_HEADER_BYTES + p.messages.len()).sum()
@@ -393,6 +405,7 @@ impl Response {
                 buf.put_i64(o.end_offset);
             }
             Response::RecordNumber(o) => buf.put_i64(o.record),
+            Response::DeleteRecords(o) => buf.put_i64(o.log_start),
             Response::InitProducerId(o) => {
                 buf.put_i64(o.producer_id);
                 buf.put_i16(o.producer_epoch);

@@ -85,6 +85,10 @@ fn request() -> impl Strategy<Value = Request> {
         (topic(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, offset)| {
             Request::RecordNumber(RecordNumberRequest { topic, partition, offset })
         });
+    let delete_records =
+        (topic(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, offset)| {
+            Request::DeleteRecords(DeleteRecordsRequest { topic, partition, offset })
+        });
     let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
         |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
             topic,
@@ -106,6 +110,7 @@ fn request() -> impl Strategy<Value = Request> {
             });
     prop_oneof![
         record_number,
+        delete_records,
         offset_for_epoch,
         replica_fetch,
         produce,
@@ -167,6 +172,8 @@ fn response() -> impl Strategy<Value = Response> {
     });
     let record_number =
         any::<i64>().prop_map(|record| Response::RecordNumber(RecordNumberResponse { record }));
+    let delete_records = any::<i64>()
+        .prop_map(|log_start| Response::DeleteRecords(DeleteRecordsResponse { log_start }));
     let init_producer_id =
         (any::<i64>(), any::<i16>()).prop_map(|(producer_id, producer_epoch)| {
             Response::InitProducerId(InitProducerIdResponse { producer_id, producer_epoch })
@@ -187,6 +194,7 @@ fn response() -> impl Strategy<Value = Response> {
     });
     prop_oneof![
         record_number,
+        delete_records,
         offset_for_epoch,
         replica_fetch,
         produce,

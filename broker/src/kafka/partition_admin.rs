@@ -3,11 +3,10 @@
 //! `trib partitions reassign` write (`Registry::elect_preferred`, `start_reassignment`), which
 //! the controller carries out. Authorised by `alter` on each topic (Kafka asks ALTER on the
 //! cluster, a resource the ACL file does not have). And DeleteRecords, which moves log
-//! starts through the registry to every replica (`Registry::advance_log_start`), authorised
-//! by `delete` on the topic as Kafka authorises it.
+//! starts through the registry to every replica (`Node::delete_records`, as the native
+//! DELETE_RECORDS does), authorised by `delete` on the topic as Kafka authorises it.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -34,6 +33,7 @@ use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
 use super::client::Client;
 use crate::acl::Operation;
+use crate::node::DeleteBefore;
 
 /// The longest an ElectLeaders waits for the controller.
 const ELECT_WAIT_MAX: Duration = Duration::from_secs(60);
@@ -88,41 +88,17 @@ pub async fn delete_records(
     encode(ApiKey::DeleteRecords, header, &DeleteRecordsResponse::default().with_topics(topics))
 }
 
-/// Moves one partition's log start to record `offset` (−1: the high watermark), which must
-/// not be past the high watermark, on its leader: `(error, the log's start record now)`. In a
-/// cluster the start goes to the registry first, so that every replica (and whichever leads
-/// next) applies it; this leader then applies it before it answers.
+/// Moves one partition's log start to record `offset` (−1: the high watermark) on its
+/// leader: `(error, the log's start record now)`.
 async fn delete_before(client: &Client, topic: &str, partition: i32, offset: i64) -> (i16, i64) {
-    let p = match client.node.replicas().led(topic, partition) {
-        Ok(p) => p,
-        Err(e) => return (kafka_error(e), -1),
-    };
-    let reading = Arc::clone(&p);
-    let high_watermark =
-        tokio::task::spawn_blocking(move || reading.record_at_offset(reading.visible_end() as i64))
-            .await;
-    let Ok(Ok(high_watermark)) = high_watermark else {
-        return (code::UNKNOWN_SERVER_ERROR, -1);
-    };
-    let record = match offset {
-        -1 => high_watermark,
-        o if o >= 0 && o as u64 <= high_watermark => o as u64,
+    let before = match offset {
+        -1 => DeleteBefore::HighWatermark,
+        o if o >= 0 => DeleteBefore::Record(o as u64),
         _ => return (code::OFFSET_OUT_OF_RANGE, -1),
     };
-    if let Some(registry) = client.node.registry()
-        && let Err(e) = registry.advance_log_start(topic, partition, record).await
-    {
-        tracing::warn!(%topic, partition, error = %e, "cannot record a log start");
-        return (code::UNKNOWN_SERVER_ERROR, -1);
-    }
-    p.want_start(record);
-    match tokio::task::spawn_blocking(move || p.advance_start()).await {
-        Ok(Ok(start)) => (code::NONE, start as i64),
-        Ok(Err(e)) => {
-            tracing::error!(%topic, partition, error = %e, "cannot move the log start");
-            (code::KAFKA_STORAGE_ERROR, -1)
-        }
-        Err(_) => (code::UNKNOWN_SERVER_ERROR, -1),
+    match client.node.delete_records(topic, partition, before).await {
+        Ok(start) => (code::NONE, start.record as i64),
+        Err(e) => (kafka_error(e), -1),
     }
 }
 

@@ -38,6 +38,7 @@ impl Connection {
                 r.fetches.iter().all(|f| may(&f.topic, Operation::Replicate))
             }
             Request::CreateTopic(c) => may(&c.topic, Operation::Create),
+            Request::DeleteRecords(d) => may(&d.topic, Operation::Delete),
         }
     }
 

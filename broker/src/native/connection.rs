@@ -24,8 +24,9 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use protocol::{
-    ErrorCode, FRAME_SIZE_BYTES, InitProducerIdResponse, OffsetsResponse, RecordNumberResponse,
-    Request, Response,
+    DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode,
+    FRAME_SIZE_BYTES, InitProducerIdResponse, OffsetsResponse, RecordNumberResponse, Request,
+    Response,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::log::{FileSlice, SETS_PER_WRITE_MAX};
 use crate::metrics::{Latency, RequestKind, Stalled};
 use crate::net::admission::{Admission, RequestMemory};
-use crate::node::Node;
+use crate::node::{DeleteBefore, Node};
 use service::tls::ServerStream;
 
 /// Read buffer growth per read while a frame larger than what is buffered arrives; a frame's
@@ -396,6 +397,7 @@ impl Connection {
                     result.map(|record| Response::RecordNumber(RecordNumberResponse { record }));
                 self.answer(RequestKind::record_number, result);
             }
+            Request::DeleteRecords(d) => self.delete_records(d).await,
             Request::OffsetForLeaderEpoch(o) => self.offset_for_leader_epoch(o),
             Request::ReplicaFetch(m) => return self.replica_fetch(m).await,
             Request::CreateTopic(c) => {
@@ -406,6 +408,25 @@ impl Connection {
             }
         }
         Ok(Next::Continue)
+    }
+
+    /// DELETE_RECORDS: moves the partition's log start (`Node::delete_records`).
+    async fn delete_records(&mut self, d: DeleteRecordsRequest) {
+        self.node.metrics().request(RequestKind::delete_records, 1);
+        let before = match d.offset {
+            DELETE_TO_HIGH_WATERMARK => Ok(DeleteBefore::HighWatermark),
+            offset => u64::try_from(offset)
+                .map(DeleteBefore::Offset)
+                .map_err(|_| ErrorCode::OffsetOutOfRange),
+        };
+        let result = match before {
+            Ok(before) => self.node.delete_records(&d.topic, d.partition, before).await,
+            Err(e) => Err(e),
+        };
+        let result = result.map(|start| {
+            Response::DeleteRecords(DeleteRecordsResponse { log_start: start.offset as i64 })
+        });
+        self.answer(RequestKind::delete_records, result);
     }
 
     /// Writes what is buffered, then the slice's bytes straight from the file.

@@ -1,12 +1,14 @@
 //! What every API calls, whichever protocol it came in by: produce (`produce`, idempotent
 //! producers' sequences in `producer_ids`), fetch and offsets (`fetch`), topic creation
-//! (`topics`) and cluster metadata (`metadata`). A node
+//! (`topics`), log starts moved by DeleteRecords (`log_start`) and cluster metadata
+//! (`metadata`). A node
 //! answers with values or typed error codes, never panics; it holds no protocol state.
 //!
 //! It stands on this broker's replicas (which partitions it has and leads) and, in a
 //! cluster, on its membership (the cluster's view, and topic creation in the registry).
 
 mod fetch;
+mod log_start;
 mod metadata;
 mod produce;
 mod producer_ids;
@@ -22,6 +24,7 @@ use crate::membership::Membership;
 use crate::metrics::Metrics;
 use crate::replication::Replicas;
 
+pub use log_start::DeleteBefore;
 pub use produce::AppendedRun;
 
 use producer_ids::ProducerIds;

@@ -50,6 +50,9 @@ pub enum Command {
     },
     /// Print offsets of a partition: earliest, latest, or segment starts before a time.
     Offsets(OffsetsArgs),
+    /// Delete a partition's messages before an offset: its log start moves there on every
+    /// replica, and consumers below it get "offset out of range".
+    DeleteRecords(DeleteRecordsArgs),
     /// List consumer groups, or describe one: owners, committed offsets, log ends and lag.
     Groups {
         #[command(subcommand)]
@@ -74,6 +77,7 @@ impl Command {
             Command::Produce(args) => Some(("produce to", args.topic.clone())),
             Command::Consume(args) => Some(("consume", args.topic.clone())),
             Command::Offsets(args) => Some(("consume", args.topic.clone())),
+            Command::DeleteRecords(args) => Some(("delete records of", args.topic.clone())),
             Command::Topics { command: TopicsCommand::Create { topic, .. } } => {
                 Some(("create", topic.clone()))
             }
@@ -398,6 +402,31 @@ pub struct OffsetsArgs {
     /// Most offsets to print for a time.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
     pub max: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteRecordsArgs {
+    #[command(flatten)]
+    pub brokers: BrokerArgs,
+    #[arg(long)]
+    pub topic: String,
+    #[arg(long, default_value_t = 0)]
+    pub partition: i32,
+    /// The byte offset of the message that becomes the first (a message boundary, as `trib
+    /// consume --json` and `trib offsets` print them), or `latest`: every message up to the
+    /// high watermark.
+    #[arg(long, value_name = "OFFSET", value_parser = parse_before)]
+    pub before: i64,
+}
+
+fn parse_before(s: &str) -> Result<i64, String> {
+    match s {
+        "latest" => Ok(protocol::DELETE_TO_HIGH_WATERMARK),
+        n => match n.parse::<i64>() {
+            Ok(offset) if offset >= 0 => Ok(offset),
+            _ => Err("expected a byte offset or latest".into()),
+        },
+    }
 }
 
 fn parse_start(s: &str) -> Result<Start, String> {

@@ -1,6 +1,6 @@
 //! `trib`: Tributary at a terminal. Produces stdin lines to a topic, prints a partition's
 //! messages or consumes as a member of a group, lists and creates topics, reads offsets and
-//! describes, resets and deletes consumer groups, lists brokers, deletes topics and changes
+//! deletes records before an offset, describes, resets and deletes consumer groups, lists brokers, deletes topics and changes
 //! their settings, moves partitions and their leadership, against brokers given by address or
 //! found in ZooKeeper.
 //!
@@ -99,6 +99,7 @@ async fn run(cli: Cli, context: &Context) -> anyhow::Result<()> {
         Command::Consume(args) => consume::run(args, context, json).await,
         Command::Topics { command } => topics::run(command, context, json).await,
         Command::Offsets(args) => offsets::run(args, context, json).await,
+        Command::DeleteRecords(args) => offsets::delete_records(args, context, json).await,
         Command::Groups { command } => groups::run(command, context, json).await,
         Command::Brokers { command: cli::BrokersCommand::List { brokers } } => {
             let brokers = brokers::Brokers::find(&brokers, context).await?;
