@@ -7,6 +7,7 @@
 //! - `/topics/{topic}/windows/{start}`: one window, each tier against the reference, and the
 //!   hosts whose counts fall short of their usual share.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::chart::{chart, chart_legend};
 use crate::html::{self, Status, chip, escape, number, page};
 use crate::ledger::{Clock, Silent, Verdict, WindowReport};
 use crate::state::{Shared, lock};
+use events::audit::Tier;
 
 /// Windows drawn in a topic's chart at most.
 const CHART_WINDOWS_MAX: usize = 48;
@@ -47,7 +49,36 @@ fn error_page(shared: &Shared, error: ApiError) -> Response {
     (error.status(), Html(html)).into_response()
 }
 
-fn cards(counts: [(Verdict, u64); 4], missing: i64, duplicate: i64) -> String {
+/// Events missing and duplicated, each as a total and, where it is known, per tier.
+struct EventCounts<'a> {
+    missing: i64,
+    duplicate: i64,
+    by_tier: Option<(&'a TierCounts, &'a TierCounts)>,
+}
+
+type TierCounts = BTreeMap<&'static str, i64>;
+
+/// `live 3 · loader 12`: the tiers with a count, in pipeline order; empty when none has.
+fn per_tier(counts: &TierCounts, tiers: &[Tier]) -> String {
+    let parts: Vec<String> = tiers
+        .iter()
+        .filter_map(|tier| {
+            let n = counts.get(tier.as_str()).copied().filter(|&n| n > 0)?;
+            Some(format!(
+                r#"<span data-tier="{}">{} {}</span>"#,
+                tier.as_str(),
+                tier.as_str(),
+                number(n)
+            ))
+        })
+        .collect();
+    match parts.is_empty() {
+        true => String::new(),
+        false => format!(r#"<div class="l by-tier">{}</div>"#, parts.join(" · ")),
+    }
+}
+
+fn cards(counts: [(Verdict, u64); 4], events: EventCounts, tiers: &[Tier]) -> String {
     let mut out = String::from(r#"<div class="cards">"#);
     for (verdict, n) in counts {
         let _ = write!(
@@ -58,11 +89,15 @@ fn cards(counts: [(Verdict, u64); 4], missing: i64, duplicate: i64) -> String {
             n = number(n as i64)
         );
     }
+    let (missing_by_tier, duplicate_by_tier) = match events.by_tier {
+        Some((missing, duplicate)) => (per_tier(missing, tiers), per_tier(duplicate, tiers)),
+        None => (String::new(), String::new()),
+    };
     let _ = write!(
         out,
-        r#"<div class="card"><div class="n">{}</div><div class="l">events missing</div></div><div class="card"><div class="n">{}</div><div class="l">events duplicated</div></div></div>"#,
-        number(missing),
-        number(duplicate)
+        r#"<div class="card" data-card="missing"><div class="n">{}</div><div class="l">events missing</div>{missing_by_tier}</div><div class="card" data-card="duplicated"><div class="n">{}</div><div class="l">events duplicated</div>{duplicate_by_tier}</div></div>"#,
+        number(events.missing),
+        number(events.duplicate)
     );
     out
 }
@@ -75,8 +110,12 @@ fn topic_cards(summary: &TopicSummary) -> String {
             (Verdict::Duplication, summary.duplication),
             (Verdict::Open, summary.open),
         ],
-        summary.missing_events,
-        summary.duplicate_events,
+        EventCounts {
+            missing: summary.missing_events,
+            duplicate: summary.duplicate_events,
+            by_tier: None,
+        },
+        &[],
     )
 }
 
@@ -166,8 +205,12 @@ pub(crate) async fn overview(State(shared): State<Arc<Shared>>) -> Html<String> 
             (Verdict::Duplication, summary.windows.get("duplication").copied().unwrap_or(0)),
             (Verdict::Open, summary.windows.get("open").copied().unwrap_or(0)),
         ],
-        topics.iter().map(|t| t.missing_events).sum(),
-        topics.iter().map(|t| t.duplicate_events).sum(),
+        EventCounts {
+            missing: topics.iter().map(|t| t.missing_events).sum(),
+            duplicate: topics.iter().map(|t| t.duplicate_events).sum(),
+            by_tier: Some((&summary.missing_events, &summary.duplicate_events)),
+        },
+        &tiers,
     );
     body.push_str(&held_panel(&summary.held, &summary.silent_agents, secs));
     body.push_str(&html::legend());

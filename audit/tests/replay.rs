@@ -90,6 +90,15 @@ async fn known_loss_duplication_and_open_windows_get_their_verdicts() {
     assert_eq!(summary["reference_tier"], "agent");
     assert_eq!(summary["tiers"], json!(["agent", "mirror", "loader"]));
     assert_eq!(summary["missing_events"], json!({"loader": 7}));
+    assert_eq!(summary["duplicate_events"], json!({"mirror": 3, "loader": 3}));
+    // The dashboard's cards say which tiers lack events and which have too many.
+    let (_, page) = audit.get("/").await;
+    for shown in [
+        r#"<span data-tier="loader">loader 7</span>"#,
+        r#"<span data-tier="mirror">mirror 3</span> · <span data-tier="loader">loader 3</span>"#,
+    ] {
+        assert!(page.contains(shown), "{shown} in\n{page}");
+    }
 
     let (_, metrics) = audit.get("/metrics").await;
     for line in [

@@ -1129,6 +1129,12 @@ fn chaos_for_two_minutes_loses_nothing_an_agent_acknowledged() {
         report["parquet_distinct_ids"].as_u64() > Some(acknowledged),
         "simulators' too: {stdout}"
     );
+    // Duplicates are counted, not only flagged: rows beyond the distinct ids, and per tier.
+    let (rows, distinct) =
+        (report["parquet_rows"].as_u64(), report["parquet_distinct_ids"].as_u64());
+    assert_eq!(report["parquet_duplicate_rows"].as_u64(), rows.zip(distinct).map(|(r, d)| r - d));
+    assert!(report["duplicated_events"].is_object(), "{stdout}");
+    assert!(stdout.contains("duplicate rows in Parquet"), "{stdout}");
     // A cut went through a proxy: its log says so.
     let cuts = std::fs::read_dir(deployment.run_dir().join("logs"))
         .expect("logs")

@@ -65,6 +65,13 @@ impl Audit {
         Some(all)
     }
 
+    /// Per tier, the events it counted beyond the reference tier, summed over the windows:
+    /// what the audit reports duplicated (`None` while it does not answer).
+    pub async fn duplicated(&self) -> Option<BTreeMap<String, i64>> {
+        let summary: serde_json::Value = self.get("api/summary").await?;
+        serde_json::from_value(summary.get("duplicate_events")?.clone()).ok()
+    }
+
     /// Whether the service has read its sources to their end (verdicts mean something).
     pub async fn caught_up(&self) -> bool {
         let summary: Option<serde_json::Value> = self.get("api/summary").await;

@@ -79,6 +79,11 @@ pub struct ChaosReport {
     pub agent_events: i64,
     pub parquet_rows: u64,
     pub parquet_distinct_ids: u64,
+    /// Rows in Parquet whose event id another row has too.
+    pub parquet_duplicate_rows: u64,
+    /// Per tier, the events the audit counted beyond its reference tier (what the agents
+    /// accepted), summed over the windows: duplicates, by where they arose.
+    pub duplicated_events: BTreeMap<String, i64>,
     /// Witness events acknowledged by an agent and not in Parquet: must be 0.
     pub acknowledged_missing: u64,
     /// Audit windows by verdict.
@@ -217,6 +222,7 @@ pub fn run(
     for fault in &faults {
         *faults_by_kind.entry(format!("{} {}", fault.kind.as_str(), fault.role)).or_default() += 1;
     }
+    let duplicated_events = runtime.block_on(audit.duplicated()).unwrap_or_default();
     let mut verdicts: BTreeMap<String, u64> =
         ["complete", "duplication", "loss", "open"].map(|v| (v.to_owned(), 0)).into();
     for window in windows.values() {
@@ -233,6 +239,8 @@ pub fn run(
         agent_events: windows.values().map(|w| w.tiers.get("agent").copied().unwrap_or(0)).sum(),
         parquet_rows: rows,
         parquet_distinct_ids: ids.len() as u64,
+        parquet_duplicate_rows: rows.saturating_sub(ids.len() as u64),
+        duplicated_events,
         windows: verdicts,
         longest_behind,
         drain_s: drain_begun.elapsed().as_secs(),
@@ -355,6 +363,14 @@ impl fmt::Display for ChaosReport {
         writeln!(f, "  events counted by the agents  {:>10}", self.agent_events)?;
         writeln!(f, "  rows in Parquet               {:>10}", self.parquet_rows)?;
         writeln!(f, "  distinct event ids in Parquet {:>10}", self.parquet_distinct_ids)?;
+        writeln!(f, "  duplicate rows in Parquet     {:>10}", self.parquet_duplicate_rows)?;
+        writeln!(f, "  events duplicated, by tier (audit)")?;
+        if self.duplicated_events.values().all(|&n| n == 0) {
+            writeln!(f, "    in no tier                  {:>10}", 0)?;
+        }
+        for (tier, n) in self.duplicated_events.iter().filter(|(_, n)| **n > 0) {
+            writeln!(f, "    {tier:<27} {n:>10}")?;
+        }
         writeln!(f, "  acknowledged, not in Parquet  {:>10}", self.acknowledged_missing)?;
         for (verdict, n) in &self.windows {
             writeln!(f, "  audit windows {verdict:<15} {n:>10}")?;
