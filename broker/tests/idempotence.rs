@@ -60,6 +60,17 @@ async fn a_batch_sent_again_is_acknowledged_where_it_was_appended_even_after_a_r
     assert_eq!(refused(plain), Some(ErrorCode::InvalidRequest), "not one idempotent batch");
     let any = produce(&conn, -1, batch(producer, 4, &["any"])).await;
     assert_eq!(refused(any), Some(ErrorCode::InvalidRequest), "partition −1 has no sequences");
+    // The refusals are counted under the request that was refused.
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, &broker.broker.metrics().registry())
+        .unwrap();
+    for (error, count) in [("out_of_order_sequence", 1), ("invalid_request", 2)] {
+        let line = format!(
+            r#"tributary_broker_request_errors_total{{request="idempotent_produce",error="{error}"}} {count}"#
+        );
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
+    assert!(!metrics.contains(r#"request_errors_total{request="produce""#), "{metrics}");
     drop(conn);
 
     // The restarted broker learns its producers' last batches from the log.

@@ -236,18 +236,24 @@ async fn a_batch_retried_across_a_restart_is_acknowledged_and_not_appended_twice
 }
 
 /// `--message-timestamp-type LogAppendTime`, the broker's default for its topics: the produce
-/// answer gives the time the leader stamped, and the stored batch carries it.
+/// answer gives the time the leader stamped, and the stored batch carries it; the batch sent
+/// again is answered with the same time.
 #[tokio::test]
 async fn the_broker_default_timestamp_type_stamps_batches_at_append() {
     let broker = start_with(&["--message-timestamp-type", "LogAppendTime"]);
     let mut stream = connect(&broker.kafka).await;
     let producer = idempotent_producer(&mut stream).await;
     let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let mut answer = produce_until_appended(&broker, &produce(producer, 0, 3)).await;
     // After the error code and base offset: log_append_time_ms.
-    answer.advance(4 + 2 + "idempotent".len() + 4 + 4 + 2 + 8);
-    let stamped = answer.get_i64();
+    let append_time = |mut answer: Bytes| {
+        answer.advance(4 + 2 + "idempotent".len() + 4 + 4 + 2 + 8);
+        answer.get_i64()
+    };
+    let stamped = append_time(produce_until_appended(&broker, &produce(producer, 0, 3)).await);
     assert!(stamped >= before.as_millis() as i64, "{stamped} is before the produce");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let again = call(&mut stream, &produce(producer, 0, 3)).await.unwrap();
+    assert_eq!(append_time(again), stamped, "a duplicate answers the original's time");
     let segment = broker.dir.path().join("data/idempotent-0/00000000000000000000.log");
     let stored = std::fs::read(segment).unwrap();
     let (_, message) = protocol::MessageSetIter::new(&stored, 0).next().unwrap().unwrap();

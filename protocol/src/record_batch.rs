@@ -228,6 +228,17 @@ pub fn set_log_append_time(batch: &mut [u8], time_ms: i64) {
     batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// The append time of a batch [`set_log_append_time`] stamped (its max timestamp), read from
+/// its header without checking the batch; `None` for a CreateTime batch or fewer bytes than a
+/// header.
+pub fn log_append_time_of(batch: &[u8]) -> Option<i64> {
+    let attributes =
+        i16::from_be_bytes(batch.get(ATTRIBUTES_AT..ATTRIBUTES_AT + 2)?.try_into().ok()?);
+    let max_timestamp =
+        i64::from_be_bytes(batch.get(MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8)?.try_into().ok()?);
+    (attributes & TIMESTAMP_TYPE_BIT != 0).then_some(max_timestamp)
+}
+
 /// The records of a batch, inflated; [`Records::iter`] reads them.
 #[derive(Debug, Clone)]
 pub struct Records {

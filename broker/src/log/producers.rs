@@ -42,12 +42,14 @@ impl BatchProducer {
 }
 
 /// Where a batch is: the number of its first record, and where its message begins and ends
-/// in the log (byte offsets).
+/// in the log (byte offsets); and the leader's time stamped on it at append, on a
+/// LogAppendTime topic (what a batch sent again is answered with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Placed {
     pub first_record: u64,
     pub offset: u64,
     pub end: u64,
+    pub log_append_time: Option<i64>,
 }
 
 /// What a leader does with a batch of an idempotent producer.
@@ -167,10 +169,18 @@ impl Producers {
     }
 }
 
+/// Where a magic-2 message's batch begins: after its length, CRC and magic.
+const BATCH_AT: usize = 9;
+
+/// The leader's append time a magic-2 message's batch carries, if it is stamped
+/// LogAppendTime.
+pub fn log_append_time_of_message(message: &[u8]) -> Option<i64> {
+    protocol::record_batch::log_append_time_of(message.get(BATCH_AT..)?)
+}
+
 /// The producer of the magic-2 message at the start of `message` (a whole, checked message:
 /// its 9-byte header, then its batch), read from the batch's header without checking it again.
 pub fn producer_of_message(message: &[u8]) -> Option<BatchProducer> {
-    const BATCH_AT: usize = 9;
     let batch = message.get(BATCH_AT..)?;
     let field = |at: usize, width: usize| batch.get(at..at + width);
     let last_offset_delta = i32::from_be_bytes(field(23, 4)?.try_into().ok()?);
@@ -193,7 +203,7 @@ mod tests {
     }
 
     fn at(n: u64) -> Placed {
-        Placed { first_record: n, offset: n * 100, end: n * 100 + 70 }
+        Placed { first_record: n, offset: n * 100, end: n * 100 + 70, log_append_time: None }
     }
 
     #[test]
@@ -245,6 +255,12 @@ mod tests {
         let mut message = Vec::new();
         protocol::encode_batch_message(&mut message, &builder.finish());
         assert_eq!(producer_of_message(&message), Some(batch(42, 3, 100, 101)));
+        assert_eq!(log_append_time_of_message(&message), None, "CreateTime");
+        let mut stamped = message[9..].to_vec();
+        protocol::record_batch::set_log_append_time(&mut stamped, 1_234_567);
+        let mut message = Vec::new();
+        protocol::encode_batch_message(&mut message, &stamped);
+        assert_eq!(log_append_time_of_message(&message), Some(1_234_567));
         let mut plain = Vec::new();
         protocol::encode_batch_message(
             &mut plain,

@@ -63,7 +63,12 @@ pub(super) type Answers = Pin<Box<dyn Future<Output = Results> + Send>>;
 pub(super) struct Awaiting {
     pub(super) answers: Answers,
     pub(super) started: Instant,
+    /// PRODUCE or IDEMPOTENT_PRODUCE: what its errors are counted under.
+    pub(super) kind: RequestKind,
 }
+
+/// A produce run's answers, when it began, and its request type.
+pub(super) type Answered = (Results, Instant, RequestKind);
 
 /// A frame with a bad size or an undecodable body.
 struct BadFrame;
@@ -487,10 +492,10 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// Waits for the oldest produce run's acks and takes it off the queue, which must not be
 /// empty. Dropped before it is ready, it leaves the run at the front.
-pub(super) async fn oldest_answers(awaiting: &mut VecDeque<Awaiting>) -> (Results, Instant) {
+pub(super) async fn oldest_answers(awaiting: &mut VecDeque<Awaiting>) -> Answered {
     let oldest = awaiting.front_mut().expect("a produce run waiting");
     let results = oldest.answers.as_mut().await;
-    let started = oldest.started;
+    let (started, kind) = (oldest.started, oldest.kind);
     awaiting.pop_front();
-    (results, started)
+    (results, started, kind)
 }

@@ -13,7 +13,7 @@ use protocol::{
     Response,
 };
 
-use super::connection::{AWAITING_RUNS_MAX, Awaiting, Connection, Results, oldest_answers};
+use super::connection::{AWAITING_RUNS_MAX, Answered, Awaiting, Connection, oldest_answers};
 use crate::log::producers::BatchProducer;
 use crate::metrics::{Latency, RequestKind};
 use crate::node::AppendedRun;
@@ -28,7 +28,7 @@ impl Connection {
         let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
         let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
         let appended = node.append_run(topic, partition, acks, &sets).await;
-        self.queue_answers(appended, acks, started).await;
+        self.queue_answers(appended, acks, (started, RequestKind::produce)).await;
     }
 
     /// Appends an idempotent producer's batch unless the leader has it already (then answers
@@ -49,38 +49,44 @@ impl Connection {
             }
             _ => AppendedRun::now(vec![Err(ErrorCode::InvalidRequest)]),
         };
-        self.queue_answers(appended, p.acks, started).await;
+        self.queue_answers(appended, p.acks, (started, RequestKind::idempotent_produce)).await;
     }
 
     /// Answers appended sets (none with `acks` 0): at once if nothing waits before them,
     /// else behind the answers still waiting for their acks ([`Connection::awaiting`]).
-    async fn queue_answers(&mut self, appended: AppendedRun, acks: Acks, started: Instant) {
+    async fn queue_answers(
+        &mut self,
+        appended: AppendedRun,
+        acks: Acks,
+        (started, kind): (Instant, RequestKind),
+    ) {
         let node = Arc::clone(&self.node);
         if acks == Acks::None {
             let results = appended.acknowledged().await;
             for error in results.into_iter().filter_map(Result::err) {
-                node.metrics().request_error(RequestKind::produce, error);
+                node.metrics().request_error(kind, error);
             }
             node.metrics().observe(Latency::produce, started.elapsed());
             return;
         }
         if appended.is_ready() && self.awaiting.is_empty() {
             let results = appended.acknowledged().await;
-            self.answer_produce((results, started));
+            self.answer_produce((results, started, kind));
             return;
         }
         while self.awaiting.len() >= AWAITING_RUNS_MAX {
             let answers = oldest_answers(&mut self.awaiting).await;
             self.answer_produce(answers);
         }
-        self.awaiting.push_back(Awaiting { answers: Box::pin(appended.acknowledged()), started });
+        let answers = Box::pin(appended.acknowledged());
+        self.awaiting.push_back(Awaiting { answers, started, kind });
     }
 
     /// Sends the answers of a produce run.
-    pub(super) fn answer_produce(&mut self, (results, started): (Results, Instant)) {
+    pub(super) fn answer_produce(&mut self, (results, started, kind): Answered) {
         for result in results {
             if let Err(error) = result {
-                self.node.metrics().request_error(RequestKind::produce, error);
+                self.node.metrics().request_error(kind, error);
             }
             let result = result.map(|(partition, offset)| {
                 Response::Produce(ProduceResponse { partition, offset })

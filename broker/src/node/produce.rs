@@ -222,7 +222,7 @@ impl Node {
                     results: vec![Ok((partition, placed.offset as i64))],
                     wait: self.ack_wait(acks, log, leader, placed.end),
                     first_record: Some(placed.first_record),
-                    append_time: None,
+                    append_time: placed.log_append_time,
                 })
             }
             Check::Refuse(code) => Err(code),

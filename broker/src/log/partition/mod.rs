@@ -487,6 +487,7 @@ mod tests {
             first_record: 10,
             offset: appended.offset,
             end: appended.offset + set.len() as u64,
+            log_append_time: None,
         };
         assert_eq!(partition.check_producer(producer), None, "not learned yet");
         partition.learn_producers().unwrap();

@@ -9,7 +9,8 @@ use super::{Partition, State};
 use crate::log::error::{LogError, io_error};
 use crate::log::index::SetRecords;
 use crate::log::producers::{
-    BatchProducer, Check, Placed, Producers, STATE_TAIL_BYTES, producer_of_message,
+    BatchProducer, Check, Placed, Producers, STATE_TAIL_BYTES, log_append_time_of_message,
+    producer_of_message,
 };
 
 impl Partition {
@@ -51,7 +52,9 @@ impl Partition {
                 // The leader numbered the batch: its base offset is its first record's number.
                 let base_offset = protocol::i64_at(message.payload, 0).unwrap_or(0);
                 let first_record = u64::try_from(base_offset).unwrap_or(0);
-                batches.push((producer, Placed { first_record, offset, end }));
+                let log_append_time =
+                    log_append_time_of_message(&bytes[at..(end - begin) as usize]);
+                batches.push((producer, Placed { first_record, offset, end, log_append_time }));
             }
         }
         self.state().producers.learned(to, batches);
@@ -102,6 +105,7 @@ impl State {
                         first_record: record,
                         offset: at + start as u64,
                         end: at + next as u64,
+                        log_append_time: log_append_time_of_message(&set[start..next]),
                     };
                     self.producers.record(producer, placed);
                 }
