@@ -61,7 +61,9 @@ async fn an_idempotent_produce_comes_back_once_and_acks_0_is_refused() {
     broker.connect().await.create_topic("idem", 1, &[]).await.unwrap();
     let lines: String = (0..300).map(|i| format!("line {i}\n")).collect();
     let args = ["produce", "--brokers", b, "--topic", "idem", "--partition", "0", "--idempotent"];
-    stdout(&trib(&args, lines.as_bytes()).await);
+    // Acks 2: consumers see messages once they are flushed, so the read below sees them all
+    // only when the produce waited for the flush.
+    stdout(&trib(&[&args[..], &["--acks", "2"]].concat(), lines.as_bytes()).await);
     let consumed = trib(&["consume", "--brokers", b, "--topic", "idem"], b"").await;
     assert_eq!(stdout(&consumed), lines);
     let set = broker.connect().await.fetch("idem", 0, 0, 1 << 20).await.unwrap();

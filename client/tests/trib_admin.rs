@@ -517,15 +517,19 @@ async fn records_are_deleted_before_an_offset_on_every_replica() {
     trib_json(&[&create[..], &["--config", "segment_bytes=2000"]].concat()).await;
     let lines: Vec<String> = (0..300).map(|i| format!("message-{i:04}")).collect();
     produce(&zk, "trimmed", &lines).await;
+    // Acknowledged at acks all, visible once the leader has flushed them too.
     let consume = ["consume", "--zookeeper", &zk, "--topic", "trimmed", "--json"];
-    let out = trib(&consume).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let offsets: Vec<i64> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["offset"].as_i64().unwrap())
-        .collect();
-    assert_eq!(offsets.len(), 300);
+    let offsets = eventually("every message to be visible", Duration::from_secs(20), async || {
+        let out = trib(&consume).await;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let offsets: Vec<i64> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["offset"].as_i64().unwrap())
+            .collect();
+        (offsets.len() == 300).then_some(offsets)
+    })
+    .await;
     let (at, inside) = (offsets[120].to_string(), (offsets[120] + 1).to_string());
     let delete = ["delete-records", "--zookeeper", &zk, "--topic", "trimmed"];
     refused(&[&delete[..], &["--before", &inside]].concat(), "is not the offset of a message")
