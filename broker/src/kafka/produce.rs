@@ -121,16 +121,14 @@ async fn append(
         Err(error) => return settled(error),
     };
     let mut set = BytesMut::with_capacity(records.len() + batches.len() * 9);
-    for batch in &batches {
+    for (batch, _) in &batches {
         protocol::encode_batch_message(&mut set, batch);
     }
     let set = set.freeze();
     // An idempotent producer's batches of one partition: one batch per request, as every
     // client sends them; its sequences are checked before the append.
     let producer = match batches.as_slice() {
-        [batch] => {
-            BatchProducer::of(&RecordBatchRef::parse(batch).expect("checked by split_batches"))
-        }
+        [(_, producer)] => *producer,
         _ => None,
     };
     let node = &client.node;
@@ -153,9 +151,10 @@ async fn append(
     }
 }
 
-/// The RecordBatches of a partition's records, each checked whole; a Kafka error code for
-/// records that are not whole, valid, non-transactional batches.
-fn split_batches(records: &Bytes) -> Result<Vec<Bytes>, i16> {
+/// The RecordBatches of a partition's records, each checked whole, with the idempotent
+/// producer that wrote it; a Kafka error code for records that are not whole, valid,
+/// non-transactional batches.
+fn split_batches(records: &Bytes) -> Result<Vec<(Bytes, Option<BatchProducer>)>, i16> {
     let mut batches = Vec::new();
     let mut rest = records.clone();
     while !rest.is_empty() {
@@ -167,7 +166,8 @@ fn split_batches(records: &Bytes) -> Result<Vec<Bytes>, i16> {
         if parsed.is_control() || parsed.is_transactional() {
             return Err(code::INVALID_RECORD);
         }
-        batches.push(batch);
+        let producer = BatchProducer::of(&parsed);
+        batches.push((batch, producer));
     }
     if batches.is_empty() {
         return Err(code::INVALID_RECORD);
