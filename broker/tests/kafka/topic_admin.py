@@ -79,6 +79,10 @@ producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms":
 for i in range(100):
     producer.produce(topic, partition=0, value=("%-200d" % i).encode())
     producer.flush(30)
+# Gone before the topic is deleted below: a live producer refreshes the metadata of the topics
+# it knows asking for them to be created if missing (allow.auto.create.topics, as Kafka's
+# brokers do with auto.create.topics.enable), which could bring the deleted topic back.
+del producer
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic + "-watermarks"})
 # Visible once flushed (visible_after = "flush"), within flush_ms.
 wait_for(lambda: consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1] == 100, "100 visible")
