@@ -544,8 +544,12 @@ async fn records_are_deleted_before_an_offset_on_every_replica() {
     let below = trib(&["consume", "--zookeeper", &zk, "--topic", "trimmed", "--offset", "0"]).await;
     let stderr = String::from_utf8_lossy(&below.stderr);
     assert!(!below.status.success() && stderr.contains("out of range"), "{stderr}");
-    // An earlier offset moves nothing back.
-    let again = trib_json(&[&delete[..], &["--before", &offsets[50].to_string()]].concat()).await;
+    // An earlier offset moves nothing back (asked by broker address, as the README shows).
+    let addrs: Vec<&str> = brokers.values().map(|b| b.addr.as_str()).collect();
+    let (addrs, earlier) = (addrs.join(","), offsets[50].to_string());
+    let by_address =
+        ["delete-records", "--brokers", &addrs, "--topic", "trimmed", "--partition", "0"];
+    let again = trib_json(&[&by_address[..], &["--before", &earlier]].concat()).await;
     assert_eq!(again["log_start"].as_i64(), Some(offsets[120]), "{again}");
     // Every replica keeps the same start, and deletes the segments wholly before it.
     let want = format!("{} 120\n", offsets[120]);
