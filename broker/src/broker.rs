@@ -28,6 +28,7 @@ use crate::net::listener::{self, Accepted, Listening};
 use crate::node::Node;
 use crate::replication::scrub::{self, RepairSources, Scrubber};
 use crate::replication::{Leaders, Replicas};
+use crate::tier::{self, RemoteTier, TierOpenError};
 
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -48,6 +49,8 @@ pub enum BrokerError {
     Tls(#[from] service::tls::TlsError),
     #[error("ACL file: {0}")]
     Acl(#[from] crate::acl::AclError),
+    #[error("remote store: {0}")]
+    Tier(#[from] TierOpenError),
 }
 
 /// How long connections get to finish the request in hand after shutdown begins.
@@ -85,6 +88,8 @@ pub struct Broker {
     advertised: BrokerInfo,
     /// The scrubber and the group coordinator's ticks.
     tasks: TaskTracker,
+    /// Where tiered topics' sealed segments go, if the broker has a remote store.
+    tier: Option<Arc<RemoteTier>>,
 }
 
 impl Broker {
@@ -110,6 +115,9 @@ impl Broker {
             None => Authorizer::new(None),
         };
         let advertised = advertised(&config, listeners)?;
+        let for_tier = config.clone();
+        let tier = tokio::task::spawn_blocking(move || RemoteTier::open(&for_tier)).await??;
+        let tier = tier.map(Arc::new);
         let clustered = session.is_some() || config.zookeeper.is_some();
         let for_open = config.clone();
         let logs =
@@ -140,6 +148,7 @@ impl Broker {
             Arc::clone(&metrics),
             authorizer,
             advertised.clone(),
+            tier.clone(),
         ));
         let broker = Broker {
             admission: Arc::new(Admission::new(&config, Arc::clone(&metrics))),
@@ -151,6 +160,7 @@ impl Broker {
             tls,
             advertised,
             tasks: TaskTracker::new(),
+            tier,
         };
         broker.start_tasks();
         tracing::info!(
@@ -192,6 +202,15 @@ impl Broker {
         }
         if let Some(state) = &self.kafka {
             self.tasks.spawn(kafka::tick_until(Arc::clone(&state.groups), stop.clone()));
+        }
+        if let Some(remote) = &self.tier {
+            self.tasks.spawn(tier::upload::run(
+                Arc::clone(remote),
+                Arc::clone(&self.replicas),
+                Duration::from_millis(config.remote_task_interval_ms),
+                config.remote_upload_bytes_per_s,
+                stop.clone(),
+            ));
         }
     }
 

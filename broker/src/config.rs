@@ -23,13 +23,15 @@ pub enum ConfigError {
     #[error("invalid {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error(
-        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, flush_messages, flush_ms, visible_after, message_timestamp_type, partitions)"
+        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, local_retention_ms, local_retention_bytes, remote_storage, flush_messages, flush_ms, visible_after, message_timestamp_type, partitions)"
     )]
     UnknownTopicKey(String),
     #[error("visible_after: {0:?} is neither \"flush\" nor \"write\"")]
     NotAVisibility(String),
     #[error("message_timestamp_type: {0:?} is neither \"CreateTime\" nor \"LogAppendTime\"")]
     NotATimestampType(String),
+    #[error("remote_storage: {0:?} is neither \"true\" nor \"false\"")]
+    NotABool(String),
     #[error("topic config {key}: {value:?} is not a whole number")]
     NotANumber { key: String, value: String },
 }
@@ -172,6 +174,24 @@ pub struct BrokerConfig {
     pub visible_after: VisibleAfter,
     /// Which time magic-2 batches carry: `CreateTime` or `LogAppendTime`.
     pub message_timestamp_type: TimestampType,
+    // Tiered storage (docs/design.md, "Tiered storage").
+    /// The object store sealed segments are uploaded to (`file:///dir`, `s3://bucket/prefix`);
+    /// unset: no tiered storage.
+    pub remote_store: Option<String>,
+    /// Topics upload their sealed segments unless they say otherwise (Kafka's
+    /// `remote.storage.enable`, as a cluster default).
+    pub remote_storage: bool,
+    /// What a tiered topic keeps on disk by age (unset: `retention_ms`): only segments already
+    /// in the store go.
+    pub local_retention_ms: Option<u64>,
+    /// What a tiered topic keeps on disk by size (unset: `retention_bytes`).
+    pub local_retention_bytes: Option<u64>,
+    /// Bytes per second the broker uploads at most; 0: no limit.
+    pub remote_upload_bytes_per_s: u64,
+    /// Bytes of remote segments kept on disk for repeated reads.
+    pub remote_cache_bytes: u64,
+    /// How often the leader looks for sealed segments to upload and remote ones to expire.
+    pub remote_task_interval_ms: u64,
     /// `tls_cert` and `tls_key` (PEM certificate chain and key): the listener speaks TLS 1.3
     /// only, and followers fetch from their leaders over TLS with this certificate as theirs.
     /// `tls_client_ca`: clients must present a certificate signed by this CA (mutual TLS); the
@@ -198,6 +218,11 @@ pub struct LogConfig {
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
     pub timestamp_type: TimestampType,
+    /// Sealed segments go to the object store (needs the broker's `remote_store`).
+    pub remote_storage: bool,
+    /// What stays on disk when `remote_storage` is on; unset: `retention_ms`/`retention_bytes`.
+    pub local_retention_ms: Option<u64>,
+    pub local_retention_bytes: Option<u64>,
     /// The longest message the broker takes (the broker's `max_message_bytes`): also the
     /// longest a length read back from a segment file may claim.
     pub max_message_bytes: u32,
@@ -242,6 +267,13 @@ impl Default for BrokerConfig {
             flush_ms: 1000,
             visible_after: VisibleAfter::Flush,
             message_timestamp_type: TimestampType::CreateTime,
+            remote_store: None,
+            remote_storage: false,
+            local_retention_ms: None,
+            local_retention_bytes: None,
+            remote_upload_bytes_per_s: 64 << 20,
+            remote_cache_bytes: 1 << 30,
+            remote_task_interval_ms: 5000,
             tls: service::tls::TlsArgs::default(),
             acl_file: None,
             unknown: service::config::Unknown,
@@ -333,6 +365,16 @@ impl BrokerConfig {
         if self.retention_check_ms == 0 {
             return invalid("retention_check_ms", "must be at least 1");
         }
+        if let Some(url) = &self.remote_store {
+            service::store::check_url(url)
+                .map_err(|e| ConfigError::Invalid { key: "remote_store", reason: e.to_string() })?;
+        }
+        if self.remote_storage && self.remote_store.is_none() {
+            return invalid("remote_storage", "needs remote_store: where the segments go");
+        }
+        if self.remote_task_interval_ms == 0 {
+            return invalid("remote_task_interval_ms", "must be at least 1");
+        }
         let tls = self
             .tls
             .server_files()
@@ -379,6 +421,9 @@ impl BrokerConfig {
             flush_ms: self.flush_ms,
             visible_after: self.visible_after,
             timestamp_type: self.message_timestamp_type,
+            remote_storage: self.remote_storage,
+            local_retention_ms: self.local_retention_ms,
+            local_retention_bytes: self.local_retention_bytes,
             max_message_bytes: self.max_message_bytes,
         }
     }
@@ -460,12 +505,17 @@ impl LogConfig {
         if let Some(timestamp_type) = overrides.timestamp_type {
             log.timestamp_type = timestamp_type;
         }
+        if let Some(remote_storage) = overrides.remote_storage {
+            log.remote_storage = remote_storage;
+        }
         for (key, &value) in &overrides.values {
             match key.as_str() {
                 "segment_bytes" => log.segment_bytes = value,
                 "segment_ms" => log.segment_ms = value,
                 "retention_ms" => log.retention_ms = value,
                 "retention_bytes" => log.retention_bytes = Some(value),
+                "local_retention_ms" => log.local_retention_ms = Some(value),
+                "local_retention_bytes" => log.local_retention_bytes = Some(value),
                 "flush_messages" => log.flush_messages = value,
                 "flush_ms" => log.flush_ms = value,
                 _ => unreachable!("TopicOverrides::parse admits only known keys"),
@@ -477,21 +527,40 @@ impl LogConfig {
     pub fn flush_interval(&self) -> Duration {
         Duration::from_millis(self.flush_ms)
     }
+
+    /// How long segments stay on disk: `local_retention_ms` on a tiered topic, else the log's.
+    pub fn local_retention_ms(&self) -> u64 {
+        match self.local_retention_ms {
+            Some(ms) if self.remote_storage => ms.min(self.retention_ms),
+            _ => self.retention_ms,
+        }
+    }
+
+    /// How many bytes stay on disk: `local_retention_bytes` on a tiered topic, else the log's.
+    pub fn local_retention_bytes(&self) -> Option<u64> {
+        match (self.remote_storage, self.local_retention_bytes, self.retention_bytes) {
+            (true, Some(local), Some(all)) => Some(local.min(all)),
+            (true, Some(local), None) => Some(local),
+            _ => self.retention_bytes,
+        }
+    }
 }
 
 /// Keys a topic may override.
-const TOPIC_KEYS: [&str; 6] = [
+const TOPIC_KEYS: [&str; 8] = [
     "segment_bytes",
     "segment_ms",
     "retention_ms",
     "retention_bytes",
+    "local_retention_ms",
+    "local_retention_bytes",
     "flush_messages",
     "flush_ms",
 ];
 
 /// Kafka's names for the topic settings Tributary takes, and Tributary's own: Kafka's admin
 /// APIs take either.
-pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 9] = [
+pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 12] = [
     ("segment.bytes", "segment_bytes"),
     ("segment.ms", "segment_ms"),
     ("retention.ms", "retention_ms"),
@@ -501,7 +570,13 @@ pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 9] = [
     ("min.insync.replicas", "min_insync_replicas"),
     ("unclean.leader.election.enable", "unclean_leader_election"),
     ("message.timestamp.type", TIMESTAMP_TYPE),
+    ("local.retention.ms", "local_retention_ms"),
+    ("local.retention.bytes", "local_retention_bytes"),
+    ("remote.storage.enable", REMOTE_STORAGE),
 ];
+
+/// The topic setting that turns tiered storage on.
+pub(crate) const REMOTE_STORAGE: &str = "remote_storage";
 
 /// The topic setting of [`TimestampType`].
 pub(crate) const TIMESTAMP_TYPE: &str = "message_timestamp_type";
@@ -525,6 +600,12 @@ impl BrokerConfig {
             "segment_ms" => self.segment_ms.to_string(),
             "retention_ms" => self.retention_ms.to_string(),
             "retention_bytes" => self.retention_bytes.map_or("-1".into(), |b| b.to_string()),
+            // Kafka's −2: "as retention".
+            "local_retention_ms" => self.local_retention_ms.map_or("-2".into(), |b| b.to_string()),
+            "local_retention_bytes" => {
+                self.local_retention_bytes.map_or("-2".into(), |b| b.to_string())
+            }
+            REMOTE_STORAGE => self.remote_storage.to_string(),
             "flush_messages" => self.flush_messages.to_string(),
             "flush_ms" => self.flush_ms.to_string(),
             "min_insync_replicas" => self.min_insync_replicas.to_string(),
@@ -563,6 +644,9 @@ pub struct TopicOverrides {
     /// Unset: the broker's `message_timestamp_type`.
     #[serde(default, rename = "message_timestamp_type", skip_serializing_if = "Option::is_none")]
     pub timestamp_type: Option<TimestampType>,
+    /// Unset: the broker's `remote_storage`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_storage: Option<bool>,
     /// The numeric keys of [`TOPIC_KEYS`].
     #[serde(default)]
     pub values: BTreeMap<String, u64>,
@@ -578,7 +662,7 @@ impl TopicOverrides {
     ) -> Result<TopicOverrides, ConfigError> {
         let mut values = BTreeMap::new();
         let mut partitions_key = None;
-        let (mut visible_after, mut timestamp_type) = (None, None);
+        let (mut visible_after, mut timestamp_type, mut remote_storage) = (None, None, None);
         for (key, value) in configs {
             if key == "visible_after" {
                 visible_after = Some(value.parse()?);
@@ -586,6 +670,14 @@ impl TopicOverrides {
             }
             if key == TIMESTAMP_TYPE {
                 timestamp_type = Some(value.parse()?);
+                continue;
+            }
+            if key == REMOTE_STORAGE {
+                remote_storage = Some(match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    other => return Err(ConfigError::NotABool(other.to_owned())),
+                });
                 continue;
             }
             let number: u64 = value
@@ -617,8 +709,13 @@ impl TopicOverrides {
                 reason: "must be between 1 and 10000".into(),
             });
         }
-        let overrides =
-            TopicOverrides { partitions: partitions as u32, visible_after, timestamp_type, values };
+        let overrides = TopicOverrides {
+            partitions: partitions as u32,
+            visible_after,
+            timestamp_type,
+            remote_storage,
+            values,
+        };
         BrokerConfig::default().log().with_overrides(&overrides).validate()?;
         Ok(overrides)
     }

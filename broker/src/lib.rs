@@ -18,6 +18,7 @@ mod native;
 mod net;
 mod node;
 mod replication;
+mod tier;
 
 pub use broker::{Broker, BrokerError, Listeners, run};
 pub use config::{

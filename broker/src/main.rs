@@ -124,6 +124,28 @@ struct Cli {
     /// The scrubber reads at most this many bytes per second; 0: no limit [default: 16 MiB].
     #[arg(long, value_name = "B")]
     scrub_bytes_per_s: Option<u64>,
+    /// Upload sealed segments of tiered topics to this object store: `file:///dir` or
+    /// `s3://bucket/prefix` (S3 settings from the `AWS_*` variables, as the loader's).
+    #[arg(long, value_name = "URL")]
+    remote_store: Option<String>,
+    /// Tier every topic that does not say otherwise (Kafka's `remote.storage.enable`).
+    #[arg(long, value_name = "BOOL")]
+    remote_storage: Option<bool>,
+    /// What a tiered topic keeps on disk by age [default: retention_ms].
+    #[arg(long, value_name = "MS")]
+    local_retention_ms: Option<u64>,
+    /// What a tiered topic keeps on disk by size [default: retention_bytes].
+    #[arg(long, value_name = "B")]
+    local_retention_bytes: Option<u64>,
+    /// Upload at most this many bytes per second; 0: no limit [default: 64 MiB].
+    #[arg(long, value_name = "B")]
+    remote_upload_bytes_per_s: Option<u64>,
+    /// Keep this many bytes of remote segments on disk for repeated reads [default: 1 GiB].
+    #[arg(long, value_name = "B")]
+    remote_cache_bytes: Option<u64>,
+    /// Look for segments to upload and remote segments to expire this often [default: 5000].
+    #[arg(long, value_name = "MS")]
+    remote_task_interval_ms: Option<u64>,
     /// Register in this ZooKeeper (`host:port[,host:port…][/chroot]`); standalone without it.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,

@@ -20,15 +20,14 @@ mod metrics;
 pub mod readback;
 mod run;
 mod status;
-mod store;
 
 use std::path::PathBuf;
 
 pub use config::{Config, ConfigError, TopicFilter};
 pub use load::PartitionLoad;
 pub use run::{Loader, RunSummary, run_once, serve};
+pub use service::store::{StoreUrlError, store_from_url};
 pub use status::{HourStatus, PartitionStatus, Status, TopicStatus, status};
-pub use store::{StoreUrlError, store_from_url};
 
 /// Why a run, or one partition's load, failed.
 #[derive(Debug, thiserror::Error)]

@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod pki;
 pub mod proxy;
 pub mod shutdown;
+pub mod store;
 pub mod tls;
 
 pub use backoff::Backoff;

@@ -72,9 +72,21 @@ impl Process {
     /// Starts `binary` with `args` (which should make it listen on `port`), stderr to
     /// `log_path`, and waits until `port` accepts connections.
     pub fn spawn(binary: &Path, args: &[String], port: u16, log_path: &Path) -> Process {
+        Process::spawn_with_env(binary, args, &[], port, log_path)
+    }
+
+    /// [`Process::spawn`] with `env` added to the environment (an S3 endpoint, say).
+    pub fn spawn_with_env(
+        binary: &Path,
+        args: &[String],
+        env: &[(&str, String)],
+        port: u16,
+        log_path: &Path,
+    ) -> Process {
         let log = std::fs::File::create(log_path).expect("log file");
         let child = Command::new(binary)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

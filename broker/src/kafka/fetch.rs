@@ -144,7 +144,23 @@ async fn read_partition(
         Ok(p) => p,
         Err(e) => return Read::failed(kafka_error(e)),
     };
-    let read = tokio::task::spawn_blocking(move || read_records(&p, fetch_offset, max_bytes)).await;
+    // Below the local log of a tiered topic: from the store.
+    let remote = client.node.remote_run(&p).await;
+    let log_start = remote.map_or_else(|| p.start_record(), |run| run.start_record);
+    let remote_slice = match (remote, u64::try_from(fetch_offset)) {
+        (Some(run), Ok(record)) if record >= run.start_record && record < p.start_record() => {
+            match read_remote(client, &p, record, max_bytes).await {
+                Ok(slice) => slice,
+                Err(e) => return Read::failed(kafka_error(e)),
+            }
+        }
+        _ => None,
+    };
+    let read = tokio::task::spawn_blocking(move || match remote_slice {
+        Some((slice, first)) => read_slice(&p, &slice, first, max_bytes, log_start),
+        None => read_records(&p, fetch_offset, max_bytes, log_start),
+    })
+    .await;
     match read {
         Ok(Ok(read)) => read,
         Ok(Err(e)) => {
@@ -158,12 +174,59 @@ async fn read_partition(
     }
 }
 
+/// Where record `record` is in the store: a slice of a cached chunk from the message holding
+/// it, about `max_bytes` long (its first message whole), and the number of that message's
+/// first record. `None` if the store no longer holds it.
+async fn read_remote(
+    client: &Client,
+    p: &Partition,
+    record: u64,
+    max_bytes: usize,
+) -> Result<Option<(FileSlice, u64)>, ErrorCode> {
+    let tier = client.node.tier().ok_or(ErrorCode::OffsetOutOfRange)?;
+    let failed = |e| crate::node::remote_failed(p, e);
+    let Some((byte, first)) = tier.locate_record(p, record).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    let max_bytes = u32::try_from(max_bytes.max(1)).unwrap_or(u32::MAX);
+    let slice = tier.read(p, byte, max_bytes).await.map_err(failed)?;
+    Ok(slice.map(|slice| (slice, first)))
+}
+
+/// The batches of a slice of a remote segment's chunk whose first message's first record is
+/// `first`. Blocking: reads the chunk.
+fn read_slice(
+    p: &Partition,
+    slice: &FileSlice,
+    first: u64,
+    max_bytes: usize,
+    log_start: u64,
+) -> Result<Read, LogError> {
+    let high_watermark = p.record_at_offset(p.visible_end() as i64)?;
+    let records = pieces(slice, first, max_bytes).map_err(|source| LogError::Io {
+        context: "reading",
+        path: slice.segment.path.clone(),
+        source,
+    })?;
+    Ok(Read {
+        error: code::NONE,
+        high_watermark: high_watermark as i64,
+        log_start: log_start as i64,
+        records,
+    })
+}
+
 /// The batches from record `fetch_offset` on, about `max_bytes` of log (one whole message at
-/// least). Blocking: reads the log's message headers, and the messages it converts.
-fn read_records(p: &Partition, fetch_offset: i64, max_bytes: usize) -> Result<Read, LogError> {
+/// least); the log starts at record `log_start` (in the store, for a tiered topic). Blocking:
+/// reads the log's message headers, and the messages it converts.
+fn read_records(
+    p: &Partition,
+    fetch_offset: i64,
+    max_bytes: usize,
+    log_start: u64,
+) -> Result<Read, LogError> {
     let visible = p.visible_end();
     let high_watermark = p.record_at_offset(visible as i64)?;
-    let log_start = p.start_record();
     let answer = |error, records| Read {
         error,
         high_watermark: high_watermark as i64,
@@ -173,7 +236,7 @@ fn read_records(p: &Partition, fetch_offset: i64, max_bytes: usize) -> Result<Re
     let Ok(record) = u64::try_from(fetch_offset) else {
         return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
     };
-    if record < log_start || record > high_watermark {
+    if record < p.start_record() || record > high_watermark {
         return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
     }
     if record == high_watermark || max_bytes == 0 {
@@ -338,6 +401,13 @@ pub async fn list_offsets(
                 // The high watermark of a leader that has just taken over can lag what its
                 // predecessor acknowledged: wait (at most replica_lag_ms) for it to settle.
                 client.node.settle(&topic, partition).await;
+            }
+            if timestamp == -2
+                && let Some(run) = client.node.remote_run(&p).await
+            {
+                // The first record is in the store.
+                answers.push(answer(code::NONE, (run.start_record as i64, -1)));
+                continue;
             }
             let found = tokio::task::spawn_blocking(move || offset_for(&p, timestamp)).await;
             answers.push(match found {

@@ -391,7 +391,14 @@ fn read_entries(path: &Path, base_offset: u64, end: u64) -> io::Result<Vec<Index
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let Some(bytes) = bytes.strip_prefix(FORMAT_MARK) else { return Ok(Vec::new()) };
+    Ok(parse_entries(&bytes, base_offset, end))
+}
+
+/// The entries of an index file's bytes for the segment `[base_offset, end)`, up to the first
+/// that does not follow from the ones before it (none for bytes without the format mark). A
+/// whole sealed index's last entry is the segment's end.
+pub fn parse_entries(bytes: &[u8], base_offset: u64, end: u64) -> Vec<IndexEntry> {
+    let Some(bytes) = bytes.strip_prefix(FORMAT_MARK) else { return Vec::new() };
     let mut entries: Vec<IndexEntry> = Vec::with_capacity(bytes.len() / ENTRY_BYTES);
     for entry in bytes.chunks_exact(ENTRY_BYTES).filter_map(|e| {
         let record = protocol::u64_at(e, 0)?;
@@ -411,7 +418,7 @@ fn read_entries(path: &Path, base_offset: u64, end: u64) -> io::Result<Vec<Index
         }
         entries.push(entry);
     }
-    Ok(entries)
+    entries
 }
 
 /// Reads a file from a position of its own, never moving the file's shared cursor.

@@ -53,6 +53,9 @@ pub struct Topic {
 pub struct LogManager {
     data_dir: PathBuf,
     defaults: LogConfig,
+    /// The broker has a remote store: `remote_storage` topics are tiered. Without one they
+    /// keep their setting (a restart with a store tiers them) but not tiered retention.
+    tiering: bool,
     topics: RwLock<HashMap<String, Arc<Topic>>>,
     /// Serializes topic creation so that two first produces create one topic.
     create: Mutex<()>,
@@ -118,6 +121,7 @@ impl LogManager {
         let manager = LogManager {
             data_dir,
             defaults: config.log(),
+            tiering: config.remote_store.is_some(),
             topics: RwLock::new(HashMap::new()),
             create: Mutex::new(()),
             _lock: lock,
@@ -257,7 +261,8 @@ impl LogManager {
         kept: &BTreeMap<u32, Arc<Partition>>,
         hosted: Option<&BTreeSet<u32>>,
     ) -> Result<Topic, CreateError> {
-        let config = self.defaults.with_overrides(&overrides);
+        let mut config = self.defaults.with_overrides(&overrides);
+        config.remote_storage &= self.tiering;
         let mut partitions = kept.clone();
         for p in partitions.values() {
             p.set_config(config);

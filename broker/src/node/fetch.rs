@@ -1,11 +1,13 @@
-//! Reads for consumers: where a fetch's bytes are (a slice of a segment file, sent as is),
-//! the watch a long poll waits on, `OFFSETS`, and a byte offset's record number.
+//! Reads for consumers: where a fetch's bytes are (a slice of a segment file, sent as is — or of
+//! a cached chunk of a remote segment, below the local log of a tiered topic), the watch a long
+//! poll waits on, `OFFSETS`, and a byte offset's record number.
 
 use protocol::{ErrorCode, FetchRequest};
 use tokio::sync::watch;
 
 use super::Node;
-use crate::log::{FileSlice, LogError};
+use crate::log::{FileSlice, LogError, Partition};
+use crate::tier::{RemoteTier, Run, TierError};
 
 impl Node {
     /// Where a fetch's bytes are: `None` when the offset is the end of the visible log.
@@ -31,13 +33,63 @@ impl Node {
         &self,
         fetch: &FetchRequest,
     ) -> Result<Option<FileSlice>, ErrorCode> {
-        match self.plan_fetch(fetch) {
+        let planned = match self.plan_fetch(fetch) {
             Ok(None) | Err(ErrorCode::OffsetOutOfRange)
                 if self.settle(&fetch.topic, fetch.partition).await =>
             {
                 self.plan_fetch(fetch)
             }
             planned => planned,
+        };
+        match planned {
+            Err(ErrorCode::OffsetOutOfRange) => self.plan_remote_fetch(fetch).await,
+            planned => planned,
+        }
+    }
+
+    /// A fetch below the local log of a tiered topic: a slice of a chunk from the store.
+    async fn plan_remote_fetch(
+        &self,
+        fetch: &FetchRequest,
+    ) -> Result<Option<FileSlice>, ErrorCode> {
+        let Some(tier) = &self.tier else { return Err(ErrorCode::OffsetOutOfRange) };
+        let partition = self.replicas.led(&fetch.topic, fetch.partition)?;
+        let offset = u64::try_from(fetch.offset).map_err(|_| ErrorCode::OffsetOutOfRange)?;
+        match tier.read(&partition, offset, fetch.max_bytes as u32).await {
+            Ok(Some(slice)) => Ok(Some(slice)),
+            Ok(None) => Err(ErrorCode::OffsetOutOfRange),
+            Err(e) => Err(remote_failed(&partition, e)),
+        }
+    }
+
+    /// The tier this broker reads tiered topics' older segments from, if it has one.
+    pub(crate) fn tier(&self) -> Option<&RemoteTier> {
+        self.tier.as_deref()
+    }
+
+    /// What the store holds of `partition` below its local log, readable: `None` for a
+    /// broker without a store, a topic that holds nothing there, or a store that cannot be
+    /// read now (logged; the local start is answered meanwhile).
+    pub(crate) async fn remote_run(&self, partition: &Partition) -> Option<Run> {
+        let tier = self.tier.as_ref()?;
+        if !partition.config().remote_storage && partition.remote_end() == 0 {
+            return None;
+        }
+        match tier.below_local(partition).await {
+            Ok(run) => run,
+            Err(e) => {
+                remote_failed(partition, e);
+                None
+            }
+        }
+    }
+
+    /// The first byte offset and record of `partition` readers may ask for: in the store, for
+    /// a tiered topic whose older segments are there.
+    pub(crate) async fn log_start(&self, partition: &Partition) -> (u64, u64) {
+        match self.remote_run(partition).await {
+            Some(run) => (run.start, run.start_record),
+            None => (partition.start_offset(), partition.start_record()),
         }
     }
 
@@ -79,7 +131,7 @@ impl Node {
         let partition = self.replicas.led(topic, partition)?;
         match time {
             protocol::OFFSETS_LATEST => Ok(vec![partition.visible_end() as i64]),
-            protocol::OFFSETS_EARLIEST => Ok(vec![partition.start_offset() as i64]),
+            protocol::OFFSETS_EARLIEST => Ok(vec![self.log_start(&partition).await.0 as i64]),
             time if time < 0 || max_number <= 0 => Err(ErrorCode::InvalidRequest),
             time => {
                 blocking("offsets", move || partition.offsets_before(time, max_number as usize))
@@ -98,12 +150,29 @@ impl Node {
         offset: i64,
     ) -> Result<i64, ErrorCode> {
         let partition = self.replicas.led(topic, partition)?;
-        match blocking("record number", move || partition.record_at_offset(offset)).await {
-            Ok(record) => Ok(i64::try_from(record).unwrap_or(i64::MAX)),
-            Err(Some(LogError::OffsetOutOfRange { .. })) => Err(ErrorCode::OffsetOutOfRange),
-            Err(_) => Err(ErrorCode::Unknown),
-        }
+        let p = std::sync::Arc::clone(&partition);
+        let record = match blocking("record number", move || p.record_at_offset(offset)).await {
+            Ok(record) => record,
+            Err(Some(LogError::OffsetOutOfRange { .. })) => {
+                let Some(tier) = &self.tier else { return Err(ErrorCode::OffsetOutOfRange) };
+                let offset = u64::try_from(offset).map_err(|_| ErrorCode::OffsetOutOfRange)?;
+                match tier.record_at_offset(&partition, offset).await {
+                    Ok(Some(record)) => record,
+                    Ok(None) => return Err(ErrorCode::OffsetOutOfRange),
+                    Err(e) => return Err(remote_failed(&partition, e)),
+                }
+            }
+            Err(_) => return Err(ErrorCode::Unknown),
+        };
+        Ok(i64::try_from(record).unwrap_or(i64::MAX))
     }
+}
+
+/// Logs a read from the store that failed, and answers what a client retries:
+/// [`ErrorCode::RequestTimedOut`].
+pub(crate) fn remote_failed(partition: &Partition, error: TierError) -> ErrorCode {
+    tracing::warn!(partition = ?partition, error = %error, "cannot read from the remote store");
+    ErrorCode::RequestTimedOut
 }
 
 /// Runs a blocking read of the log off the async workers; its error (logged unless it is an

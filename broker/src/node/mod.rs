@@ -23,7 +23,9 @@ use crate::config::BrokerConfig;
 use crate::membership::Membership;
 use crate::metrics::Metrics;
 use crate::replication::Replicas;
+use crate::tier::RemoteTier;
 
+pub(crate) use fetch::remote_failed;
 pub use log_start::DeleteBefore;
 pub use produce::AppendedRun;
 
@@ -39,6 +41,8 @@ pub struct Node {
     advertised: BrokerInfo,
     /// The producer ids handed out, and the sequences of idempotent producers' batches.
     producers: ProducerIds,
+    /// Where tiered topics' older segments are, if the broker has a remote store.
+    tier: Option<Arc<RemoteTier>>,
 }
 
 impl Node {
@@ -48,6 +52,7 @@ impl Node {
         metrics: Arc<Metrics>,
         authorizer: Authorizer,
         advertised: BrokerInfo,
+        tier: Option<Arc<RemoteTier>>,
     ) -> Node {
         Node {
             replicas,
@@ -56,6 +61,7 @@ impl Node {
             authorizer,
             advertised,
             producers: ProducerIds::default(),
+            tier,
         }
     }
 

@@ -104,6 +104,9 @@ impl Node {
         if let Some(timestamp_type) = topic.overrides.timestamp_type {
             config.insert(crate::config::TIMESTAMP_TYPE.into(), timestamp_type.to_string());
         }
+        if let Some(remote_storage) = topic.overrides.remote_storage {
+            config.insert(crate::config::REMOTE_STORAGE.into(), remote_storage.to_string());
+        }
         Ok(Some(config))
     }
 }

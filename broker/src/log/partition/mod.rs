@@ -15,6 +15,7 @@ mod repair;
 mod replica;
 mod retention;
 mod start;
+mod tier;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +29,7 @@ use super::segment::Segment;
 use crate::config::{LogConfig, VisibleAfter};
 
 pub use append::SETS_PER_WRITE_MAX;
+pub use tier::SealedSegment;
 
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +111,9 @@ pub struct Partition {
     /// Held by a flush from its snapshot until it has published the ends, and by a truncation
     /// throughout, so that a flush never publishes an end that a truncation has since cut.
     flushing: Mutex<()>,
+    /// The object store holds the log below this byte offset (tiered storage): local
+    /// retention of a tiered topic deletes no segment past it.
+    remote_end: std::sync::atomic::AtomicU64,
     /// Cancelled when the partition is removed from this broker (its topic deleted, or its
     /// replica moved away): its tasks stop.
     removed: tokio_util::sync::CancellationToken,

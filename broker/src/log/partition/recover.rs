@@ -57,6 +57,7 @@ impl Partition {
             }),
             flushed: watch::Sender::new(end),
             visible: watch::Sender::new(end),
+            remote_end: std::sync::atomic::AtomicU64::new(0),
             written: watch::Sender::new(end),
             high_watermark: std::sync::atomic::AtomicU64::new(u64::MAX),
             flush_wanted: Notify::new(),

@@ -1,5 +1,6 @@
 //! Retention: whole segments deleted from the head by age (`retention_ms`) and size
-//! (`retention_bytes`).
+//! (`retention_bytes`); on a tiered topic by its local retention, and only segments the object
+//! store holds.
 
 use std::fs;
 use std::sync::Arc;
@@ -11,14 +12,20 @@ use crate::log::segment::Segment;
 
 impl Partition {
     /// Deletes whole segments from the head: those last modified more than `retention_ms` ago,
-    /// then more while the log is larger than `retention_bytes`. Only flushed segments go; the
+    /// then more while the log is larger than `retention_bytes` (a tiered topic's
+    /// `local_retention_ms` and `local_retention_bytes`, below its remote end). Only flushed segments go; the
     /// active segment goes only after a roll, when it has expired too. Blocking. Returns the
     /// base offsets deleted.
     pub fn enforce_retention(&self, now: SystemTime) -> Result<Vec<u64>, LogError> {
         let doomed = {
             let mut state = self.state();
-            let visible_end = self.flushed_end();
-            let retention = Duration::from_millis(state.config.retention_ms);
+            // A tiered topic keeps its local retention, and deletes only what the store holds.
+            let config = state.config;
+            let visible_end = match config.remote_storage {
+                true => self.flushed_end().min(self.remote_end()),
+                false => self.flushed_end(),
+            };
+            let retention = Duration::from_millis(config.local_retention_ms());
             let expired = |s: &Segment| -> Result<bool, LogError> {
                 let modified = s.modified().map_err(io_error("reading", &s.path))?;
                 Ok(now.duration_since(modified).is_ok_and(|age| age > retention))
@@ -30,7 +37,7 @@ impl Partition {
                 }
                 count += 1;
             }
-            if let Some(limit) = state.config.retention_bytes {
+            if let Some(limit) = config.local_retention_bytes() {
                 let mut size =
                     state.end - state.segments[count.min(state.segments.len() - 1)].base_offset;
                 while count + 1 < state.segments.len()

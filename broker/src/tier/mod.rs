@@ -1,0 +1,368 @@
+//! Tiered storage (docs/design.md, "Tiered storage"): the leader of a tiered topic's partition
+//! uploads each sealed, committed segment with its index to the object store, and its
+//! manifest entry after the upload is verified (`upload`); every replica reads the manifest so
+//! that local retention deletes only what the store holds; fetches below the local log start,
+//! on either protocol, are served from the store through an on-disk cache of chunks
+//! (`cache`), as slices of files like any other.
+//!
+//! It stands on the log (what to upload, where the local log starts) and the replicas (which
+//! partitions this broker leads); the node asks it for what lies below the local log.
+
+mod cache;
+mod manifest;
+pub mod upload;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::config::BrokerConfig;
+use crate::log::index::{self, INDEX_INTERVAL_BYTES, IndexEntry};
+use crate::log::{FileSlice, Partition, Segment};
+use cache::ChunkCache;
+pub use manifest::Run;
+use manifest::{Manifest, RemoteSegment, entry_stem, partition_dir};
+
+/// Bytes of a remote segment one download brings into the cache, at least.
+const CHUNK_BYTES: u64 = 8 << 20;
+/// Indexes of remote segments kept in memory.
+const INDEXES_MAX: usize = 64;
+/// Bytes of a message's length field and its header.
+const MESSAGE_OVERHEAD: u64 = 12;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TierError {
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("remote segment cache: {0}")]
+    Cache(#[from] std::io::Error),
+    #[error("remote segment {stem}: {reason}")]
+    Corrupt { stem: String, reason: String },
+    #[error("a blocking task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// One partition's manifest here, and whether it has been read from the store yet.
+#[derive(Debug, Default)]
+struct Known {
+    manifest: Manifest,
+    loaded: bool,
+}
+
+pub struct RemoteTier {
+    store: Arc<dyn ObjectStore>,
+    cache: Arc<ChunkCache>,
+    /// Per partition (topic, index).
+    manifests: Mutex<HashMap<(String, u32), Known>>,
+    /// Entries of remote indexes read lately, by stem.
+    indexes: Mutex<Vec<(String, Arc<Vec<IndexEntry>>)>>,
+    max_message_bytes: u32,
+}
+
+impl std::fmt::Debug for RemoteTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RemoteTier({})", self.store)
+    }
+}
+
+impl RemoteTier {
+    /// The tier of `config`'s `remote_store`, if it names one. Blocking: clears the cache.
+    pub fn open(config: &BrokerConfig) -> Result<Option<RemoteTier>, TierOpenError> {
+        let Some(url) = &config.remote_store else { return Ok(None) };
+        let store = service::store::store_from_url(url)?;
+        let cache =
+            ChunkCache::open(config.data_dir.join(cache::CACHE_DIR), config.remote_cache_bytes)
+                .map_err(TierOpenError::Cache)?;
+        Ok(Some(RemoteTier {
+            store,
+            cache: Arc::new(cache),
+            manifests: Mutex::default(),
+            indexes: Mutex::default(),
+            max_message_bytes: config.max_message_bytes,
+        }))
+    }
+
+    fn manifests(&self) -> MutexGuard<'_, HashMap<(String, u32), Known>> {
+        self.manifests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(partition: &Partition) -> (String, u32) {
+        (partition.topic().to_owned(), partition.index())
+    }
+
+    /// Reads the partition's manifest from the store: new entries are fetched, entries gone
+    /// from the store are forgotten. Then tells the partition how far the store holds its log.
+    pub async fn sync(&self, partition: &Partition) -> Result<(), TierError> {
+        let dir = partition_dir(partition.topic(), partition.index());
+        let prefix = StorePath::from(format!("{dir}/manifest"));
+        let listed: Vec<_> = self.store.list(Some(&prefix)).collect().await;
+        let mut stems = Vec::new();
+        for meta in listed {
+            let meta = meta?;
+            if let Some(stem) = entry_stem(&meta.location) {
+                stems.push((stem.to_owned(), meta.location));
+            }
+        }
+        let known: Vec<String> = {
+            let manifests = self.manifests();
+            let known = manifests.get(&Self::key(partition));
+            known
+                .map(|k| k.manifest.segments().map(RemoteSegment::stem).collect())
+                .unwrap_or_default()
+        };
+        let mut fresh = Vec::new();
+        for (stem, path) in &stems {
+            if known.contains(stem) {
+                continue;
+            }
+            let bytes = self.store.get(path).await?.bytes().await?;
+            match serde_json::from_slice::<RemoteSegment>(&bytes) {
+                Ok(entry) if entry.stem() == *stem => fresh.push(entry),
+                Ok(_) | Err(_) => {
+                    tracing::warn!(entry = %path, "a remote manifest entry does not read as its name says; ignoring it")
+                }
+            }
+        }
+        let mut manifests = self.manifests();
+        let known = manifests.entry(Self::key(partition)).or_default();
+        let gone: Vec<u64> = known
+            .manifest
+            .segments()
+            .filter(|s| !stems.iter().any(|(stem, _)| *stem == s.stem()))
+            .map(|s| s.base)
+            .collect();
+        for base in gone {
+            known.manifest.remove(base);
+        }
+        for entry in fresh {
+            known.manifest.insert(entry);
+        }
+        known.loaded = true;
+        let run = known.manifest.run_reaching(partition.first_segment_base());
+        partition.set_remote_end(run.map_or(0, |r| r.end));
+        Ok(())
+    }
+
+    /// The manifest of `partition` here (read from the store first if it has not been).
+    async fn manifest(&self, partition: &Partition) -> Result<Manifest, TierError> {
+        let loaded = self.manifests().get(&Self::key(partition)).is_some_and(|k| k.loaded);
+        if !loaded {
+            self.sync(partition).await?;
+        }
+        Ok(self
+            .manifests()
+            .get(&Self::key(partition))
+            .map(|k| k.manifest.clone())
+            .unwrap_or_default())
+    }
+
+    /// What readers may read of `partition` from the store: the run of uploaded segments that
+    /// reaches its first segment on disk, from the record DeleteRecords moved the start to if
+    /// that is later. `None` when the store holds nothing readable below the local log.
+    pub async fn below_local(&self, partition: &Partition) -> Result<Option<Run>, TierError> {
+        let base = partition.first_segment_base();
+        let manifest = self.manifest(partition).await?;
+        let Some(mut run) = manifest.run_reaching(base).filter(|r| r.start < base) else {
+            return Ok(None);
+        };
+        let wanted = partition.start_wanted();
+        if wanted > run.start_record {
+            if wanted >= partition.start_record() {
+                return Ok(None);
+            }
+            let Some(segment) = manifest.holding_record(wanted) else { return Ok(None) };
+            let dir = partition_dir(partition.topic(), partition.index());
+            let Some((byte, _)) = self.locate_in(&dir, segment, wanted).await? else {
+                return Ok(None);
+            };
+            run = Run { start: byte, start_record: wanted, ..run };
+        }
+        Ok(Some(run))
+    }
+
+    /// Up to `max_bytes` of the log from byte `offset`, below the local log start, within one
+    /// remote segment: a slice of a cached chunk (the first message whole, if `max_bytes`
+    /// holds it). `None` when the store does not hold `offset` below the local log.
+    pub async fn read(
+        &self,
+        partition: &Partition,
+        offset: u64,
+        max_bytes: u32,
+    ) -> Result<Option<FileSlice>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
+        if offset < run.start || offset >= partition.first_segment_base() {
+            return Ok(None);
+        }
+        let manifest = self.manifest(partition).await?;
+        let Some(segment) = manifest.holding_byte(offset) else { return Ok(None) };
+        let dir = partition_dir(partition.topic(), partition.index());
+        // Enough for the first message whole, if the fetch asks for that much.
+        let message_max = u64::from(self.max_message_bytes) + MESSAGE_OVERHEAD;
+        let needed = u64::from(max_bytes).min(message_max).min(segment.end - offset);
+        let chunk = self.chunk(&dir, segment, offset, needed).await?;
+        let chunk_end = chunk.base_offset + chunk.file_len()?;
+        let len = (chunk_end - offset).min(u64::from(max_bytes));
+        Ok(Some(FileSlice { position: offset - chunk.base_offset, len, segment: chunk }))
+    }
+
+    /// The message holding record `record` below the local log start: its byte offset and the
+    /// number of its first record. `None` when the store does not hold it below the local log.
+    pub async fn locate_record(
+        &self,
+        partition: &Partition,
+        record: u64,
+    ) -> Result<Option<(u64, u64)>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
+        if record < run.start_record {
+            return Ok(None);
+        }
+        let manifest = self.manifest(partition).await?;
+        let Some(segment) = manifest.holding_record(record) else { return Ok(None) };
+        if segment.base >= partition.first_segment_base() {
+            return Ok(None);
+        }
+        let dir = partition_dir(partition.topic(), partition.index());
+        self.locate_in(&dir, segment, record).await
+    }
+
+    /// The message of `segment` holding record `record`: its byte offset and the number of its
+    /// first record.
+    async fn locate_in(
+        &self,
+        dir: &str,
+        segment: &RemoteSegment,
+        record: u64,
+    ) -> Result<Option<(u64, u64)>, TierError> {
+        let entries = self.index_of(dir, segment).await?;
+        let from = entries[entries.partition_point(|e| e.record <= record).saturating_sub(1)];
+        let (chunk, end) = self.scan_chunk(dir, segment, from.byte).await?;
+        let max = self.max_message_bytes;
+        let found = tokio::task::spawn_blocking(move || {
+            index::locate(&chunk.file, chunk.base_offset, end, from, record, max)
+        })
+        .await??;
+        Ok(found)
+    }
+
+    /// The number of the record at byte `offset` below the local log start (a message
+    /// boundary). `None` when the store does not hold it below the local log.
+    pub async fn record_at_offset(
+        &self,
+        partition: &Partition,
+        offset: u64,
+    ) -> Result<Option<u64>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
+        if offset < run.start || offset >= partition.first_segment_base() {
+            return Ok(None);
+        }
+        let manifest = self.manifest(partition).await?;
+        let Some(segment) = manifest.holding_byte(offset) else { return Ok(None) };
+        let dir = partition_dir(partition.topic(), partition.index());
+        let entries = self.index_of(&dir, segment).await?;
+        let from = entries[entries.partition_point(|e| e.byte <= offset).saturating_sub(1)];
+        let (chunk, end) = self.scan_chunk(&dir, segment, from.byte).await?;
+        if offset > end {
+            return Err(corrupt(segment, "an index entry is further than a chunk from its byte"));
+        }
+        let max = self.max_message_bytes;
+        let entry = tokio::task::spawn_blocking(move || {
+            index::entry_at_offset(&chunk.file, chunk.base_offset, from, offset, max)
+        })
+        .await??;
+        Ok(Some(entry.record))
+    }
+
+    /// A chunk from byte `from` (an index entry) long enough to scan to any record the entry
+    /// leads to, and where the chunk ends.
+    async fn scan_chunk(
+        &self,
+        dir: &str,
+        segment: &RemoteSegment,
+        from: u64,
+    ) -> Result<(Arc<Segment>, u64), TierError> {
+        let message_max = u64::from(self.max_message_bytes) + MESSAGE_OVERHEAD;
+        let needed = (INDEX_INTERVAL_BYTES + 2 * message_max).min(segment.end - from);
+        let chunk = self.chunk(dir, segment, from, needed).await?;
+        let end = chunk.base_offset + chunk.file_len()?;
+        Ok((chunk, end.min(segment.end)))
+    }
+
+    /// A cached chunk of `segment` holding `[offset, offset + needed)`, downloaded if none is.
+    async fn chunk(
+        &self,
+        dir: &str,
+        segment: &RemoteSegment,
+        offset: u64,
+        needed: u64,
+    ) -> Result<Arc<Segment>, TierError> {
+        let stem = segment.stem();
+        if let Some(chunk) = self.cache.find(&stem, offset, needed) {
+            return Ok(chunk);
+        }
+        let end = segment.end.min(offset + needed.max(CHUNK_BYTES));
+        let range = (offset - segment.base)..(end - segment.base);
+        let bytes = self.store.get_range(&segment.data_path(dir), range).await?;
+        if bytes.len() as u64 != end - offset {
+            return Err(corrupt(segment, "the store answered a range of another length"));
+        }
+        let cache = Arc::clone(&self.cache);
+        let inserted =
+            tokio::task::spawn_blocking(move || cache.insert(&stem, offset, &bytes)).await??;
+        Ok(inserted)
+    }
+
+    /// The entries of `segment`'s index, from memory or the store.
+    async fn index_of(
+        &self,
+        dir: &str,
+        segment: &RemoteSegment,
+    ) -> Result<Arc<Vec<IndexEntry>>, TierError> {
+        let stem = segment.stem();
+        let cached = {
+            let indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+            indexes.iter().find(|(s, _)| *s == stem).map(|(_, e)| Arc::clone(e))
+        };
+        if let Some(entries) = cached {
+            return Ok(entries);
+        }
+        let bytes = self.store.get(&segment.index_path(dir)).await?.bytes().await?;
+        let mut entries = index::parse_entries(&bytes, segment.base, segment.end);
+        // A sealed index ends at its segment's end, numbering the next segment's first record.
+        match entries.pop() {
+            Some(last) if last.byte == segment.end && last.record == segment.end_record => {}
+            _ => return Err(corrupt(segment, "its index does not end where the segment does")),
+        }
+        if entries.is_empty() {
+            return Err(corrupt(segment, "its index has no entries"));
+        }
+        let entries = Arc::new(entries);
+        let mut indexes = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if indexes.len() >= INDEXES_MAX {
+            indexes.remove(0);
+        }
+        indexes.push((stem, Arc::clone(&entries)));
+        Ok(entries)
+    }
+
+    /// Bytes the chunk cache holds.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.bytes()
+    }
+}
+
+fn corrupt(segment: &RemoteSegment, reason: &str) -> TierError {
+    TierError::Corrupt { stem: segment.stem(), reason: reason.into() }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TierOpenError {
+    #[error(transparent)]
+    Url(#[from] service::store::StoreUrlError),
+    #[error("cannot prepare the remote segment cache: {0}")]
+    Cache(std::io::Error),
+}

@@ -1,0 +1,297 @@
+//! The tier's background work on every broker: each pass reads the manifest of every tiered
+//! partition here (so that local retention knows what the store holds); the leader of one also
+//! uploads its sealed, committed segments in order, expires remote segments past the topic's
+//! retention, and deletes objects no manifest entry names. A pass that fails waits longer
+//! before the next (doubling, up to a minute); nothing is lost by waiting: local retention
+//! keeps every segment the store does not hold.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
+use tokio_util::sync::CancellationToken;
+
+use super::manifest::{RemoteSegment, object_stem, partition_dir};
+use super::{RemoteTier, TierError};
+use crate::log::{Partition, SealedSegment};
+use crate::replication::Replicas;
+
+/// Bytes read from a segment file and sent as one part of its upload.
+const PART_BYTES: u64 = 8 << 20;
+/// The longest a failing tier waits between passes.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// An object no manifest entry names is deleted once it is this old: an upload that died (or
+/// a deposed leader's, still going) had this long to write its entry.
+const ORPHAN_AGE: Duration = Duration::from_secs(600);
+/// Orphans are looked for every this many passes.
+const ORPHAN_PASSES: u64 = 12;
+
+/// Runs passes every `interval` (longer after a failure) until `stop`.
+pub async fn run(
+    tier: Arc<RemoteTier>,
+    replicas: Arc<Replicas>,
+    interval: Duration,
+    bytes_per_s: u64,
+    stop: CancellationToken,
+) {
+    let mut wait = interval;
+    let mut pass = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        pass += 1;
+        let mut failed = false;
+        for partition in replicas.logs().partitions() {
+            if !partition.config().remote_storage || stop.is_cancelled() {
+                continue;
+            }
+            let leader_epoch = match replicas.led(partition.topic(), partition.index() as i32) {
+                Ok(_) => Some(
+                    replicas
+                        .leading_epoch(partition.topic(), partition.index() as i32)
+                        .unwrap_or(0),
+                ),
+                Err(_) => None,
+            };
+            let tending = tier.tend(
+                &partition,
+                leader_epoch,
+                bytes_per_s,
+                pass.is_multiple_of(ORPHAN_PASSES),
+                &stop,
+            );
+            if let Err(e) = tending.await {
+                tracing::warn!(partition = ?partition, error = %e, "tiered storage pass failed; retrying");
+                failed = true;
+            }
+        }
+        wait = if failed { (wait * 2).min(BACKOFF_MAX).max(interval) } else { interval };
+    }
+}
+
+impl RemoteTier {
+    /// One pass over `partition`: read its manifest and, if this broker leads it (in
+    /// `leader_epoch`), upload, expire and clean.
+    async fn tend(
+        &self,
+        partition: &Arc<Partition>,
+        leader_epoch: Option<i32>,
+        bytes_per_s: u64,
+        clean: bool,
+        stop: &CancellationToken,
+    ) -> Result<(), TierError> {
+        self.sync(partition).await?;
+        let Some(leader_epoch) = leader_epoch else { return Ok(()) };
+        let dir = partition_dir(partition.topic(), partition.index());
+        let local_start = partition.first_segment_base();
+        let from = self
+            .manifest(partition)
+            .await?
+            .run_reaching(local_start)
+            .map_or(local_start, |r| r.end);
+        for sealed in partition.sealed_segments(from) {
+            if stop.is_cancelled() || partition.removed().is_cancelled() {
+                return Ok(());
+            }
+            let entry = self.upload(&dir, &sealed, leader_epoch, bytes_per_s).await?;
+            tracing::info!(partition = ?partition, segment = %entry.stem(), bytes = entry.size, "segment uploaded");
+            let mut manifests = self.manifests();
+            let known = manifests.entry(Self::key(partition)).or_default();
+            known.manifest.insert(entry);
+            let run = known.manifest.run_reaching(partition.first_segment_base());
+            partition.set_remote_end(run.map_or(0, |r| r.end));
+        }
+        self.expire(partition, &dir).await?;
+        if clean {
+            self.delete_orphans(partition, &dir).await?;
+        }
+        Ok(())
+    }
+
+    /// Uploads one segment and its index, checks what the store holds against the file (size
+    /// and CRC, read back), then writes its manifest entry: the segment counts from then on.
+    async fn upload(
+        &self,
+        dir: &str,
+        sealed: &SealedSegment,
+        leader_epoch: i32,
+        bytes_per_s: u64,
+    ) -> Result<RemoteSegment, TierError> {
+        let segment = &sealed.segment;
+        let size = sealed.end - segment.base_offset;
+        let modified = segment.modified()?;
+        let modified_ms =
+            modified.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let index = tokio::fs::read(&sealed.index_path).await?;
+        let mut entry = RemoteSegment {
+            base: segment.base_offset,
+            end: sealed.end,
+            first_record: sealed.first_record,
+            end_record: sealed.end_record,
+            max_time: sealed.max_time,
+            modified_ms,
+            size,
+            crc: 0,
+            index_size: index.len() as u64,
+            leader_epoch,
+            epochs: sealed.epochs.iter().map(|e| (e.epoch, e.start_offset)).collect(),
+            id: format!("{:016x}", rand::random::<u64>()),
+        };
+        let data_path = entry.data_path(dir);
+        let mut upload = WriteMultipart::new_with_chunk_size(
+            self.store.put_multipart(&data_path).await?,
+            PART_BYTES as usize,
+        );
+        let mut crc = crc32fast::Hasher::new();
+        let started = Instant::now();
+        let mut position = 0;
+        while position < size {
+            let len = PART_BYTES.min(size - position);
+            let file = Arc::clone(segment);
+            let part = tokio::task::spawn_blocking(move || {
+                let mut part = vec![0u8; len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&file.file, &mut part, position)
+                    .map(|()| part)
+            })
+            .await??;
+            crc.update(&part);
+            upload.wait_for_capacity(2).await?;
+            upload.write(&part);
+            position += len;
+            throttle(started, position, bytes_per_s).await;
+        }
+        upload.finish().await?;
+        entry.crc = crc.finalize();
+        self.store.put(&entry.index_path(dir), index.into()).await?;
+        self.verify(dir, &entry).await?;
+        let json = serde_json::to_vec(&entry).expect("a manifest entry serializes");
+        self.store.put(&entry.entry_path(dir), json.into()).await?;
+        Ok(entry)
+    }
+
+    /// Reads an upload back: the data's size and CRC, and the index's size.
+    async fn verify(&self, dir: &str, entry: &RemoteSegment) -> Result<(), TierError> {
+        let mut stream = self.store.get(&entry.data_path(dir)).await?.into_stream();
+        let (mut crc, mut size) = (crc32fast::Hasher::new(), 0u64);
+        while let Some(bytes) = stream.next().await {
+            let bytes = bytes?;
+            crc.update(&bytes);
+            size += bytes.len() as u64;
+        }
+        let index = self.store.head(&entry.index_path(dir)).await?;
+        let crc = crc.finalize();
+        if size != entry.size || crc != entry.crc || index.size != entry.index_size {
+            return Err(TierError::Corrupt {
+                stem: entry.stem(),
+                reason: format!(
+                    "the store holds {size} bytes with CRC {crc:08x} and a {}-byte index; the segment is {} bytes with CRC {:08x} and a {}-byte index",
+                    index.size, entry.size, entry.crc, entry.index_size
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes remote segments from the head past the topic's retention: last written more
+    /// than `retention_ms` ago, or while the whole log, remote and local, is larger than
+    /// `retention_bytes`. The manifest entry goes first: a crash between leaves an orphan,
+    /// never an entry without its data.
+    async fn expire(&self, partition: &Partition, dir: &str) -> Result<(), TierError> {
+        let config = partition.config();
+        let local_start = partition.first_segment_base();
+        let manifest = self.manifest(partition).await?;
+        let now = service::now_ms();
+        let mut bytes = manifest.bytes_before(local_start) + (partition.end() - local_start);
+        let mut doomed = Vec::new();
+        for segment in manifest.segments() {
+            let aged = segment.modified_ms.saturating_add(config.retention_ms as i64) < now;
+            let over = config.retention_bytes.is_some_and(|limit| bytes > limit)
+                && segment.end <= local_start;
+            // Every record of it is before the start DeleteRecords moved the log to.
+            let deleted = segment.end_record <= partition.start_wanted();
+            if !aged && !over && !deleted {
+                break;
+            }
+            if segment.end <= local_start {
+                bytes -= segment.size;
+            }
+            doomed.push(segment.clone());
+        }
+        for segment in doomed {
+            self.delete(partition, dir, &segment).await?;
+            tracing::info!(partition = ?partition, segment = %segment.stem(), "remote retention deleted segment");
+        }
+        Ok(())
+    }
+
+    async fn delete(
+        &self,
+        partition: &Partition,
+        dir: &str,
+        segment: &RemoteSegment,
+    ) -> Result<(), TierError> {
+        self.store.delete(&segment.entry_path(dir)).await?;
+        {
+            let mut manifests = self.manifests();
+            if let Some(known) = manifests.get_mut(&Self::key(partition)) {
+                known.manifest.remove(segment.base);
+                let run = known.manifest.run_reaching(partition.first_segment_base());
+                partition.set_remote_end(run.map_or(0, |r| r.end));
+            }
+        }
+        for path in [segment.data_path(dir), segment.index_path(dir)] {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the partition's data and index objects that no manifest entry names and that
+    /// are older than [`ORPHAN_AGE`], and entries that lost to another of the same base.
+    async fn delete_orphans(&self, partition: &Partition, dir: &str) -> Result<(), TierError> {
+        let manifest = self.manifest(partition).await?;
+        let listed = self.store.list_with_delimiter(Some(&StorePath::from(dir))).await?;
+        for meta in listed.objects {
+            let Some(stem) = object_stem(&meta.location) else { continue };
+            if !manifest.contains_stem(stem) && age(&meta) > ORPHAN_AGE {
+                tracing::info!(partition = ?partition, object = %meta.location, "deleting an object no manifest entry names");
+                self.store.delete(&meta.location).await?;
+            }
+        }
+        let entries = self
+            .store
+            .list_with_delimiter(Some(&StorePath::from(format!("{dir}/manifest"))))
+            .await?;
+        for meta in entries.objects {
+            let Some(stem) = super::manifest::entry_stem(&meta.location) else { continue };
+            if !manifest.contains_stem(stem) && age(&meta) > ORPHAN_AGE {
+                tracing::info!(partition = ?partition, entry = %meta.location, "deleting a manifest entry another of its base outranks");
+                self.store.delete(&meta.location).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How long ago an object was last written.
+fn age(meta: &object_store::ObjectMeta) -> Duration {
+    let modified: std::time::SystemTime = meta.last_modified.into();
+    modified.elapsed().unwrap_or_default()
+}
+
+/// Sleeps until `sent` bytes since `started` are within `bytes_per_s` (0: no limit).
+async fn throttle(started: Instant, sent: u64, bytes_per_s: u64) {
+    if bytes_per_s == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(sent as f64 / bytes_per_s as f64);
+    if let Some(ahead) = due.checked_sub(started.elapsed()) {
+        tokio::time::sleep(ahead).await;
+    }
+}

@@ -1,0 +1,242 @@
+//! Tiered storage with the real broker binary against a real S3 server (SeaweedFS): a topic
+//! written far past its local retention reads back byte for byte from offset 0 through the
+//! native protocol and through kcat (record numbers too), while the partition's directory holds
+//! only its newest segments; a broker killed with `kill -9` in the middle of uploads leaves
+//! every sealed segment in the manifest exactly once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use client::Connection;
+use futures::StreamExt;
+use object_store::ObjectStore;
+use object_store::aws::AmazonS3Builder;
+use protocol::{Acks, MessageSetIter};
+use testkit::broker::message_set;
+use testkit::process::{Process, free_port};
+use testkit::s3::S3Server;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_broker");
+const TOPIC: &str = "views";
+/// Small segments and a small local retention: the log is mostly in the store.
+const SEGMENT_BYTES: u64 = 64 << 10;
+const LOCAL_RETENTION_BYTES: u64 = 128 << 10;
+
+struct Tiered {
+    s3: S3Server,
+    dir: tempfile::TempDir,
+    port: u16,
+    kafka_port: u16,
+    process: Option<Process>,
+    starts: u32,
+}
+
+impl Tiered {
+    fn start() -> Tiered {
+        let mut tiered = Tiered {
+            s3: S3Server::start("tiers"),
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            kafka_port: free_port(),
+            process: None,
+            starts: 0,
+        };
+        tiered.spawn();
+        tiered
+    }
+
+    fn spawn(&mut self) {
+        let args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--kafka-port",
+            &self.kafka_port.to_string(),
+            "--data-dir",
+            self.data_dir().to_str().unwrap(),
+            "--remote-store",
+            &self.s3.url("live"),
+            "--remote-storage",
+            "true",
+            "--segment-bytes",
+            &SEGMENT_BYTES.to_string(),
+            "--local-retention-bytes",
+            &LOCAL_RETENTION_BYTES.to_string(),
+            "--retention-check-ms",
+            "100",
+            "--remote-task-interval-ms",
+            "100",
+            "--flush-ms",
+            "10",
+        ]
+        .map(String::from)
+        .to_vec();
+        self.starts += 1;
+        let log = self.dir.path().join(format!("broker-{}.log", self.starts));
+        let process =
+            Process::spawn_with_env(BINARY.as_ref(), &args, &self.s3.env(), self.port, &log);
+        self.process = Some(process);
+    }
+
+    fn kill(&mut self) {
+        self.process.take().expect("running").signal(nix::sys::signal::Signal::SIGKILL);
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Base offsets of the partition's segments on disk.
+    fn local_bases(&self) -> Vec<u64> {
+        segment_bases(&self.data_dir().join(format!("{TOPIC}-0")), ".log")
+    }
+
+    /// Base offsets of the segments the manifest names, with how many entries name each.
+    async fn manifest(&self) -> BTreeMap<u64, usize> {
+        service::tls::install_crypto_provider();
+        let store = AmazonS3Builder::new()
+            .with_endpoint(self.s3.endpoint())
+            .with_bucket_name(&self.s3.bucket)
+            .with_access_key_id("tributary")
+            .with_secret_access_key("tributary")
+            .with_region("us-east-1")
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .build()
+            .unwrap();
+        let prefix = object_store::path::Path::from(format!("live/{TOPIC}/0/manifest"));
+        let listed: Vec<_> = store.list(Some(&prefix)).collect().await;
+        let mut bases = BTreeMap::new();
+        for meta in listed {
+            let name = meta.unwrap().location.filename().unwrap().to_owned();
+            let base: u64 = name.split('-').next().unwrap().parse().unwrap();
+            *bases.entry(base).or_default() += 1;
+        }
+        bases
+    }
+}
+
+/// The base offsets in the names of `dir`'s files ending in `suffix`.
+fn segment_bases(dir: &Path, suffix: &str) -> Vec<u64> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(suffix)?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    bases.sort();
+    bases
+}
+
+/// Produces `sets` sets of five 100-byte messages; returns the bytes of all of them.
+async fn produce(conn: &Connection, sets: usize, tag: &str) -> Vec<u8> {
+    let mut all = Vec::new();
+    for i in 0..sets {
+        let payloads: Vec<String> =
+            (0..5).map(|j| format!("{tag}-{i:05}-{j}-{:>86}", "")).collect();
+        let set = message_set(&payloads);
+        all.extend_from_slice(&set);
+        conn.produce(TOPIC, 0, Acks::Flushed, set).await.unwrap();
+    }
+    all
+}
+
+/// The log from byte 0 to `end`, fetched `max_bytes` at a time and cut at whole messages.
+async fn read_bytes(conn: &Connection, end: u64, max_bytes: i32) -> Vec<u8> {
+    let mut log = Vec::new();
+    while (log.len() as u64) < end {
+        let fetched = conn.fetch(TOPIC, 0, log.len() as i64, max_bytes).await.unwrap();
+        let mut messages = MessageSetIter::new(&fetched, 0);
+        for message in messages.by_ref() {
+            message.expect("a whole, valid message");
+        }
+        let whole = messages.valid_bytes();
+        assert!(whole > 0, "no whole message at {} of {end}", log.len());
+        log.extend_from_slice(&fetched[..whole]);
+    }
+    log
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_log_past_its_local_retention_reads_back_whole_from_the_store() {
+    let tiered = Tiered::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    // About 600 KiB: ten segments, of which about two stay on disk.
+    let written = runtime.block_on(produce(&conn, 1000, "a"));
+    wait_until("the head of the log deleted locally", Duration::from_secs(60), || {
+        let bases = tiered.local_bases();
+        bases.len() <= 4 && bases[0] > 0
+    });
+    let local = tiered.local_bases();
+
+    // The native protocol, from byte 0: the very bytes produced, whatever the fetch size.
+    let end = written.len() as u64;
+    for max_bytes in [1 << 20, 5000] {
+        let read = runtime.block_on(read_bytes(&conn, end, max_bytes));
+        assert!(read == written, "the log read back with {max_bytes}-byte fetches differs");
+    }
+    let earliest = runtime.block_on(conn.offsets(TOPIC, 0, -2, 1)).unwrap();
+    assert_eq!(earliest, vec![0], "the log starts in the store");
+    let messages: Vec<_> = MessageSetIter::new(&written, 0).map(|m| m.unwrap()).collect();
+    let (tenth, _) = messages[10];
+    let record = runtime.block_on(conn.record_number(TOPIC, 0, tenth)).unwrap();
+    assert_eq!(record, 10, "a record number below the local log");
+    assert!(tiered.local_bases()[0] >= local[0], "reads bring nothing back to the log");
+
+    // kcat, a Kafka consumer: every record from the beginning, numbered from 0.
+    let out = Command::new("kcat")
+        .args(["-C", "-b", &format!("127.0.0.1:{}", tiered.kafka_port), "-t", TOPIC])
+        .args(["-p", "0", "-o", "beginning", "-e", "-q", "-f", "%o %s\\n"])
+        .output()
+        .expect("kcat (apt install kcat)");
+    assert!(out.status.success(), "kcat: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> =
+        String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    assert_eq!(lines.len(), messages.len());
+    for (i, (line, (_, message))) in lines.iter().zip(&messages).enumerate() {
+        let expected = format!("{i} {}", String::from_utf8_lossy(message.payload));
+        assert_eq!(*line, expected, "record {i}");
+    }
+}
+
+#[test]
+fn a_broker_killed_while_uploading_leaves_every_segment_in_the_manifest_once() {
+    let mut tiered = Tiered::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    let mut written = runtime.block_on(produce(&conn, 400, "a"));
+    wait_until("uploads under way", Duration::from_secs(60), || {
+        runtime.block_on(tiered.manifest()).len() >= 2
+    });
+    tiered.kill();
+    tiered.spawn();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    written.extend(runtime.block_on(produce(&conn, 400, "b")));
+    // Every sealed segment below the last uploaded, once: the restarted broker went on from
+    // where the manifest ended.
+    wait_until("every old segment uploaded", Duration::from_secs(60), || {
+        let manifest = runtime.block_on(tiered.manifest());
+        let local = tiered.local_bases();
+        manifest.keys().last().is_some_and(|last| local.len() <= 4 && *last >= local[0])
+    });
+    let manifest = runtime.block_on(tiered.manifest());
+    assert!(manifest.values().all(|&n| n == 1), "a segment named twice: {manifest:?}");
+    assert_eq!(manifest.keys().next(), Some(&0));
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
+}
