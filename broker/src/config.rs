@@ -365,16 +365,7 @@ impl BrokerConfig {
         if self.retention_check_ms == 0 {
             return invalid("retention_check_ms", "must be at least 1");
         }
-        if let Some(url) = &self.remote_store {
-            service::store::check_url(url)
-                .map_err(|e| ConfigError::Invalid { key: "remote_store", reason: e.to_string() })?;
-        }
-        if self.remote_storage && self.remote_store.is_none() {
-            return invalid("remote_storage", "needs remote_store: where the segments go");
-        }
-        if self.remote_task_interval_ms == 0 {
-            return invalid("remote_task_interval_ms", "must be at least 1");
-        }
+        self.validate_remote()?;
         let tls = self
             .tls
             .server_files()
@@ -400,6 +391,22 @@ impl BrokerConfig {
             }
         }
         self.log().validate()
+    }
+
+    /// Checks the settings of tiered storage.
+    fn validate_remote(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| Err(ConfigError::Invalid { key, reason: reason.into() });
+        if let Some(url) = &self.remote_store {
+            service::store::check_url(url)
+                .map_err(|e| ConfigError::Invalid { key: "remote_store", reason: e.to_string() })?;
+        }
+        if self.remote_storage && self.remote_store.is_none() {
+            return invalid("remote_storage", "needs remote_store: where the segments go");
+        }
+        if self.remote_task_interval_ms == 0 {
+            return invalid("remote_task_interval_ms", "must be at least 1");
+        }
+        Ok(())
     }
 
     /// What a follower connects to its leader with: the CA it trusts and its own certificate.
@@ -761,6 +768,42 @@ mod tests {
         assert!(TopicOverrides::parse(1, &[kv("flush_ms", "soon")], 1).is_err());
         assert!(TopicOverrides::parse(1, &[kv("flush_ms", "0")], 1).is_err());
         assert!(TopicOverrides::parse(20_000, &[], 1).is_err());
+    }
+
+    #[test]
+    fn tiering_needs_a_store_and_keeps_its_local_retention_within_the_whole() {
+        let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let alone = BrokerConfig { remote_storage: true, ..BrokerConfig::default() };
+        assert!(matches!(
+            alone.validate(),
+            Err(ConfigError::Invalid { key: "remote_storage", .. })
+        ));
+        let bad = BrokerConfig { remote_store: Some("ftp://x".into()), ..BrokerConfig::default() };
+        assert!(matches!(bad.validate(), Err(ConfigError::Invalid { key: "remote_store", .. })));
+        let broker = BrokerConfig {
+            remote_store: Some("s3://bucket/live".into()),
+            retention_ms: 1000,
+            ..BrokerConfig::default()
+        };
+        assert!(broker.validate().is_ok());
+        let o = TopicOverrides::parse(
+            1,
+            &[kv("remote_storage", "true"), kv("local_retention_ms", "60000")],
+            1,
+        )
+        .unwrap();
+        let log = broker.log().with_overrides(&o);
+        assert!(log.remote_storage);
+        assert_eq!(log.local_retention_ms(), 1000, "never longer than the whole log's");
+        assert_eq!(log.local_retention_bytes(), None);
+        let o = TopicOverrides::parse(1, &[kv("local_retention_bytes", "10")], 1).unwrap();
+        let log = broker.log().with_overrides(&o);
+        assert_eq!(log.local_retention_bytes(), None, "not tiered: the log's own retention");
+        assert!(matches!(
+            TopicOverrides::parse(1, &[kv("remote_storage", "yes")], 1),
+            Err(ConfigError::NotABool(_))
+        ));
+        assert_eq!(topic_key("remote.storage.enable"), "remote_storage");
     }
 
     #[test]

@@ -535,7 +535,7 @@ impl std::fmt::Debug for PartitionCollector {
 impl Collector for PartitionCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let partitions = self.logs.partitions();
-        let families: [(&str, &str, PartitionValue); 4] = [
+        let families: [(&str, &str, PartitionValue); 6] = [
             ("log_start_offset", "Offset of the first byte a partition still keeps.", |p| {
                 p.start_offset()
             }),
@@ -544,6 +544,16 @@ impl Collector for PartitionCollector {
                 p.visible_end()
             }),
             ("log_size_bytes", "Bytes a partition keeps on disk.", |p| p.end() - p.start_offset()),
+            (
+                "log_remote_end_offset",
+                "Offset below which the object store holds a tiered partition's log (0: none of it).",
+                |p| p.remote_end(),
+            ),
+            (
+                "log_remote_upload_lag_bytes",
+                "Bytes of a tiered partition's sealed segments that the object store does not hold yet.",
+                |p| p.upload_lag(),
+            ),
         ];
         for (name, help, value) in families {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;

@@ -87,6 +87,17 @@ impl Partition {
         self.state().start_wanted
     }
 
+    /// Bytes of the sealed segments on disk that the object store does not hold (0 for a topic
+    /// that is not tiered): what local retention cannot delete yet.
+    pub fn upload_lag(&self) -> u64 {
+        let state = self.state();
+        if !state.config.remote_storage {
+            return 0;
+        }
+        let sealed_end = state.active().base_offset;
+        sealed_end.saturating_sub(self.remote_end().max(state.segments[0].base_offset))
+    }
+
     /// How far the object store holds the log (0 while it holds none of it).
     pub fn remote_end(&self) -> u64 {
         self.remote_end.load(Ordering::Acquire)
