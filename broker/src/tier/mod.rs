@@ -13,6 +13,7 @@ mod manifest;
 pub mod upload;
 
 use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
@@ -200,9 +201,17 @@ impl RemoteTier {
         let manifest = self.manifest(partition).await?;
         let Some(segment) = manifest.holding_byte(offset) else { return Ok(None) };
         let dir = partition_dir(partition.topic(), partition.index());
-        // Enough for the first message whole, if the fetch asks for that much.
-        let message_max = u64::from(self.max_message_bytes) + MESSAGE_OVERHEAD;
-        let needed = u64::from(max_bytes).min(message_max).min(segment.end - offset);
+        // Enough for the first message whole, if the fetch asks for that much: its length if a
+        // cached chunk has it, else the longest a message may be.
+        let first = match self.cache.find(&segment.stem(), offset, 4) {
+            Some(chunk) => {
+                let mut length = [0u8; 4];
+                chunk.file.read_exact_at(&mut length, offset - chunk.base_offset)?;
+                4 + u64::from(u32::from_be_bytes(length))
+            }
+            None => u64::from(self.max_message_bytes) + MESSAGE_OVERHEAD,
+        };
+        let needed = u64::from(max_bytes).min(first).min(segment.end - offset);
         let chunk = self.chunk(&dir, segment, offset, needed).await?;
         let chunk_end = chunk.base_offset + chunk.file_len()?;
         let len = (chunk_end - offset).min(u64::from(max_bytes));
