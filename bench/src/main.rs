@@ -9,7 +9,8 @@
 //! `cargo build --release -p broker -p bench && target/release/tributary-bench --out bench/results/DATE`
 //!
 //! `tributary-bench replication` measures replication instead: see [`replication`];
-//! `tributary-bench pipeline` the whole multi-process pipeline: see [`pipeline`].
+//! `tributary-bench pipeline` the whole multi-process pipeline: see [`pipeline`];
+//! `tributary-bench tiered` tiered storage: see [`tiered`].
 
 mod ceiling;
 mod growth;
@@ -20,6 +21,7 @@ mod progress;
 mod replication;
 mod report;
 mod service;
+mod tiered;
 mod tributary;
 mod workload;
 
@@ -86,6 +88,9 @@ enum Mode {
     /// The whole pipeline as `tributary up` runs it, at stepped offered rates: events/s per
     /// tier, backlog, freshness, CPU per event and peak memory of every process.
     Pipeline(pipeline::PipelineArgs),
+    /// Tiered storage: upload throughput and its cost to produce latency, and a consumer
+    /// reading history from the object store (cold and cached) against local disk.
+    Tiered(tiered::TieredArgs),
 }
 
 /// What one run does, after `--quick` and the explicit flags are applied.
@@ -167,6 +172,7 @@ async fn run(cli: Cli) -> BenchResult<()> {
     match cli.mode {
         Some(Mode::Replication(args)) => return replication::run(args, today(), machine()).await,
         Some(Mode::Pipeline(args)) => return pipeline::run(args).await,
+        Some(Mode::Tiered(args)) => return tiered::run(args, today(), machine()).await,
         None => {}
     }
     if let Some(results) = &cli.render {

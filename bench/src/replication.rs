@@ -228,7 +228,7 @@ async fn produce(addr: &str, topic: &str, acks: Acks, args: &ReplicationArgs) ->
     Ok((batches * args.batch) as f64 / started.elapsed().as_secs_f64())
 }
 
-async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut check: F) -> BenchResult<()>
+pub(crate) async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut check: F) -> BenchResult<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -248,7 +248,7 @@ fn median(values: &[f64]) -> f64 {
 }
 
 /// The value at quantile `q` (nearest rank) of `values`.
-fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     if sorted.is_empty() {
