@@ -2,7 +2,10 @@
 //! written far past its local retention reads back byte for byte from offset 0 through the
 //! native protocol and through kcat (record numbers too), while the partition's directory holds
 //! only its newest segments; a broker killed with `kill -9` in the middle of uploads leaves
-//! every sealed segment in the manifest exactly once.
+//! every sealed segment in the manifest exactly once; remote retention moves the log start; an
+//! unreachable store keeps every segment on disk until uploads resume; and, in a cluster of
+//! three in a real ZooKeeper (tiering to a shared local directory), a replica whose disk was
+//! wiped copies only the local part of the log.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -15,8 +18,10 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use protocol::{Acks, MessageSetIter};
 use testkit::broker::message_set;
+use testkit::broker_processes::three_with_topic;
 use testkit::process::{Process, free_port};
 use testkit::s3::S3Server;
+use testkit::zookeeper::ZooKeeperServer;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_broker");
 const TOPIC: &str = "views";
@@ -299,6 +304,67 @@ fn an_unreachable_store_keeps_every_segment_on_disk_until_uploads_resume() {
         let bases = tiered.local_bases();
         bases.len() <= 4 && bases[0] > 0
     });
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
+}
+
+#[test]
+fn a_wiped_replica_copies_only_the_local_log() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let store_url = format!("file://{}", store.path().display());
+    let (segment_bytes, local_retention) =
+        (SEGMENT_BYTES.to_string(), LOCAL_RETENTION_BYTES.to_string());
+    let args = [
+        "--remote-store",
+        &store_url,
+        "--remote-storage",
+        "true",
+        "--segment-bytes",
+        &segment_bytes,
+        "--local-retention-bytes",
+        &local_retention,
+        "--retention-check-ms",
+        "100",
+        "--remote-task-interval-ms",
+        "100",
+        "--flush-ms",
+        "10",
+        "--zookeeper-session-timeout-ms",
+        "2000",
+    ];
+    let connect = ZooKeeperServer::shared().connect_string();
+    let (mut brokers, registry) =
+        runtime.block_on(three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, 1));
+    let (leader, info) = runtime.block_on(registry.leader(TOPIC, 0)).unwrap().unwrap();
+    let conn = runtime.block_on(Connection::connect(&info.addr())).unwrap();
+    let mut written = Vec::new();
+    for i in 0..1000 {
+        let payloads: Vec<String> = (0..5).map(|j| format!("a-{i:05}-{j}-{:>86}", "")).collect();
+        let set = message_set(&payloads);
+        written.extend_from_slice(&set);
+        runtime.block_on(conn.produce(TOPIC, 0, Acks::All, set)).unwrap();
+    }
+    let dirs: Vec<PathBuf> =
+        (0..3).map(|id| brokers.data_dir(id).join(format!("{TOPIC}-0"))).collect();
+    let local = |id: i32| segment_bases(&dirs[id as usize], ".log");
+    wait_until("the head of the leader's log in the store only", Duration::from_secs(60), || {
+        local(leader).first().is_some_and(|&base| base > 0)
+    });
+    let follower = (0..3).find(|&id| id != leader).unwrap();
+    brokers.kill(follower);
+    brokers.wipe(follower);
+    brokers.restart(follower);
+    // Back in sync, and caught up: its last segment is the leader's.
+    wait_until("the wiped replica back in sync", Duration::from_secs(90), || {
+        let state = runtime.block_on(registry.partition_state(TOPIC, 0)).ok().flatten();
+        let (copied, led) = (local(follower), local(leader));
+        state.is_some_and(|(s, _)| s.isr.contains(&follower))
+            && !copied.is_empty()
+            && copied.last() == led.last()
+    });
+    let copied = local(follower);
+    assert!(copied[0] > 0, "the wiped replica copied the store's part too: {copied:?}");
     let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
     assert!(read == written, "the log read back differs from what was written");
 }

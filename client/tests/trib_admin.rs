@@ -1,8 +1,8 @@
 //! `trib`'s admin commands through the real binary, against four brokers in a real ZooKeeper:
 //! deleting a topic (and a broker that was down finishing it when it returns), showing and
 //! changing a topic's settings live, reassigning partitions under a steady acks-all producer,
-//! decommissioning a broker, electing preferred leaders — and the refusals, each one line
-//! and exit code 2.
+//! decommissioning a broker, electing preferred leaders, describing a tiered topic's remote and
+//! local parts — and the refusals, each one line and exit code 2.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -581,4 +581,49 @@ async fn records_are_deleted_before_an_offset_on_every_replica() {
     let end = trib_json(&["offsets", "--zookeeper", &zk, "--topic", "trimmed"]).await;
     assert_eq!(all["log_start"], end["offsets"][0], "{all} {end}");
     assert!(read_all(&zk, "trimmed").await.is_empty());
+}
+
+/// A topic tiered to a local directory (the store a single machine uses): `describe` shows
+/// where its log starts in the store and on disk, and how many bytes each holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_shows_a_tiered_topic_in_the_store_and_on_disk() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let broker = TestBroker::start_with(|c| {
+        c.remote_store = Some(url);
+        c.segment_bytes = 4000;
+        c.local_retention_bytes = Some(8000);
+        c.retention_check_ms = 100;
+        c.remote_task_interval_ms = 100;
+        c.visible_after = broker::VisibleAfter::Write;
+    })
+    .await;
+    let create =
+        ["topics", "create", "--brokers", &broker.addr, "--topic", "tiered", "--partitions", "1"];
+    trib_json(&[&create[..], &["--config", "remote_storage=true"]].concat()).await;
+    let conn = client::Connection::connect(&broker.addr).await.unwrap();
+    for i in 0..100 {
+        let set = testkit::broker::message_set(&[format!("message-{i:04}-{:>80}", "")]);
+        conn.produce("tiered", 0, protocol::Acks::Written, set).await.unwrap();
+    }
+    let describe = ["topics", "describe", "--brokers", &broker.addr, "--topic", "tiered"];
+    let described =
+        eventually("the head of the log in the store only", Duration::from_secs(30), async || {
+            let d = trib_json(&describe).await;
+            (d["partitions"][0]["local_start"].as_i64()? > 0).then_some(d)
+        })
+        .await;
+    let p = &described["partitions"][0];
+    let (earliest, local, latest) = (
+        p["earliest"].as_i64().unwrap(),
+        p["local_start"].as_i64().unwrap(),
+        p["latest"].as_i64().unwrap(),
+    );
+    assert_eq!(earliest, 0, "the log starts in the store: {described}");
+    assert_eq!(p["remote_bytes"].as_i64(), Some(local - earliest), "{described}");
+    assert_eq!(p["local_bytes"].as_i64(), Some(latest - local), "{described}");
+    assert!(latest - local <= 8000 + 4000, "local retention holds: {described}");
+    let table = command().args(describe).output().await.unwrap();
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("local start") && text.contains("remote bytes"), "{text}");
 }

@@ -48,8 +48,12 @@ pub use wire::{FRAME_SIZE_BYTES, array_at, i16_at, i32_at, i64_at, u16_at, u32_a
 pub const DEFAULT_PORT: u16 = 6667;
 /// `OFFSETS` time meaning "the end of the visible (flushed) log".
 pub const OFFSETS_LATEST: i64 = -1;
-/// `OFFSETS` time meaning "the start of the first segment".
+/// `OFFSETS` time meaning "the start of the log": of its first segment, or in the object store
+/// for a tiered topic.
 pub const OFFSETS_EARLIEST: i64 = -2;
+/// `OFFSETS` time meaning "the start of the log on the broker's disk" (Kafka's
+/// earliest-local, KIP-1005): where a follower starts; `OFFSETS_EARLIEST` but for a tiered topic.
+pub const OFFSETS_EARLIEST_LOCAL: i64 = -4;
 /// The `replica_id` of a `REPLICA_FETCH` that reads another replica's bytes to repair a
 /// damaged segment with: any replica answers it, and no leader takes it for a follower's
 /// progress.

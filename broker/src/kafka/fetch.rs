@@ -428,7 +428,8 @@ pub async fn list_offsets(
 }
 
 /// ListOffsets of one partition, an offset and its timestamp: −1 the high watermark, −2 the
-/// first record (both with timestamp −1), a time the first record at or after it (offset −1
+/// first record, −4 the first on disk (all with timestamp −1; a tiered topic's −2 is answered
+/// from the store before this), a time the first record at or after it (offset −1
 /// if none is). Blocking.
 fn offset_for(p: &Arc<Partition>, timestamp: i64) -> Result<(i64, i64), ErrorCode> {
     let failed = |e: LogError| {
@@ -437,7 +438,7 @@ fn offset_for(p: &Arc<Partition>, timestamp: i64) -> Result<(i64, i64), ErrorCod
     };
     match timestamp {
         -1 => p.record_at_offset(p.visible_end() as i64).map(|r| (r as i64, -1)).map_err(failed),
-        -2 => Ok((p.start_record() as i64, -1)),
+        -2 | -4 => Ok((p.start_record() as i64, -1)),
         t if t >= 0 => {
             let found = p.find_time(t).map_err(failed)?;
             Ok(found.map_or((-1, -1), |(record, time)| (record as i64, time)))

@@ -117,7 +117,8 @@ impl Node {
         Ok(visible)
     }
 
-    /// `OFFSETS`: the visible end, the start, or segment bases by modification time.
+    /// `OFFSETS`: the visible end, the start (in the store, for a tiered topic), the start on
+    /// disk, or segment bases by modification time.
     pub async fn offsets(
         &self,
         topic: &str,
@@ -132,6 +133,7 @@ impl Node {
         match time {
             protocol::OFFSETS_LATEST => Ok(vec![partition.visible_end() as i64]),
             protocol::OFFSETS_EARLIEST => Ok(vec![self.log_start(&partition).await.0 as i64]),
+            protocol::OFFSETS_EARLIEST_LOCAL => Ok(vec![partition.start_offset() as i64]),
             time if time < 0 || max_number <= 0 => Err(ErrorCode::InvalidRequest),
             time => {
                 blocking("offsets", move || partition.offsets_before(time, max_number as usize))

@@ -302,9 +302,10 @@ async fn copy_once(
     Ok(())
 }
 
-/// After `OFFSET_OUT_OF_RANGE`: if the leader's log now starts past this log's end (its
-/// retention deleted what this replica has, while it was away), this log starts again, empty,
-/// at the leader's start. Otherwise the error stands, and the follower reconnects.
+/// After `OFFSET_OUT_OF_RANGE`: if the leader's log on disk now starts past this log's end (its
+/// retention deleted what this replica has, while it was away, or a tiered topic's history is
+/// in the object store), this log starts again, empty, at the leader's local start: a replica
+/// copies only the local log. Otherwise the error stands, and the follower reconnects.
 async fn restart_at_leader_start(
     link: &mut PeerLink,
     partition: &Arc<Partition>,
@@ -312,7 +313,7 @@ async fn restart_at_leader_start(
     let request = Request::Offsets(OffsetsRequest {
         topic: partition.topic().to_owned(),
         partition: partition.index() as i32,
-        time: protocol::OFFSETS_EARLIEST,
+        time: protocol::OFFSETS_EARLIEST_LOCAL,
         max_number: 1,
     });
     let Response::Offsets(answer) = link.call(&request).await? else {

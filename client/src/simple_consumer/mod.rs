@@ -66,8 +66,11 @@ impl SimpleConsumerConfig {
 /// What `OFFSETS` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetTime {
-    /// The start of the first segment still kept.
+    /// The start of the log still kept (in the object store, for a tiered topic).
     Earliest,
+    /// The start of the log on the leader's disk: [`OffsetTime::Earliest`] but for a tiered
+    /// topic, whose older segments are in the object store.
+    EarliestLocal,
     /// The end of the visible (flushed) log: where new messages will appear.
     Latest,
     /// Base offsets of segments last modified at or before this time (ms since the epoch).
@@ -78,6 +81,7 @@ impl OffsetTime {
     pub fn as_request_time(self) -> i64 {
         match self {
             OffsetTime::Earliest => protocol::OFFSETS_EARLIEST,
+            OffsetTime::EarliestLocal => protocol::OFFSETS_EARLIEST_LOCAL,
             OffsetTime::Latest => protocol::OFFSETS_LATEST,
             OffsetTime::Before(ms) => ms,
         }
@@ -87,14 +91,17 @@ impl OffsetTime {
 impl FromStr for OffsetTime {
     type Err = String;
 
-    /// `earliest`, `latest`, or milliseconds since the epoch.
+    /// `earliest`, `earliest-local`, `latest`, or milliseconds since the epoch.
     fn from_str(s: &str) -> Result<OffsetTime, String> {
         match s {
             "earliest" | "smallest" => Ok(OffsetTime::Earliest),
+            "earliest-local" => Ok(OffsetTime::EarliestLocal),
             "latest" | "largest" => Ok(OffsetTime::Latest),
             ms => match ms.parse::<i64>() {
                 Ok(ms) if ms >= 0 => Ok(OffsetTime::Before(ms)),
-                _ => Err(format!("{s:?} is not earliest, latest or a time in ms since the epoch")),
+                _ => Err(format!(
+                    "{s:?} is not earliest, earliest-local, latest or a time in ms since the epoch"
+                )),
             },
         }
     }

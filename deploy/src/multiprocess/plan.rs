@@ -435,8 +435,24 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
     let advertised = topology.broker_proxy_port(port);
     let kafka = topology.broker_kafka_port(port);
-    let typed = TypedConfig::new(
-        &[
+    // The analytics cluster keeps its topics' history in SeaweedFS (tiered storage).
+    let tiered = (cluster == topology.analytics.name).then(|| tiered_store_url(topology, cluster));
+    let derived: &'static [&'static str] = match tiered {
+        Some(_) => &[
+            "broker_id",
+            "host",
+            "port",
+            "advertised_host",
+            "advertised_port",
+            "kafka_port",
+            "kafka_host",
+            "data_dir",
+            "zookeeper",
+            "metrics",
+            "remote_store",
+            "remote_storage",
+        ],
+        None => &[
             "broker_id",
             "host",
             "port",
@@ -448,19 +464,24 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
             "zookeeper",
             "metrics",
         ],
-        move |c: &mut broker::BrokerConfig| {
-            c.broker_id = broker_id;
-            c.host = HOST.into();
-            c.port = port;
-            c.advertised_host = None;
-            c.advertised_port = advertised;
-            c.kafka_port = kafka;
-            c.kafka_host = None;
-            c.data_dir = data_dir.clone();
-            c.zookeeper = Some(zookeeper.clone());
-            c.metrics = Some(metrics.clone());
-        },
-    );
+    };
+    let remote_store = tiered.clone();
+    let typed = TypedConfig::new(derived, move |c: &mut broker::BrokerConfig| {
+        if let Some(url) = &remote_store {
+            c.remote_store = Some(url.clone());
+            c.remote_storage = true;
+        }
+        c.broker_id = broker_id;
+        c.host = HOST.into();
+        c.port = port;
+        c.advertised_host = None;
+        c.advertised_port = advertised;
+        c.kafka_port = kafka;
+        c.kafka_host = None;
+        c.data_dir = data_dir.clone();
+        c.zookeeper = Some(zookeeper.clone());
+        c.metrics = Some(metrics.clone());
+    });
     let mut component = service(
         topology,
         &name,
@@ -481,6 +502,11 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     };
     if let Some(kafka) = kafka {
         component.address.push_str(&format!(", Kafka clients at {HOST}:{kafka}"));
+    }
+    if let Some(url) = &tiered {
+        component.address.push_str(&format!(", history in {url}"));
+        component.env.extend(seaweedfs_env(topology));
+        component.env_remove.push("AWS_SESSION_TOKEN".into());
     }
     component.metrics = Some(metrics_url);
     if topology.security.tls {
@@ -882,6 +908,26 @@ fn simulator(topology: &Topology, binaries: &Path, cluster: &str, agent_port: u1
     }
 }
 
+/// `s3://{bucket}/tiered/{cluster}`: where a tiered cluster's brokers keep their history.
+pub fn tiered_store_url(topology: &Topology, cluster: &str) -> String {
+    format!("s3://{}/tiered/{cluster}", topology.seaweedfs.bucket)
+}
+
+/// The S3 settings of the deployment's SeaweedFS. It runs without authentication: any key is
+/// accepted, but one must be given.
+fn seaweedfs_env(topology: &Topology) -> Vec<(String, String)> {
+    let endpoint = format!("http://{HOST}:{}", topology.seaweedfs.s3_port);
+    [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "tributary"),
+        ("AWS_SECRET_ACCESS_KEY", "tributary"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .to_vec()
+}
+
 /// `s3://{bucket}/{prefix}`: where the loader writes.
 pub fn store_url(topology: &Topology) -> String {
     format!("s3://{}/{}", topology.seaweedfs.bucket, topology.loader.prefix)
@@ -914,18 +960,8 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
     let mut component =
         service(topology, "loader", binaries.join("hdfs-loader"), "loader", &settings, typed);
     component.args.insert(0, "serve".into());
-    // SeaweedFS runs without authentication: any key is accepted, but one must be given.
     let endpoint = format!("http://{HOST}:{}", topology.seaweedfs.s3_port);
-    component.env.extend(
-        [
-            ("AWS_ENDPOINT_URL", endpoint.as_str()),
-            ("AWS_ACCESS_KEY_ID", "tributary"),
-            ("AWS_SECRET_ACCESS_KEY", "tributary"),
-            ("AWS_REGION", "us-east-1"),
-            ("AWS_ALLOW_HTTP", "true"),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned())),
-    );
+    component.env.extend(seaweedfs_env(topology));
     component.env_remove.push("AWS_SESSION_TOKEN".into());
     // It has no port of its own but the metrics one: ready once that listens.
     component.ready = Ready::LogLine { text: "metrics listening on".into() };

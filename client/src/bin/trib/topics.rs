@@ -272,11 +272,38 @@ async fn leader_offsets(
     addr: &str,
     topic: &str,
     partition: i32,
-) -> anyhow::Result<(Option<i64>, Option<i64>)> {
+) -> anyhow::Result<Offsets> {
     let consumer = SimpleConsumer::connect(addr, context.consumer_config()).await?;
     let first = consumer.offsets(topic, partition, OffsetTime::Earliest, 1).await?;
+    let local = consumer.offsets(topic, partition, OffsetTime::EarliestLocal, 1).await?;
     let last = consumer.offsets(topic, partition, OffsetTime::Latest, 1).await?;
-    Ok((first.first().copied(), last.first().copied()))
+    Ok(Offsets {
+        earliest: first.first().copied(),
+        local: local.first().copied(),
+        latest: last.first().copied(),
+    })
+}
+
+/// A partition's log as its leader tells it: where it starts (in the object store, for a
+/// tiered topic), where it starts on disk, and its visible end. Offsets are byte offsets, so
+/// the differences are sizes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Offsets {
+    earliest: Option<i64>,
+    local: Option<i64>,
+    latest: Option<i64>,
+}
+
+impl Offsets {
+    /// Bytes of the log in the object store, below the local log.
+    fn remote_bytes(&self) -> Option<i64> {
+        Some(self.local? - self.earliest?)
+    }
+
+    /// Bytes of the log on the leader's disk.
+    fn local_bytes(&self) -> Option<i64> {
+        Some(self.latest? - self.local?)
+    }
 }
 
 /// One partition as `describe` shows it.
@@ -286,8 +313,7 @@ struct Row {
     leader_epoch: i32,
     replicas: Vec<i32>,
     isr: Vec<i32>,
-    earliest: Option<i64>,
-    latest: Option<i64>,
+    offsets: Offsets,
 }
 
 async fn describe(
@@ -302,12 +328,12 @@ async fn describe(
     };
     let mut rows = Vec::new();
     for p in &found.partitions {
-        let (mut earliest, mut latest) = (None, None);
+        let mut offsets = Offsets::default();
         // A leader that cannot answer (it just died; the controller has not moved its
         // partitions yet) leaves its offsets unknown: describe is for incidents too.
         if let Some(leader) = metadata.broker(p.leader) {
             match leader_offsets(context, &leader.addr(), topic, p.partition).await {
-                Ok(found) => (earliest, latest) = found,
+                Ok(found) => offsets = found,
                 Err(e) => {
                     tracing::warn!(partition = p.partition, error = %e, "no offsets from the leader")
                 }
@@ -319,17 +345,19 @@ async fn describe(
             leader_epoch: p.leader_epoch,
             replicas: p.replicas.clone(),
             isr: p.isr.clone(),
-            earliest,
-            latest,
+            offsets,
         });
     }
     if json {
         let partitions: Vec<_> = rows
             .iter()
             .map(|r| {
+                let o = &r.offsets;
                 json!({
                     "partition": r.partition, "leader": r.leader, "leader_epoch": r.leader_epoch,
-                    "replicas": r.replicas, "isr": r.isr, "earliest": r.earliest, "latest": r.latest,
+                    "replicas": r.replicas, "isr": r.isr, "earliest": o.earliest,
+                    "local_start": o.local, "latest": o.latest,
+                    "remote_bytes": o.remote_bytes(), "local_bytes": o.local_bytes(),
                 })
             })
             .collect();
@@ -338,21 +366,34 @@ async fn describe(
     }
     let ids = |ids: &[i32]| ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",");
     println!(
-        "{:>9} {:>7} {:>6} {:<12} {:<12} {:>14} {:>14}",
-        "partition", "leader", "epoch", "replicas", "isr", "earliest", "latest"
+        "{:>9} {:>7} {:>6} {:<12} {:<12} {:>14} {:>14} {:>14} {:>12} {:>12}",
+        "partition",
+        "leader",
+        "epoch",
+        "replicas",
+        "isr",
+        "earliest",
+        "local start",
+        "latest",
+        "remote bytes",
+        "local bytes"
     );
     for r in rows {
         let show = |o: Option<i64>| o.map_or("-".to_owned(), |o| o.to_string());
         let leader = if r.leader < 0 { "none".to_owned() } else { r.leader.to_string() };
+        let o = r.offsets;
         println!(
-            "{:>9} {:>7} {:>6} {:<12} {:<12} {:>14} {:>14}",
+            "{:>9} {:>7} {:>6} {:<12} {:<12} {:>14} {:>14} {:>14} {:>12} {:>12}",
             r.partition,
             leader,
             r.leader_epoch,
             ids(&r.replicas),
             ids(&r.isr),
-            show(r.earliest),
-            show(r.latest)
+            show(o.earliest),
+            show(o.local),
+            show(o.latest),
+            show(o.remote_bytes()),
+            show(o.local_bytes())
         );
     }
     Ok(())
