@@ -722,7 +722,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         .iter()
         .filter_map(|r| r["name"].as_str())
         .collect();
-    assert!(names.contains(&"OfflinePartitions") && names.len() == 10, "{names:?}");
+    assert!(names.contains(&"RemoteUploadsBehind") && names.len() == 11, "{names:?}");
 
     // A live broker dies and its disk with it: its data directory is wiped before `up` starts
     // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
