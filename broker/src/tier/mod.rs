@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
 use object_store::path::Path as StorePath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -45,6 +46,19 @@ pub enum TierError {
     Corrupt { stem: String, reason: String },
     #[error("a blocking task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Download(Arc<TierError>),
+}
+
+/// A chunk download that several readers may wait for.
+type Download = Shared<BoxFuture<'static, Result<Arc<Segment>, Arc<TierError>>>>;
+
+/// A download of `[start, end)` of the segment `stem`, under way.
+struct UnderWay {
+    stem: String,
+    start: u64,
+    end: u64,
+    download: Download,
 }
 
 /// One partition's manifest here, and whether it has been read from the store yet.
@@ -59,6 +73,9 @@ pub struct RemoteTier {
     cache: Arc<ChunkCache>,
     /// Per partition (topic, index).
     manifests: Mutex<HashMap<(String, u32), Known>>,
+    /// Chunks being downloaded: a reader that needs one waits for it rather than downloading
+    /// it again.
+    downloads: Arc<Mutex<Vec<UnderWay>>>,
     /// Entries of remote indexes read lately, by stem.
     indexes: Mutex<Vec<(String, Arc<Vec<IndexEntry>>)>>,
     max_message_bytes: u32,
@@ -82,6 +99,7 @@ impl RemoteTier {
             store,
             cache: Arc::new(cache),
             manifests: Mutex::default(),
+            downloads: Arc::default(),
             indexes: Mutex::default(),
             max_message_bytes: config.max_message_bytes,
         }))
@@ -300,7 +318,10 @@ impl RemoteTier {
         Ok((chunk, end.min(segment.end)))
     }
 
-    /// A cached chunk of `segment` holding `[offset, offset + needed)`, downloaded if none is.
+    /// A cached chunk of `segment` holding `[offset, offset + needed)`: from the cache, or a
+    /// download already under way that holds it, or a new download. Each chunk a reader gets
+    /// starts the download of the one after it (read-ahead: a consumer reading on finds it
+    /// cached or on its way).
     async fn chunk(
         &self,
         dir: &str,
@@ -309,19 +330,59 @@ impl RemoteTier {
         needed: u64,
     ) -> Result<Arc<Segment>, TierError> {
         let stem = segment.stem();
-        if let Some(chunk) = self.cache.find(&stem, offset, needed) {
-            return Ok(chunk);
+        let chunk = match self.cache.find(&stem, offset, needed) {
+            Some(chunk) => chunk,
+            None => {
+                let end = segment.end.min(offset + needed.max(CHUNK_BYTES));
+                self.download(dir, segment, offset, end).await.map_err(TierError::Download)?
+            }
+        };
+        let next = chunk.base_offset + chunk.file_len()?;
+        if next < segment.end && self.cache.find(&stem, next, 1).is_none() {
+            let download = self.download(dir, segment, next, segment.end.min(next + CHUNK_BYTES));
+            tokio::spawn(async move {
+                // A failed read-ahead costs nothing: the reader downloads the chunk itself.
+                let _ = download.await;
+            });
         }
-        let end = segment.end.min(offset + needed.max(CHUNK_BYTES));
-        let range = (offset - segment.base)..(end - segment.base);
-        let bytes = self.store.get_range(&segment.data_path(dir), range).await?;
-        if bytes.len() as u64 != end - offset {
-            return Err(corrupt(segment, "the store answered a range of another length"));
+        Ok(chunk)
+    }
+
+    /// The download of `[start, end)` of `segment` into the cache: one under way that holds
+    /// it, or a new one.
+    fn download(&self, dir: &str, segment: &RemoteSegment, start: u64, end: u64) -> Download {
+        let stem = segment.stem();
+        let mut downloads = self.downloads.lock().unwrap_or_else(|p| p.into_inner());
+        let under_way =
+            downloads.iter().find(|d| d.stem == stem && d.start <= start && end <= d.end);
+        if let Some(under_way) = under_way {
+            return under_way.download.clone();
         }
-        let cache = Arc::clone(&self.cache);
-        let inserted =
-            tokio::task::spawn_blocking(move || cache.insert(&stem, offset, &bytes)).await??;
-        Ok(inserted)
+        let (store, cache, all) =
+            (Arc::clone(&self.store), Arc::clone(&self.cache), Arc::clone(&self.downloads));
+        let (path, base, key) = (segment.data_path(dir), segment.base, stem.clone());
+        let download = async move {
+            let fetched = async {
+                let bytes = store.get_range(&path, (start - base)..(end - base)).await?;
+                if bytes.len() as u64 != end - start {
+                    return Err(TierError::Corrupt {
+                        stem: key.clone(),
+                        reason: "the store answered a range of another length".into(),
+                    });
+                }
+                let stem = key.clone();
+                Ok(tokio::task::spawn_blocking(move || cache.insert(&stem, start, &bytes))
+                    .await??)
+            };
+            let result = fetched.await.map_err(Arc::new);
+            let mut downloads = all.lock().unwrap_or_else(|p| p.into_inner());
+            downloads.retain(|d| !(d.stem == key && d.start == start));
+            result
+        }
+        .boxed()
+        .shared();
+        downloads.push(UnderWay { stem, start, end, download: download.clone() });
+        download
     }
 
     /// The entries of `segment`'s index, from memory or the store.
