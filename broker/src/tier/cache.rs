@@ -68,6 +68,12 @@ impl ChunkCache {
         Some(Arc::clone(&chunk.segment))
     }
 
+    /// Whether a chunk of segment `stem` starts at `start`.
+    pub fn has(&self, stem: &str, start: u64) -> bool {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.chunks.iter().any(|c| c.stem == stem && c.segment.base_offset == start)
+    }
+
     /// Keeps `bytes`, the log of segment `stem` from offset `start`, as a chunk, and makes room
     /// for it. Blocking: writes the chunk file.
     pub fn insert(&self, stem: &str, start: u64, bytes: &[u8]) -> io::Result<Arc<Segment>> {

@@ -28,8 +28,9 @@ use cache::ChunkCache;
 pub use manifest::Run;
 use manifest::{Manifest, RemoteSegment, entry_stem, partition_dir};
 
-/// Bytes of a remote segment one download brings into the cache, at least.
-const CHUNK_BYTES: u64 = 8 << 20;
+/// Remote segments are read in chunks of this many bytes from their base, each with the bytes
+/// after it that a reader may need to finish a message or a scan that starts in it.
+const CHUNK_BYTES: u64 = 16 << 20;
 /// Indexes of remote segments kept in memory.
 const INDEXES_MAX: usize = 64;
 /// Bytes of a message's length field and its header.
@@ -318,10 +319,11 @@ impl RemoteTier {
         Ok((chunk, end.min(segment.end)))
     }
 
-    /// A cached chunk of `segment` holding `[offset, offset + needed)`: from the cache, or a
-    /// download already under way that holds it, or a new download. Each chunk a reader gets
-    /// starts the download of the one after it (read-ahead: a consumer reading on finds it
-    /// cached or on its way).
+    /// A cached chunk of `segment` holding `[offset, offset + needed)` (`needed` at most
+    /// [`RemoteTier::overlap`]): from the cache, or a download already under way, or a new one.
+    /// Chunks are aligned — chunk `k` is `[base + k·CHUNK, base + (k+1)·CHUNK + overlap)` — so
+    /// that readers at any offset share them, and each chunk a reader gets starts the download
+    /// of the next (read-ahead: a consumer reading on finds it cached or on its way).
     async fn chunk(
         &self,
         dir: &str,
@@ -330,22 +332,30 @@ impl RemoteTier {
         needed: u64,
     ) -> Result<Arc<Segment>, TierError> {
         let stem = segment.stem();
+        let start = segment.base + (offset - segment.base) / CHUNK_BYTES * CHUNK_BYTES;
         let chunk = match self.cache.find(&stem, offset, needed) {
             Some(chunk) => chunk,
             None => {
-                let end = segment.end.min(offset + needed.max(CHUNK_BYTES));
-                self.download(dir, segment, offset, end).await.map_err(TierError::Download)?
+                let end = segment.end.min(start + CHUNK_BYTES + self.overlap());
+                self.download(dir, segment, start, end).await.map_err(TierError::Download)?
             }
         };
-        let next = chunk.base_offset + chunk.file_len()?;
-        if next < segment.end && self.cache.find(&stem, next, 1).is_none() {
-            let download = self.download(dir, segment, next, segment.end.min(next + CHUNK_BYTES));
+        let next = start + CHUNK_BYTES;
+        if next < segment.end && !self.cache.has(&stem, next) {
+            let end = segment.end.min(next + CHUNK_BYTES + self.overlap());
+            let download = self.download(dir, segment, next, end);
             tokio::spawn(async move {
                 // A failed read-ahead costs nothing: the reader downloads the chunk itself.
                 let _ = download.await;
             });
         }
         Ok(chunk)
+    }
+
+    /// Bytes a chunk holds past its own [`CHUNK_BYTES`]: enough for a message that starts in it
+    /// (or an index scan: [`INDEX_INTERVAL_BYTES`] and two messages) to end in it.
+    fn overlap(&self) -> u64 {
+        2 * (u64::from(self.max_message_bytes) + MESSAGE_OVERHEAD) + 2 * INDEX_INTERVAL_BYTES
     }
 
     /// The download of `[start, end)` of `segment` into the cache: one under way that holds
