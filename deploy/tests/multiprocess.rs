@@ -1104,9 +1104,10 @@ fn chaos_for_two_minutes_loses_nothing_an_agent_acknowledged() {
     let stdout = text(&run.stdout);
     assert!(
         run.status.success(),
-        "chaos failed ({}):\n{stdout}\n{}",
+        "chaos failed ({}):\n{stdout}\n{}\n{}",
         run.status,
-        text(&run.stderr)
+        text(&run.stderr),
+        warnings(&deployment.run_dir().join("logs"))
     );
     assert!(stdout.contains("verdict: PASS"), "{stdout}");
     let report: serde_json::Value =
@@ -1170,4 +1171,27 @@ fn chaos_for_two_minutes_loses_nothing_an_agent_acknowledged() {
         serde_json::from_slice(&std::fs::read(&only).expect("the JSON report")).expect("JSON");
     let kinds = report["faults_by_kind"].as_object().expect("faults by kind");
     assert!(!kinds.is_empty() && kinds.keys().all(|k| k.starts_with("cut ")), "{kinds:?}");
+}
+
+/// The warnings and errors of every log in `logs` (the last 20 lines of each that has any):
+/// what a failed chaos run leaves to be read, since its directory goes with the test.
+fn warnings(logs: &Path) -> String {
+    let mut found = String::new();
+    let Ok(entries) = std::fs::read_dir(logs) else { return found };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| Some(e.ok()?.path())).collect();
+    paths.sort();
+    for path in paths {
+        let Ok(log) = std::fs::read_to_string(&path) else { continue };
+        let lines: Vec<&str> =
+            log.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+        if lines.is_empty() {
+            continue;
+        }
+        found.push_str(&format!("--- {} ({} warnings):\n", path.display(), lines.len()));
+        for line in &lines[lines.len().saturating_sub(20)..] {
+            found.push_str(line);
+            found.push('\n');
+        }
+    }
+    found
 }
