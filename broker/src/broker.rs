@@ -211,6 +211,15 @@ impl Broker {
                 config.remote_upload_bytes_per_s,
                 stop.clone(),
             ));
+            if let Some(interval) = config.scrub_interval() {
+                self.tasks.spawn(tier::upload::scrub(
+                    Arc::clone(remote),
+                    Arc::clone(&self.replicas),
+                    interval,
+                    config.scrub_bytes_per_s,
+                    stop.clone(),
+                ));
+            }
         }
     }
 

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use client::Connection;
 use futures::StreamExt;
-use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::{ObjectStore, ObjectStoreExt};
 use protocol::{Acks, MessageSetIter};
 use testkit::broker::message_set;
 use testkit::broker_processes::three_with_topic;
@@ -111,8 +111,28 @@ impl Tiered {
 
     /// Base offsets of the segments the manifest names, with how many entries name each.
     async fn manifest(&self) -> BTreeMap<u64, usize> {
+        let stems = self.manifest_stems().await;
+        stems.into_iter().map(|(base, stems)| (base, stems.len())).collect()
+    }
+
+    /// The stems (`{base:020}-{epoch}-{id}`) of the manifest's entries, by base offset.
+    async fn manifest_stems(&self) -> BTreeMap<u64, Vec<String>> {
+        let store = self.store();
+        let prefix = object_store::path::Path::from(format!("live/{TOPIC}/0/manifest"));
+        let listed: Vec<_> = store.list(Some(&prefix)).collect().await;
+        let mut bases: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for meta in listed {
+            let name = meta.unwrap().location.filename().unwrap().to_owned();
+            let base: u64 = name.split('-').next().unwrap().parse().unwrap();
+            bases.entry(base).or_default().push(name.trim_end_matches(".json").to_owned());
+        }
+        bases
+    }
+
+    /// The S3 server's bucket, as a client of its own.
+    fn store(&self) -> object_store::aws::AmazonS3 {
         service::tls::install_crypto_provider();
-        let store = AmazonS3Builder::new()
+        AmazonS3Builder::new()
             .with_endpoint(self.s3.endpoint())
             .with_bucket_name(&self.s3.bucket)
             .with_access_key_id("tributary")
@@ -121,16 +141,7 @@ impl Tiered {
             .with_allow_http(true)
             .with_virtual_hosted_style_request(false)
             .build()
-            .unwrap();
-        let prefix = object_store::path::Path::from(format!("live/{TOPIC}/0/manifest"));
-        let listed: Vec<_> = store.list(Some(&prefix)).collect().await;
-        let mut bases = BTreeMap::new();
-        for meta in listed {
-            let name = meta.unwrap().location.filename().unwrap().to_owned();
-            let base: u64 = name.split('-').next().unwrap().parse().unwrap();
-            *bases.entry(base).or_default() += 1;
-        }
-        bases
+            .unwrap()
     }
 }
 
@@ -162,9 +173,19 @@ async fn produce(conn: &Connection, sets: usize, tag: &str) -> Vec<u8> {
 
 /// The log from byte 0 to `end`, fetched `max_bytes` at a time and cut at whole messages.
 async fn read_bytes(conn: &Connection, end: u64, max_bytes: i32) -> Vec<u8> {
+    read_from(conn, 0, end, max_bytes).await
+}
+
+/// The log from byte `start` to `end`, 1 MiB at a time.
+async fn read_bytes_from(conn: &Connection, start: u64, end: u64) -> Vec<u8> {
+    read_from(conn, start, end, 1 << 20).await
+}
+
+async fn read_from(conn: &Connection, start: u64, end: u64, max_bytes: i32) -> Vec<u8> {
     let mut log = Vec::new();
-    while (log.len() as u64) < end {
-        let fetched = conn.fetch(TOPIC, 0, log.len() as i64, max_bytes).await.unwrap();
+    while start + (log.len() as u64) < end {
+        let offset = (start + log.len() as u64) as i64;
+        let fetched = conn.fetch(TOPIC, 0, offset, max_bytes).await.unwrap();
         let mut messages = MessageSetIter::new(&fetched, 0);
         for message in messages.by_ref() {
             message.expect("a whole, valid message");
@@ -396,4 +417,57 @@ async fn produce_to_leader(
         }
     }
     panic!("no leader took the set in 100 tries");
+}
+
+#[test]
+fn the_store_is_scrubbed_and_a_damaged_segment_uploaded_again_from_disk() {
+    let tiered = Tiered::start_with(&["--scrub-interval-ms", "300"]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    let written = runtime.block_on(produce(&conn, 1000, "a"));
+    // Settled: every sealed segment uploaded, and local retention done (what is on disk
+    // fits it), so that the first segment on disk stays there.
+    let end = written.len() as u64;
+    wait_until("uploads and local retention done", Duration::from_secs(60), || {
+        let (local, stems) = (tiered.local_bases(), runtime.block_on(tiered.manifest_stems()));
+        local.len() >= 2
+            && stems.keys().last() == Some(&local[local.len() - 2])
+            && end - local[0] <= LOCAL_RETENTION_BYTES
+    });
+    let local = tiered.local_bases();
+    let stems = runtime.block_on(tiered.manifest_stems());
+    // A segment still on disk (sealed, and in the store), and one that is in the store only.
+    let (on_disk, store_only) = (local[0], *stems.keys().next().unwrap());
+    assert!(stems.contains_key(&on_disk) && store_only < on_disk);
+    let store = tiered.store();
+    let damage = |base: u64| {
+        let path =
+            object_store::path::Path::from(format!("live/{TOPIC}/0/{}.log", stems[&base][0]));
+        let mut bytes =
+            runtime.block_on(async { store.get(&path).await?.bytes().await }).unwrap().to_vec();
+        bytes[100] ^= 0x10;
+        runtime.block_on(store.put(&path, bytes.into())).unwrap();
+    };
+    damage(on_disk);
+    damage(store_only);
+    // The one on disk is uploaded again: a new entry, the only one for its base, and objects
+    // that hold the segment file's bytes.
+    wait_until("the damaged segment uploaded again", Duration::from_secs(60), || {
+        let now = runtime.block_on(tiered.manifest_stems());
+        now.get(&on_disk).is_some_and(|s| s.len() == 1 && s[0] != stems[&on_disk][0])
+    });
+    let stem = runtime.block_on(tiered.manifest_stems())[&on_disk][0].clone();
+    let path = object_store::path::Path::from(format!("live/{TOPIC}/0/{stem}.log"));
+    let uploaded = runtime.block_on(async { store.get(&path).await?.bytes().await }).unwrap();
+    let file = tiered.data_dir().join(format!("{TOPIC}-0/{on_disk:020}.log"));
+    assert!(uploaded == std::fs::read(file).unwrap(), "the new upload is the segment file");
+    // The other is reported: no copy is left to upload it from.
+    let log = tiered.dir.path().join("broker-1.log");
+    wait_until("the store-only damage reported", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).unwrap().contains("no copy of it is on this broker's disk")
+    });
+    assert_eq!(runtime.block_on(tiered.manifest_stems())[&store_only], stems[&store_only]);
+    // What is not damaged reads back as written.
+    let tail = runtime.block_on(read_bytes_from(&conn, on_disk, end));
+    assert!(tail == written[on_disk as usize..], "the log read back differs");
 }

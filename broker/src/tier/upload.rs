@@ -1,7 +1,9 @@
 //! The tier's background work on every broker: each pass reads the manifest of every tiered
 //! partition here (so that local retention knows what the store holds); the leader of one also
 //! uploads its sealed, committed segments in order, expires remote segments past the topic's
-//! retention, and deletes objects no manifest entry names. A pass that fails waits longer
+//! retention, and deletes objects no manifest entry names; and every `scrub_interval_ms` it
+//! reads its remote segments back to check their CRCs, uploading a damaged one again from disk
+//! if it still has it. A pass that fails waits longer
 //! before the next (doubling, up to a minute); nothing is lost by waiting: local retention
 //! keeps every segment the store does not hold.
 
@@ -28,7 +30,8 @@ const ORPHAN_AGE: Duration = Duration::from_secs(600);
 /// Orphans are looked for every this many passes.
 const ORPHAN_PASSES: u64 = 12;
 
-/// Runs passes every `interval` (longer after a failure) until `stop`.
+/// Runs passes every `interval` (longer after a failure) until `stop`; uploads at most
+/// `bytes_per_s` (0: no limit).
 pub async fn run(
     tier: Arc<RemoteTier>,
     replicas: Arc<Replicas>,
@@ -38,6 +41,7 @@ pub async fn run(
 ) {
     let mut wait = interval;
     let mut pass = 0u64;
+
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -69,7 +73,43 @@ pub async fn run(
                 failed = true;
             }
         }
+
         wait = if failed { (wait * 2).min(BACKOFF_MAX).max(interval) } else { interval };
+    }
+}
+
+/// Every `interval` after the last pass ended, reads back every remote segment of the tiered
+/// partitions this broker leads (at most `bytes_per_s`), until `stop`: the scrubber of the
+/// store (`RemoteTier::scrub`), apart from the uploads so that a long pass holds none up.
+pub async fn scrub(
+    tier: Arc<RemoteTier>,
+    replicas: Arc<Replicas>,
+    interval: Duration,
+    bytes_per_s: u64,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        for partition in replicas.logs().partitions() {
+            let index = partition.index() as i32;
+            if !partition.config().remote_storage || replicas.led(partition.topic(), index).is_err()
+            {
+                continue;
+            }
+            let epoch = replicas.leading_epoch(partition.topic(), index).unwrap_or(0);
+            match tier.scrub(&partition, epoch, bytes_per_s, &stop).await {
+                Ok(0) => {}
+                Ok(damaged) => {
+                    tracing::warn!(partition = ?partition, damaged, "remote scrub found damaged segments")
+                }
+                Err(e) => {
+                    tracing::warn!(partition = ?partition, error = %e, "remote scrub failed; the next pass tries again")
+                }
+            }
+        }
     }
 }
 
@@ -167,20 +207,28 @@ impl RemoteTier {
         upload.finish().await?;
         entry.crc = crc.finalize();
         self.store.put(&entry.index_path(dir), index.into()).await?;
-        self.verify(dir, &entry).await?;
+        self.verify(dir, &entry, 0).await?;
         let json = serde_json::to_vec(&entry).expect("a manifest entry serializes");
         self.store.put(&entry.entry_path(dir), json.into()).await?;
         Ok(entry)
     }
 
     /// Reads an upload back: the data's size and CRC, and the index's size.
-    async fn verify(&self, dir: &str, entry: &RemoteSegment) -> Result<(), TierError> {
+    /// At most `bytes_per_s` (0: no limit).
+    async fn verify(
+        &self,
+        dir: &str,
+        entry: &RemoteSegment,
+        bytes_per_s: u64,
+    ) -> Result<(), TierError> {
         let mut stream = self.store.get(&entry.data_path(dir)).await?.into_stream();
         let (mut crc, mut size) = (crc32fast::Hasher::new(), 0u64);
+        let started = Instant::now();
         while let Some(bytes) = stream.next().await {
             let bytes = bytes?;
             crc.update(&bytes);
             size += bytes.len() as u64;
+            throttle(started, size, bytes_per_s).await;
         }
         let index = self.store.head(&entry.index_path(dir)).await?;
         let crc = crc.finalize();
@@ -194,6 +242,49 @@ impl RemoteTier {
             });
         }
         Ok(())
+    }
+
+    /// Reads every remote segment of `partition` back (at most `bytes_per_s`) and checks its
+    /// size and CRC against its manifest entry. A damaged one that this leader still has on
+    /// disk is uploaded again (its entry and objects deleted first, so the new entry is the
+    /// only one for its base); one it no longer has is reported, and stays for readers, whose
+    /// CRC checks refuse its damaged messages. Returns how many were damaged.
+    async fn scrub(
+        &self,
+        partition: &Partition,
+        leader_epoch: i32,
+        bytes_per_s: u64,
+        stop: &CancellationToken,
+    ) -> Result<usize, TierError> {
+        let dir = partition_dir(partition.topic(), partition.index());
+        let segments: Vec<RemoteSegment> =
+            self.manifest(partition).await?.segments().cloned().collect();
+        let mut damaged = 0;
+        for segment in segments {
+            if stop.is_cancelled() || partition.removed().is_cancelled() {
+                break;
+            }
+            let error = match self.verify(&dir, &segment, bytes_per_s).await {
+                Ok(()) => continue,
+                Err(e @ TierError::Corrupt { .. }) => e,
+                Err(e) => return Err(e),
+            };
+            damaged += 1;
+            let local = partition.sealed_segments(segment.base).into_iter().next();
+            let Some(local) = local.filter(|l| l.segment.base_offset == segment.base) else {
+                tracing::error!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged and no copy of it is on this broker's disk");
+                continue;
+            };
+            tracing::warn!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged; uploading it again from disk");
+            self.delete(partition, &dir, &segment).await?;
+            let entry = self.upload(&dir, &local, leader_epoch, bytes_per_s).await?;
+            let mut manifests = self.manifests();
+            let known = manifests.entry(Self::key(partition)).or_default();
+            known.manifest.insert(entry);
+            let run = known.manifest.run_reaching(partition.first_segment_base());
+            partition.set_remote_end(run.map_or(0, |r| r.end));
+        }
+        Ok(damaged)
     }
 
     /// Deletes remote segments from the head past the topic's retention: last written more
