@@ -1,8 +1,8 @@
 //! `trib`'s admin commands through the real binary, against four brokers in a real ZooKeeper:
 //! deleting a topic (and a broker that was down finishing it when it returns), showing and
 //! changing a topic's settings live, reassigning partitions under a steady acks-all producer,
-//! decommissioning a broker, electing preferred leaders, describing a tiered topic's remote and
-//! local parts — and the refusals, each one line and exit code 2.
+//! decommissioning a broker, electing preferred leaders, describing and consuming a tiered
+//! topic's remote and local parts — and the refusals, each one line and exit code 2.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -623,6 +623,14 @@ async fn describe_shows_a_tiered_topic_in_the_store_and_on_disk() {
     assert_eq!(p["remote_bytes"].as_i64(), Some(local - earliest), "{described}");
     assert_eq!(p["local_bytes"].as_i64(), Some(latest - local), "{described}");
     assert!(latest - local <= 8000 + 4000, "local retention holds: {described}");
+    // `trib consume` from the earliest offset reads the store's part and the disk's: all 100.
+    let consume = ["consume", "--brokers", &broker.addr, "--topic", "tiered", "--partition", "0"];
+    let consumed = command().args(consume).args(["--offset", "earliest"]).output().await.unwrap();
+    assert!(consumed.status.success(), "{}", String::from_utf8_lossy(&consumed.stderr));
+    let text = String::from_utf8(consumed.stdout).unwrap();
+    let read: Vec<&str> = text.lines().map(|l| &l[..12]).collect();
+    let expected: Vec<String> = (0..100).map(|i| format!("message-{i:04}")).collect();
+    assert_eq!(read, expected);
     let table = command().args(describe).output().await.unwrap();
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("local start") && text.contains("remote bytes"), "{text}");
