@@ -74,6 +74,10 @@ pub struct RemoteTier {
     cache: Arc<ChunkCache>,
     /// Per partition (topic, index).
     manifests: Mutex<HashMap<(String, u32), Known>>,
+    /// Held by whoever writes to the store — a pass of the upload task over a partition, a
+    /// scrub's repair — so that no pass reads the manifest in the middle of another's change
+    /// (and uploads a segment a repair is uploading too). Readers never take it.
+    writing: tokio::sync::Mutex<()>,
     /// Chunks being downloaded: a reader that needs one waits for it rather than downloading
     /// it again.
     downloads: Arc<Mutex<Vec<UnderWay>>>,
@@ -100,6 +104,7 @@ impl RemoteTier {
             store,
             cache: Arc::new(cache),
             manifests: Mutex::default(),
+            writing: tokio::sync::Mutex::new(()),
             downloads: Arc::default(),
             indexes: Mutex::default(),
             max_message_bytes: config.max_message_bytes,

@@ -124,6 +124,7 @@ impl RemoteTier {
         clean: bool,
         stop: &CancellationToken,
     ) -> Result<(), TierError> {
+        let _writing = self.writing.lock().await;
         self.sync(partition).await?;
         let Some(leader_epoch) = leader_epoch else { return Ok(()) };
         let dir = partition_dir(partition.topic(), partition.index());
@@ -276,6 +277,11 @@ impl RemoteTier {
                 continue;
             };
             tracing::warn!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged; uploading it again from disk");
+            let _writing = self.writing.lock().await;
+            let current = self.manifest(partition).await?;
+            if !current.contains_stem(&segment.stem()) {
+                continue; // Expired (or repaired) meanwhile.
+            }
             self.delete(partition, &dir, &segment).await?;
             let entry = self.upload(&dir, &local, leader_epoch, bytes_per_s).await?;
             let mut manifests = self.manifests();
@@ -325,7 +331,10 @@ impl RemoteTier {
         dir: &str,
         segment: &RemoteSegment,
     ) -> Result<(), TierError> {
-        self.store.delete(&segment.entry_path(dir)).await?;
+        match self.store.delete(&segment.entry_path(dir)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
         {
             let mut manifests = self.manifests();
             if let Some(known) = manifests.get_mut(&Self::key(partition)) {
