@@ -209,6 +209,22 @@ impl RemoteTier {
         Ok(Some(run))
     }
 
+    /// The remote segment holding byte `offset` below the local log, readable (in the run
+    /// [`RemoteTier::below_local`] answers), and the directory of its objects.
+    async fn holding_byte(
+        &self,
+        partition: &Partition,
+        offset: u64,
+    ) -> Result<Option<(RemoteSegment, String)>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
+        if offset < run.start || offset >= partition.first_segment_base() {
+            return Ok(None);
+        }
+        let manifest = self.manifest(partition).await?;
+        let dir = partition_dir(partition.topic(), partition.index());
+        Ok(manifest.holding_byte(offset).cloned().map(|segment| (segment, dir)))
+    }
+
     /// Up to `max_bytes` of the log from byte `offset`, below the local log start, within one
     /// remote segment: a slice of a cached chunk (the first message whole, if `max_bytes`
     /// holds it). `None` when the store does not hold `offset` below the local log.
@@ -218,13 +234,10 @@ impl RemoteTier {
         offset: u64,
         max_bytes: u32,
     ) -> Result<Option<FileSlice>, TierError> {
-        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
-        if offset < run.start || offset >= partition.first_segment_base() {
+        let Some((segment, dir)) = self.holding_byte(partition, offset).await? else {
             return Ok(None);
-        }
-        let manifest = self.manifest(partition).await?;
-        let Some(segment) = manifest.holding_byte(offset) else { return Ok(None) };
-        let dir = partition_dir(partition.topic(), partition.index());
+        };
+        let segment = &segment;
         // Enough for the first message whole, if the fetch asks for that much: its length if a
         // cached chunk has it, else the longest a message may be.
         let first = match self.cache.find(&segment.stem(), offset, 4) {
@@ -288,13 +301,10 @@ impl RemoteTier {
         partition: &Partition,
         offset: u64,
     ) -> Result<Option<u64>, TierError> {
-        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
-        if offset < run.start || offset >= partition.first_segment_base() {
+        let Some((segment, dir)) = self.holding_byte(partition, offset).await? else {
             return Ok(None);
-        }
-        let manifest = self.manifest(partition).await?;
-        let Some(segment) = manifest.holding_byte(offset) else { return Ok(None) };
-        let dir = partition_dir(partition.topic(), partition.index());
+        };
+        let segment = &segment;
         let entries = self.index_of(&dir, segment).await?;
         let from = entries[entries.partition_point(|e| e.byte <= offset).saturating_sub(1)];
         let (chunk, end) = self.scan_chunk(&dir, segment, from.byte).await?;

@@ -435,42 +435,27 @@ fn broker(topology: &Topology, binaries: &Path, cluster: &str, id: usize, port: 
     let broker_id = i32::try_from(id).unwrap_or(i32::MAX);
     let advertised = topology.broker_proxy_port(port);
     let kafka = topology.broker_kafka_port(port);
-    // The analytics cluster keeps its topics' history in SeaweedFS (tiered storage).
+    // The analytics cluster keeps its topics' history in SeaweedFS (tiered storage); the
+    // topology decides which clusters tier.
     let tiered = (cluster == topology.analytics.name).then(|| tiered_store_url(topology, cluster));
-    let derived: &'static [&'static str] = match tiered {
-        Some(_) => &[
-            "broker_id",
-            "host",
-            "port",
-            "advertised_host",
-            "advertised_port",
-            "kafka_port",
-            "kafka_host",
-            "data_dir",
-            "zookeeper",
-            "metrics",
-            "remote_store",
-            "remote_storage",
-        ],
-        None => &[
-            "broker_id",
-            "host",
-            "port",
-            "advertised_host",
-            "advertised_port",
-            "kafka_port",
-            "kafka_host",
-            "data_dir",
-            "zookeeper",
-            "metrics",
-        ],
-    };
     let remote_store = tiered.clone();
+    let derived = &[
+        "broker_id",
+        "host",
+        "port",
+        "advertised_host",
+        "advertised_port",
+        "kafka_port",
+        "kafka_host",
+        "data_dir",
+        "zookeeper",
+        "metrics",
+        "remote_store",
+        "remote_storage",
+    ];
     let typed = TypedConfig::new(derived, move |c: &mut broker::BrokerConfig| {
-        if let Some(url) = &remote_store {
-            c.remote_store = Some(url.clone());
-            c.remote_storage = true;
-        }
+        c.remote_storage = remote_store.is_some();
+        c.remote_store = remote_store.clone();
         c.broker_id = broker_id;
         c.host = HOST.into();
         c.port = port;
