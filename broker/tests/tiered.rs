@@ -295,17 +295,7 @@ fn remote_retention_deletes_the_oldest_segments_from_the_store() {
     let below = runtime.block_on(conn.fetch(TOPIC, 0, 0, 1000));
     assert!(below.is_err(), "a fetch before the log start is out of range");
     // What is left reads back as written.
-    let mut tail = Vec::new();
-    let mut offset = earliest;
-    while (offset as u64) < end {
-        let fetched = runtime.block_on(conn.fetch(TOPIC, 0, offset, 1 << 20)).unwrap();
-        let mut messages = MessageSetIter::new(&fetched, 0);
-        for message in messages.by_ref() {
-            message.expect("a whole, valid message");
-        }
-        tail.extend_from_slice(&fetched[..messages.valid_bytes()]);
-        offset += messages.valid_bytes() as i64;
-    }
+    let tail = runtime.block_on(read_bytes_from(&conn, earliest as u64, end));
     assert!(tail == written[earliest as usize..], "the kept log differs from what was written");
 }
 
@@ -470,4 +460,41 @@ fn the_store_is_scrubbed_and_a_damaged_segment_uploaded_again_from_disk() {
     // What is not damaged reads back as written.
     let tail = runtime.block_on(read_bytes_from(&conn, on_disk, end));
     assert!(tail == written[on_disk as usize..], "the log read back differs");
+}
+
+#[test]
+fn the_upload_throttle_the_cache_bound_and_local_retention_by_age_apply() {
+    // 200,000 B/s of uploads, a cache of at most one chunk, and sealed segments kept on disk
+    // for at most a second once the store holds them.
+    let tiered = Tiered::start_with(&[
+        "--remote-upload-bytes-per-s",
+        "200000",
+        "--remote-cache-bytes",
+        "1",
+        "--local-retention-ms",
+        "1000",
+    ]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    // Uploads begin as segments seal, while the producer is still writing.
+    let started = Instant::now();
+    let written = runtime.block_on(produce(&conn, 1000, "a"));
+    let sealed = tiered.local_bases().len() - 1;
+    wait_until("every sealed segment uploaded", Duration::from_secs(60), || {
+        runtime.block_on(tiered.manifest()).len() >= sealed
+    });
+    // Each upload is read back too, but the throttle counts the upload's bytes alone.
+    let least = Duration::from_secs_f64((sealed as u64 * SEGMENT_BYTES) as f64 / 200_000.0);
+    assert!(started.elapsed() >= least.mul_f64(0.9), "{:?} < {least:?}", started.elapsed());
+    // By age, every sealed segment goes once uploaded: only the active one stays.
+    wait_until("only the active segment on disk", Duration::from_secs(30), || {
+        tiered.local_bases().len() == 1
+    });
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
+    // The cache keeps one chunk (a segment here) however much was read through it.
+    let cache = tiered.data_dir().join(".remote-cache");
+    let cached: u64 =
+        std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    assert!(cached <= SEGMENT_BYTES, "{cached} bytes cached");
 }

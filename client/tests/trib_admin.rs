@@ -623,6 +623,10 @@ async fn describe_shows_a_tiered_topic_in_the_store_and_on_disk() {
     assert_eq!(p["remote_bytes"].as_i64(), Some(local - earliest), "{described}");
     assert_eq!(p["local_bytes"].as_i64(), Some(latest - local), "{described}");
     assert!(latest - local <= 8000 + 4000, "local retention holds: {described}");
+    // `trib offsets --time earliest-local` answers the start on disk.
+    let offsets = ["offsets", "--brokers", &broker.addr, "--topic", "tiered"];
+    let local_start = trib_json(&[&offsets[..], &["--time", "earliest-local"]].concat()).await;
+    assert_eq!(local_start["offsets"], serde_json::json!([local]), "{local_start}");
     // `trib consume` from the earliest offset reads the store's part and the disk's: all 100.
     let consume = ["consume", "--brokers", &broker.addr, "--topic", "tiered", "--partition", "0"];
     let consumed = command().args(consume).args(["--offset", "earliest"]).output().await.unwrap();
