@@ -30,8 +30,6 @@ use testkit::s3::S3Server;
 use crate::peer::BenchResult;
 use crate::replication::{quantile, wait_for};
 
-const SEGMENT_BYTES: u64 = 64 << 20;
-const LOCAL_RETENTION_BYTES: u64 = 128 << 20;
 const SET_BYTES: usize = 1 << 20;
 const FETCH_BYTES: i32 = 1 << 20;
 
@@ -62,6 +60,8 @@ pub struct TieredReport {
     pub machine: String,
     pub command: String,
     pub history_bytes: u64,
+    pub segment_bytes: u64,
+    pub local_retention_bytes: u64,
     pub message_bytes: u64,
     /// Bytes of sealed segments uploaded after the switch, and how long it took.
     pub uploaded_bytes: u64,
@@ -89,6 +89,9 @@ pub async fn run(args: TieredArgs, date: String, machine: String) -> BenchResult
         broker_bin.display()
     );
     let history = (args.history_gib * (1u64 << 30) as f64) as u64;
+    // 32 segments of history (64 MiB ones for 2 GiB), two of them kept on disk.
+    let segment_bytes = (history / 32).clamp(1 << 20, 64 << 20);
+    let local_retention_bytes = 2 * segment_bytes;
     let s3 = tokio::task::spawn_blocking(|| S3Server::start("bench")).await?;
     let dir = tempfile::tempdir()?;
     let port = free_port();
@@ -100,9 +103,9 @@ pub async fn run(args: TieredArgs, date: String, machine: String) -> BenchResult
         "--remote-store",
         &s3.url("live"),
         "--segment-bytes",
-        &SEGMENT_BYTES.to_string(),
+        &segment_bytes.to_string(),
         "--local-retention-bytes",
-        &LOCAL_RETENTION_BYTES.to_string(),
+        &local_retention_bytes.to_string(),
         "--retention-check-ms",
         "1000",
         "--remote-task-interval-ms",
@@ -157,7 +160,7 @@ pub async fn run(args: TieredArgs, date: String, machine: String) -> BenchResult
     let upload_seconds = started.elapsed().as_secs_f64();
     done.notify_one();
     let uploading = probing.await??;
-    let uploaded_bytes = sealed as u64 * SEGMENT_BYTES.min(history_bytes);
+    let uploaded_bytes = sealed as u64 * segment_bytes.min(history_bytes);
     eprintln!(
         "bench: uploaded {sealed} segments in {upload_seconds:.1} s; probe p99 {:.2} ms",
         quantile(&uploading, 0.99)
@@ -176,6 +179,8 @@ pub async fn run(args: TieredArgs, date: String, machine: String) -> BenchResult
         machine,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         history_bytes,
+        segment_bytes,
+        local_retention_bytes,
         message_bytes: args.message_bytes,
         uploaded_bytes,
         upload_seconds,
@@ -298,8 +303,8 @@ impl TieredReport {
         let gib = self.history_bytes as f64 / (1u64 << 30) as f64;
         format!(
             "# Tiered storage — {date}\n\n{machine}\n\n`{command}`\n\n\
-             {gib:.2} GiB of {mb}-byte messages; 64 MiB segments, 128 MiB kept on disk, a SeaweedFS \
-             store on the same machine.\n\n\
+             {gib:.2} GiB of {mb}-byte messages; {seg} MiB segments, {kept} MiB kept on disk, a \
+             SeaweedFS store on the same machine.\n\n\
              | consumer reading the whole history, 1 MiB fetches | MiB/s | × local |\n|---|---:|---:|\n\
              | local disk | {local:.0} | 1.00 |\n\
              | store, cold | {cold:.0} | {cold_ratio:.2} |\n\
@@ -312,6 +317,8 @@ impl TieredReport {
             machine = self.machine,
             command = self.command,
             mb = self.message_bytes,
+            seg = self.segment_bytes >> 20,
+            kept = self.local_retention_bytes >> 20,
             local = self.read_local_mib_per_s,
             cold = self.read_remote_cold_mib_per_s,
             cached = self.read_remote_cached_mib_per_s,

@@ -185,3 +185,40 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(!missing.status.success() && stderr.contains("tributary is missing"), "{stderr}");
 }
+
+/// `tributary-bench tiered`, small: its flags show in what it measured and reports.
+#[test]
+fn a_small_tiered_run_reports_what_its_flags_asked_for() {
+    let bench = env!("CARGO_BIN_EXE_tributary-bench");
+    let broker = std::path::Path::new(bench).with_file_name("broker");
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(bench)
+        .args(["tiered", "--history-gib", "0.03125", "--message-bytes", "500"])
+        .args(["--probe-seconds", "1", "--upload-bytes-per-s", "4000000"])
+        .arg("--broker-bin")
+        .arg(&broker)
+        .arg("--out")
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["message_bytes"], 500);
+    let history = results["history_bytes"].as_u64().unwrap();
+    assert!(history >= 32 << 20, "{results}");
+    assert_eq!(results["segment_bytes"], 1 << 20);
+    // The throttle holds: 4 MB/s of uploads at most.
+    let (uploaded, seconds) =
+        (results["uploaded_bytes"].as_f64().unwrap(), results["upload_seconds"].as_f64().unwrap());
+    assert!(uploaded > 0.0 && uploaded / seconds <= 4_000_000.0, "{results}");
+    for read in
+        ["read_local_mib_per_s", "read_remote_cold_mib_per_s", "read_remote_cached_mib_per_s"]
+    {
+        assert!(results[read].as_f64().unwrap() > 0.0, "{read}: {results}");
+    }
+    assert!(results["probe_quiet_p99_ms"].as_f64().unwrap() > 0.0, "{results}");
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("store, cold") && report.contains("1 MiB segments"), "{report}");
+}
