@@ -177,7 +177,18 @@ impl Broker {
         let config = self.config();
         let stop = self.replicas.stopping();
         let logs = Arc::clone(self.replicas.logs());
-        self.tasks.spawn(tasks::retention(logs, config.retention_check_interval(), stop.clone()));
+        self.tasks.spawn(tasks::retention(
+            Arc::clone(&logs),
+            config.retention_check_interval(),
+            stop.clone(),
+        ));
+        let cleaner_interval = Duration::from_millis(config.cleaner_interval_ms);
+        self.tasks.spawn(tasks::cleaner(
+            logs,
+            cleaner_interval,
+            config.cleaner_bytes_per_s,
+            stop.clone(),
+        ));
         if let Some(interval) = config.scrub_interval() {
             let sources: RepairSources = match &self.membership {
                 Some(membership) => {

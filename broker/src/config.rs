@@ -23,13 +23,15 @@ pub enum ConfigError {
     #[error("invalid {key}: {reason}")]
     Invalid { key: &'static str, reason: String },
     #[error(
-        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, local_retention_ms, local_retention_bytes, remote_storage, flush_messages, flush_ms, visible_after, message_timestamp_type, partitions)"
+        "unknown topic config key {0:?} (known: segment_bytes, segment_ms, retention_ms, retention_bytes, local_retention_ms, local_retention_bytes, remote_storage, cleanup_policy, delete_retention_ms, flush_messages, flush_ms, visible_after, message_timestamp_type, partitions)"
     )]
     UnknownTopicKey(String),
     #[error("visible_after: {0:?} is neither \"flush\" nor \"write\"")]
     NotAVisibility(String),
     #[error("message_timestamp_type: {0:?} is neither \"CreateTime\" nor \"LogAppendTime\"")]
     NotATimestampType(String),
+    #[error("cleanup_policy: {0:?} is none of \"delete\", \"compact\", \"compact,delete\"")]
+    NotACleanupPolicy(String),
     #[error("remote_storage: {0:?} is neither \"true\" nor \"false\"")]
     NotABool(String),
     #[error("topic config {key}: {value:?} is not a whole number")]
@@ -99,6 +101,58 @@ impl std::fmt::Display for TimestampType {
             TimestampType::CreateTime => "CreateTime",
             TimestampType::LogAppendTime => "LogAppendTime",
         })
+    }
+}
+
+/// What happens to a topic's old records (`docs/design.md`, "Compacted topics"): deleted by
+/// age and size (`delete`, the default), compacted to the last record of each key (`compact`),
+/// or both — Kafka's `cleanup.policy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: CleanupPolicy = CleanupPolicy { delete: true, compact: false };
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<CleanupPolicy, ConfigError> {
+        let mut policy = CleanupPolicy::default();
+        for part in s.split(',').map(str::trim) {
+            match part {
+                "delete" if !policy.delete => policy.delete = true,
+                "compact" if !policy.compact => policy.compact = true,
+                _ => return Err(ConfigError::NotACleanupPolicy(s.to_owned())),
+            }
+        }
+        Ok(policy)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
+    }
+}
+
+impl Serialize for CleanupPolicy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CleanupPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -174,6 +228,16 @@ pub struct BrokerConfig {
     pub visible_after: VisibleAfter,
     /// Which time magic-2 batches carry: `CreateTime` or `LogAppendTime`.
     pub message_timestamp_type: TimestampType,
+    // Compacted topics (docs/design.md, "Compacted topics").
+    /// What happens to old records: `delete`, `compact` or `compact,delete`.
+    pub cleanup_policy: CleanupPolicy,
+    /// How long a compacted topic keeps a tombstone (a record with a null value) after the
+    /// cleaner first passed its segment: what a consumer has to see a key's deletion.
+    pub delete_retention_ms: u64,
+    /// How often the cleaner looks for compacted partitions with sealed segments to clean.
+    pub cleaner_interval_ms: u64,
+    /// Bytes per second the cleaner reads at most; 0: no limit.
+    pub cleaner_bytes_per_s: u64,
     // Tiered storage (docs/design.md, "Tiered storage").
     /// The object store sealed segments are uploaded to (`file:///dir`, `s3://bucket/prefix`);
     /// unset: no tiered storage.
@@ -218,6 +282,8 @@ pub struct LogConfig {
     pub flush_ms: u64,
     pub visible_after: VisibleAfter,
     pub timestamp_type: TimestampType,
+    pub cleanup_policy: CleanupPolicy,
+    pub delete_retention_ms: u64,
     /// Sealed segments go to the object store (needs the broker's `remote_store`).
     pub remote_storage: bool,
     /// What stays on disk when `remote_storage` is on; unset: `retention_ms`/`retention_bytes`.
@@ -267,6 +333,10 @@ impl Default for BrokerConfig {
             flush_ms: 1000,
             visible_after: VisibleAfter::Flush,
             message_timestamp_type: TimestampType::CreateTime,
+            cleanup_policy: CleanupPolicy::DELETE,
+            delete_retention_ms: DAY_MS,
+            cleaner_interval_ms: 15_000,
+            cleaner_bytes_per_s: 32 << 20,
             remote_store: None,
             remote_storage: false,
             local_retention_ms: None,
@@ -406,6 +476,9 @@ impl BrokerConfig {
         if self.remote_task_interval_ms == 0 {
             return invalid("remote_task_interval_ms", "must be at least 1");
         }
+        if self.cleaner_interval_ms == 0 {
+            return invalid("cleaner_interval_ms", "must be at least 1");
+        }
         Ok(())
     }
 
@@ -428,6 +501,8 @@ impl BrokerConfig {
             flush_ms: self.flush_ms,
             visible_after: self.visible_after,
             timestamp_type: self.message_timestamp_type,
+            cleanup_policy: self.cleanup_policy,
+            delete_retention_ms: self.delete_retention_ms,
             remote_storage: self.remote_storage,
             local_retention_ms: self.local_retention_ms,
             local_retention_bytes: self.local_retention_bytes,
@@ -500,6 +575,13 @@ impl LogConfig {
         if self.flush_ms == 0 {
             return invalid("flush_ms", "must be at least 1");
         }
+        if self.cleanup_policy.compact && self.remote_storage {
+            // As in Kafka: a cleaned segment would no longer be the one in the store.
+            return invalid(
+                "cleanup_policy",
+                "a compacted topic cannot be tiered (remote_storage)",
+            );
+        }
         Ok(())
     }
 
@@ -515,6 +597,9 @@ impl LogConfig {
         if let Some(remote_storage) = overrides.remote_storage {
             log.remote_storage = remote_storage;
         }
+        if let Some(cleanup_policy) = overrides.cleanup_policy {
+            log.cleanup_policy = cleanup_policy;
+        }
         for (key, &value) in &overrides.values {
             match key.as_str() {
                 "segment_bytes" => log.segment_bytes = value,
@@ -525,6 +610,7 @@ impl LogConfig {
                 "local_retention_bytes" => log.local_retention_bytes = Some(value),
                 "flush_messages" => log.flush_messages = value,
                 "flush_ms" => log.flush_ms = value,
+                "delete_retention_ms" => log.delete_retention_ms = value,
                 _ => unreachable!("TopicOverrides::parse admits only known keys"),
             }
         }
@@ -554,7 +640,7 @@ impl LogConfig {
 }
 
 /// Keys a topic may override.
-const TOPIC_KEYS: [&str; 8] = [
+const TOPIC_KEYS: [&str; 9] = [
     "segment_bytes",
     "segment_ms",
     "retention_ms",
@@ -563,11 +649,12 @@ const TOPIC_KEYS: [&str; 8] = [
     "local_retention_bytes",
     "flush_messages",
     "flush_ms",
+    "delete_retention_ms",
 ];
 
 /// Kafka's names for the topic settings Tributary takes, and Tributary's own: Kafka's admin
 /// APIs take either.
-pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 12] = [
+pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 14] = [
     ("segment.bytes", "segment_bytes"),
     ("segment.ms", "segment_ms"),
     ("retention.ms", "retention_ms"),
@@ -580,7 +667,12 @@ pub(crate) const KAFKA_TOPIC_KEYS: [(&str, &str); 12] = [
     ("local.retention.ms", "local_retention_ms"),
     ("local.retention.bytes", "local_retention_bytes"),
     ("remote.storage.enable", REMOTE_STORAGE),
+    ("cleanup.policy", CLEANUP_POLICY),
+    ("delete.retention.ms", "delete_retention_ms"),
 ];
+
+/// The topic setting of [`CleanupPolicy`].
+pub(crate) const CLEANUP_POLICY: &str = "cleanup_policy";
 
 /// The topic setting that turns tiered storage on.
 pub(crate) const REMOTE_STORAGE: &str = "remote_storage";
@@ -619,6 +711,8 @@ impl BrokerConfig {
             "unclean_leader_election" => "false".into(),
             "visible_after" => self.visible_after.to_string(),
             TIMESTAMP_TYPE => self.message_timestamp_type.to_string(),
+            CLEANUP_POLICY => self.cleanup_policy.to_string(),
+            "delete_retention_ms" => self.delete_retention_ms.to_string(),
             _ => return None,
         })
     }
@@ -654,6 +748,9 @@ pub struct TopicOverrides {
     /// Unset: the broker's `remote_storage`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_storage: Option<bool>,
+    /// Unset: the broker's `cleanup_policy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_policy: Option<CleanupPolicy>,
     /// The numeric keys of [`TOPIC_KEYS`].
     #[serde(default)]
     pub values: BTreeMap<String, u64>,
@@ -670,6 +767,7 @@ impl TopicOverrides {
         let mut values = BTreeMap::new();
         let mut partitions_key = None;
         let (mut visible_after, mut timestamp_type, mut remote_storage) = (None, None, None);
+        let mut cleanup_policy = None;
         for (key, value) in configs {
             if key == "visible_after" {
                 visible_after = Some(value.parse()?);
@@ -677,6 +775,10 @@ impl TopicOverrides {
             }
             if key == TIMESTAMP_TYPE {
                 timestamp_type = Some(value.parse()?);
+                continue;
+            }
+            if key == CLEANUP_POLICY {
+                cleanup_policy = Some(value.parse()?);
                 continue;
             }
             if key == REMOTE_STORAGE {
@@ -721,6 +823,7 @@ impl TopicOverrides {
             visible_after,
             timestamp_type,
             remote_storage,
+            cleanup_policy,
             values,
         };
         BrokerConfig::default().log().with_overrides(&overrides).validate()?;

@@ -507,6 +507,7 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::StorageFull => "storage_full",
         ErrorCode::OutOfOrderSequence => "out_of_order_sequence",
         ErrorCode::InvalidProducerEpoch => "invalid_producer_epoch",
+        ErrorCode::InvalidRecord => "invalid_record",
     }
 }
 

@@ -188,7 +188,7 @@ async fn admin_clients_change_configs_add_partitions_and_delete_topics() {
     let report = report(&out);
     eprintln!("topic admin: {report}");
     let refusals = &report["refusals"];
-    assert_eq!(refusals["compact"], "INVALID_CONFIG", "{refusals}");
+    assert_eq!(refusals["bad_policy"], "INVALID_CONFIG", "{refusals}");
     assert_eq!(refusals["unknown"], "INVALID_CONFIG", "{refusals}");
     assert_eq!(refusals["not_a_number"], "INVALID_CONFIG", "{refusals}");
     assert_eq!(refusals["describe_missing"], "UNKNOWN_TOPIC_OR_PART", "{refusals}");

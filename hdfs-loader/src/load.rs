@@ -316,6 +316,15 @@ impl PartitionLoader<'_> {
             for message in fetched.iter() {
                 messages.push(message.map_err(|e| ConsumerOrLoad::Load(self.consumer_error(e)))?);
             }
+            if messages.is_empty() {
+                // Only what holds no event (a compacted topic's gaps): read on after it.
+                let end = fetched.end_offset();
+                if end <= chunk.end {
+                    break;
+                }
+                chunk.end = end;
+                continue;
+            }
             schemas.prefetch(messages.iter().map(|m| &m.payload[..])).await.map_err(|source| {
                 ConsumerOrLoad::Load(LoadError::Registry {
                     topic: topic.to_owned(),

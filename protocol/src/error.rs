@@ -31,6 +31,9 @@ pub enum ErrorCode {
     OutOfOrderSequence = 16,
     /// An idempotent producer's epoch is older than one the leader has seen for its id.
     InvalidProducerEpoch = 17,
+    /// A record the topic does not take: on a compacted topic, one without a key (or a
+    /// message that is not a Kafka RecordBatch, which has none). The set is refused whole.
+    InvalidRecord = 18,
 }
 
 impl ErrorCode {
@@ -55,6 +58,7 @@ impl ErrorCode {
             15 => ErrorCode::StorageFull,
             16 => ErrorCode::OutOfOrderSequence,
             17 => ErrorCode::InvalidProducerEpoch,
+            18 => ErrorCode::InvalidRecord,
             _ => ErrorCode::Unknown,
         }
     }
@@ -88,6 +92,7 @@ impl ErrorCode {
             ErrorCode::StorageFull => "the broker's disk is full",
             ErrorCode::OutOfOrderSequence => "the producer's batch does not follow its last one",
             ErrorCode::InvalidProducerEpoch => "the producer's epoch is older than its current one",
+            ErrorCode::InvalidRecord => "a compacted topic takes only records with a key",
         }
     }
 }

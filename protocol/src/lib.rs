@@ -22,8 +22,9 @@ mod wire;
 
 pub use error::{DecodeError, EncodeError, ErrorCode};
 pub use message::{
-    Codec, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_PLAIN, MessageRef, PLAIN_MESSAGE_OVERHEAD_BYTES,
-    encode_batch_message, encode_message, restamp_crc,
+    Codec, GAP_HEADER_BYTES, GAP_TAIL, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_GAP, MAGIC_PLAIN,
+    MessageRef, PLAIN_MESSAGE_OVERHEAD_BYTES, encode_batch_message, encode_message, gap_header,
+    restamp_crc,
 };
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use records::{RecordCountError, records_in};

@@ -13,6 +13,15 @@ pub const MAGIC_PLAIN: u8 = 0;
 pub const MAGIC_ATTRIBUTES: u8 = 1;
 /// Magic byte of a message whose payload is a Kafka RecordBatch.
 pub const MAGIC_BATCH: u8 = 2;
+/// Magic byte of a gap: what the log cleaner leaves where it removed records of a compacted
+/// topic (`docs/design.md`, "Compacted topics"). Only the broker writes gaps; no producer may.
+pub const MAGIC_GAP: u8 = 3;
+/// Bytes of a gap's header: length, CRC, magic, flags and the count of the records it
+/// replaces. The rest of a gap is zeros (a hole in the segment file).
+pub const GAP_HEADER_BYTES: usize = LENGTH_BYTES + CRC_BYTES + 1 + 1 + 4;
+/// A gap's flag: it holds the tail of the message before it (a batch the cleaner shortened),
+/// rather than a whole message of its own.
+pub const GAP_TAIL: u8 = 1;
 
 /// Bytes of the `length` field.
 pub(crate) const LENGTH_BYTES: usize = 4;
@@ -67,6 +76,9 @@ impl MessageRef<'_> {
     /// message, the codec of its batch's records (`attributes` holds the low byte of the
     /// batch's attributes).
     pub fn codec(&self) -> Codec {
+        if self.magic == MAGIC_GAP {
+            return Codec::None;
+        }
         Codec::from_attributes(self.attributes).unwrap_or(Codec::None)
     }
 
@@ -77,7 +89,7 @@ impl MessageRef<'_> {
     /// Bytes this message occupies in a MessageSet, length field included.
     pub fn size_bytes(&self) -> usize {
         let header = LENGTH_BYTES + CRC_BYTES + 1;
-        let attributes = usize::from(self.magic == MAGIC_ATTRIBUTES);
+        let attributes = usize::from(self.magic == MAGIC_ATTRIBUTES || self.magic == MAGIC_GAP);
         header + attributes + self.payload.len()
     }
 }
@@ -99,6 +111,33 @@ pub fn encode_batch_message(buf: &mut impl BufMut, batch: &[u8]) {
     buf.put_u32(crc.finalize());
     buf.put_u8(MAGIC_BATCH);
     buf.put_slice(batch);
+}
+
+/// The header of a gap of `size` bytes (header included) standing for `records` removed
+/// records, `flags` [`GAP_TAIL`] or 0; the rest of the gap is `size - GAP_HEADER_BYTES` zeros,
+/// which its CRC covers like any message's body.
+///
+/// # Panics
+/// If `size` is below [`GAP_HEADER_BYTES`] or above 4 GiB.
+pub fn gap_header(size: usize, records: u32, flags: u8) -> [u8; GAP_HEADER_BYTES] {
+    assert!(size >= GAP_HEADER_BYTES, "a gap of {size} bytes is shorter than its header");
+    let length = u32::try_from(size - LENGTH_BYTES).expect("gap larger than 4 GiB");
+    let mut header = [0u8; GAP_HEADER_BYTES];
+    header[..4].copy_from_slice(&length.to_be_bytes());
+    header[8] = MAGIC_GAP;
+    header[9] = flags;
+    header[10..].copy_from_slice(&records.to_be_bytes());
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&header[8..]);
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut zeros = size - GAP_HEADER_BYTES;
+    while zeros > 0 {
+        let n = zeros.min(ZEROS.len());
+        crc.update(&ZEROS[..n]);
+        zeros -= n;
+    }
+    header[4..8].copy_from_slice(&crc.finalize().to_be_bytes());
+    header
 }
 
 /// Writes a message's CRC field again after its bytes after the field changed (a magic-2

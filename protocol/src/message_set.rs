@@ -6,7 +6,7 @@
 use thiserror::Error;
 
 use crate::message::{
-    CRC_BYTES, LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_PLAIN,
+    CRC_BYTES, LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_GAP, MAGIC_PLAIN,
 };
 use crate::record_batch::{InvalidBatch, RecordBatchRef};
 use crate::{Codec, MessageRef};
@@ -33,6 +33,10 @@ pub enum InvalidMessage {
     Truncated { offset: i64, bytes: usize },
     #[error("message at offset {offset}: {source}")]
     InvalidBatch { offset: i64, source: InvalidBatch },
+    #[error("message at offset {offset}: a gap shorter than its header")]
+    ShortGap { offset: i64 },
+    #[error("message at offset {offset}: a gap (magic 3), which only the broker's cleaner writes")]
+    Gap { offset: i64 },
     #[error("empty message set")]
     Empty,
 }
@@ -130,6 +134,12 @@ fn parse_body(offset: i64, body: &[u8]) -> Result<MessageRef<'_>, InvalidMessage
             let attributes = batch.attributes() as u8;
             Ok(MessageRef { magic, attributes, crc: stored, payload: rest })
         }
+        MAGIC_GAP => match rest.split_first() {
+            Some((&flags, payload)) if payload.len() >= 4 => {
+                Ok(MessageRef { magic, attributes: flags, crc: stored, payload })
+            }
+            _ => Err(InvalidMessage::ShortGap { offset }),
+        },
         magic => Err(InvalidMessage::UnknownMagic { offset, magic }),
     }
 }
@@ -142,7 +152,8 @@ pub struct SetSummary {
 }
 
 /// Checks that `set` is one or more whole, valid messages, each with a `length` of at most
-/// `length_max` bytes, and nothing else. `set` is numbered from offset 0.
+/// `length_max` bytes, and nothing else: what a producer may send (no gap). `set` is numbered
+/// from offset 0.
 pub fn validate_message_set(set: &[u8], length_max: u32) -> Result<SetSummary, InvalidMessage> {
     if set.is_empty() {
         return Err(InvalidMessage::Empty);
@@ -157,6 +168,9 @@ pub fn validate_message_set(set: &[u8], length_max: u32) -> Result<SetSummary, I
             return Err(InvalidMessage::TooLarge { offset, length, limit: length_max });
         }
         match messages.next() {
+            Some(Ok((offset, message))) if message.magic == MAGIC_GAP => {
+                return Err(InvalidMessage::Gap { offset });
+            }
             Some(Ok(_)) => count += 1,
             Some(Err(e)) => return Err(e),
             None => break,
@@ -243,6 +257,25 @@ mod tests {
         assert!(matches!(
             MessageSetIter::new(&bad, 0).next(),
             Some(Err(InvalidMessage::LengthTooSmall { offset: 0, length: 4 }))
+        ));
+    }
+
+    #[test]
+    fn a_gap_is_a_message_of_zeros_producers_may_not_send() {
+        let mut set = set_of(&[b"before"]);
+        set.extend_from_slice(&crate::gap_header(100, 7, crate::GAP_TAIL));
+        set.resize(set.len() + 100 - crate::GAP_HEADER_BYTES, 0);
+        let messages: Vec<_> = MessageSetIter::new(&set, 0).map(Result::unwrap).collect();
+        assert_eq!(messages.len(), 2);
+        let (offset, gap) = messages[1];
+        assert_eq!((offset, gap.magic, gap.attributes, gap.size_bytes()), (15, 3, 1, 100));
+        assert_eq!(crate::records_in(&gap, 0), Ok(7));
+        assert_eq!(validate_message_set(&set, 1024), Err(InvalidMessage::Gap { offset: 15 }));
+        let mut rotten = set.clone();
+        rotten[15 + 50] = 1; // a gap's zeros are checked like any body
+        assert!(matches!(
+            MessageSetIter::new(&rotten, 0).nth(1),
+            Some(Err(InvalidMessage::CrcMismatch { offset: 15, .. }))
         ));
     }
 

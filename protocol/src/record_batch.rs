@@ -208,6 +208,47 @@ impl<'a> RecordBatchRef<'a> {
     }
 }
 
+/// The batch without the records `keep` refuses: its header as it was (base offset, last
+/// offset delta, timestamps, producer, attributes) but for its record count, length and
+/// CRC-32C; the records kept byte for byte (their offset and timestamp deltas stay valid), and
+/// compressed again with the batch's codec. What the log cleaner writes for a batch of a
+/// compacted topic. `None` when `keep` takes every record. A batch left without records stays
+/// a batch (as Kafka's cleaner leaves one): its offsets still count.
+pub fn retain_records(
+    batch: &RecordBatchRef,
+    inflated_bytes_max: usize,
+    mut keep: impl FnMut(&Record) -> bool,
+) -> Result<Option<Vec<u8>>, InvalidBatch> {
+    let records = batch.records(inflated_bytes_max)?;
+    let mut kept = Vec::with_capacity(records.bytes().len());
+    let (mut count, mut dropped) = (0i32, false);
+    for record in records.iter() {
+        let record = record?;
+        if keep(&record) {
+            kept.extend_from_slice(&records.bytes()[record.span.0..record.span.1]);
+            count += 1;
+        } else {
+            dropped = true;
+        }
+    }
+    if !dropped {
+        return Ok(None);
+    }
+    let packed = match batch.codec() {
+        Some(Codec::None) | None => kept,
+        Some(codec) => compression::compress(codec, &kept)?,
+    };
+    let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + packed.len());
+    out.extend_from_slice(batch.header);
+    let batch_length = (RECORD_BATCH_HEADER_BYTES - LEADER_EPOCH_AT + packed.len()) as i32;
+    out[BATCH_LENGTH_AT..LEADER_EPOCH_AT].copy_from_slice(&batch_length.to_be_bytes());
+    out[RECORDS_COUNT_AT..RECORD_BATCH_HEADER_BYTES].copy_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&packed);
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
+    out[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+    Ok(Some(out))
+}
+
 /// Sets the base offset of the RecordBatch `batch` (which its CRC does not cover).
 pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[..8].copy_from_slice(&base_offset.to_be_bytes());
@@ -542,6 +583,33 @@ mod tests {
         builder.push(101, 1_005, None, Some(b""), &[]);
         builder.push(103, 990, Some(b"k3"), None, &[]);
         builder.finish()
+    }
+
+    #[test]
+    fn retaining_records_keeps_their_offsets_and_the_batchs_header() {
+        for codec in [Codec::None, Codec::Zstd, Codec::Lz4] {
+            let mut builder = RecordBatchBuilder::new(100).with_producer(7, 1, 40);
+            builder.push(100, 1_000, Some(b"k1"), Some(b"v1"), &[]);
+            builder.push(101, 1_005, Some(b"k2"), Some(b"v2"), &[(b"h", Some(b"x"))]);
+            builder.push(103, 990, Some(b"k1"), None, &[]);
+            let bytes = builder.finish_compressed(codec).unwrap();
+            let parsed = RecordBatchRef::parse(&bytes).unwrap();
+            assert_eq!(retain_records(&parsed, 1 << 20, |_| true), Ok(None), "{codec:?}");
+            let kept = retain_records(&parsed, 1 << 20, |r| r.key == Some(b"k2")).unwrap().unwrap();
+            let cleaned = RecordBatchRef::parse(&kept).unwrap();
+            assert_eq!((cleaned.base_offset(), cleaned.offset_count()), (100, 4), "{codec:?}");
+            assert_eq!((cleaned.record_count(), cleaned.producer_id()), (1, 7));
+            assert_eq!((cleaned.base_timestamp(), cleaned.max_timestamp()), (1_000, 1_005));
+            let records = cleaned.records(1 << 20).unwrap();
+            let read: Vec<Record> = records.iter().map(Result::unwrap).collect();
+            assert_eq!(
+                (read[0].offset, read[0].timestamp, read[0].value),
+                (101, 1_005, Some(&b"v2"[..]))
+            );
+            let none = retain_records(&parsed, 1 << 20, |_| false).unwrap().unwrap();
+            let empty = RecordBatchRef::parse(&none).unwrap();
+            assert_eq!((empty.record_count(), empty.offset_count()), (0, 4));
+        }
     }
 
     #[test]

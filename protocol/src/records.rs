@@ -1,6 +1,7 @@
 //! How many records a message holds, as Kafka numbers them
 //! (`docs/design.md`, "Record numbers"): a plain message is one, a magic-1 wrapper one per
-//! inner message, a magic-2 message its batch's last offset delta + 1. A wrapper's inner
+//! inner message, a magic-2 message its batch's last offset delta + 1, a gap the records it
+//! replaced. A wrapper's inner
 //! messages are counted by their length fields as the wrapper inflates, without holding the
 //! inflated set.
 
@@ -9,7 +10,9 @@ use std::io::{self, Read};
 use thiserror::Error;
 
 use crate::compression::{self, CompressionError};
-use crate::message::{LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_PLAIN};
+use crate::message::{
+    LENGTH_BYTES, LENGTH_MIN, MAGIC_ATTRIBUTES, MAGIC_BATCH, MAGIC_GAP, MAGIC_PLAIN,
+};
 use crate::record_batch::RecordBatchRef;
 use crate::{Codec, MessageRef};
 
@@ -43,6 +46,8 @@ pub fn records_in(
         MAGIC_BATCH => RecordBatchRef::parse(message.payload)
             .map(|batch| batch.offset_count())
             .map_err(|e| RecordCountError::Batch(e.to_string())),
+        // The records the cleaner removed where the gap is: they keep their numbers.
+        MAGIC_GAP => Ok(crate::wire::u32_at(message.payload, 0).map_or(0, u64::from)),
         magic => Err(RecordCountError::Magic(magic)),
     }
 }

@@ -128,11 +128,8 @@ async fn add_partitions(
 
 /// Settings Kafka's tools expect on every topic that Tributary does not let one change:
 /// `(name, value)`.
-fn fixed_topic_configs(client: &Client) -> [(&'static str, String); 2] {
-    [
-        ("cleanup.policy", "delete".into()),
-        ("max.message.bytes", client.node.config().max_message_bytes.to_string()),
-    ]
+fn fixed_topic_configs(client: &Client) -> [(&'static str, String); 1] {
+    [("max.message.bytes", client.node.config().max_message_bytes.to_string())]
 }
 
 pub async fn describe_configs(
@@ -260,6 +257,8 @@ fn broker_configs(client: &Client) -> Vec<ConfigEntry> {
         ("min.insync.replicas", "min_insync_replicas"),
         ("unclean.leader.election.enable", "unclean_leader_election"),
         ("log.message.timestamp.type", "message_timestamp_type"),
+        ("log.cleanup.policy", "cleanup_policy"),
+        ("log.cleaner.delete.retention.ms", "delete_retention_ms"),
     ] {
         if let Some(value) = config.topic_default(ours) {
             entries.push((kafka.to_owned(), value, source::DEFAULT_CONFIG, true));
@@ -276,12 +275,6 @@ fn topic_change(
     value: Option<&str>,
 ) -> Result<(String, Option<String>), (i16, String)> {
     let invalid = |message: String| Err((code::INVALID_CONFIG, message));
-    if name == "cleanup.policy" {
-        return match (op, value) {
-            (ConfigOp::Set, Some("delete")) | (ConfigOp::Delete, _) => Ok((String::new(), None)),
-            _ => invalid("only cleanup.policy=delete: there is no compaction".into()),
-        };
-    }
     let key = topic_key(name);
     let known = KAFKA_TOPIC_KEYS.iter().any(|(_, o)| *o == key) || key == "visible_after";
     if !known {

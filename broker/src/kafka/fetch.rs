@@ -21,7 +21,7 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ApiKey, ListOffsetsResponse, TopicName};
 use protocol::record_batch::RecordBatchBuilder;
-use protocol::{Codec, ErrorCode, MAGIC_BATCH, MessageSetIter};
+use protocol::{Codec, ErrorCode, GAP_HEADER_BYTES, MAGIC_BATCH, MAGIC_GAP, MessageSetIter};
 
 use super::client::{Client, Piece, Reply};
 use crate::acl::Operation;
@@ -273,6 +273,12 @@ fn pieces(slice: &FileSlice, first_record: u64, max_bytes: usize) -> io::Result<
         if position + size > end || (taken > 0 && taken as u64 + size > max_bytes as u64) {
             break;
         }
+        if head.len() >= GAP_HEADER_BYTES && head[8] == MAGIC_GAP {
+            // What the cleaner removed: nothing to send; its records keep their numbers.
+            number += protocol::u32_at(head, 10).map_or(0, u64::from);
+            position += size;
+            continue;
+        }
         if head.len() == MESSAGE_HEAD_BYTES && head[8] == MAGIC_BATCH {
             // lastOffsetDelta, after baseOffset, batchLength, partitionLeaderEpoch, magic, crc
             // and attributes.
@@ -318,7 +324,7 @@ fn to_batches(bytes: &[u8], first_record: u64) -> (Bytes, usize, u64) {
     };
     let mut messages = MessageSetIter::new(bytes, 0);
     while let Some(Ok((_, message))) = messages.next() {
-        if message.magic == MAGIC_BATCH {
+        if message.magic == MAGIC_BATCH || message.magic == MAGIC_GAP {
             break;
         }
         used = messages.valid_bytes();

@@ -183,23 +183,13 @@ pub async fn create_topics(
         }
         // Kafka's topic configs are dotted (`retention.ms`), Tributary's underscored.
         let mut configs: Vec<(String, String)> = Vec::new();
-        let mut unusable = None;
         for (name, value) in &topic.configs {
-            match (name.as_str(), value) {
-                ("cleanup.policy", Some(policy)) if policy == "delete" => {}
-                (_, None) => {}
-                (name, Some(value)) => configs.push((topic_key(name).to_owned(), value.clone())),
-            }
-            if name == "cleanup.policy" && value.as_deref() != Some("delete") {
-                unusable = Some("only cleanup.policy=delete: there is no compaction".to_owned());
+            if let Some(value) = value {
+                configs.push((topic_key(name).to_owned(), value.clone()));
             }
         }
         if topic.replication_factor > 0 {
             configs.push(("replication_factor".into(), topic.replication_factor.to_string()));
-        }
-        if let Some(message) = unusable {
-            results.push(result(code::INVALID_CONFIG, Some(message)));
-            continue;
         }
         if request.validate_only {
             results.push(result(code::NONE, None));

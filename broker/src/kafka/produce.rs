@@ -11,13 +11,16 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
 
 use super::client::{Answer, Client};
 use crate::acl::Operation;
+use crate::log::compact;
 use crate::log::producers::BatchProducer;
 use crate::node::AppendedRun;
 use protocol::kafka::request::Malformed;
@@ -29,8 +32,18 @@ pub type Pending = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// A partition's part of the answer: settled now, or once its appended run is acknowledged.
 enum Outcome {
-    Settled { error: i16, base_offset: i64 },
-    Appended { run: AppendedRun, first_record: u64 },
+    Settled {
+        error: i16,
+        base_offset: i64,
+    },
+    Appended {
+        run: AppendedRun,
+        first_record: u64,
+    },
+    /// A compacted topic's records without a key (KIP-467): the index of each in its batch.
+    Keyless {
+        records: Vec<i32>,
+    },
 }
 
 /// Appends the request's batches now; the answer follows their `acks`. A produce with acks 0
@@ -73,8 +86,25 @@ pub async fn start(
         for (topic, outcomes) in topics {
             let mut partitions = Vec::with_capacity(outcomes.len());
             for (partition, outcome) in outcomes {
+                let mut record_errors = Vec::new();
+                let mut error_message = None;
                 let (error, base_offset, append_time) = match outcome {
                     Outcome::Settled { error, base_offset } => (error, base_offset, None),
+                    Outcome::Keyless { records } => {
+                        let reason = "Compacted topic cannot accept message without key";
+                        record_errors = records
+                            .into_iter()
+                            .map(|index| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(index)
+                                    .with_batch_index_error_message(Some(str_bytes(reason)))
+                            })
+                            .collect();
+                        error_message = Some(str_bytes(&format!(
+                            "{reason} in topic partition {topic}-{partition}."
+                        )));
+                        (code::INVALID_RECORD, -1, None)
+                    }
                     Outcome::Appended { run, first_record } => {
                         let append_time = run.append_time();
                         let result = run.acknowledged().await.pop().expect("one set");
@@ -90,7 +120,9 @@ pub async fn start(
                         .with_error_code(error)
                         .with_base_offset(base_offset)
                         // The time the records carry when the topic stamps them (−1: theirs).
-                        .with_log_append_time_ms(append_time.unwrap_or(-1)),
+                        .with_log_append_time_ms(append_time.unwrap_or(-1))
+                        .with_record_errors(record_errors)
+                        .with_error_message(error_message),
                 );
             }
             responses.push(
@@ -125,6 +157,14 @@ async fn append(
         protocol::encode_batch_message(&mut set, batch);
     }
     let set = set.freeze();
+    if let Ok(p) = client.node.replicas().led(topic, partition)
+        && p.config().cleanup_policy.compact
+    {
+        let keyless = compact::keyless(&set);
+        if !keyless.is_empty() {
+            return Outcome::Keyless { records: keyless.into_iter().map(|(_, r)| r).collect() };
+        }
+    }
     // An idempotent producer's batches of one partition: one batch per request, as every
     // client sends them; its sequences are checked before the append.
     let producer = match batches.as_slice() {

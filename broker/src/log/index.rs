@@ -57,6 +57,8 @@ pub struct MessageCount {
     pub records: u64,
     /// A magic-2 message, whose batch a leader numbers.
     pub batch: bool,
+    /// A gap a cleaner left (a follower copies them; no producer may send one).
+    pub gap: bool,
     /// Its largest record timestamp: [`time_of`].
     pub time: i64,
 }
@@ -104,8 +106,10 @@ pub fn count_records(set: &[u8], length_max: u32) -> Result<SetRecords, CountErr
         let records = protocol::records_in(&message, INFLATED_BYTES_MAX)
             .map_err(|source| CountError::Records { position, source })?;
         let batch = message.magic == protocol::MAGIC_BATCH;
+        let gap = message.magic == protocol::MAGIC_GAP;
         let time = time_of(&message);
-        counted.messages.push(MessageCount { position: position as u32, records, batch, time });
+        let position = position as u32;
+        counted.messages.push(MessageCount { position, records, batch, gap, time });
         counted.records += records;
     }
     let tail = messages.remainder();

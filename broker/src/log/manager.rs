@@ -262,7 +262,8 @@ impl LogManager {
         hosted: Option<&BTreeSet<u32>>,
     ) -> Result<Topic, CreateError> {
         let mut config = self.defaults.with_overrides(&overrides);
-        config.remote_storage &= self.tiering;
+        // A compacted topic is never tiered (its cleaned segments would not be the stored ones).
+        config.remote_storage &= self.tiering && !config.cleanup_policy.compact;
         let mut partitions = kept.clone();
         for p in partitions.values() {
             p.set_config(config);

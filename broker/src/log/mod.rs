@@ -1,6 +1,7 @@
 //! The commit log: partitions of segment files under one data directory, each with the
 //! checkpoint of its leader epochs.
 
+pub mod compact;
 mod error;
 pub mod index;
 mod leader_epoch;

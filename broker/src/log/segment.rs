@@ -127,6 +127,10 @@ pub fn scan_valid_prefix(file: &File, file_len: u64) -> io::Result<ScanResult> {
             Some((protocol::MAGIC_ATTRIBUTES, Some(attributes))) => {
                 Codec::from_attributes(attributes).is_some()
             }
+            // A gap the cleaner left: its flags byte, then its record count, then zeros.
+            Some((protocol::MAGIC_GAP, Some(_))) => {
+                length as usize + 4 >= protocol::GAP_HEADER_BYTES
+            }
             _ => false,
         };
         if !valid_head {

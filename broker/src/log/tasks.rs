@@ -1,6 +1,8 @@
 //! The log's background work: one flusher per partition (`flush_messages`, `flush_ms`, or a
-//! producer waiting with `acks` 2) and one retention sweep over every partition.
+//! producer waiting with `acks` 2), one retention sweep over every partition, and the cleaner
+//! of compacted topics.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -76,5 +78,68 @@ pub async fn retention(logs: Arc<LogManager>, interval: Duration, stop: Cancella
         if let Err(e) = swept {
             tracing::error!(error = %e, "retention task panicked");
         }
+    }
+}
+
+/// Cleans the compacted partitions every `interval`, until `stop`: a partition whose sealed
+/// segments below the visible end reach further than at its last pass, or whose oldest kept
+/// tombstone has expired since. Reads at most `bytes_per_s` (0: no limit).
+pub async fn cleaner(
+    logs: Arc<LogManager>,
+    interval: Duration,
+    bytes_per_s: u64,
+    stop: CancellationToken,
+) {
+    // Per partition: the cleanable end of its last pass and when a kept tombstone expires.
+    let mut passes: HashMap<(String, u32), (u64, Option<i64>)> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        let partitions = logs.partitions();
+        for partition in &partitions {
+            if !partition.config().cleanup_policy.compact || stop.is_cancelled() {
+                continue;
+            }
+            let key = (partition.topic().to_owned(), partition.index());
+            let now_ms = service::clock::now_ms();
+            let end = partition.cleanable_end();
+            let due = match passes.get(&key) {
+                None => true,
+                Some(&(cleaned, expiry)) => end > cleaned || expiry.is_some_and(|at| at <= now_ms),
+            };
+            if !due {
+                continue;
+            }
+            let p = Arc::clone(partition);
+            let cleaned = tokio::task::spawn_blocking(move || {
+                let mut throttle = |bytes: u64| {
+                    if bytes_per_s > 0 {
+                        std::thread::sleep(Duration::from_secs_f64(
+                            bytes as f64 / bytes_per_s as f64,
+                        ));
+                    }
+                };
+                p.clean(now_ms, &mut throttle)
+            })
+            .await;
+            match cleaned {
+                Ok(Ok(report)) => {
+                    if report.segments > 0 {
+                        tracing::info!(partition = ?partition, segments = report.segments, records = report.records, "compacted");
+                    }
+                    passes.insert(key, (end, report.next_expiry));
+                }
+                Ok(Err(e)) => {
+                    tracing::error!(partition = ?partition, error = %e, "cleaning failed");
+                    passes.insert(key, (end, None));
+                }
+                Err(e) => tracing::error!(partition = ?partition, error = %e, "cleaner panicked"),
+            }
+        }
+        passes.retain(|(topic, index), _| {
+            partitions.iter().any(|p| p.topic() == topic && p.index() == *index)
+        });
     }
 }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use protocol::{Acks, ErrorCode, InvalidMessage};
 
 use super::Node;
+use crate::log::compact;
 use crate::log::index::{self, CountError};
 use crate::log::producers::{BatchProducer, Check};
 use crate::log::{Partition, Topic};
@@ -116,7 +117,7 @@ impl Node {
         if protocol::validate_topic_name(topic).is_err() {
             return fail_all(ErrorCode::InvalidTopicName);
         }
-        let (mut results, valid, counted) = self.count(topic, partition, sets);
+        let (mut results, mut valid, mut counted) = self.count(topic, partition, sets);
         if valid.is_empty() {
             return AppendedRun::now(results);
         }
@@ -132,6 +133,24 @@ impl Node {
             Ok(partition) => partition,
             Err(code) => return fail_all(code),
         };
+        if partition.config().cleanup_policy.compact {
+            // Every record needs a key; a set with one that has none is refused whole.
+            let keyed: Vec<bool> =
+                valid.iter().map(|set| compact::keyless(set).is_empty()).collect();
+            let mut each = keyed.iter();
+            for result in results.iter_mut().filter(|r| r.is_ok()) {
+                if !each.next().expect("one valid set per ok result") {
+                    *result = Err(ErrorCode::InvalidRecord);
+                }
+            }
+            let mut each = keyed.iter();
+            valid.retain(|_| *each.next().expect("one flag per set"));
+            let mut each = keyed.iter();
+            counted.retain(|_| *each.next().expect("one flag per set"));
+            if valid.is_empty() {
+                return AppendedRun::now(results);
+            }
+        }
         let leader = self.replicas.leader_of(&partition);
         if acks == Acks::All
             && let Some(Err(code)) = leader.as_ref().map(|l| l.check_all())
@@ -260,6 +279,10 @@ impl Node {
         let mut counted = Vec::with_capacity(sets.len());
         for set in sets {
             match index::count_records(set, self.config().max_message_bytes) {
+                Ok(records) if records.messages.iter().any(|m| m.gap) => {
+                    tracing::debug!(%topic, partition, "rejected a message set holding a gap");
+                    results.push(Err(ErrorCode::InvalidMessage));
+                }
                 Ok(records) => {
                     valid.push(set);
                     counted.push(records);

@@ -5,7 +5,7 @@ cluster's Kafka listeners (brokers checking retention every 200 ms):
   configs (its own and the brokers' defaults, with their sources), changes them
   incrementally (a shorter retention.ms takes effect: the log start moves) and wholesale
   (AlterConfigs: what is not named goes back to the default), and is refused what Tributary
-  does not take (compaction, unknown configs, fewer partitions);
+  does not take (an unknown cleanup policy, unknown configs, fewer partitions);
 - it adds partitions, describes the cluster, and deletes the topic;
 - kafka-python's KafkaAdminClient describes the cluster and a topic's configs, adds
   partitions and deletes a topic.
@@ -110,7 +110,7 @@ if after["flush.ms"].value != "500" or source(after["retention.ms"]) != DEFAULT_
 
 # Refusals.
 refusals = {}
-for name, entry in [("compact", ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)),
+for name, entry in [("bad_policy", ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.SET)),
                     ("unknown", ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)),
                     ("not_a_number", ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET))]:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])

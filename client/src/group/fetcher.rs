@@ -90,7 +90,10 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, queue: &mpsc::Sender<Chun
                 backoff.reset();
                 let (messages, error) = split(&fetched, inner.config.framed);
                 if messages.is_empty() && error.is_none() {
-                    continue; // the long poll waited; nothing came
+                    // The long poll waited and nothing came, or only what holds no message
+                    // for the caller did (a compacted topic's gaps): read on after it.
+                    offset = offset.max(fetched.end_offset());
+                    continue;
                 }
                 if let Some(last) = messages.last() {
                     offset = last.next_offset;
@@ -143,6 +146,9 @@ fn split(fetched: &FetchedMessages, framed: bool) -> (Vec<ConsumedMessage>, Opti
     let mut position = 0;
     for message in MessageSetIter::new(set, fetched.base_offset()) {
         match message {
+            Ok((_, message)) if message.magic == protocol::MAGIC_GAP => {
+                position += message.size_bytes();
+            }
             Ok((offset, message)) => {
                 let end = position + message.size_bytes();
                 let payload = set.slice(position..end);

@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 use protocol::record_batch::{RecordBatchRef, Records};
-use protocol::{MAGIC_BATCH, MessageRef, MessageSetIter};
+use protocol::{MAGIC_BATCH, MAGIC_GAP, MessageRef, MessageSetIter};
 
 use crate::compression;
 use crate::simple_consumer::ConsumerError;
@@ -101,6 +101,14 @@ impl FetchedMessages {
 
     pub fn iter(&self) -> Messages<'_> {
         Messages { fetched: self, position: 0, inner: None, failed: false }
+    }
+
+    /// Where a consumer resumes once it has taken every message of the fetch: after its last
+    /// whole message, past what yields none (a compacted topic's gaps, emptied batches).
+    pub fn end_offset(&self) -> i64 {
+        let mut messages = self.iter();
+        while let Some(Ok(_)) = messages.next() {}
+        messages.next_offset()
     }
 }
 
@@ -299,8 +307,8 @@ impl Iterator for Messages<'_> {
     type Item = Result<ConsumedMessage, ConsumerError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        // A batch with no records for the caller (a control batch) yields nothing: go on to
-        // the next message.
+        // A batch with no records for the caller (a control batch, an emptied one) or a gap
+        // yields nothing: go on to the next message.
         loop {
             if self.failed {
                 return None;
@@ -321,6 +329,9 @@ impl Iterator for Messages<'_> {
             };
             self.position += message.size_bytes();
             let next_offset = fetched.base_offset + self.position as i64;
+            if message.magic == MAGIC_GAP {
+                continue; // what a compacted topic's cleaner removed
+            }
             if message.magic == MAGIC_BATCH {
                 if let Err(error) = self.open_batch(offset, next_offset, message) {
                     return self.fail(error);

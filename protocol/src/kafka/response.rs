@@ -74,6 +74,7 @@ pub fn kafka_error(error: ErrorCode) -> i16 {
         ErrorCode::InvalidRequest | ErrorCode::InvalidFetchSize => code::INVALID_REQUEST,
         ErrorCode::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
+        ErrorCode::InvalidRecord => code::INVALID_RECORD,
         _ => code::UNKNOWN_SERVER_ERROR,
     }
 }

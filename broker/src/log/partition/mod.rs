@@ -7,6 +7,7 @@
 //! directly (a bounded memory copy) so that the produce path needs no thread hop.
 
 mod append;
+mod clean;
 mod flush;
 mod producers;
 mod read;

@@ -89,6 +89,11 @@ fn open_segments(dir: &Path) -> Result<(Vec<Arc<Segment>>, bool), LogError> {
             Some(base) => bases.push(base),
             None if name == LEADER_EPOCH_CHECKPOINT || name == start::LOG_START_FILE => {}
             None if name.to_str().and_then(index::parse_file_name).is_some() => {}
+            // A cleaned segment a crash left before it replaced its segment: the old one stands.
+            None if name.to_str().is_some_and(|n| n.ends_with(super::clean::CLEANED_SUFFIX)) => {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(io_error("deleting", &path))?;
+            }
             None => {
                 tracing::warn!(path = %entry.path().display(), "ignoring a file that is not a segment")
             }

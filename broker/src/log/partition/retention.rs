@@ -21,6 +21,9 @@ impl Partition {
             let mut state = self.state();
             // A tiered topic keeps its local retention, and deletes only what the store holds.
             let config = state.config;
+            if !config.cleanup_policy.delete {
+                return Ok(Vec::new());
+            }
             let visible_end = match config.remote_storage {
                 true => self.flushed_end().min(self.remote_end()),
                 false => self.flushed_end(),
