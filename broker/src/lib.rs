@@ -22,8 +22,8 @@ mod tier;
 
 pub use broker::{Broker, BrokerError, Listeners, run};
 pub use config::{
-    BrokerConfig, ConfigError, LogConfig, PARTITIONS_MAX, TimestampType, TopicOverrides,
-    VisibleAfter,
+    BrokerConfig, CleanupPolicy, ConfigError, LogConfig, PARTITIONS_MAX, TimestampType,
+    TopicOverrides, VisibleAfter,
 };
 pub use metrics::Metrics;
 pub use node::Node;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use broker::{Broker, BrokerConfig, Listeners, TimestampType, VisibleAfter};
+use broker::{Broker, BrokerConfig, CleanupPolicy, Listeners, TimestampType, VisibleAfter};
 use clap::Parser;
 use serde::Serialize;
 use service::Failure;
@@ -108,6 +108,19 @@ struct Cli {
     /// at append (`LogAppendTime`); Kafka's `log.message.timestamp.type`.
     #[arg(long, value_name = "CreateTime|LogAppendTime")]
     message_timestamp_type: Option<TimestampType>,
+    /// What happens to old records of topics that do not say: `delete` (by age and size),
+    /// `compact` (the last record of each key kept) or `compact,delete`.
+    #[arg(long, value_name = "POLICY")]
+    cleanup_policy: Option<CleanupPolicy>,
+    /// How long a compacted topic keeps a tombstone [default: 86400000].
+    #[arg(long, value_name = "MS")]
+    delete_retention_ms: Option<u64>,
+    /// How often the cleaner looks for compacted partitions to clean [default: 15000].
+    #[arg(long, value_name = "MS")]
+    cleaner_interval_ms: Option<u64>,
+    /// The cleaner reads at most this many bytes per second; 0: no limit [default: 32 MiB].
+    #[arg(long, value_name = "B")]
+    cleaner_bytes_per_s: Option<u64>,
     /// Delete segments last modified longer ago than this.
     #[arg(long, value_name = "MS")]
     retention_ms: Option<u64>,

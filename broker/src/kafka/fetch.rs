@@ -242,17 +242,24 @@ fn read_records(
     if record == high_watermark || max_bytes == 0 {
         return Ok(answer(code::NONE, Vec::new()));
     }
-    let Some((byte, first)) = p.locate_record(record)? else {
+    let Some((mut byte, mut first)) = p.locate_record(record)? else {
         return Ok(answer(code::NONE, Vec::new()));
     };
-    let Some(slice) = p.read(byte as i64, u32::MAX)? else {
-        return Ok(answer(code::NONE, Vec::new()));
+    // A compacted topic's segment may hold nothing but gaps from here: read on in the next
+    // (Kafka's consumers take a fetch with no batch for one whose batch is too large).
+    let records = loop {
+        let Some(slice) = p.read(byte as i64, u32::MAX)? else { break Vec::new() };
+        let records = pieces(&slice, first, max_bytes).map_err(|source| LogError::Io {
+            context: "reading",
+            path: slice.segment.path.clone(),
+            source,
+        })?;
+        if !records.is_empty() {
+            break records;
+        }
+        byte = slice.segment.base_offset + slice.position + slice.len;
+        first = p.record_at_offset(byte as i64)?;
     };
-    let records = pieces(&slice, first, max_bytes).map_err(|source| LogError::Io {
-        context: "reading",
-        path: slice.segment.path.clone(),
-        source,
-    })?;
     Ok(answer(code::NONE, records))
 }
 

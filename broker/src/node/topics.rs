@@ -107,6 +107,9 @@ impl Node {
         if let Some(remote_storage) = topic.overrides.remote_storage {
             config.insert(crate::config::REMOTE_STORAGE.into(), remote_storage.to_string());
         }
+        if let Some(policy) = topic.overrides.cleanup_policy {
+            config.insert(crate::config::CLEANUP_POLICY.into(), policy.to_string());
+        }
         Ok(Some(config))
     }
 }

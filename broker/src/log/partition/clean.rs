@@ -7,8 +7,7 @@
 //! bytes it freed (or left as it was when they are too few for a gap's header). A gap's body is
 //! a hole in the file, so the disk gives back its whole 4 KiB blocks. Every message boundary of
 //! the original log stays one, so consumers' offsets, index entries and followers' positions
-//! stay valid; the segment's last batch is kept (emptied if need be) so a fetch always finds a
-//! batch before the segment's end. A cleaned segment is written beside the old one, fsynced,
+//! stay valid. A cleaned segment is written beside the old one, fsynced,
 //! and renamed over it: a crash leaves the one or the other.
 
 use std::collections::HashMap;
@@ -46,8 +45,6 @@ struct Cleanable {
     segment: Arc<Segment>,
     end: u64,
     first_record: u64,
-    /// Where its last magic-2 batch starts, found by the first reading.
-    last_batch: Option<u64>,
 }
 
 impl Partition {
@@ -69,7 +66,7 @@ impl Partition {
     /// than `delete_retention_ms`, written again without them. `now_ms` is the clock the
     /// tombstones are judged by; `throttle` is told the bytes read. Blocking.
     pub fn clean(&self, now_ms: i64, throttle: &mut dyn FnMut(u64)) -> Result<Cleaned, LogError> {
-        let (mut segments, config) = {
+        let (segments, config) = {
             let state = self.state();
             let visible = self.visible_end();
             let sealed = state.segments.len() - 1;
@@ -79,7 +76,6 @@ impl Partition {
                     segment: Arc::clone(&state.segments[i]),
                     end: state.segment_end(i),
                     first_record: state.indexes[i].first_record(),
-                    last_batch: None,
                 })
                 .collect();
             (segments, state.config)
@@ -91,13 +87,11 @@ impl Partition {
         let max = config.max_message_bytes;
         // The last number of each key.
         let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
-        for cleanable in &mut segments {
-            let mut last_batch = None;
+        for cleanable in &segments {
             let read = for_each_message(cleanable, max, &mut |seen| {
                 let Some(message) = seen.message.as_ref().filter(|m| m.magic == MAGIC_BATCH) else {
                     return Ok(());
                 };
-                last_batch = Some(seen.at);
                 let number = seen.number;
                 let batch = RecordBatchRef::parse(message.payload).map_err(invalid)?;
                 if batch.is_control() {
@@ -112,7 +106,6 @@ impl Partition {
                 }
                 Ok(())
             });
-            cleanable.last_batch = last_batch;
             report.bytes_read += read?;
             throttle(cleanable.end - cleanable.segment.base_offset);
         }
@@ -197,10 +190,7 @@ impl Partition {
                 .read_exact_at(&mut bytes, slot.at - segment.base_offset)
                 .map_err(io_error("reading", &segment.path))?;
             let kept = match slot.magic {
-                MAGIC_BATCH => {
-                    let last = cleanable.last_batch == Some(slot.at);
-                    clean_batch(&bytes, slot, last, latest, horizon, report)?
-                }
+                MAGIC_BATCH => clean_batch(&bytes, slot, latest, horizon, report)?,
                 _ => None,
             };
             match kept {
@@ -283,12 +273,10 @@ fn gap_free(slot: &[u8]) -> Vec<u8> {
 
 /// The slot of a batch with the records it loses taken out: the batch written again and a tail
 /// gap (header only), or a gap for all of it; and the records removed. `None` when it keeps
-/// them all, or what it would free is too little for a gap. The segment's `last` batch is kept
-/// even when empty.
+/// them all, or what it would free is too little for a gap.
 fn clean_batch(
     slot_bytes: &[u8],
     slot: &Slot,
-    last: bool,
     latest: &HashMap<Vec<u8>, u64>,
     horizon: i64,
     report: &mut Cleaned,
@@ -321,7 +309,7 @@ fn clean_batch(
     }
     let Some(kept) = kept else { return Ok(None) };
     let slot_size = slot_bytes.len();
-    if batch.record_count() as u64 == gone && !last {
+    if batch.record_count() as u64 == gone {
         let records = u32::try_from(batch.offset_count()).unwrap_or(u32::MAX);
         return Ok(Some((protocol::gap_header(slot_size, records, 0).to_vec(), gone)));
     }
