@@ -183,10 +183,17 @@ impl Broker {
             stop.clone(),
         ));
         let cleaner_interval = Duration::from_millis(config.cleaner_interval_ms);
+        let metrics = Arc::clone(&self.metrics);
+        let cleaned = move |pass: &crate::log::Cleaned| {
+            metrics.cleaner_bytes.inc_by(pass.bytes_read);
+            metrics.cleaner_segments.inc_by(pass.segments as u64);
+            metrics.cleaner_records_removed.inc_by(pass.records);
+        };
         self.tasks.spawn(tasks::cleaner(
             logs,
             cleaner_interval,
             config.cleaner_bytes_per_s,
+            cleaned,
             stop.clone(),
         ));
         if let Some(interval) = config.scrub_interval() {

@@ -874,6 +874,35 @@ mod tests {
     }
 
     #[test]
+    fn cleanup_policies_parse_as_kafka_writes_them_and_compaction_is_not_tiered() {
+        let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let parse = |text: &str| text.parse::<CleanupPolicy>().ok();
+        assert_eq!(parse("delete"), Some(CleanupPolicy::DELETE));
+        let both = CleanupPolicy { delete: true, compact: true };
+        assert_eq!((parse("compact,delete"), parse("delete, compact")), (Some(both), Some(both)));
+        assert_eq!(parse("compact").map(|p| p.to_string()), Some("compact".into()));
+        for bad in ["", "compact,compact", "shred", "compact;delete"] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+        let compacted = TopicOverrides::parse(
+            1,
+            &[kv("cleanup_policy", "compact"), kv("delete_retention_ms", "5000")],
+            1,
+        )
+        .unwrap();
+        let log = BrokerConfig::default().log().with_overrides(&compacted);
+        assert!(log.cleanup_policy.compact && !log.cleanup_policy.delete);
+        assert_eq!(log.delete_retention_ms, 5000);
+        let tiered = [kv("cleanup_policy", "compact"), kv("remote_storage", "true")];
+        assert!(matches!(
+            TopicOverrides::parse(1, &tiered, 1),
+            Err(ConfigError::Invalid { key: "cleanup_policy", .. })
+        ));
+        assert_eq!(topic_key("cleanup.policy"), "cleanup_policy");
+        assert_eq!(topic_key("delete.retention.ms"), "delete_retention_ms");
+    }
+
+    #[test]
     fn tiering_needs_a_store_and_keeps_its_local_retention_within_the_whole() {
         let kv = |k: &str, v: &str| (k.to_owned(), v.to_owned());
         let alone = BrokerConfig { remote_storage: true, ..BrokerConfig::default() };

@@ -183,6 +183,11 @@ pub struct Metrics {
     pub scrub_damage_found: Counter,
     pub scrub_repaired: Counter,
     pub scrub_unrepaired: Counter,
+    /// Bytes the cleaner of compacted topics read, segments it wrote again and records it
+    /// removed.
+    pub cleaner_bytes: Counter,
+    pub cleaner_segments: Counter,
+    pub cleaner_records_removed: Counter,
     flush_latency: Histogram,
     /// The controller's offline-partition count, while this broker is the controller.
     controller: ControllerSlot,
@@ -237,6 +242,9 @@ impl Metrics {
             scrub_damage_found: Counter::default(),
             scrub_repaired: Counter::default(),
             scrub_unrepaired: Counter::default(),
+            cleaner_bytes: Counter::default(),
+            cleaner_segments: Counter::default(),
+            cleaner_records_removed: Counter::default(),
             flush_latency: latency_histogram(),
             controller: ControllerSlot::default(),
         };
@@ -253,7 +261,7 @@ impl Metrics {
         Metrics { registry: Arc::new(registry), ..metrics }
     }
 
-    /// Connections, their limits, security and the scrubber.
+    /// Connections, their limits, security, the scrubber and the cleaner.
     fn register_connections(&self, registry: &mut Registry) {
         let m = self;
         registry.register(
@@ -322,6 +330,21 @@ impl Metrics {
             "scrub_unrepaired",
             "Damaged ranges no replica had whole: left as found, refused by consumers' CRC checks",
             m.scrub_unrepaired.clone(),
+        );
+        registry.register(
+            "cleaner_bytes",
+            "Bytes of compacted topics' sealed segments the cleaner read",
+            m.cleaner_bytes.clone(),
+        );
+        registry.register(
+            "cleaner_segments",
+            "Segments of compacted topics the cleaner wrote again",
+            m.cleaner_segments.clone(),
+        );
+        registry.register(
+            "cleaner_records_removed",
+            "Records the cleaner removed: superseded by a later one of their key, or expired tombstones",
+            m.cleaner_records_removed.clone(),
         );
     }
 

@@ -15,6 +15,7 @@ pub use error::LogError;
 pub use leader_epoch::{EPOCHS_MAX, EpochEntry, LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 pub use manager::{CreateError, Created, LogManager, Topic};
 pub use partition::{
-    Appended, Damage, FileSlice, Partition, ReplicaSlice, SETS_PER_WRITE_MAX, SealedSegment,
+    Appended, Cleaned, Damage, FileSlice, Partition, ReplicaSlice, SETS_PER_WRITE_MAX,
+    SealedSegment,
 };
 pub use segment::{ScanResult, Segment, scan_valid_prefix};

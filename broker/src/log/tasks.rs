@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use super::{LogManager, Partition};
+use super::{Cleaned, LogManager, Partition};
 
 /// How long a failed flush waits before the next try.
 const FLUSH_RETRY: Duration = Duration::from_secs(1);
@@ -83,11 +83,13 @@ pub async fn retention(logs: Arc<LogManager>, interval: Duration, stop: Cancella
 
 /// Cleans the compacted partitions every `interval`, until `stop`: a partition whose sealed
 /// segments below the visible end reach further than at its last pass, or whose oldest kept
-/// tombstone has expired since. Reads at most `bytes_per_s` (0: no limit).
+/// tombstone has expired since. Reads at most `bytes_per_s` (0: no limit); `cleaned` is told
+/// what each pass did.
 pub async fn cleaner(
     logs: Arc<LogManager>,
     interval: Duration,
     bytes_per_s: u64,
+    cleaned: impl Fn(&Cleaned) + Send + 'static,
     stop: CancellationToken,
 ) {
     // Per partition: the cleanable end of its last pass and when a kept tombstone expires.
@@ -113,7 +115,7 @@ pub async fn cleaner(
                 continue;
             }
             let p = Arc::clone(partition);
-            let cleaned = tokio::task::spawn_blocking(move || {
+            let pass = tokio::task::spawn_blocking(move || {
                 let mut throttle = |bytes: u64| {
                     if bytes_per_s > 0 {
                         std::thread::sleep(Duration::from_secs_f64(
@@ -124,8 +126,9 @@ pub async fn cleaner(
                 p.clean(now_ms, &mut throttle)
             })
             .await;
-            match cleaned {
+            match pass {
                 Ok(Ok(report)) => {
+                    cleaned(&report);
                     if report.segments > 0 {
                         tracing::info!(partition = ?partition, segments = report.segments, records = report.records, "compacted");
                     }

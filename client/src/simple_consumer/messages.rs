@@ -409,6 +409,24 @@ mod tests {
     }
 
     #[test]
+    fn gaps_a_cleaner_left_are_stepped_over() {
+        let gap = |set: &mut BytesMut, size: usize| {
+            set.extend_from_slice(&protocol::gap_header(size, 3, 0));
+            set.resize(set.len() + size - protocol::GAP_HEADER_BYTES, 0);
+        };
+        let mut set = BytesMut::new();
+        gap(&mut set, 40);
+        protocol::encode_message(&mut set, Codec::None, b"kept");
+        gap(&mut set, 100);
+        let got: Vec<_> = read(&set, 1000).into_iter().map(Result::unwrap).collect();
+        assert_eq!(got, [ConsumedMessage::plain(1040, 1053, "kept".into())]);
+        let fetched = FetchedMessages::new("t", 3, 1000, set.freeze());
+        assert_eq!(fetched.end_offset(), 1153, "the next fetch starts after the last gap");
+        let only_gaps = FetchedMessages::new("t", 3, 0, fetched.bytes().slice(53..));
+        assert_eq!((only_gaps.iter().count(), only_gaps.end_offset()), (0, 100));
+    }
+
+    #[test]
     fn plain_messages_say_where_to_resume() {
         let set = plain_set(&[b"a", b"bb"]);
         let got: Vec<_> = read(&set, 100).into_iter().map(Result::unwrap).collect();

@@ -546,8 +546,9 @@ mod tests {
         assert!(after.iter().any(|(_, k, v)| k == "k04" && v.is_none()));
         assert_eq!(p.end_record(), before.last().unwrap().0 + 1);
         for (number, _, _) in &after {
-            let (byte, _) = p.locate_record(*number).unwrap().unwrap();
-            assert_eq!(p.record_at_offset(byte as i64).unwrap() <= *number, true);
+            let (byte, first) = p.locate_record(*number).unwrap().unwrap();
+            assert_eq!(p.record_at_offset(byte as i64).unwrap(), first);
+            assert!(first <= *number);
         }
 
         // A second pass finds nothing more to do; past the tombstone's expiry it drops key 4.

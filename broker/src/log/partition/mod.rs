@@ -30,6 +30,7 @@ use super::segment::Segment;
 use crate::config::{LogConfig, VisibleAfter};
 
 pub use append::SETS_PER_WRITE_MAX;
+pub use clean::Cleaned;
 pub use tier::SealedSegment;
 
 /// Where an append landed.
