@@ -234,12 +234,22 @@ pub fn retain_records(
     if !dropped {
         return Ok(None);
     }
+    // A codec Tributary only reads (snappy) leaves the records uncompressed.
+    let mut attributes = batch.attributes();
     let packed = match batch.codec() {
         Some(Codec::None) | None => kept,
-        Some(codec) => compression::compress(codec, &kept)?,
+        Some(codec) => match compression::compress(codec, &kept) {
+            Ok(packed) => packed,
+            Err(CompressionError::Unsupported { .. }) => {
+                attributes &= !CODEC_MASK;
+                kept
+            }
+            Err(e) => return Err(e.into()),
+        },
     };
     let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + packed.len());
     out.extend_from_slice(batch.header);
+    out[ATTRIBUTES_AT..LAST_OFFSET_DELTA_AT].copy_from_slice(&attributes.to_be_bytes());
     let batch_length = (RECORD_BATCH_HEADER_BYTES - LEADER_EPOCH_AT + packed.len()) as i32;
     out[BATCH_LENGTH_AT..LEADER_EPOCH_AT].copy_from_slice(&batch_length.to_be_bytes());
     out[RECORDS_COUNT_AT..RECORD_BATCH_HEADER_BYTES].copy_from_slice(&count.to_be_bytes());
@@ -610,6 +620,31 @@ mod tests {
             let empty = RecordBatchRef::parse(&none).unwrap();
             assert_eq!((empty.record_count(), empty.offset_count()), (0, 4));
         }
+    }
+
+    #[test]
+    fn a_snappy_batch_is_retained_uncompressed() {
+        let mut builder = RecordBatchBuilder::new(0);
+        builder.push(0, 1, Some(b"a"), Some(b"1"), &[]);
+        builder.push(1, 2, Some(b"b"), Some(b"2"), &[]);
+        let records = builder.clone().finish();
+        let raw = &records[RECORD_BATCH_HEADER_BYTES..];
+        let packed = snap::raw::Encoder::new().compress_vec(raw).unwrap();
+        let mut bytes = records[..RECORD_BATCH_HEADER_BYTES].to_vec();
+        bytes.extend_from_slice(&packed);
+        let length = (bytes.len() - LEADER_EPOCH_AT) as i32;
+        bytes[BATCH_LENGTH_AT..LEADER_EPOCH_AT].copy_from_slice(&length.to_be_bytes());
+        bytes[ATTRIBUTES_AT + 1] |= Codec::Snappy as u8;
+        let crc = crc32c::crc32c(&bytes[ATTRIBUTES_AT..]);
+        bytes[CRC_AT..ATTRIBUTES_AT].copy_from_slice(&crc.to_be_bytes());
+        let parsed = RecordBatchRef::parse(&bytes).unwrap();
+        assert_eq!(parsed.codec(), Some(Codec::Snappy));
+        let kept = retain_records(&parsed, 1 << 20, |r| r.key == Some(b"b")).unwrap().unwrap();
+        let cleaned = RecordBatchRef::parse(&kept).unwrap();
+        assert_eq!((cleaned.codec(), cleaned.record_count()), (Some(Codec::None), 1));
+        let records = cleaned.records(1 << 20).unwrap();
+        let read: Vec<Record> = records.iter().map(Result::unwrap).collect();
+        assert_eq!((read[0].offset, read[0].value), (1, Some(&b"2"[..])));
     }
 
     #[test]
