@@ -115,6 +115,7 @@ pub async fn cleaner(
                 continue;
             }
             let p = Arc::clone(partition);
+            let started = Instant::now();
             let pass = tokio::task::spawn_blocking(move || {
                 let mut throttle = |bytes: u64| {
                     if bytes_per_s > 0 {
@@ -130,7 +131,8 @@ pub async fn cleaner(
                 Ok(Ok(report)) => {
                     cleaned(&report);
                     if report.segments > 0 {
-                        tracing::info!(partition = ?partition, segments = report.segments, records = report.records, "compacted");
+                        let ms = started.elapsed().as_millis() as u64;
+                        tracing::info!(partition = ?partition, segments = report.segments, records = report.records, bytes_read = report.bytes_read, ms, "compacted");
                     }
                     passes.insert(key, (end, report.next_expiry));
                 }
