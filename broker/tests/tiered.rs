@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use client::Connection;
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::{ObjectStore, ObjectStoreExt};
+use protocol::record_batch::RecordBatchBuilder;
 use protocol::{Acks, MessageSetIter};
 use testkit::broker::message_set;
 use testkit::broker_processes::three_with_topic;
@@ -246,6 +248,62 @@ fn a_log_past_its_local_retention_reads_back_whole_from_the_store() {
         let expected = format!("{i} {}", String::from_utf8_lossy(message.payload));
         assert_eq!(*line, expected, "record {i}");
     }
+}
+
+/// Offsets by time reach into the store: Kafka's ListOffsets (kcat -Q) finds the first record
+/// at or after a time exactly, in remote segments and local ones alike, and the native OFFSETS
+/// by time lists remote segments' bases after the local ones.
+#[test]
+fn offsets_by_time_are_found_in_the_store_too() {
+    let tiered = Tiered::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    // 800 Kafka batches of 5 records each, record n stamped 1_000_000 + 10·n.
+    const BATCHES: i64 = 800;
+    for i in 0..BATCHES {
+        let mut builder = RecordBatchBuilder::new(0);
+        for j in 0..5 {
+            let n = 5 * i + j;
+            let value = format!("{n:06}-{:>90}", "");
+            builder.push(j, 1_000_000 + 10 * n, Some(b"k"), Some(value.as_bytes()), &[]);
+        }
+        let mut set = BytesMut::new();
+        protocol::encode_batch_message(&mut set, &builder.finish());
+        runtime.block_on(conn.produce(TOPIC, 0, Acks::Flushed, set.freeze())).unwrap();
+    }
+    wait_until("the head of the log deleted locally", Duration::from_secs(60), || {
+        let bases = tiered.local_bases();
+        bases.len() <= 4 && bases[0] > 0
+    });
+    let local_start = tiered.local_bases()[0];
+    let local_record = runtime.block_on(conn.record_number(TOPIC, 0, local_start as i64)).unwrap();
+    assert!(local_record > 100, "most records are in the store: local from {local_record}");
+
+    let kafka = format!("127.0.0.1:{}", tiered.kafka_port);
+    let query = |time: i64| -> i64 {
+        let out = Command::new("kcat")
+            .args(["-Q", "-b", &kafka, "-t", &format!("{TOPIC}:0:{time}")])
+            .output()
+            .expect("kcat (apt install kcat)");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let offset = text.split("offset ").nth(1).and_then(|rest| rest.split_whitespace().next());
+        offset.and_then(|o| o.parse().ok()).unwrap_or_else(|| panic!("kcat -Q {time}: {text}"))
+    };
+    let last = 5 * BATCHES - 1;
+    for record in [0, 1, 7, 52, 333, local_record as i64 - 1, local_record as i64, last] {
+        let time = 1_000_000 + 10 * record;
+        assert_eq!(query(time), record, "the first record at {time}");
+        assert_eq!(query(time - 5), record, "the first record after {}", time - 5);
+    }
+    assert_eq!(query(0), 0);
+
+    // OFFSETS by time: every segment written by now, the store's after the disk's.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let bases = runtime.block_on(conn.offsets(TOPIC, 0, now.as_millis() as i64 + 1000, 1000));
+    let bases = bases.unwrap();
+    assert_eq!(bases.last(), Some(&0), "{bases:?}");
+    assert!(bases.windows(2).all(|w| w[0] > w[1]), "newest first: {bases:?}");
+    assert!(bases.contains(&(local_start as i64)));
 }
 
 #[test]

@@ -422,6 +422,24 @@ pub async fn list_offsets(
                 answers.push(answer(code::NONE, (run.start_record as i64, -1)));
                 continue;
             }
+            if timestamp >= 0
+                && let Some(tier) = client.node.tier()
+                && client.node.remote_run(&p).await.is_some()
+            {
+                // A time the store may hold: searched there first, then on disk.
+                match tier.find_time(&p, timestamp).await {
+                    Ok(Some((record, time))) => {
+                        answers.push(answer(code::NONE, (record as i64, time)));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let error = crate::node::remote_failed(&p, e);
+                        answers.push(answer(kafka_error(error), (-1, -1)));
+                        continue;
+                    }
+                }
+            }
             let found = tokio::task::spawn_blocking(move || offset_for(&p, timestamp)).await;
             answers.push(match found {
                 Ok(Ok(found)) => answer(code::NONE, found),

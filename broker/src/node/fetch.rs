@@ -136,9 +136,21 @@ impl Node {
             protocol::OFFSETS_EARLIEST_LOCAL => Ok(vec![partition.start_offset() as i64]),
             time if time < 0 || max_number <= 0 => Err(ErrorCode::InvalidRequest),
             time => {
-                blocking("offsets", move || partition.offsets_before(time, max_number as usize))
+                let p = std::sync::Arc::clone(&partition);
+                let max_number = max_number as usize;
+                let mut offsets = blocking("offsets", move || p.offsets_before(time, max_number))
                     .await
-                    .map_err(|_| ErrorCode::Unknown)
+                    .map_err(|_| ErrorCode::Unknown)?;
+                // Older segments in the store follow the local ones.
+                if offsets.len() < max_number
+                    && let Some(tier) = &self.tier
+                    && self.remote_run(&partition).await.is_some()
+                {
+                    let left = max_number - offsets.len();
+                    let remote = tier.segments_before(&partition, time, left).await;
+                    offsets.extend(remote.map_err(|e| remote_failed(&partition, e))?);
+                }
+                Ok(offsets)
             }
         }
     }

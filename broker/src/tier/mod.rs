@@ -275,6 +275,69 @@ impl RemoteTier {
         self.locate_in(&dir, segment, record).await
     }
 
+    /// `OFFSETS` by time for the part of the log in the store: the base offsets of the readable
+    /// remote segments below the local log whose files were last written at or before
+    /// `time_ms`, newest first, at most `max_number`.
+    pub async fn segments_before(
+        &self,
+        partition: &Partition,
+        time_ms: i64,
+        max_number: usize,
+    ) -> Result<Vec<i64>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(Vec::new()) };
+        let local = partition.first_segment_base();
+        let manifest = self.manifest(partition).await?;
+        let mut bases: Vec<i64> = manifest
+            .segments()
+            .filter(|s| s.end > run.start && s.base < local && s.modified_ms <= time_ms)
+            .map(|s| s.base.max(run.start) as i64)
+            .collect();
+        bases.reverse();
+        bases.truncate(max_number);
+        Ok(bases)
+    }
+
+    /// The first record below the local log whose timestamp is `time_ms` or later, and that
+    /// timestamp: Kafka's ListOffsets by time for the part of the log in the store. Each
+    /// segment's manifest entry says its latest time, its index where in it the search begins
+    /// (as [`Partition::find_time`] does on disk); a segment of Tributary's own messages, which
+    /// carry no time, counts as written at its file's modification time and answers its first
+    /// record. `None` when nothing in the store is that recent.
+    pub async fn find_time(
+        &self,
+        partition: &Partition,
+        time_ms: i64,
+    ) -> Result<Option<(u64, i64)>, TierError> {
+        let Some(run) = self.below_local(partition).await? else { return Ok(None) };
+        let local = partition.first_segment_base();
+        let manifest = self.manifest(partition).await?;
+        let dir = partition_dir(partition.topic(), partition.index());
+        let segments = manifest.segments().filter(|s| s.end > run.start && s.base < local);
+        for segment in segments {
+            if segment.max_time == index::NO_TIME {
+                if segment.modified_ms >= time_ms {
+                    return Ok(Some((segment.first_record.max(run.start_record), index::NO_TIME)));
+                }
+                continue;
+            }
+            if segment.max_time < time_ms {
+                continue;
+            }
+            let entries = self.index_of(&dir, segment).await?;
+            let from = entries[entries.partition_point(|e| e.time < time_ms).saturating_sub(1)];
+            let (chunk, end) = self.scan_chunk(&dir, segment, from.byte).await?;
+            let max = self.max_message_bytes;
+            let found = tokio::task::spawn_blocking(move || {
+                index::find_time(&chunk.file, chunk.base_offset, end, from, time_ms, max)
+            })
+            .await??;
+            if let Some((record, time)) = found {
+                return Ok(Some((record.max(run.start_record), time)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The message of `segment` holding record `record`: its byte offset and the number of its
     /// first record.
     async fn locate_in(
