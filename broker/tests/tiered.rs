@@ -290,7 +290,7 @@ fn offsets_by_time_are_found_in_the_store_too() {
         offset.and_then(|o| o.parse().ok()).unwrap_or_else(|| panic!("kcat -Q {time}: {text}"))
     };
     let last = 5 * BATCHES - 1;
-    for record in [0, 1, 7, 52, 333, local_record as i64 - 1, local_record as i64, last] {
+    for record in [0, 1, 7, 52, 333, local_record - 1, local_record, last] {
         let time = 1_000_000 + 10 * record;
         assert_eq!(query(time), record, "the first record at {time}");
         assert_eq!(query(time - 5), record, "the first record after {}", time - 5);
