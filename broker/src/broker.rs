@@ -134,6 +134,27 @@ impl Broker {
         })
         .await??;
         let replicas = Arc::new(replicas);
+        if let Some(tier) = &tier {
+            // A deleted topic's objects in the store go before its deletion is acknowledged,
+            // so that a topic created again under its name never meets them.
+            let tier = Arc::clone(tier);
+            replicas.on_topic_deleted(Box::new(move |topic, partitions| {
+                let tier = Arc::clone(&tier);
+                Box::pin(async move {
+                    for index in partitions {
+                        match tier.delete_partition(&topic, index).await {
+                            Ok(0) => {}
+                            Ok(objects) => {
+                                tracing::info!(%topic, partition = index, objects, "deleted the topic's objects in the store")
+                            }
+                            Err(e) => {
+                                tracing::error!(%topic, partition = index, error = %e, "cannot delete the topic's objects in the store ({{topic}}/{{partition}}/): they stay there")
+                            }
+                        }
+                    }
+                })
+            }));
+        }
         let membership =
             match Membership::join(session, advertised.clone(), &replicas, &metrics).await {
                 Ok(joined) => joined.map(Arc::new),

@@ -306,6 +306,43 @@ fn offsets_by_time_are_found_in_the_store_too() {
     assert!(bases.contains(&(local_start as i64)));
 }
 
+/// A deleted topic's objects leave the store with it, and a topic created again under its name
+/// starts an empty manifest: what it reads back from the store is its own.
+#[test]
+fn deleting_a_topic_deletes_its_objects_in_the_store() {
+    let tiered = Tiered::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    runtime.block_on(produce(&conn, 1000, "old"));
+    wait_until("segments uploaded", Duration::from_secs(60), || {
+        runtime.block_on(tiered.manifest()).len() >= 5
+    });
+    let objects = || -> usize {
+        let store = tiered.store();
+        let prefix = object_store::path::Path::from(format!("live/{TOPIC}"));
+        runtime.block_on(store.list(Some(&prefix)).collect::<Vec<_>>()).len()
+    };
+    assert!(objects() > 10, "data, index and entry of each segment");
+    let delete = format!(
+        "from confluent_kafka.admin import AdminClient\n\
+         admin = AdminClient({{'bootstrap.servers': '127.0.0.1:{}'}})\n\
+         admin.delete_topics(['{TOPIC}'])['{TOPIC}'].result(30)",
+        tiered.kafka_port
+    );
+    let out = Command::new("python3").args(["-c", &delete]).output().expect("python3");
+    assert!(out.status.success(), "delete_topics: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(objects(), 0, "the store keeps nothing of the deleted topic");
+
+    // The same name again: its log, uploaded and read back from offset 0, is the new one.
+    let written = runtime.block_on(produce(&conn, 1000, "new"));
+    wait_until("the new log's head deleted locally", Duration::from_secs(60), || {
+        let bases = tiered.local_bases();
+        bases.len() <= 4 && bases[0] > 0
+    });
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the topic created again reads back its own log");
+}
+
 #[test]
 fn a_broker_killed_while_uploading_leaves_every_segment_in_the_manifest_once() {
     let mut tiered = Tiered::start();

@@ -71,7 +71,17 @@ pub struct Replicas {
     /// Flushers and lag checks.
     tasks: TaskTracker,
     stop: CancellationToken,
+    /// Told the partitions this broker had of a topic deleted, once their files are gone and
+    /// before the deletion is acknowledged: what else of them must go (the store's copies).
+    topic_deleted: std::sync::OnceLock<TopicDeleted>,
 }
+
+/// See [`Replicas::on_topic_deleted`].
+pub type TopicDeleted = Box<
+    dyn Fn(String, Vec<u32>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl Replicas {
     /// The replicas of `logs` (opened and recovered), each partition with its flusher. A log
@@ -95,6 +105,7 @@ impl Replicas {
             tls,
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
+            topic_deleted: std::sync::OnceLock::new(),
         };
         for partition in replicas.logs.partitions() {
             replicas.start_flusher(partition);
@@ -403,6 +414,14 @@ impl Replicas {
         }
     }
 
+    /// Sets what happens after a topic's replicas here are removed because it is deleted (the
+    /// tier deletes their objects in the store); once.
+    pub fn on_topic_deleted(&self, hook: TopicDeleted) {
+        if self.topic_deleted.set(hook).is_err() {
+            tracing::warn!("on_topic_deleted set twice; the first stays");
+        }
+    }
+
     /// Removes this broker's replicas `indexes` of `topic` (every one, and the topic's
     /// settings, when `whole_topic`): leaderships end, files go. Followers must be stopped.
     pub async fn remove(
@@ -421,7 +440,12 @@ impl Replicas {
         }
         let (logs, name) = (Arc::clone(&self.logs), topic.to_owned());
         match tokio::task::spawn_blocking(move || logs.remove(&name, &indexes, whole_topic)).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(_)) => {
+                if whole_topic && let Some(hook) = self.topic_deleted.get() {
+                    hook(topic.to_owned(), held).await;
+                }
+                Ok(())
+            }
             Ok(Err(e)) => {
                 tracing::error!(%topic, error = %e, "cannot remove replicas");
                 Err(ErrorCode::Unknown)

@@ -125,6 +125,9 @@ impl RemoteTier {
         stop: &CancellationToken,
     ) -> Result<(), TierError> {
         let _writing = self.writing.lock().await;
+        if partition.removed().is_cancelled() {
+            return Ok(()); // its topic deleted, or its replica moved away, since the pass began
+        }
         self.sync(partition).await?;
         let Some(leader_epoch) = leader_epoch else { return Ok(()) };
         let dir = partition_dir(partition.topic(), partition.index());
@@ -350,6 +353,29 @@ impl RemoteTier {
             }
         }
         Ok(())
+    }
+
+    /// Deletes every object of partition `index` of `topic`, a topic being deleted: its
+    /// manifest entries first (so no reader takes a segment whose data is going), then the
+    /// rest, and forgets its manifest here. Taken while no upload pass writes, so none is in
+    /// the middle of an upload for it; a pass that starts later skips it (it is removed from
+    /// the logs first). Returns the objects deleted.
+    pub async fn delete_partition(&self, topic: &str, index: u32) -> Result<usize, TierError> {
+        let _writing = self.writing.lock().await;
+        let dir = partition_dir(topic, index);
+        let mut deleted = 0;
+        for prefix in [format!("{dir}/manifest"), dir.clone()] {
+            let listed: Vec<_> = self.store.list(Some(&StorePath::from(prefix))).collect().await;
+            for meta in listed {
+                match self.store.delete(&meta?.location).await {
+                    Ok(()) => deleted += 1,
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        self.manifests().remove(&(topic.to_owned(), index));
+        Ok(deleted)
     }
 
     /// Deletes the partition's data and index objects that no manifest entry names and that
