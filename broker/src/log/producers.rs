@@ -3,8 +3,10 @@
 //! the log. Every replica keeps it as it appends — the leader as it takes a batch, a follower as
 //! it copies the leader's bytes — because every batch carries its producer id, epoch and
 //! sequences; so a follower that becomes leader has it already, however much was written since.
-//! What lies in the log before the replica opened it is learned once, lazily, from the last
-//! [`STATE_TAIL_BYTES`] before that point ([`Producers::missing_before`]).
+//! What lies in the log before the replica opened it is learned once ([`Producers::missing_before`]):
+//! from the newest snapshot of the state (written at each segment roll and at shutdown,
+//! `{offset:020}.producers`) and the log after it, or without one from the last
+//! [`STATE_TAIL_BYTES`] before that point.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -141,6 +143,25 @@ impl Producers {
         }
     }
 
+    /// Every batch known, oldest first — what a snapshot holds — once nothing before
+    /// `tracked_from` is missing; `None` before.
+    pub fn batches(&self) -> Option<Vec<(BatchProducer, Placed)>> {
+        if !self.loaded {
+            return None;
+        }
+        let mut batches: Vec<(BatchProducer, Placed)> = self
+            .producers
+            .iter()
+            .flat_map(|(&id, seen)| {
+                seen.batches.iter().map(move |&(base, last, placed)| {
+                    (BatchProducer { id, epoch: seen.epoch, sequences: (base, last) }, placed)
+                })
+            })
+            .collect();
+        batches.sort_by_key(|(_, placed)| placed.offset);
+        Some(batches)
+    }
+
     /// Remembers a batch of `producer` appended where `placed` says.
     pub fn record(&mut self, producer: BatchProducer, placed: Placed) {
         let BatchProducer { id, epoch, sequences: (base, last) } = producer;
@@ -167,6 +188,64 @@ impl Producers {
         }
         seen.batches.push_back((base, last, placed));
     }
+}
+
+/// Suffix of a snapshot of a partition's producers, named by the log end it was taken at.
+pub const SNAPSHOT_SUFFIX: &str = ".producers";
+/// What a snapshot file begins with: its format.
+const SNAPSHOT_MARK: &str = "tributary-producers 1";
+
+/// The text of a snapshot of `batches` (oldest first): a mark line, then one line per batch,
+/// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none).
+pub fn encode_snapshot(batches: &[(BatchProducer, Placed)]) -> String {
+    let mut text = format!("{SNAPSHOT_MARK}\n");
+    for (producer, placed) in batches {
+        let BatchProducer { id, epoch, sequences: (base, last) } = producer;
+        let time = placed.log_append_time.unwrap_or(-1);
+        text.push_str(&format!(
+            "{id} {epoch} {base} {last} {} {} {} {time}\n",
+            placed.first_record, placed.offset, placed.end
+        ));
+    }
+    text
+}
+
+/// The batches of a snapshot's text; `None` for one that does not parse whole (a crash while
+/// it was written: the log is read instead).
+pub fn decode_snapshot(text: &str) -> Option<Vec<(BatchProducer, Placed)>> {
+    let mut lines = text.lines();
+    if lines.next()? != SNAPSHOT_MARK || !text.ends_with('\n') {
+        return None;
+    }
+    lines
+        .map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            let [id, epoch, base, last, first_record, offset, end, time] = f[..] else {
+                return None;
+            };
+            let time: i64 = time.parse().ok()?;
+            let producer = BatchProducer {
+                id: id.parse().ok()?,
+                epoch: epoch.parse().ok()?,
+                sequences: (base.parse().ok()?, last.parse().ok()?),
+            };
+            let placed = Placed {
+                first_record: first_record.parse().ok()?,
+                offset: offset.parse().ok()?,
+                end: end.parse().ok()?,
+                log_append_time: (time >= 0).then_some(time),
+            };
+            Some((producer, placed))
+        })
+        .collect()
+}
+
+/// The log end a snapshot file's name says it was taken at, if it names one.
+pub fn parse_snapshot_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SNAPSHOT_SUFFIX)?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 /// Where a magic-2 message's batch begins: after its length, CRC and magic.
@@ -244,6 +323,25 @@ mod tests {
         assert_eq!(producers.check(batch(1, 0, 0, 9)), Check::Duplicate(at(5)));
         assert_eq!(producers.check(batch(1, 0, 20, 29)), Check::Append, "follows the newest");
         assert_eq!(producers.check(batch(2, 0, 0, 0)), Check::Duplicate(at(6)));
+    }
+
+    #[test]
+    fn a_snapshot_holds_every_batch_and_a_torn_one_is_refused() {
+        let mut producers = Producers::from(0);
+        assert_eq!(producers.batches(), None, "not loaded yet");
+        producers.learned(0, Vec::new());
+        producers.record(batch(1, 0, 0, 4), at(3));
+        producers.record(batch(2, 5, 10, 10), at(4));
+        let stamped = Placed { log_append_time: Some(1_700_000_000_000), ..at(5) };
+        producers.record(batch(1, 0, 5, 9), stamped);
+        let batches = producers.batches().unwrap();
+        assert_eq!(batches.len(), 3);
+        let text = encode_snapshot(&batches);
+        assert_eq!(decode_snapshot(&text), Some(batches));
+        assert_eq!(decode_snapshot(&text[..text.len() - 3]), None, "torn");
+        assert_eq!(decode_snapshot("something else\n"), None);
+        assert_eq!(parse_snapshot_name("00000000000000001234.producers"), Some(1234));
+        assert_eq!(parse_snapshot_name("1234.producers"), None);
     }
 
     #[test]

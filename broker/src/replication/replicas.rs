@@ -110,6 +110,20 @@ impl Replicas {
         for partition in replicas.logs.partitions() {
             replicas.start_flusher(partition);
         }
+        // What each log holds of its idempotent producers, read in the background (from its
+        // newest snapshot), so that rolls snapshot them from here on.
+        let (partitions, stop) = (replicas.logs.partitions(), replicas.stop.clone());
+        replicas.tasks.spawn(async move {
+            for partition in partitions {
+                if stop.is_cancelled() {
+                    return;
+                }
+                let p = Arc::clone(&partition);
+                if let Ok(Err(e)) = tokio::task::spawn_blocking(move || p.learn_producers()).await {
+                    tracing::warn!(partition = ?partition, error = %e, "cannot read the log's producers; the first idempotent produce tries again");
+                }
+            }
+        });
         Ok(replicas)
     }
 
@@ -137,7 +151,14 @@ impl Replicas {
         self.tasks.close();
         self.tasks.wait().await;
         let logs = Arc::clone(&self.logs);
-        match tokio::task::spawn_blocking(move || logs.flush_all()).await {
+        let flush = move || {
+            let flushed = logs.flush_all();
+            for partition in logs.partitions() {
+                partition.snapshot_producers();
+            }
+            flushed
+        };
+        match tokio::task::spawn_blocking(flush).await {
             Ok(flushed) => flushed,
             Err(e) => Err(LogError::Io {
                 context: "flushing",

@@ -123,6 +123,7 @@ impl Partition {
         state.unsynced.push(old);
         state.segments.push(Arc::new(segment));
         state.dir_unsynced = true;
+        self.write_snapshot(state);
         Ok(())
     }
 }

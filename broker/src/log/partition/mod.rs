@@ -496,8 +496,7 @@ mod tests {
             end: appended.offset + set.len() as u64,
             log_append_time: None,
         };
-        assert_eq!(partition.check_producer(producer), None, "not learned yet");
-        partition.learn_producers().unwrap();
+        // A log created empty knows its producers from its start.
         assert_eq!(partition.check_producer(producer), Some(Check::Duplicate(placed)));
         drop(partition);
 
@@ -512,6 +511,63 @@ mod tests {
         assert_eq!(reopened.check_producer(producer), None, "cut: learned again");
         reopened.learn_producers().unwrap();
         assert_eq!(reopened.check_producer(producer), Some(Check::Append));
+    }
+
+    /// A producer whose last batch lies further back than the log's tail that is read without
+    /// a snapshot is still known after a restart: from the snapshot written at a roll (and
+    /// not from one past a truncation).
+    #[test]
+    fn producers_far_back_are_known_again_from_the_snapshot_of_a_roll() {
+        use crate::log::producers::{BATCHES_KEPT, BatchProducer, Check, STATE_TAIL_BYTES};
+        let dir = tempfile::tempdir().unwrap();
+        let partition = open(dir.path(), config(1 << 20));
+        let idempotent = |p: &Partition, sequence: i32| {
+            let mut set = Vec::new();
+            let mut batch = protocol::record_batch::RecordBatchBuilder::new(0)
+                .with_producer(9, 0, sequence);
+            batch.push(0, 1_000, None, Some(b"once"), &[]);
+            protocol::encode_batch_message(&mut set, &batch.finish());
+            let counted = index::count_records(&set, 1 << 20).unwrap();
+            p.append(&[&set], &[counted]).unwrap()
+        };
+        let first = idempotent(&partition, 0);
+        // Far more than the tail, in 1 MiB segments: every roll snapshots the producer.
+        let filler = vec![b'x'; 64 << 10];
+        let mut set = Vec::new();
+        protocol::encode_message(&mut set, Codec::None, &filler);
+        let counted = index::count_records(&set, 1 << 20).unwrap();
+        while partition.end() < 2 * STATE_TAIL_BYTES {
+            partition.append(&[&set], std::slice::from_ref(&counted)).unwrap();
+        }
+        partition.flush().unwrap();
+        drop(partition);
+
+        let reopened = open(dir.path(), config(1 << 20));
+        reopened.learn_producers().unwrap();
+        let producer = BatchProducer { id: 9, epoch: 0, sequences: (0, 0) };
+        match reopened.check_producer(producer) {
+            Some(Check::Duplicate(placed)) => assert_eq!(placed.offset, first.offset),
+            other => panic!("the producer's batch from {} is forgotten: {other:?}", first.offset),
+        }
+        let next = BatchProducer { id: 9, epoch: 0, sequences: (1, 1) };
+        assert_eq!(reopened.check_producer(next), Some(Check::Append));
+        assert!(BATCHES_KEPT > 1);
+
+        // Cut back before the last roll: its snapshot goes, the earlier ones stay.
+        let bases = reopened.segment_bases();
+        let cut = bases[bases.len() - 2];
+        reopened.truncate_to(cut).unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("t-0"))
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().into_string().ok())
+            .filter(|n| n.ends_with(".producers"))
+            .collect();
+        assert!(!names.is_empty());
+        let past: Vec<_> =
+            names.iter().filter(|n| n[..20].parse::<u64>().unwrap() > cut).collect();
+        assert!(past.is_empty(), "{past:?} past the cut at {cut}");
+        reopened.learn_producers().unwrap();
+        assert!(matches!(reopened.check_producer(producer), Some(Check::Duplicate(_))));
     }
 
     /// Where record `k` (0..10) of a mixed set appended at `a` is.

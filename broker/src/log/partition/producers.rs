@@ -1,16 +1,19 @@
 //! A partition's idempotent producers ([`crate::log::producers`]): checked against before a
 //! leader appends a batch of one, kept up to date by every append of every replica, cut back
-//! with the log, and learned once from the log before the replica opened it.
+//! with the log, snapshotted at each roll and at shutdown, and learned once from the newest
+//! snapshot and the log after it (or the log's tail) before the replica opened it.
 
+use std::fs;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 
 use super::{Partition, State};
 use crate::log::error::{LogError, io_error};
 use crate::log::index::SetRecords;
 use crate::log::producers::{
-    BatchProducer, Check, Placed, Producers, STATE_TAIL_BYTES, log_append_time_of_message,
-    producer_of_message,
+    self, BatchProducer, Check, Placed, Producers, SNAPSHOT_SUFFIX, STATE_TAIL_BYTES,
+    log_append_time_of_message, producer_of_message,
 };
 
 impl Partition {
@@ -22,15 +25,34 @@ impl Partition {
         state.producers.missing_before().is_none().then(|| state.producers.check(producer))
     }
 
-    /// Reads the idempotent producers' batches in the last [`STATE_TAIL_BYTES`] of the log
-    /// before this replica began to see appends, once. Blocking: reads that much.
+    /// Learns the idempotent producers' batches in the log before this replica began to see
+    /// appends, once: from the newest snapshot taken at or before that point (and in the log)
+    /// and the batches after it, or without one from the last [`STATE_TAIL_BYTES`]. Blocking:
+    /// reads the snapshot and the log after it (at most a segment), or that tail.
     pub fn learn_producers(&self) -> Result<(), LogError> {
-        let (to, reads) = {
+        let (to, start) = {
             let state = self.state();
             let Some(to) = state.producers.missing_before() else { return Ok(()) };
-            (to, tail_reads(&state, to))
+            (to, state.start_byte())
         };
-        let mut batches = Vec::new();
+        let snapshot = snapshots(&self.dir)
+            .into_iter()
+            .rev()
+            .filter(|&at| at >= start && at <= to)
+            .find_map(|at| {
+                let path = self.dir.join(snapshot_name(at));
+                let text = fs::read_to_string(&path).ok()?;
+                let decoded = producers::decode_snapshot(&text);
+                if decoded.is_none() {
+                    tracing::warn!(snapshot = %path.display(), "a producer snapshot that does not parse; reading the log instead");
+                }
+                decoded.map(|batches| (at, batches))
+            });
+        let (from, mut batches) = match snapshot {
+            Some((at, batches)) => (at, batches),
+            None => (to.saturating_sub(STATE_TAIL_BYTES), Vec::new()),
+        };
+        let reads = tail_reads(&self.state(), from, to);
         for (segment, begin, end) in reads {
             let mut bytes = vec![0u8; (end - begin) as usize];
             segment
@@ -40,6 +62,9 @@ impl Partition {
             for message in protocol::MessageSetIter::new(&bytes, begin as i64) {
                 let Ok((offset, message)) = message else { break };
                 let offset = offset as u64;
+                if offset < from {
+                    continue; // in the snapshot already
+                }
                 let at = (offset - begin) as usize;
                 // A magic-2 message: length, CRC and magic before its batch.
                 let end = offset + 9 + message.payload.len() as u64;
@@ -62,10 +87,10 @@ impl Partition {
     }
 }
 
-/// The pieces of the log to read for the last [`STATE_TAIL_BYTES`] before `to`: `(segment,
-/// from, to)`, from an index entry at or before that point, never before the log start.
-fn tail_reads(state: &State, to: u64) -> Vec<(Arc<crate::log::Segment>, u64, u64)> {
-    let from = to.saturating_sub(STATE_TAIL_BYTES).max(state.start_byte());
+/// The pieces of the log to read for its batches from `from` to `to`: `(segment, from, to)`,
+/// from an index entry at or before `from`, never before the log start.
+fn tail_reads(state: &State, from: u64, to: u64) -> Vec<(Arc<crate::log::Segment>, u64, u64)> {
+    let from = from.max(state.start_byte());
     if from >= to {
         return Vec::new();
     }
@@ -81,6 +106,62 @@ fn tail_reads(state: &State, to: u64) -> Vec<(Arc<crate::log::Segment>, u64, u64
         })
         .filter(|(_, begin, end)| begin < end)
         .collect()
+}
+
+/// `{at:020}.producers`.
+fn snapshot_name(at: u64) -> String {
+    format!("{at:020}{SNAPSHOT_SUFFIX}")
+}
+
+/// The log ends of the producer snapshots in `dir`, oldest first.
+fn snapshots(dir: &Path) -> Vec<u64> {
+    let mut found: Vec<u64> = fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| producers::parse_snapshot_name(e.ok()?.file_name().to_str()?))
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort_unstable();
+    found
+}
+
+impl Partition {
+    /// Writes a snapshot of the producers at the log's end (see [`Partition::write_snapshot`]):
+    /// at shutdown, so that the next start reads no log for them.
+    pub fn snapshot_producers(&self) {
+        let state = self.state();
+        self.write_snapshot(&state);
+    }
+
+    /// Deletes the producer snapshots `doomed` picks by the log end they were taken at (those
+    /// past a truncation, or before the first segment retention left). A snapshot that stays
+    /// past its use costs a little disk; one that cannot be deleted is logged.
+    pub(super) fn delete_snapshots(&self, doomed: impl Fn(u64) -> bool) {
+        for at in snapshots(&self.dir).into_iter().filter(|&at| doomed(at)) {
+            let path = self.dir.join(snapshot_name(at));
+            if let Err(e) = fs::remove_file(&path) {
+                tracing::warn!(snapshot = %path.display(), error = %e, "cannot delete a producer snapshot");
+            }
+        }
+    }
+
+    /// Writes what this replica knows of its producers at the log's end, if it knows all of
+    /// it, as `{end:020}.producers` (written beside and renamed; not fsynced: a snapshot lost
+    /// to a crash is read from the log again). At a roll and at shutdown.
+    pub(super) fn write_snapshot(&self, state: &State) {
+        let Some(batches) = state.producers.batches() else { return };
+        if batches.is_empty() && snapshots(&self.dir).is_empty() {
+            return; // never an idempotent producer here: nothing to snapshot
+        }
+        let path = self.dir.join(snapshot_name(state.end));
+        let staged = path.with_extension("producers.new");
+        let written = fs::write(&staged, producers::encode_snapshot(&batches))
+            .and_then(|()| fs::rename(&staged, &path));
+        if let Err(e) = written {
+            tracing::warn!(snapshot = %path.display(), error = %e, "cannot write a producer snapshot");
+        }
+    }
 }
 
 impl State {

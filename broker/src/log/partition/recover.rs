@@ -14,7 +14,7 @@ use crate::config::LogConfig;
 use crate::log::error::{LogError, io_error};
 use crate::log::index::{self, SegmentIndex};
 use crate::log::leader_epoch::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
-use crate::log::producers::Producers;
+use crate::log::producers::{self, Producers};
 use crate::log::segment::{Segment, scan_valid_prefix};
 
 impl Partition {
@@ -68,6 +68,13 @@ impl Partition {
         if dir_unsynced {
             partition.flush()?;
         }
+        {
+            // An empty log has no producers before it: its state is whole from the start.
+            let mut state = partition.state();
+            if state.segments.len() == 1 && state.segments[0].base_offset == end {
+                state.producers.learned(end, Vec::new());
+            }
+        }
         if let Some(kept) = start::read_start(&partition.dir) {
             let mut state = partition.state();
             state.log_start = Some(kept);
@@ -89,8 +96,13 @@ fn open_segments(dir: &Path) -> Result<(Vec<Arc<Segment>>, bool), LogError> {
             Some(base) => bases.push(base),
             None if name == LEADER_EPOCH_CHECKPOINT || name == start::LOG_START_FILE => {}
             None if name.to_str().and_then(index::parse_file_name).is_some() => {}
-            // A cleaned segment a crash left before it replaced its segment: the old one stands.
-            None if name.to_str().is_some_and(|n| n.ends_with(super::clean::CLEANED_SUFFIX)) => {
+            None if name.to_str().and_then(producers::parse_snapshot_name).is_some() => {}
+            // A cleaned segment, or a producer snapshot, a crash left before it was renamed:
+            // the old file stands.
+            None if name.to_str().is_some_and(|n| {
+                n.ends_with(super::clean::CLEANED_SUFFIX) || n.ends_with(".producers.new")
+            }) =>
+            {
                 let path = entry.path();
                 fs::remove_file(&path).map_err(io_error("deleting", &path))?;
             }

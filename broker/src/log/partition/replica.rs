@@ -52,6 +52,7 @@ impl Partition {
         // what the log holds now.
         let end = state.end;
         state.reset_producers(end);
+        self.delete_snapshots(|at| at > end);
         for published in [&self.flushed, &self.visible, &self.written] {
             published.send_if_modified(|published| {
                 let lowered = *published > end;
@@ -253,6 +254,8 @@ impl Partition {
         state.indexes.push(index);
         state.end = base;
         state.reset_producers(base);
+        state.producers.learned(base, Vec::new()); // an empty log: nothing before it
+        self.delete_snapshots(|_| true);
         state.dir_unsynced = true;
         fs::remove_file(&old.path).map_err(io_error("deleting", &old.path))?;
         state.segments.remove(0);

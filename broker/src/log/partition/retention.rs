@@ -87,6 +87,8 @@ impl Partition {
             }
         }
         let doomed: Vec<Arc<Segment>> = state.segments.drain(..count).collect();
+        let first = state.segments[0].base_offset;
+        self.delete_snapshots(|at| at < first);
         state.unsynced.retain(|s| !doomed.iter().any(|d| Arc::ptr_eq(d, s)));
         state.dir_unsynced = true;
         state.settle_start();
