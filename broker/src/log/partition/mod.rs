@@ -523,8 +523,8 @@ mod tests {
         let partition = open(dir.path(), config(1 << 20));
         let idempotent = |p: &Partition, sequence: i32| {
             let mut set = Vec::new();
-            let mut batch = protocol::record_batch::RecordBatchBuilder::new(0)
-                .with_producer(9, 0, sequence);
+            let mut batch =
+                protocol::record_batch::RecordBatchBuilder::new(0).with_producer(9, 0, sequence);
             batch.push(0, 1_000, None, Some(b"once"), &[]);
             protocol::encode_batch_message(&mut set, &batch.finish());
             let counted = index::count_records(&set, 1 << 20).unwrap();
@@ -562,8 +562,7 @@ mod tests {
             .filter(|n| n.ends_with(".producers"))
             .collect();
         assert!(!names.is_empty());
-        let past: Vec<_> =
-            names.iter().filter(|n| n[..20].parse::<u64>().unwrap() > cut).collect();
+        let past: Vec<_> = names.iter().filter(|n| n[..20].parse::<u64>().unwrap() > cut).collect();
         assert!(past.is_empty(), "{past:?} past the cut at {cut}");
         reopened.learn_producers().unwrap();
         assert!(matches!(reopened.check_producer(producer), Some(Check::Duplicate(_))));
