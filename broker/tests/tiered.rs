@@ -3,9 +3,10 @@
 //! native protocol and through kcat (record numbers too), while the partition's directory holds
 //! only its newest segments; a broker killed with `kill -9` in the middle of uploads leaves
 //! every sealed segment in the manifest exactly once; remote retention moves the log start; an
-//! unreachable store keeps every segment on disk until uploads resume; and, in a cluster of
-//! three in a real ZooKeeper (tiering to a shared local directory), a replica whose disk was
-//! wiped copies only the local part of the log.
+//! unreachable store keeps every segment on disk until uploads resume; ListOffsets by time and
+//! topic deletion reach the store; and, in a cluster of three in a real ZooKeeper (tiering to
+//! a shared local directory), a new leader goes on with the uploads of one killed in the
+//! middle of them, and a replica whose disk was wiped copies only the local part of the log.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -419,38 +420,9 @@ fn an_unreachable_store_keeps_every_segment_on_disk_until_uploads_resume() {
 fn a_wiped_replica_copies_only_the_local_log() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = tempfile::tempdir().unwrap();
-    let store_url = format!("file://{}", store.path().display());
-    let (segment_bytes, local_retention) =
-        (SEGMENT_BYTES.to_string(), LOCAL_RETENTION_BYTES.to_string());
-    let args = [
-        "--remote-store",
-        &store_url,
-        "--remote-storage",
-        "true",
-        "--segment-bytes",
-        &segment_bytes,
-        "--local-retention-bytes",
-        &local_retention,
-        "--retention-check-ms",
-        "100",
-        "--remote-task-interval-ms",
-        "100",
-        "--flush-ms",
-        "10",
-        "--zookeeper-session-timeout-ms",
-        "2000",
-    ];
-    let connect = ZooKeeperServer::shared().connect_string();
-    let (mut brokers, registry) =
-        runtime.block_on(three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, 1));
+    let (mut brokers, registry) = runtime.block_on(tiered_cluster(store.path(), &[]));
     let mut conn = None;
-    let mut written = Vec::new();
-    for i in 0..1000 {
-        let payloads: Vec<String> = (0..5).map(|j| format!("a-{i:05}-{j}-{:>86}", "")).collect();
-        let set = message_set(&payloads);
-        written.extend_from_slice(&set);
-        runtime.block_on(produce_to_leader(&registry, &mut conn, set));
-    }
+    let written = runtime.block_on(produce_to_leader_n(&registry, &mut conn, 1000));
     let dirs: Vec<PathBuf> =
         (0..3).map(|id| brokers.data_dir(id).join(format!("{TOPIC}-0"))).collect();
     let local = |id: i32| segment_bases(&dirs[id as usize], ".log");
@@ -475,6 +447,132 @@ fn a_wiped_replica_copies_only_the_local_log() {
     let conn = conn.expect("connected to the leader");
     let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
     assert!(read == written, "the log read back differs from what was written");
+}
+
+/// Three brokers in the shared ZooKeeper, tiering `TOPIC` (one partition, three replicas) to
+/// the local directory `store`, with the standalone tests' small segments and local retention
+/// and `extra` flags.
+async fn tiered_cluster(
+    store: &Path,
+    extra: &[&str],
+) -> (testkit::broker_processes::BrokerProcesses, cluster::Registry) {
+    let store_url = format!("file://{}", store.display());
+    let (segment_bytes, local_retention) =
+        (SEGMENT_BYTES.to_string(), LOCAL_RETENTION_BYTES.to_string());
+    let mut args = vec![
+        "--remote-store",
+        &store_url,
+        "--remote-storage",
+        "true",
+        "--segment-bytes",
+        &segment_bytes,
+        "--local-retention-bytes",
+        &local_retention,
+        "--retention-check-ms",
+        "100",
+        "--remote-task-interval-ms",
+        "100",
+        "--flush-ms",
+        "10",
+        "--zookeeper-session-timeout-ms",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    let connect = ZooKeeperServer::shared().connect_string();
+    three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, 1).await
+}
+
+/// Produces `sets` sets of five 100-byte messages to the partition's leader
+/// ([`produce_to_leader`]); returns the bytes of all of them.
+async fn produce_to_leader_n(
+    registry: &cluster::Registry,
+    conn: &mut Option<Connection>,
+    sets: usize,
+) -> Vec<u8> {
+    let mut written = Vec::new();
+    for i in 0..sets {
+        let payloads: Vec<String> = (0..5).map(|j| format!("a-{i:05}-{j}-{:>86}", "")).collect();
+        let set = message_set(&payloads);
+        written.extend_from_slice(&set);
+        produce_to_leader(registry, conn, set).await;
+    }
+    written
+}
+
+/// The base offsets the manifest entries of `TOPIC`-0 name in the local directory store
+/// `store`, with how many entries name each.
+fn entries_in(store: &Path) -> BTreeMap<u64, usize> {
+    let dir = store.join(format!("{TOPIC}/0/manifest"));
+    let mut bases = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().into_string().unwrap();
+        if let Some(base) = name.split('-').next().and_then(|b| b.parse::<u64>().ok()) {
+            *bases.entry(base).or_default() += 1;
+        }
+    }
+    bases
+}
+
+/// The leader killed -9 in the middle of slow uploads: the new leader goes on from the
+/// manifest, and in the end every sealed segment is in it once and the log reads back whole
+/// from offset 0; the old leader rejoins.
+#[test]
+fn a_new_leader_continues_the_uploads_of_a_killed_one() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    // 32 KiB/s: a 64 KiB segment takes two seconds to upload.
+    let throttle = ["--remote-upload-bytes-per-s", "32768"];
+    let (mut brokers, registry) = runtime.block_on(tiered_cluster(store.path(), &throttle));
+    let mut conn = None;
+    let written = runtime.block_on(produce_to_leader_n(&registry, &mut conn, 1000));
+    let (leader, _) = runtime.block_on(registry.leader(TOPIC, 0)).unwrap().unwrap();
+    wait_until("some segments uploaded, not all", Duration::from_secs(60), || {
+        !entries_in(store.path()).is_empty()
+    });
+    let before = entries_in(store.path());
+    brokers.kill(leader);
+    eprintln!("leader {leader} killed with {} segments in the manifest", before.len());
+    let (next, info) = wait_for_leader(&runtime, &registry, leader);
+    let conn = runtime.block_on(Connection::connect(&info.addr())).unwrap();
+    // Every segment the new leader has sealed, or the store had, is in the manifest once.
+    let total = written.len() as u64;
+    wait_until("the new leader's uploads done", Duration::from_secs(120), || {
+        let entries = entries_in(store.path());
+        let local = segment_bases(&brokers.data_dir(next).join(format!("{TOPIC}-0")), ".log");
+        entries.len() >= before.len()
+            && local.first().is_some_and(|&first| first > 0)
+            && local.len() >= 2
+            && entries.keys().last() == Some(&local[local.len() - 2])
+    });
+    let entries = entries_in(store.path());
+    assert!(entries.values().all(|&n| n == 1), "a segment named twice: {entries:?}");
+    let bases: Vec<u64> = entries.keys().copied().collect();
+    assert_eq!(bases[0], 0, "the manifest starts at the log's start: {bases:?}");
+    let read = runtime.block_on(read_bytes(&conn, total, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
+    brokers.restart(leader);
+    wait_until("the old leader back in sync", Duration::from_secs(90), || {
+        let state = runtime.block_on(registry.partition_state(TOPIC, 0)).ok().flatten();
+        state.is_some_and(|(s, _)| s.isr.contains(&leader))
+    });
+}
+
+/// The partition's leader once it is another than `old`.
+fn wait_for_leader(
+    runtime: &tokio::runtime::Runtime,
+    registry: &cluster::Registry,
+    old: i32,
+) -> (i32, cluster::BrokerInfo) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(Some((id, info))) = runtime.block_on(registry.leader(TOPIC, 0))
+            && id != old
+        {
+            return (id, info);
+        }
+        assert!(Instant::now() < deadline, "no new leader within a minute");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Produces `set` with acks all to the partition's leader, connecting to it anew after a

@@ -180,32 +180,29 @@ impl Partition {
             };
             file.write_all_at(bytes, at - segment.base_offset).map_err(io_error("writing", &path))
         };
-        // Slots before the first change are copied once a change is found.
-        let mut unchanged: Vec<Vec<u8>> = Vec::new();
-        let mut unchanged_at: Vec<u64> = Vec::new();
-        for slot in &slots {
+        let read = |slot: &Slot| -> Result<Vec<u8>, LogError> {
             let mut bytes = vec![0u8; slot.size as usize];
             segment
                 .file
                 .read_exact_at(&mut bytes, slot.at - segment.base_offset)
                 .map_err(io_error("reading", &segment.path))?;
+            Ok(bytes)
+        };
+        // Slots before the first change are read again and copied once a change is found.
+        let mut unchanged: Vec<&Slot> = Vec::new();
+        for slot in &slots {
+            let bytes = read(slot)?;
             let kept = match slot.magic {
                 MAGIC_BATCH => clean_batch(&bytes, slot, latest, horizon, report)?,
                 _ => None,
             };
             match kept {
-                None if out.is_none() => {
-                    unchanged.push(bytes);
-                    unchanged_at.push(slot.at);
-                }
+                None if out.is_none() => unchanged.push(slot),
                 None => write(&mut out, &gap_free(&bytes), slot.at)?,
                 Some((slot_bytes, gone)) => {
                     removed += gone;
-                    if out.is_none() {
-                        for (bytes, &at) in unchanged.iter().zip(&unchanged_at) {
-                            write(&mut out, &gap_free(bytes), at)?;
-                        }
-                        unchanged.clear();
+                    for earlier in unchanged.drain(..) {
+                        write(&mut out, &gap_free(&read(earlier)?), earlier.at)?;
                     }
                     write(&mut out, &slot_bytes, slot.at)?;
                 }
