@@ -400,20 +400,36 @@ fn an_unreachable_store_keeps_every_segment_on_disk_until_uploads_resume() {
     let mut tiered = Tiered::start();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let conn = runtime.block_on(Connection::connect(&tiered.addr())).unwrap();
+    let mut written = runtime.block_on(produce(&conn, 400, "a"));
+    wait_until("the head of the log in the store only", Duration::from_secs(60), || {
+        tiered.local_bases()[0] > 0
+    });
     tiered.s3.stop();
-    let written = runtime.block_on(produce(&conn, 600, "a"));
-    // Nothing is deleted that is not uploaded: every segment stays while the store is away.
-    std::thread::sleep(Duration::from_millis(1500));
+    // A read of what only the store holds is refused with a retriable error meanwhile.
+    match runtime.block_on(conn.fetch(TOPIC, 0, 0, 1 << 20)) {
+        Err(client::ClientError::Broker { code: protocol::ErrorCode::RequestTimedOut, .. }) => {}
+        other => panic!("a fetch from the store while it is away: {other:?}"),
+    }
+    let start = tiered.local_bases()[0];
+    written.extend(runtime.block_on(produce(&conn, 600, "b")));
+    // Nothing is deleted that is not uploaded: every new segment stays while the store is
+    // away (a minute in the long run: `TRIBUTARY_STORE_DOWN_MS=60000`).
+    std::thread::sleep(Duration::from_millis(millis_from_env("TRIBUTARY_STORE_DOWN_MS", 1500)));
     let kept = tiered.local_bases();
-    assert_eq!(kept[0], 0, "the head of the log stays on disk");
-    assert!(kept.len() > 4, "{} segments", kept.len());
+    assert_eq!(kept[0], start, "the disk keeps what the store does not have");
+    let on_disk = written.len() as u64 - start;
+    assert!(on_disk > 2 * LOCAL_RETENTION_BYTES, "{on_disk} bytes on disk, more than retention");
     tiered.s3.restart();
     wait_until("uploads resumed and the disk freed", Duration::from_secs(90), || {
         let bases = tiered.local_bases();
-        bases.len() <= 4 && bases[0] > 0
+        bases.len() <= 4 && bases[0] > start
     });
     let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
     assert!(read == written, "the log read back differs from what was written");
+}
+
+fn millis_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 #[test]
