@@ -329,6 +329,9 @@ async fn kafka_python_idempotent_producer_is_read_back_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
+    // Three leaders killed in CI; the fifty:
+    // `KAFKA_FAILOVER_KILLS=50 cargo test -p broker --test kafka_clients a_leader_killed -- --nocapture`.
+    let kills = number_from_env("KAFKA_FAILOVER_KILLS", 3);
     let mut cluster = cluster().await;
     let mut producer = Command::new("python3")
         .args([&script("failover.py"), &cluster.bootstrap, "failover"])
@@ -337,20 +340,28 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python3");
-    let leader = eventually(WAIT, "partition 0 of the topic to have a leader", || async {
-        let state = cluster.registry.partition_state("failover", 0).await.ok()??;
-        (state.0.leader >= 0 && state.0.isr.len() == 3).then_some(state.0.leader)
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    cluster.brokers.kill(leader);
-    eventually(WAIT, "another leader of partition 0", || async {
-        let state = cluster.registry.partition_state("failover", 0).await.ok()??;
-        (state.0.leader >= 0 && state.0.leader != leader).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    cluster.brokers.restart(leader);
+    let in_sync_leader = || async {
+        eventually(WAIT, "partition 0 led with every replica in sync", || async {
+            let state = cluster.registry.partition_state("failover", 0).await.ok()??;
+            (state.0.leader >= 0 && state.0.isr.len() == 3).then_some(state.0.leader)
+        })
+        .await
+    };
+    let mut killed = Vec::new();
+    for _ in 0..kills {
+        let leader = in_sync_leader().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        cluster.brokers.kill(leader);
+        killed.push(leader);
+        eventually(WAIT, "another leader of partition 0", || async {
+            let state = cluster.registry.partition_state("failover", 0).await.ok()??;
+            (state.0.leader >= 0 && state.0.leader != leader).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        cluster.brokers.restart(leader);
+    }
+    in_sync_leader().await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     producer.stdin.take().unwrap().write_all(b"stop\n").unwrap();
     let output = producer.wait_with_output().unwrap();
@@ -358,7 +369,7 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
         (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "failover.py: {out}\n{err}");
     let report = report(&out);
-    eprintln!("leader {leader} killed under confluent-kafka acks all: {report}");
+    eprintln!("leaders {killed:?} killed under confluent-kafka acks all: {report}");
     assert_eq!(report["missing"], 0);
     // Idempotent: a batch retried across the failover is not appended twice.
     assert_eq!(report["repeats"], 0, "{report}");
@@ -366,7 +377,7 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
 }
 
 /// A seconds setting from the environment, or `default`.
-fn seconds_from_env(name: &str, default: u64) -> u64 {
+fn number_from_env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
@@ -380,8 +391,8 @@ fn seconds_from_env(name: &str, default: u64) -> u64 {
 /// within 45 s of a kill (members only leave cleanly, so nothing else may repeat one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_with_churning_members_and_killed_brokers_consumes_every_message() {
-    let seconds = seconds_from_env("KAFKA_SOAK_SECS", 40);
-    let every = seconds_from_env("KAFKA_SOAK_KILL_SECS", 20).max(10);
+    let seconds = number_from_env("KAFKA_SOAK_SECS", 40);
+    let every = number_from_env("KAFKA_SOAK_KILL_SECS", 20).max(10);
     let mut cluster = cluster().await;
     // librdkafka logs every refused connection to stderr: into a file, as a pipe nobody reads
     // until the end fills and then blocks its threads, producer and consumers with them.
