@@ -7,13 +7,16 @@
 # Prints the cleaner's time and throughput, disk use before and after, and how long kcat
 # takes to read the topic before and after.
 #
-#   cargo build --release -p broker -p client && scripts/compaction-bench.sh [MESSAGES] [KEYS] [BATCH]
+#   cargo build --release -p broker -p client && scripts/compaction-bench.sh [MESSAGES] [KEYS] [BATCH] [SEGMENT_BYTES]
+#
+# TRIBUTARY_BIN names another directory of `broker` and `trib` (the smoke test's debug build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 messages="${1:-1000000}"
 keys="${2:-10000}"
 batch="${3:-1000}"
-bin=target/release
+segment="${4:-16777216}"
+bin="${TRIBUTARY_BIN:-target/release}"
 for program in "$bin/broker" "$bin/trib"; do
   [ -x "$program" ] || { echo "compaction-bench.sh: $program missing: cargo build --release -p broker -p client" >&2; exit 2; }
 done
@@ -41,7 +44,7 @@ start_broker() {
 }
 start_broker 86400000
 "$bin/trib" topics create --brokers "127.0.0.1:$port" --topic table --partitions 1 \
-  --config cleanup_policy=compact --config segment_bytes=16777216 >/dev/null
+  --config cleanup_policy=compact --config "segment_bytes=$segment" >/dev/null
 
 python3 -c "
 import sys
@@ -88,14 +91,14 @@ removed=$(counter tributary_broker_cleaner_records_removed_total)
 read -r apparent_after disk_after < <(disk | paste -sd' ')
 read_after=$(read_all)
 
-python3 - "$messages" "$keys" "$batch" "$cleaned" "$bytes" "$removed" "$segments" "$apparent_before" \
+python3 - "$messages" "$keys" "$batch" "$segment" "$cleaned" "$bytes" "$removed" "$segments" "$apparent_before" \
   "$disk_before" "$disk_after" "$read_before" "$read_after" <<'EOF'
 import sys
-n, keys, batch = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-cleaned, read_bytes, removed, segments = float(sys.argv[4]), float(sys.argv[5]), int(float(sys.argv[6])), int(float(sys.argv[7]))
-apparent, before, after = (int(x) for x in sys.argv[8:11])
-read_before, read_after = sys.argv[11], sys.argv[12]
-print(f"{n:,} records of about 200 bytes over {keys:,} keys in batches of {batch:,}, 16 MiB segments, one partition")
+n, keys, batch, segment = (int(x) for x in sys.argv[1:5])
+cleaned, read_bytes, removed, segments = float(sys.argv[5]), float(sys.argv[6]), int(float(sys.argv[7])), int(float(sys.argv[8]))
+apparent, before, after = (int(x) for x in sys.argv[9:12])
+read_before, read_after = sys.argv[12], sys.argv[13]
+print(f"{n:,} records of about 200 bytes over {keys:,} keys in batches of {batch:,}, {segment / 2**20:g} MiB segments, one partition")
 print(f"cleaner: {segments} segments, {removed:,} records removed, {read_bytes / 2**20:,.0f} MiB read "
       f"in {cleaned:.2f} s of passes ({read_bytes / 2**20 / cleaned:,.0f} MiB/s of log; each segment is read twice)")
 print(f"disk: {before / 1024:,.1f} MiB before, {after / 1024:,.1f} MiB after "

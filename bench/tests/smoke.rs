@@ -44,15 +44,14 @@ fn quick_run_moves_exactly_n_messages_through_every_system() {
     assert!(svg.starts_with("<svg") && svg.contains("rabbitmq"));
 }
 
-/// `tributary-bench replication`, small: every flag shows in what it measured and reports.
-#[test]
-fn a_small_replication_run_reports_what_its_flags_asked_for() {
+/// Runs `tributary-bench` with `args` and the broker built beside it, writing to a new
+/// directory: that directory (its `results.json` read) once the run succeeded.
+fn bench_run(args: &[&str]) -> (tempfile::TempDir, serde_json::Value) {
     let bench = env!("CARGO_BIN_EXE_tributary-bench");
     let broker = std::path::Path::new(bench).with_file_name("broker");
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(bench)
-        .args(["replication", "--messages", "20000", "--message-bytes", "100", "--batch", "10"])
-        .args(["--rounds", "2", "--kills", "2", "--rate", "200", "--session-timeout-ms", "1000"])
+        .args(args)
         .arg("--broker-bin")
         .arg(&broker)
         .arg("--out")
@@ -63,6 +62,29 @@ fn a_small_replication_run_reports_what_its_flags_asked_for() {
     assert!(run.status.success(), "{stderr}");
     let results: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    (out, results)
+}
+
+/// `tributary-bench replication`, small: every flag shows in what it measured and reports.
+#[test]
+fn a_small_replication_run_reports_what_its_flags_asked_for() {
+    let (out, results) = bench_run(&[
+        "replication",
+        "--messages",
+        "20000",
+        "--message-bytes",
+        "100",
+        "--batch",
+        "10",
+        "--rounds",
+        "2",
+        "--kills",
+        "2",
+        "--rate",
+        "200",
+        "--session-timeout-ms",
+        "1000",
+    ]);
     assert_eq!(results["messages"], 20000);
     assert_eq!(results["message_bytes"], 100);
     assert_eq!(results["batch"], 10);
@@ -189,22 +211,17 @@ fn a_small_pipeline_run_carries_every_event_to_parquet() {
 /// `tributary-bench tiered`, small: its flags show in what it measured and reports.
 #[test]
 fn a_small_tiered_run_reports_what_its_flags_asked_for() {
-    let bench = env!("CARGO_BIN_EXE_tributary-bench");
-    let broker = std::path::Path::new(bench).with_file_name("broker");
-    let out = tempfile::tempdir().unwrap();
-    let run = Command::new(bench)
-        .args(["tiered", "--history-gib", "0.03125", "--message-bytes", "500"])
-        .args(["--probe-seconds", "1", "--upload-bytes-per-s", "4000000"])
-        .arg("--broker-bin")
-        .arg(&broker)
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let (out, results) = bench_run(&[
+        "tiered",
+        "--history-gib",
+        "0.03125",
+        "--message-bytes",
+        "500",
+        "--probe-seconds",
+        "1",
+        "--upload-bytes-per-s",
+        "4000000",
+    ]);
     assert_eq!(results["message_bytes"], 500);
     let history = results["history_bytes"].as_u64().unwrap();
     assert!(history >= 32 << 20, "{results}");
@@ -221,4 +238,40 @@ fn a_small_tiered_run_reports_what_its_flags_asked_for() {
     assert!(results["probe_quiet_p99_ms"].as_f64().unwrap() > 0.0, "{results}");
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(report.contains("store, cold") && report.contains("1 MiB segments"), "{report}");
+}
+
+/// `scripts/compaction-bench.sh`, small, on the debug `broker` and `trib` `cargo test
+/// --workspace` builds: every argument shows in what it reports, and the cleaner frees disk.
+#[test]
+fn a_small_compaction_bench_reports_what_its_arguments_asked_for() {
+    let bench = env!("CARGO_BIN_EXE_tributary-bench");
+    let bin_dir = std::path::Path::new(bench).parent().unwrap();
+    for binary in ["broker", "trib"] {
+        assert!(
+            bin_dir.join(binary).is_file(),
+            "no {binary} beside {bench}: cargo build --workspace"
+        );
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/compaction-bench.sh");
+    let run = Command::new(script)
+        .args(["40000", "1000", "100", "1048576"])
+        .env("TRIBUTARY_BIN", bin_dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "40,000 records of about 200 bytes over 1,000 keys in batches of 100, 1 MiB segments"
+        ),
+        "{stdout}"
+    );
+    let number = |after: &str| -> f64 {
+        let rest = stdout.split(after).nth(1).unwrap_or_else(|| panic!("no {after:?}: {stdout}"));
+        rest.trim_start().split(' ').next().unwrap().replace(',', "").parse().unwrap()
+    };
+    assert!(number("cleaner:") > 0.0, "segments cleaned: {stdout}");
+    let (before, after) = (number("disk:"), number("MiB before,"));
+    assert!(after * 2.0 < before, "{stdout}");
 }

@@ -15,8 +15,8 @@ use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
-use protocol::Acks;
 use protocol::record_batch::RecordBatchRef;
+use protocol::{Acks, ErrorCode};
 
 use super::client::{Answer, Client};
 use crate::acl::Operation;
@@ -157,14 +157,6 @@ async fn append(
         protocol::encode_batch_message(&mut set, batch);
     }
     let set = set.freeze();
-    if let Ok(p) = client.node.replicas().led(topic, partition)
-        && p.config().cleanup_policy.compact
-    {
-        let keyless = compact::keyless(&set);
-        if !keyless.is_empty() {
-            return Outcome::Keyless { records: keyless.into_iter().map(|(_, r)| r).collect() };
-        }
-    }
     // An idempotent producer's batches of one partition: one batch per request, as every
     // client sends them; its sequences are checked before the append.
     let producer = match batches.as_slice() {
@@ -184,10 +176,14 @@ async fn append(
     };
     match run.first_record() {
         Some(first_record) => Outcome::Appended { run, first_record },
-        None => {
-            let error = run.acknowledged().await.pop().expect("one set").err();
-            settled(error.map_or(code::UNKNOWN_SERVER_ERROR, kafka_error))
-        }
+        None => match run.acknowledged().await.pop().expect("one set").err() {
+            // A compacted topic refused a record without a key: which ones (KIP-467), found
+            // again only now that the set is refused.
+            Some(ErrorCode::InvalidRecord) => Outcome::Keyless {
+                records: compact::keyless(&set).into_iter().map(|(_, r)| r).collect(),
+            },
+            error => settled(error.map_or(code::UNKNOWN_SERVER_ERROR, kafka_error)),
+        },
     }
 }
 
