@@ -110,9 +110,12 @@ impl Replicas {
         for partition in replicas.logs.partitions() {
             replicas.start_flusher(partition);
         }
-        // What each log holds of its idempotent producers, read in the background (from its
-        // newest snapshot), so that rolls snapshot them from here on.
-        let (partitions, stop) = (replicas.logs.partitions(), replicas.stop.clone());
+        // What each log that had idempotent producers holds of them, read in the background
+        // from its newest snapshot, so that its rolls snapshot them from here on; the others
+        // learn at their first idempotent produce, if one comes.
+        let mut partitions = replicas.logs.partitions();
+        partitions.retain(|p| p.has_producer_snapshot());
+        let stop = replicas.stop.clone();
         replicas.tasks.spawn(async move {
             for partition in partitions {
                 if stop.is_cancelled() {

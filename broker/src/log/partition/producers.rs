@@ -134,6 +134,12 @@ impl Partition {
         self.write_snapshot(&state);
     }
 
+    /// Whether a producer snapshot is beside the log: it had idempotent producers at a roll or
+    /// at a shutdown.
+    pub fn has_producer_snapshot(&self) -> bool {
+        !snapshots(&self.dir).is_empty()
+    }
+
     /// Deletes the producer snapshots `doomed` picks by the log end they were taken at (those
     /// past a truncation, or before the first segment retention left). A snapshot that stays
     /// past its use costs a little disk; one that cannot be deleted is logged.
