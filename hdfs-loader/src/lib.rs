@@ -19,6 +19,7 @@ mod load;
 mod metrics;
 pub mod readback;
 mod run;
+mod sink;
 mod status;
 
 use std::path::PathBuf;

@@ -28,6 +28,7 @@ use crate::columns::{Column, RecordShape};
 use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
 use crate::decode::{BadRecord, Body, Decoded, Schemas};
 use crate::layout::{self, Hour};
+use crate::sink::Upload;
 use crate::{Config, LoadError};
 
 /// Bytes of one part of a staged file's upload.
@@ -122,7 +123,7 @@ struct HourFile {
     indexes: Int32Builder,
     schema_ids: Int32Builder,
     kafka: KafkaColumns,
-    writer: AsyncArrowWriter<BufWriter>,
+    writer: AsyncArrowWriter<Upload>,
     rows: u64,
 }
 
@@ -470,9 +471,12 @@ impl PartitionLoader<'_> {
         let sink =
             BufWriter::with_capacity(Arc::clone(&self.store), staged.clone(), UPLOAD_PART_BYTES)
                 .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
-        let writer =
-            AsyncArrowWriter::try_new(sink, Arc::clone(&self.topic.arrow), Some(properties))
-                .map_err(|e| self.parquet_error(e))?;
+        let writer = AsyncArrowWriter::try_new(
+            Upload(sink),
+            Arc::clone(&self.topic.arrow),
+            Some(properties),
+        )
+        .map_err(|e| self.parquet_error(e))?;
         let capacity = self.config.batch_rows;
         Ok(HourFile {
             staged,
