@@ -82,12 +82,17 @@ impl LoaderAudit {
             .buffer_unordered(16)
             .try_collect()
             .await?;
-        for record in &records {
+        self.count_own(&records);
+        Ok(())
+    }
+
+    /// Counts the records of `records` this host committed.
+    pub fn count_own(&self, records: &[CommitRecord]) {
+        for record in records {
             if record.host == self.host {
                 self.count(record);
             }
         }
-        Ok(())
     }
 
     /// Adds a record just committed.

@@ -14,6 +14,12 @@ pub const ROW_GROUP_BYTES_MIN: usize = 64 << 10;
 pub struct Config {
     /// Where to write: `file:///path`, `s3://bucket/prefix` or `memory://` (binary only).
     pub store: Option<String>,
+    /// `parquet` (Hive layout with commit records) or `iceberg` (a table per topic).
+    pub format: Format,
+    /// The Iceberg catalog, `sqlite:///PATH`; default `catalog.db` in a `file://` warehouse.
+    pub catalog: Option<String>,
+    /// The Iceberg namespace the topics' tables are in.
+    pub namespace: String,
     /// The analytics cluster's ZooKeeper, `host:port[,…][/chroot]` (binary only).
     pub zookeeper: Option<String>,
     /// Its `zookeeper_session_timeout_ms` and `zookeeper_auth_file` (binary only).
@@ -72,6 +78,9 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             store: None,
+            format: Format::Parquet,
+            catalog: None,
+            namespace: "default".into(),
             zookeeper: None,
             zookeeper_session: cluster::ZooKeeperArgs::default(),
             registry: None,
@@ -95,6 +104,16 @@ impl Default for Config {
             unknown: service::config::Unknown,
         }
     }
+}
+
+/// What the loader writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Parquet in Hive partitions, with the loader's commit records beside it.
+    Parquet,
+    /// An Iceberg table per topic, in a catalog.
+    Iceberg,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,8 +160,28 @@ impl Config {
         if self.audit_window_ms <= 0 {
             return invalid("audit_window_ms", "must be positive");
         }
+        if self.namespace.is_empty() || self.namespace.contains(['.', '/']) {
+            return invalid("namespace", "must be a non-empty name without '.' or '/'");
+        }
+        if self.catalog.as_deref().is_some_and(|c| !c.starts_with("sqlite:///")) {
+            return invalid("catalog", "must be sqlite:///PATH (a SQLite file)");
+        }
         self.zookeeper_session.validate()?;
         Ok(())
+    }
+
+    /// The Iceberg catalog: the setting, or `catalog.db` in a local warehouse.
+    pub fn catalog_uri(&self) -> Result<String, ConfigError> {
+        if let Some(catalog) = &self.catalog {
+            return Ok(catalog.clone());
+        }
+        match self.store.as_deref().and_then(|s| s.strip_prefix("file://")) {
+            Some(dir) => Ok(format!("sqlite://{}/catalog.db", dir.trim_end_matches('/'))),
+            None => Err(ConfigError::Invalid {
+                field: "catalog",
+                reason: "an Iceberg warehouse outside a local directory needs catalog = \"sqlite:///PATH\"",
+            }),
+        }
     }
 
     /// The compiled topic selection.

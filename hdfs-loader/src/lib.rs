@@ -21,10 +21,11 @@ pub mod readback;
 mod run;
 mod sink;
 mod status;
+pub mod table;
 
 use std::path::PathBuf;
 
-pub use config::{Config, ConfigError, TopicFilter};
+pub use config::{Config, ConfigError, Format, TopicFilter};
 pub use load::PartitionLoad;
 pub use run::{Loader, RunSummary, run_once, serve};
 pub use service::store::{StoreUrlError, store_from_url};
@@ -92,6 +93,8 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Table(#[from] table::TableError),
     #[error("audit: {0}")]
     Audit(String),
     #[error("event ids spilled to {path}: {source}")]

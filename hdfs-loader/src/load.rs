@@ -16,8 +16,8 @@ use arrow_schema::{DataType, Field, SchemaRef};
 use client::{ConsumerError, RecordFields, SimpleConsumer, SimpleConsumerConfig};
 
 use events::audit::window_start;
-use object_store::ObjectStore;
 use object_store::buffered::BufWriter;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -29,6 +29,7 @@ use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
 use crate::decode::{BadRecord, Body, Decoded, Schemas};
 use crate::layout::{self, Hour};
 use crate::sink::Upload;
+use crate::table::{TopicTable, WrittenFile};
 use crate::{Config, LoadError};
 
 /// Bytes of one part of a staged file's upload.
@@ -43,6 +44,8 @@ pub struct TopicContext {
     pub reader: Arc<Schema>,
     pub shape: Arc<RecordShape>,
     pub arrow: SchemaRef,
+    /// The topic's Iceberg table, when the loader writes that format.
+    pub table: Option<TopicTable>,
 }
 
 impl TopicContext {
@@ -70,6 +73,7 @@ impl TopicContext {
             reader,
             shape: Arc::new(shape),
             arrow: Arc::new(arrow_schema::Schema::new(fields)),
+            table: None,
         })
     }
 }
@@ -116,6 +120,9 @@ pub struct PartitionLoader<'a> {
 /// Rows of one hour being written to one staged file.
 struct HourFile {
     staged: object_store::path::Path,
+    /// The least and greatest `header.time` of its rows.
+    min_time_ms: i64,
+    max_time_ms: i64,
     columns: Vec<Column>,
     partitions: Int32Builder,
     offsets: Int64Builder,
@@ -133,6 +140,8 @@ struct Chunk {
     rows: u64,
     bad_records: u64,
     files: Vec<CommittedFile>,
+    /// The files of an Iceberg table's range.
+    written: Vec<WrittenFile>,
     windows: BTreeMap<i64, i64>,
     max_time_ms: i64,
     /// The message the chunk stopped at, undecodable, when no bad-records directory is set.
@@ -153,18 +162,37 @@ impl PartitionLoader<'_> {
 
     async fn load_into(&self, load: &mut PartitionLoad) -> Result<(), LoadError> {
         let topic = self.topic.topic.as_str();
-        let commits = PartitionCommits::new(Arc::clone(&self.store), topic, self.partition);
-        let last = commits.last_after(self.known_start).await?;
-        load.last_start = last.as_ref().map(|r| r.start);
-        if let Some(last) = &last {
-            commits.roll_forward(last).await?;
-        }
-        let removed = commits
-            .clean_staging(last.as_ref(), self.config.staging_grace_ms, service::now_ms())
-            .await?;
-        if removed > 0 {
-            tracing::info!(%topic, partition = %self.partition, removed, "rolled back staged files of runs that died before committing");
-        }
+        let (target, last) = match &self.topic.table {
+            Some(table) => {
+                let covered = table.covered(self.partition).await?;
+                let last = covered.map(|c| Resume {
+                    end: c.end,
+                    rows_total: c.rows_total,
+                    max_time_ms: c.max_time_ms,
+                });
+                (Target::Table(table), last)
+            }
+            None => {
+                let commits = PartitionCommits::new(Arc::clone(&self.store), topic, self.partition);
+                let last = commits.last_after(self.known_start).await?;
+                load.last_start = last.as_ref().map(|r| r.start);
+                if let Some(last) = &last {
+                    commits.roll_forward(last).await?;
+                }
+                let removed = commits
+                    .clean_staging(last.as_ref(), self.config.staging_grace_ms, service::now_ms())
+                    .await?;
+                if removed > 0 {
+                    tracing::info!(%topic, partition = %self.partition, removed, "rolled back staged files of runs that died before committing");
+                }
+                let last = last.map(|r| Resume {
+                    end: r.end,
+                    rows_total: r.rows_total,
+                    max_time_ms: r.max_time_ms,
+                });
+                (Target::Hive(commits), last)
+            }
+        };
         let consumer_config = SimpleConsumerConfig {
             fetch_bytes: self.config.fetch_bytes,
             tls: self.tls.clone(),
@@ -219,6 +247,7 @@ impl PartitionLoader<'_> {
             if advanced {
                 max_time_ms = max_time_ms.max(chunk.max_time_ms);
                 rows_total += chunk.rows;
+                let written = chunk.written;
                 let record = CommitRecord {
                     topic: topic.to_owned(),
                     partition: self.partition.to_string(),
@@ -236,9 +265,18 @@ impl PartitionLoader<'_> {
                     window_ms: self.config.audit_window_ms,
                     windows: chunk.windows,
                 };
-                match commits.commit(&record).await? {
+                let committed = match &target {
+                    Target::Hive(commits) => {
+                        let committed = commits.commit(&record).await?;
+                        if committed == Committed::Won {
+                            commits.roll_forward(&record).await?;
+                        }
+                        committed
+                    }
+                    Target::Table(table) => table.commit(&record, &written).await?,
+                };
+                match committed {
                     Committed::Won => {
-                        commits.roll_forward(&record).await?;
                         tracing::debug!(%topic, partition = %self.partition, start = record.start, end = record.end, rows = record.rows, "committed");
                         offset = record.end;
                         load.end = offset;
@@ -249,9 +287,21 @@ impl PartitionLoader<'_> {
                         load.records.push(record);
                     }
                     Committed::Fenced => {
-                        let staged: Vec<String> =
-                            record.files.iter().map(|f| f.staged.clone()).collect();
-                        commits.discard(&staged).await;
+                        match &target {
+                            Target::Hive(commits) => {
+                                let staged: Vec<String> =
+                                    record.files.iter().map(|f| f.staged.clone()).collect();
+                                commits.discard(&staged).await;
+                            }
+                            Target::Table(_) => {
+                                for file in &written {
+                                    let path = object_store::path::Path::from(file.path.as_str());
+                                    if let Err(e) = self.store.delete(&path).await {
+                                        tracing::warn!(path = %file.path, error = %e, "cannot delete a data file no snapshot names; orphan-file cleanup will");
+                                    }
+                                }
+                            }
+                        }
                         tracing::info!(%topic, partition = %self.partition, start = offset,
                             "another loader committed this range first; leaving the partition to it");
                         load.fenced = true;
@@ -297,6 +347,7 @@ impl PartitionLoader<'_> {
             rows: 0,
             bad_records: 0,
             files: Vec::new(),
+            written: Vec::new(),
             windows: BTreeMap::new(),
             max_time_ms: i64::MIN,
             stopped_at: None,
@@ -394,6 +445,17 @@ impl PartitionLoader<'_> {
             file.writer.finish().await.map_err(parquet_error)?;
             // `finish` completes the upload too.
             let bytes = file.writer.bytes_written() as u64;
+            if self.topic.table.is_some() {
+                chunk.written.push(WrittenFile {
+                    path: file.staged.to_string(),
+                    hour,
+                    rows: file.rows,
+                    bytes,
+                    min_time_ms: file.min_time_ms,
+                    max_time_ms: file.max_time_ms,
+                });
+                continue;
+            }
             let name = layout::data_file_name(topic, self.partition, start, chunk.end);
             chunk.files.push(CommittedFile {
                 path: layout::data_path(topic, hour, &name).to_string(),
@@ -442,6 +504,8 @@ impl PartitionLoader<'_> {
             file.schema_ids.append_value(event.schema_id);
             file.kafka.append(record.as_ref());
             file.rows += 1;
+            file.min_time_ms = file.min_time_ms.min(event.time_ms);
+            file.max_time_ms = file.max_time_ms.max(event.time_ms);
             chunk.rows += 1;
             *chunk
                 .windows
@@ -457,8 +521,17 @@ impl PartitionLoader<'_> {
 
     fn open(&self, hour: Hour, start: i64) -> Result<HourFile, LoadError> {
         let topic = self.topic.topic.as_str();
-        let name = format!("{start:020}.parquet");
-        let staged = layout::staging_path(topic, self.partition, self.run_id, hour, &name);
+        let (staged, schema) = match &self.topic.table {
+            Some(table) => {
+                let path = table.data_path(hour, self.partition, start, self.run_id);
+                (object_store::path::Path::from(path), Arc::clone(&table.shape.writer))
+            }
+            None => {
+                let name = format!("{start:020}.parquet");
+                let path = layout::staging_path(topic, self.partition, self.run_id, hour, &name);
+                (path, Arc::clone(&self.topic.arrow))
+            }
+        };
         let properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(
                 ZstdLevel::try_new(self.config.zstd_level).expect("level validated"),
@@ -471,15 +544,13 @@ impl PartitionLoader<'_> {
         let sink =
             BufWriter::with_capacity(Arc::clone(&self.store), staged.clone(), UPLOAD_PART_BYTES)
                 .with_max_concurrency(UPLOAD_PARTS_IN_FLIGHT);
-        let writer = AsyncArrowWriter::try_new(
-            Upload(sink),
-            Arc::clone(&self.topic.arrow),
-            Some(properties),
-        )
-        .map_err(|e| self.parquet_error(e))?;
+        let writer = AsyncArrowWriter::try_new(Upload(sink), schema, Some(properties))
+            .map_err(|e| self.parquet_error(e))?;
         let capacity = self.config.batch_rows;
         Ok(HourFile {
             staged,
+            min_time_ms: i64::MAX,
+            max_time_ms: i64::MIN,
             columns: self.topic.shape.builders(capacity),
             partitions: Int32Builder::with_capacity(capacity),
             offsets: Int64Builder::with_capacity(capacity),
@@ -513,8 +584,11 @@ impl PartitionLoader<'_> {
         arrays.push(Arc::new(file.indexes.finish()));
         arrays.push(Arc::new(file.schema_ids.finish()));
         file.kafka.finish_into(&mut arrays);
-        let batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
+        let mut batch = RecordBatch::try_new(Arc::clone(&self.topic.arrow), arrays)
             .map_err(|e| convert(e.into()))?;
+        if let Some(table) = &self.topic.table {
+            batch = table.shape.convert(&batch).map_err(convert)?;
+        }
         file.writer.write(&batch).await.map_err(|e| self.parquet_error(e))?;
         // The row group's pages stay in memory until it ends: end it at the byte bound, so a
         // file's memory does not grow with the backlog.
@@ -578,6 +652,19 @@ impl KafkaColumns {
         arrays.push(Arc::new(self.headers.finish()));
         arrays.push(Arc::new(self.timestamps.finish()));
     }
+}
+
+/// Where a partition's ranges are committed.
+enum Target<'a> {
+    Hive(PartitionCommits),
+    Table(&'a TopicTable),
+}
+
+/// Where the last commit left a partition.
+struct Resume {
+    end: i64,
+    rows_total: u64,
+    max_time_ms: i64,
 }
 
 enum ConsumerOrLoad {

@@ -90,6 +90,16 @@ struct LoadArgs {
     audit: Option<bool>,
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
+    /// What to write: `parquet` (Hive layout, commit records beside it) or `iceberg` (a table
+    /// per topic).
+    #[arg(long, value_name = "FORMAT")]
+    format: Option<hdfs_loader::Format>,
+    /// The Iceberg catalog, sqlite:///PATH (default: catalog.db in a file:// warehouse).
+    #[arg(long, value_name = "URI")]
+    catalog: Option<String>,
+    /// The Iceberg namespace of the topics' tables.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
     #[command(flatten)]
     #[serde(flatten)]
     tls: service::tls::TlsArgs,
@@ -147,6 +157,9 @@ fn config(common: &Common, flags: &impl Serialize, loads: bool) -> Result<Config
         RegistryClient::new(registry).map_err(Failure::usage)?;
         config.tls.client().map_err(Failure::usage)?;
         config.tls.server().map_err(Failure::usage)?;
+        if config.format == hdfs_loader::Format::Iceberg {
+            config.catalog_uri().map_err(Failure::usage)?;
+        }
     }
     Ok(config)
 }

@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
 use crate::metrics::Metrics;
-use crate::{Config, LoadError};
+use crate::table::Tables;
+use crate::table::storage::Warehouse;
+use crate::{Config, Format, LoadError};
 
 /// What one run did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -51,6 +53,8 @@ pub struct Loader {
     /// listing of commit records begins.
     known_starts: std::sync::Mutex<HashMap<(String, i32), i64>>,
     metrics: Metrics,
+    /// The Iceberg catalog, opened at the first run when the format is `iceberg`.
+    tables: Option<Tables>,
 }
 
 impl Loader {
@@ -86,6 +90,7 @@ impl Loader {
             audited_topics: Vec::new(),
             known_starts: std::sync::Mutex::new(HashMap::new()),
             metrics: Metrics::default(),
+            tables: None,
         })
     }
 
@@ -94,6 +99,16 @@ impl Loader {
         let run_id = format!("{:x}-{:08x}", service::now_ms(), rand::random::<u32>());
         let mut summary = RunSummary { run_id: run_id.clone(), ..RunSummary::default() };
         let filter = self.config.topic_filter()?;
+        if self.config.format == Format::Iceberg && self.tables.is_none() {
+            let uri = self.config.catalog_uri()?;
+            let url = self
+                .config
+                .store
+                .as_deref()
+                .ok_or(crate::ConfigError::Invalid { field: "store", reason: "is required" })?;
+            let warehouse = Warehouse::new(url, Arc::clone(&self.store));
+            self.tables = Some(Tables::open(&uri, warehouse, &self.config.namespace).await?);
+        }
         let mut topics = Vec::new();
         for topic in self.cluster.topics().await? {
             if !filter.selects(&topic) {
@@ -113,16 +128,34 @@ impl Loader {
             let reader = self.registry.schema(latest.id).await.map_err(|source| {
                 LoadError::Registry { topic: topic.clone(), source: Box::new(source) }
             })?;
-            match TopicContext::new(&topic, latest.id, reader) {
-                Ok(context) => topics.push(Arc::new(context)),
-                Err(e) => summary.errors.push(e.to_string()),
+            let mut context = match TopicContext::new(&topic, latest.id, reader) {
+                Ok(context) => context,
+                Err(e) => {
+                    summary.errors.push(e.to_string());
+                    continue;
+                }
+            };
+            if let Some(tables) = &self.tables {
+                match tables.topic(&topic, &context.arrow).await {
+                    Ok(table) => context.table = Some(table),
+                    Err(e) => {
+                        summary.errors.push(e.to_string());
+                        continue;
+                    }
+                }
             }
+            topics.push(Arc::new(context));
         }
         // Counts of what this host committed before must be in place before any new commit.
         if let Some(audit) = &self.audit {
             for context in &topics {
                 if !self.audited_topics.contains(&context.topic) {
-                    audit.load_topic(&*self.store, &context.topic).await?;
+                    match &self.tables {
+                        Some(tables) => {
+                            audit.count_own(&tables.commit_records(&context.topic).await?)
+                        }
+                        None => audit.load_topic(&*self.store, &context.topic).await?,
+                    }
                     self.audited_topics.push(context.topic.clone());
                 }
             }

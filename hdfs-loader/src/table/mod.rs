@@ -1,0 +1,515 @@
+//! The loader's Iceberg format: one table per topic in a catalog (the SQL catalog on SQLite
+//! that pyiceberg's `SqlCatalog` reads too), data files partitioned by `hour(header.time)`,
+//! and exactly once through the table's own history.
+//!
+//! Each commit of a partition's range is one snapshot (a fast append of the range's files).
+//! Its summary carries what the table covers (`tributary.partitions`: per partition, the
+//! offset after the last loaded message, rows so far and the largest `header.time`) and what
+//! this commit added (`tributary.commit`: the commit record of the Hive layout, without its
+//! file list, which the manifests hold). A loader reads where to go on from the current
+//! snapshot (or, after a snapshot of another writer, its nearest ancestor of ours), and
+//! commits only on top of the snapshot it read that from: the catalog's compare-and-set makes
+//! a commit on a table that moved fail, and the loader then reads again — so of two loaders
+//! that loaded one range, exactly one commits it and the other deletes its files.
+
+pub mod shape;
+pub mod storage;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, Literal, Struct,
+    TableMetadata, Transform, UnboundPartitionSpec,
+};
+use iceberg::table::Table;
+use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::{
+    Catalog, CatalogBuilder, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation,
+    TableIdent,
+};
+use iceberg_catalog_sql::{SqlBindStyle, SqlCatalog, SqlCatalogBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::commit::{CommitRecord, Committed};
+use crate::layout::{HOUR_MS, Hour};
+use shape::TableShape;
+use storage::{Warehouse, WarehouseFactory};
+
+/// The catalog's name in its database (pyiceberg: `SqlCatalog("tributary", …)`).
+pub const CATALOG_NAME: &str = "tributary";
+/// Snapshot summary key: what the table covers, per partition.
+pub const COVERS: &str = "tributary.partitions";
+/// Snapshot summary key: the commit record of the range this snapshot added.
+pub const COMMIT: &str = "tributary.commit";
+/// The partition field of `hour(header.time)`.
+pub const HOUR_FIELD: &str = "header_time_hour";
+
+/// Why an Iceberg operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    #[error("iceberg catalog {catalog}: {source}")]
+    Catalog {
+        catalog: String,
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    #[error("iceberg table {table}: {source}")]
+    Table {
+        table: String,
+        #[source]
+        source: Box<iceberg::Error>,
+    },
+    #[error("iceberg table {table}: snapshot {snapshot}: {reason}")]
+    Corrupt { table: String, snapshot: i64, reason: String },
+    #[error("iceberg table {table}: {source}")]
+    Schema {
+        table: String,
+        #[source]
+        source: crate::columns::ColumnError,
+    },
+    #[error(
+        "iceberg table {table}: the topic's schema has changed from the table's ({difference}); evolving a table's schema is not built yet"
+    )]
+    SchemaChanged { table: String, difference: String },
+}
+
+/// What a table covers of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Covered {
+    /// The offset after the last loaded message: where the next range starts.
+    pub end: i64,
+    /// Rows loaded from the partition so far.
+    pub rows_total: u64,
+    /// The largest `header.time` loaded so far (ms).
+    pub max_time_ms: i64,
+}
+
+/// The catalog of a warehouse.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    catalog: Arc<SqlCatalog>,
+    namespace: NamespaceIdent,
+    warehouse: Warehouse,
+}
+
+impl Tables {
+    /// Opens (creating if missing) the SQL catalog at `uri` (`sqlite:///path/catalog.db`) over
+    /// `warehouse`, with `namespace` in it.
+    pub async fn open(
+        uri: &str,
+        warehouse: Warehouse,
+        namespace: &str,
+    ) -> Result<Tables, TableError> {
+        let catalog_error =
+            |source| TableError::Catalog { catalog: uri.to_owned(), source: Box::new(source) };
+        let sqlite = uri.strip_prefix("sqlite://").ok_or_else(|| {
+            catalog_error(iceberg::Error::new(
+                ErrorKind::DataInvalid,
+                "the catalog must be sqlite:///PATH (a SQLite file)",
+            ))
+        })?;
+        if let Some(parent) = std::path::Path::new(sqlite).parent() {
+            std::fs::create_dir_all(parent).map_err(|e| {
+                catalog_error(iceberg::Error::new(
+                    ErrorKind::Unexpected,
+                    format!("cannot create {}: {e}", parent.display()),
+                ))
+            })?;
+        }
+        let catalog = SqlCatalogBuilder::default()
+            .uri(format!("sqlite://{sqlite}?mode=rwc"))
+            .warehouse_location(warehouse.url())
+            .sql_bind_style(SqlBindStyle::QMark)
+            .with_storage_factory(Arc::new(WarehouseFactory(warehouse.clone())))
+            .load(CATALOG_NAME, HashMap::new())
+            .await
+            .map_err(catalog_error)?;
+        let namespace = NamespaceIdent::new(namespace.to_owned());
+        match catalog.create_namespace(&namespace, HashMap::new()).await {
+            Ok(_) => {}
+            Err(e) if catalog.namespace_exists(&namespace).await.unwrap_or(false) => {
+                tracing::trace!(error = %e, "namespace exists");
+            }
+            Err(e) => return Err(catalog_error(e)),
+        }
+        Ok(Tables { catalog: Arc::new(catalog), namespace, warehouse })
+    }
+
+    pub fn warehouse(&self) -> &Warehouse {
+        &self.warehouse
+    }
+
+    fn ident(&self, topic: &str) -> TableIdent {
+        TableIdent::new(self.namespace.clone(), topic.to_owned())
+    }
+
+    /// `topic`'s table, created with `arrow`'s columns if missing. Its schema must be the one
+    /// `arrow` makes (with the table's ids).
+    pub async fn topic(
+        &self,
+        topic: &str,
+        arrow: &arrow_schema::Schema,
+    ) -> Result<TopicTable, TableError> {
+        let ident = self.ident(topic);
+        let table_error =
+            |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
+        let table = match self.catalog.load_table(&ident).await {
+            Ok(table) => table,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => {
+                self.create(topic, arrow).await?;
+                self.catalog.load_table(&ident).await.map_err(table_error)?
+            }
+            Err(e) => return Err(table_error(e)),
+        };
+        let known = table.metadata().current_schema();
+        let shape = TableShape::new(arrow, Some(known))
+            .map_err(|source| TableError::Schema { table: ident.to_string(), source })?;
+        if shape.schema.as_struct() != known.as_struct() {
+            let difference = describe_difference(known, &shape.schema);
+            return Err(TableError::SchemaChanged { table: ident.to_string(), difference });
+        }
+        let location =
+            self.warehouse.path(table.metadata().location()).map_err(table_error)?.to_string();
+        Ok(TopicTable {
+            tables: self.clone(),
+            ident,
+            spec_id: table.metadata().default_partition_spec_id(),
+            shape,
+            location,
+        })
+    }
+
+    async fn create(&self, topic: &str, arrow: &arrow_schema::Schema) -> Result<(), TableError> {
+        let ident = self.ident(topic);
+        let table_error =
+            |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
+        let shape = TableShape::new(arrow, None)
+            .map_err(|source| TableError::Schema { table: ident.to_string(), source })?;
+        let spec = UnboundPartitionSpec::builder()
+            .add_partition_field(shape.time_id, HOUR_FIELD, Transform::Hour)
+            .map_err(table_error)?
+            .build();
+        let creation = TableCreation::builder()
+            .name(topic.to_owned())
+            .schema(shape.schema)
+            .partition_spec(spec)
+            .properties([
+                ("write.format.default".to_owned(), "parquet".to_owned()),
+                ("write.parquet.compression-codec".to_owned(), "zstd".to_owned()),
+            ])
+            .build();
+        match self.catalog.create_table(&self.namespace, creation).await {
+            Ok(_) => Ok(()),
+            // Another loader created it first (the catalog's row is unique).
+            Err(e) if self.catalog.table_exists(&ident).await.unwrap_or(false) => {
+                tracing::debug!(table = %ident, error = %e, "created by another loader");
+                Ok(())
+            }
+            Err(e) => Err(table_error(e)),
+        }
+    }
+
+    /// The commit records of every snapshot of `topic`'s table that this loader format wrote,
+    /// oldest first; empty when there is no table.
+    pub async fn commit_records(&self, topic: &str) -> Result<Vec<CommitRecord>, TableError> {
+        let ident = self.ident(topic);
+        let table = match self.catalog.load_table(&ident).await {
+            Ok(table) => table,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(TableError::Table {
+                    table: ident.to_string(),
+                    source: Box::new(source),
+                });
+            }
+        };
+        let mut snapshots: Vec<_> = table.metadata().snapshots().collect();
+        snapshots.sort_by_key(|s| s.sequence_number());
+        let mut records = Vec::new();
+        for snapshot in snapshots {
+            if let Some(json) = snapshot.summary().additional_properties.get(COMMIT) {
+                let record: CommitRecord =
+                    serde_json::from_str(json).map_err(|e| TableError::Corrupt {
+                        table: ident.to_string(),
+                        snapshot: snapshot.snapshot_id(),
+                        reason: format!("{COMMIT}: {e}"),
+                    })?;
+                records.push(record);
+            }
+        }
+        Ok(records)
+    }
+}
+
+/// One data file written for a commit.
+#[derive(Debug, Clone)]
+pub struct WrittenFile {
+    /// Store path.
+    pub path: String,
+    pub hour: Hour,
+    pub rows: u64,
+    pub bytes: u64,
+    /// The least and greatest `header.time` in it (ms).
+    pub min_time_ms: i64,
+    pub max_time_ms: i64,
+}
+
+/// A topic's table, as one run loads into it.
+#[derive(Debug)]
+pub struct TopicTable {
+    tables: Tables,
+    ident: TableIdent,
+    spec_id: i32,
+    pub shape: TableShape,
+    /// The table's store path.
+    location: String,
+}
+
+impl TopicTable {
+    pub fn name(&self) -> String {
+        self.ident.to_string()
+    }
+
+    /// Where a file of `partition`'s range from `start`, rows of `hour`, is written: under the
+    /// table's `data/`, in the directory of its partition value, named so that two loaders of
+    /// one range (different runs) never write one file.
+    pub fn data_path(&self, hour: Hour, partition: i32, start: i64, run_id: &str) -> String {
+        let (y, m, d, h) = hour.civil();
+        format!(
+            "{}/data/{HOUR_FIELD}={y:04}-{m:02}-{d:02}-{h:02}/{partition:05}-{start:020}-{run_id}.parquet",
+            self.location
+        )
+    }
+
+    /// What the table covers of `partition` now.
+    pub async fn covered(&self, partition: i32) -> Result<Option<Covered>, TableError> {
+        let table = self.load().await?;
+        Ok(self.covers(table.metadata())?.get(&partition).copied())
+    }
+
+    async fn load(&self) -> Result<Table, TableError> {
+        self.tables
+            .catalog
+            .load_table(&self.ident)
+            .await
+            .map_err(|source| TableError::Table { table: self.name(), source: Box::new(source) })
+    }
+
+    /// What the table covers at its current snapshot: from the nearest snapshot of ours in its
+    /// ancestry (another writer's snapshot — a compaction, a maintenance job — keeps ours).
+    fn covers(&self, metadata: &TableMetadata) -> Result<BTreeMap<i32, Covered>, TableError> {
+        let mut snapshot = metadata.current_snapshot();
+        while let Some(s) = snapshot {
+            if let Some(json) = s.summary().additional_properties.get(COVERS) {
+                return serde_json::from_str(json).map_err(|e| TableError::Corrupt {
+                    table: self.name(),
+                    snapshot: s.snapshot_id(),
+                    reason: format!("{COVERS}: {e}"),
+                });
+            }
+            snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+        }
+        Ok(BTreeMap::new())
+    }
+
+    /// Commits `record`'s range (its files `files`) as one snapshot, if the table still covers
+    /// the partition up to the range's start (or not at all, for a first range). `Fenced`:
+    /// another loader committed the partition further; the caller deletes its files.
+    pub async fn commit(
+        &self,
+        record: &CommitRecord,
+        files: &[WrittenFile],
+    ) -> Result<Committed, TableError> {
+        let partition: i32 = record.partition.parse().map_err(|_| TableError::Corrupt {
+            table: self.name(),
+            snapshot: -1,
+            reason: format!("partition {:?} is not a number", record.partition),
+        })?;
+        let data_files = files.iter().map(|f| self.data_file(f)).collect::<Result<Vec<_>, _>>()?;
+        let mut summary = record.clone();
+        summary.files.clear();
+        let commit_json = serde_json::to_string(&summary).expect("a commit record serializes");
+        loop {
+            let table = self.load().await?;
+            let base = table.metadata().current_snapshot_id();
+            let mut covers = self.covers(table.metadata())?;
+            if let Some(covered) = covers.get(&partition)
+                && covered.end != record.start
+            {
+                return Ok(Committed::Fenced);
+            }
+            covers.insert(
+                partition,
+                Covered {
+                    end: record.end,
+                    rows_total: record.rows_total,
+                    max_time_ms: record.max_time_ms,
+                },
+            );
+            let properties = HashMap::from([
+                (COVERS.to_owned(), serde_json::to_string(&covers).expect("covers serialize")),
+                (COMMIT.to_owned(), commit_json.clone()),
+            ]);
+            let transaction = Transaction::new(&table);
+            let append = transaction
+                .fast_append()
+                .with_check_duplicate(false)
+                .add_data_files(data_files.clone())
+                .set_snapshot_properties(properties);
+            let transaction = append.apply(transaction).map_err(|source| TableError::Table {
+                table: self.name(),
+                source: Box::new(source),
+            })?;
+            let at_base = AtSnapshot { catalog: &self.tables.catalog, snapshot: base };
+            match transaction.commit(&at_base).await {
+                Ok(_) => return Ok(Committed::Won),
+                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                    // The table moved since it was read (another partition's commit, another
+                    // loader): read it again.
+                    tracing::debug!(table = %self.name(), %partition, "commit conflict; reading the table again");
+                }
+                Err(source) => {
+                    return Err(TableError::Table { table: self.name(), source: Box::new(source) });
+                }
+            }
+        }
+    }
+
+    fn data_file(&self, file: &WrittenFile) -> Result<DataFile, TableError> {
+        let table_error =
+            |source| TableError::Table { table: self.name(), source: Box::new(source) };
+        let hour = i32::try_from(file.hour.start_ms.div_euclid(HOUR_MS)).map_err(|_| {
+            TableError::Corrupt {
+                table: self.name(),
+                snapshot: -1,
+                reason: format!("hour of {} ms out of range", file.hour.start_ms),
+            }
+        })?;
+        let time_id = self.shape.time_id;
+        DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(self.tables.warehouse.location(&file.path.as_str().into()))
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter([Some(Literal::int(hour))]))
+            .partition_spec_id(self.spec_id)
+            .record_count(file.rows)
+            .file_size_in_bytes(file.bytes)
+            .value_counts(HashMap::from([(time_id, file.rows)]))
+            .null_value_counts(HashMap::from([(time_id, 0)]))
+            .lower_bounds(HashMap::from([(
+                time_id,
+                Datum::timestamptz_micros(file.min_time_ms.saturating_mul(1000)),
+            )]))
+            .upper_bounds(HashMap::from([(
+                time_id,
+                Datum::timestamptz_micros(file.max_time_ms.saturating_mul(1000)),
+            )]))
+            .build()
+            .map_err(|e| table_error(iceberg::Error::new(ErrorKind::DataInvalid, e.to_string())))
+    }
+}
+
+/// A sentence naming the fields that differ between two schemas.
+fn describe_difference(table: &iceberg::spec::Schema, topic: &iceberg::spec::Schema) -> String {
+    let fields = |s: &iceberg::spec::Schema| -> BTreeMap<String, String> {
+        s.as_struct().fields().iter().map(|f| (f.name.clone(), f.field_type.to_string())).collect()
+    };
+    let (old, new) = (fields(table), fields(topic));
+    let mut parts = Vec::new();
+    for (name, t) in &new {
+        match old.get(name) {
+            None => parts.push(format!("new field {name}")),
+            Some(o) if o != t => parts.push(format!("{name} {o} → {t}")),
+            Some(_) => {}
+        }
+    }
+    parts.extend(old.keys().filter(|n| !new.contains_key(*n)).map(|n| format!("no field {n}")));
+    if parts.is_empty() { "nested fields differ".to_owned() } else { parts.join(", ") }
+}
+
+/// The catalog, for one commit: it loads a table only while the table is still at the
+/// snapshot the commit was built on, so that the crate's transaction does not rebase the
+/// commit onto a table that another writer moved (the coverage it carries would be stale).
+#[derive(Debug)]
+struct AtSnapshot<'a> {
+    catalog: &'a SqlCatalog,
+    snapshot: Option<i64>,
+}
+
+#[async_trait::async_trait]
+impl Catalog for AtSnapshot<'_> {
+    async fn list_namespaces(
+        &self,
+        parent: Option<&NamespaceIdent>,
+    ) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.catalog.list_namespaces(parent).await
+    }
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.catalog.create_namespace(namespace, properties).await
+    }
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.catalog.get_namespace(namespace).await
+    }
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.catalog.namespace_exists(namespace).await
+    }
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.catalog.update_namespace(namespace, properties).await
+    }
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.catalog.drop_namespace(namespace).await
+    }
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.catalog.list_tables(namespace).await
+    }
+    async fn create_table(
+        &self,
+        namespace: &NamespaceIdent,
+        creation: TableCreation,
+    ) -> iceberg::Result<Table> {
+        self.catalog.create_table(namespace, creation).await
+    }
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        let loaded = self.catalog.load_table(table).await?;
+        if loaded.metadata().current_snapshot_id() != self.snapshot {
+            return Err(iceberg::Error::new(
+                ErrorKind::CatalogCommitConflicts,
+                format!("{table} moved since the commit was built"),
+            )
+            .with_retryable(false));
+        }
+        Ok(loaded)
+    }
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.drop_table(table).await
+    }
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.purge_table(table).await
+    }
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.catalog.table_exists(table).await
+    }
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.rename_table(src, dest).await
+    }
+    async fn register_table(
+        &self,
+        table: &TableIdent,
+        metadata_location: String,
+    ) -> iceberg::Result<Table> {
+        self.catalog.register_table(table, metadata_location).await
+    }
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.catalog.update_table(commit).await
+    }
+}

@@ -1,0 +1,209 @@
+//! The Iceberg format against a real broker, ZooKeeper and registry, read back by the readers
+//! analysts use: pyiceberg through the SQL catalog the loader keeps, and DuckDB's
+//! `iceberg_scan` (tests/iceberg/read_table.py, in the virtual environment scripts/test.sh
+//! makes; `TRIBUTARY_ICEBERG_PYTHON` names its Python).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use events::audit::window_start;
+use hdfs_loader::{Config, Format};
+use object_store::ObjectStore;
+use serde_json::Value;
+use testkit::broker::log_positions;
+use testkit::loader::{BASE_TIME_MS, Cluster, TOPIC};
+
+const HOUR_MS: i64 = 3_600_000;
+
+struct Warehouse {
+    dir: tempfile::TempDir,
+    url: String,
+    store: Arc<dyn ObjectStore>,
+}
+
+impl Warehouse {
+    fn new() -> Warehouse {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let store = hdfs_loader::store_from_url(&url).unwrap();
+        Warehouse { dir, url, store }
+    }
+
+    fn config(&self, host: &str) -> Config {
+        Config {
+            format: Format::Iceberg,
+            store: Some(self.url.clone()),
+            host_name: Some(host.into()),
+            max_messages_per_commit: 150,
+            ..Config::default()
+        }
+    }
+
+    /// What pyiceberg and DuckDB read of the topic's table; with `window`, pyiceberg also
+    /// counts the rows a filter on `header.time` selects.
+    fn read(&self, window: Option<(i64, i64)>) -> Value {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/iceberg/read_table.py");
+        let catalog = self.dir.path().join("catalog.db");
+        let mut command = std::process::Command::new(iceberg_python());
+        command.arg(script).arg(catalog).arg(&self.url).arg("default").arg(TOPIC);
+        if let Some((since, until)) = window {
+            command.arg(since.to_string()).arg(until.to_string());
+        }
+        let output = command.output().expect("the iceberg environment's python runs");
+        assert!(
+            output.status.success(),
+            "read_table.py failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("read_table.py prints JSON")
+    }
+
+    /// The Parquet files under the table's `data/`.
+    fn data_files(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else if path.extension().is_some_and(|e| e == "parquet") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&self.dir.path().join("default").join(TOPIC).join("data"), &mut files);
+        files
+    }
+}
+
+/// The Python of the environment with pyiceberg and DuckDB's iceberg extension.
+fn iceberg_python() -> PathBuf {
+    let python =
+        std::env::var_os("TRIBUTARY_ICEBERG_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").expect("HOME");
+            Path::new(&home).join(".cache/tributary/iceberg-venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "{} is missing: scripts/test.sh makes the environment (pyiceberg, duckdb-extension-iceberg)",
+        python.display()
+    );
+    python
+}
+
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn positions(read: &Value) -> Vec<(i32, i64, i32)> {
+    serde_json::from_value(read["positions"].clone()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_holds_every_acknowledged_event_once_and_pyiceberg_and_duckdb_agree() {
+    let cluster = Cluster::start(2).await;
+    // 400 events one every 18 s: two hours and a bit, so several hour partitions.
+    let ids = cluster.produce_page_views(400, 18_000).await;
+    let warehouse = Warehouse::new();
+    let config = warehouse.config("loader-i");
+    let summary = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 400);
+    // Each run is a new loader: where to go on comes from the table's snapshots.
+    let again = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(again.errors.is_empty(), "{:?}", again.errors);
+    assert_eq!(again.rows, 0, "{again:?}");
+
+    let times: Vec<i64> =
+        ids.iter().map(|id| BASE_TIME_MS + testkit::events::sequence_of(id) * 18_000).collect();
+    // The second whole hour the events span.
+    let since = (times.iter().min().unwrap() / HOUR_MS + 1) * HOUR_MS;
+    let until = since + HOUR_MS;
+    let read = warehouse.read(Some((since, until)));
+
+    assert_eq!(read["rows"], 400);
+    let mut acknowledged: Vec<String> = ids.iter().map(|id| hex(id)).collect();
+    acknowledged.sort();
+    let seen: Vec<String> = serde_json::from_value(read["ids"].clone()).unwrap();
+    assert_eq!(seen, acknowledged, "exactly the acknowledged events, each once");
+    let rows = positions(&read);
+    let unique: HashSet<(i32, i64)> = rows.iter().map(|&(p, o, _)| (p, o)).collect();
+    assert_eq!(unique.len(), 400, "no message loaded twice");
+    assert_eq!(unique, log_positions(cluster.broker(), TOPIC, 2).await);
+    let in_window = times.iter().filter(|t| (since..until).contains(*t)).count();
+    assert!(in_window > 0);
+    assert_eq!(read["filtered_rows"], in_window, "pyiceberg's filter on header.time");
+    assert_eq!(read["partition_spec"], serde_json::json!(["header_time_hour"]));
+    assert_eq!(read["duckdb_rows"], 400, "DuckDB's iceberg_scan");
+    assert_eq!(read["duckdb_distinct_ids"], 400);
+
+    // Every snapshot is one committed range: rows only grow, the last covers each partition
+    // to its log end, and time travel to the first gives its rows in both readers.
+    let snapshots = read["snapshots"].as_array().unwrap();
+    assert!(snapshots.len() >= 3, "400 events in ranges of at most 150: {snapshots:?}");
+    let rows_at: Vec<u64> = snapshots.iter().map(|s| s["rows"].as_u64().unwrap()).collect();
+    assert!(rows_at.windows(2).all(|w| w[0] < w[1]), "{rows_at:?}");
+    assert_eq!(*rows_at.last().unwrap(), 400);
+    assert_eq!(read["duckdb_first_snapshot_rows"], rows_at[0]);
+    let covers = &snapshots.last().unwrap()["covers"];
+    let consumer =
+        client::SimpleConsumer::connect(&cluster.broker().addr, Default::default()).await.unwrap();
+    for partition in 0..2 {
+        let end = consumer.latest_offset(TOPIC, partition).await.unwrap();
+        assert_eq!(covers[partition.to_string()]["end"], end, "{covers}");
+    }
+    assert!(warehouse.data_files().iter().all(|f| {
+        f.parent().unwrap().file_name().unwrap().to_string_lossy().starts_with("header_time_hour=")
+    }));
+
+    // The audit counts what the snapshots hold, per window, once.
+    let mut expected = BTreeMap::<i64, i64>::new();
+    for time in &times {
+        *expected.entry(window_start(*time, 600_000)).or_default() += 1;
+    }
+    testkit::eventually(Duration::from_secs(10), "the loader's counts per window", || async {
+        let counts = cluster.audit_counts().await;
+        expected
+            .iter()
+            .all(|(window, count)| {
+                let key = ("loader".to_owned(), "loader-i".to_owned(), TOPIC.to_owned(), *window);
+                counts.get(&key) == Some(count)
+            })
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_loaders_committing_to_one_table_never_duplicate_a_row() {
+    let cluster = Cluster::start(2).await;
+    let warehouse = Warehouse::new();
+    // The same host name: both claim every partition, so only the table's own commits stand
+    // between them.
+    let config = Config { max_messages_per_commit: 7, ..warehouse.config("same-host") };
+    let mut produced = 0;
+    let mut fenced = 0;
+    for _ in 0..4 {
+        cluster.produce_page_views(120, 1_000).await;
+        produced += 120;
+        let (a, b) = tokio::join!(
+            cluster.run(&config, &warehouse.store),
+            cluster.run(&config, &warehouse.store)
+        );
+        for summary in [a.unwrap(), b.unwrap()] {
+            assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+            fenced += summary.partitions.iter().filter(|p| p.fenced).count();
+        }
+    }
+    let read = warehouse.read(None);
+    let rows = positions(&read);
+    assert_eq!(rows.len(), produced);
+    let unique: HashSet<(i32, i64, i32)> = rows.iter().copied().collect();
+    assert_eq!(unique.len(), produced, "no row twice");
+    assert!(fenced > 0, "the loaders raced for some range");
+    // A fenced loader deleted the files of the range it lost.
+    let snapshot_files: usize = serde_json::from_value(read["files"].clone()).unwrap();
+    assert_eq!(warehouse.data_files().len(), snapshot_files);
+}

@@ -1,0 +1,79 @@
+"""Reads a topic's Iceberg table the way an analyst would, with pyiceberg (through the SQL
+catalog on SQLite the loader keeps) and with DuckDB's iceberg extension, and prints what each
+saw as one JSON object. The loader's tests compare it with what the agents acknowledged.
+
+    read_table.py CATALOG_DB WAREHOUSE_URL NAMESPACE TOPIC [SINCE_MS UNTIL_MS]
+
+Run with the Python of the virtual environment scripts/test.sh makes (pyiceberg, and DuckDB
+with its iceberg and avro extensions, which pin their own DuckDB version).
+"""
+
+import datetime
+import json
+import os
+import sys
+
+import duckdb
+import duckdb_extension_avro
+import duckdb_extension_iceberg
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan
+
+
+def iso(ms):
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).isoformat()
+
+
+def extension(module, name):
+    return os.path.join(
+        os.path.dirname(module.__file__), "extensions", "v" + duckdb.__version__,
+        name + ".duckdb_extension")
+
+
+def local(location):
+    return location[len("file://"):] if location.startswith("file://") else location
+
+
+def main():
+    db, warehouse, namespace, topic = sys.argv[1:5]
+    catalog = SqlCatalog("tributary", uri="sqlite:///" + db, warehouse=warehouse)
+    table = catalog.load_table((namespace, topic))
+    rows = table.scan(selected_fields=("header", "_partition", "_offset", "_index")).to_arrow()
+    out = {
+        "rows": rows.num_rows,
+        "ids": sorted(h["id"].hex() for h in rows.column("header").to_pylist()),
+        "positions": sorted(
+            zip(rows.column("_partition").to_pylist(), rows.column("_offset").to_pylist(),
+                rows.column("_index").to_pylist())),
+        "partition_spec": [f.name for f in table.spec().fields],
+        "schema_fields": [f.name for f in table.schema().fields],
+        "files": len(list(table.scan().plan_files())),
+    }
+    if len(sys.argv) > 6:
+        since, until = int(sys.argv[5]), int(sys.argv[6])
+        window = And(GreaterThanOrEqual("header.time", iso(since)),
+                     LessThan("header.time", iso(until)))
+        out["filtered_rows"] = table.scan(row_filter=window).to_arrow().num_rows
+    snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    out["snapshots"] = [
+        {"id": s.snapshot_id, "rows": table.scan(snapshot_id=s.snapshot_id).count(),
+         "covers": json.loads(s.summary["tributary.partitions"])}
+        for s in snapshots]
+
+    con = duckdb.connect()
+    con.load_extension(extension(duckdb_extension_avro, "avro"))
+    con.load_extension(extension(duckdb_extension_iceberg, "iceberg"))
+    metadata = local(table.metadata_location)
+    out["duckdb_rows"] = con.execute(
+        "SELECT count(*) FROM iceberg_scan(?)", [metadata]).fetchone()[0]
+    out["duckdb_distinct_ids"] = con.execute(
+        "SELECT count(DISTINCT header.id) FROM iceberg_scan(?)", [metadata]).fetchone()[0]
+    first = snapshots[0].snapshot_id
+    out["duckdb_first_snapshot_rows"] = con.execute(
+        "SELECT count(*) FROM iceberg_scan(?, snapshot_from_id => ?)",
+        [metadata, first]).fetchone()[0]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
