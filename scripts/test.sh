@@ -59,6 +59,18 @@ if [ ${#pip_missing[@]} -gt 0 ]; then
   if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 fi
 
+# The Iceberg readers the loader's tables are tested with: pyiceberg (through the SQL catalog on
+# SQLite) and DuckDB's iceberg extension with the avro one it loads. Those extensions pin their
+# own DuckDB release, so they live in a virtual environment apart from the DuckDB above;
+# hdfs-loader/tests/iceberg.rs runs its Python.
+iceberg_venv="${TRIBUTARY_ICEBERG_VENV:-$HOME/.cache/tributary/iceberg-venv}"
+if ! "$iceberg_venv/bin/python" -c 'import pyiceberg.catalog.sql, pyarrow, duckdb_extension_iceberg, duckdb_extension_avro' >/dev/null 2>&1; then
+  step "making the Iceberg readers' environment in $iceberg_venv"
+  python3 -m venv "$iceberg_venv"
+  "$iceberg_venv/bin/python" -m pip install --quiet "pyiceberg[sql-sqlite,pyarrow]" duckdb-extension-iceberg==1.5.5 duckdb-extension-avro==1.5.5
+fi
+export TRIBUTARY_ICEBERG_PYTHON="$iceberg_venv/bin/python"
+
 # One build from a clean tree needs no incremental caches: they would add 3 GB to the disk the
 # test binaries need (CI machines have run out of it).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
