@@ -485,44 +485,31 @@ fn windows(
     }
 }
 
-/// Every Parquet file under `s3://tributary/warehouse/{topic}/`: (rows, distinct `header.id`s).
-fn parquet_ids(runtime: &tokio::runtime::Runtime, s3_port: u16) -> (u64, HashSet<Vec<u8>>) {
-    use arrow_array::Array;
-    use arrow_array::cast::AsArray;
-    use futures::TryStreamExt;
-    use object_store::{ObjectStore, ObjectStoreExt};
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+/// The loader's committed output in the deployment's SeaweedFS, read as the deployment wrote
+/// it (an Iceberg table per topic by default).
+fn loader_output(
+    runtime: &tokio::runtime::Runtime,
+    deployment: &Deployment,
+) -> hdfs_loader::Output {
+    let topology = deploy::multiprocess::topology::Topology::load(&deployment.topology)
+        .expect("the test topology");
+    let store = deploy::chaos::books::store(&topology).expect("the loader's store");
+    let config = deploy::multiprocess::plan::loader_output_config(&topology);
+    runtime.block_on(hdfs_loader::Output::open(&config, store)).expect("the loader's output")
+}
 
-    let store = s3_store(s3_port);
+/// Every committed row of the pipeline's topics: (rows, distinct `header.id`s).
+fn parquet_ids(
+    runtime: &tokio::runtime::Runtime,
+    output: &hdfs_loader::Output,
+) -> (u64, HashSet<Vec<u8>>) {
     runtime.block_on(async {
         let mut rows = 0u64;
         let mut ids = HashSet::new();
         for topic in TOPICS {
-            let prefix = object_store::path::Path::from(format!("warehouse/{topic}"));
-            let files: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
-            for file in files.iter().filter(|f| f.location.as_ref().ends_with(".parquet")) {
-                let bytes =
-                    store.get(&file.location).await.expect("get").bytes().await.expect("read");
-                let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-                    .expect("parquet")
-                    .build()
-                    .expect("reader");
-                for batch in reader {
-                    let batch = batch.expect("batch");
-                    let header = batch.column_by_name("header").expect("header column");
-                    let id = header.as_struct().column_by_name("id").expect("header.id");
-                    rows += id.len() as u64;
-                    for i in 0..id.len() {
-                        let value = match id.data_type() {
-                            arrow_schema::DataType::FixedSizeBinary(_) => {
-                                id.as_fixed_size_binary().value(i).to_vec()
-                            }
-                            _ => id.as_binary::<i32>().value(i).to_vec(),
-                        };
-                        ids.insert(value);
-                    }
-                }
-            }
+            let read = hdfs_loader::readback::read_topic(output, topic).await.expect("read back");
+            rows += read.positions.len() as u64;
+            ids.extend(read.event_ids);
         }
         (rows, ids)
     })
@@ -536,6 +523,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     let p = |name: &str| deployment.ports[name];
 
     let up = deployment.ok("up", &[]);
+    let output = loader_output(&runtime, &deployment);
     let pki = deployment.run_dir().join("pki");
     let token = std::fs::read_to_string(pki.join("dashboard.token")).expect("the token");
     let dashboard = format!("https://127.0.0.1:{}/", p("audit"));
@@ -834,7 +822,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     // any extra row is a duplicate the audit reported.
     let (rows, ids) =
         eventually(Duration::from_secs(30), "the loader to commit every event", |seen| {
-            let (rows, ids) = parquet_ids(&runtime, p("s3"));
+            let (rows, ids) = parquet_ids(&runtime, &output);
             *seen = format!("{rows} rows, {} distinct ids, {acknowledged} acknowledged", ids.len());
             (ids.len() as u64 == acknowledged).then_some((rows, ids))
         });
@@ -867,7 +855,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         }
         (live == KAFKA_CLICKS).then_some(())
     });
-    let mut keyed = parquet_keys_and_headers(&runtime, p("s3"), KAFKA_TOPIC);
+    let mut keyed = parquet_keys_and_headers(&runtime, &output, KAFKA_TOPIC);
     keyed.sort();
     keyed.dedup();
     let mut expected: Vec<KeyedRow> = (0..KAFKA_CLICKS)
@@ -905,22 +893,20 @@ type KeyedRow = (String, Vec<(String, Vec<u8>)>);
 /// `s3://tributary/warehouse/{topic}/`.
 fn parquet_keys_and_headers(
     runtime: &tokio::runtime::Runtime,
-    s3_port: u16,
+    output: &hdfs_loader::Output,
     topic: &str,
 ) -> Vec<KeyedRow> {
     use arrow_array::Array;
     use arrow_array::cast::AsArray;
-    use futures::TryStreamExt;
-    use object_store::{ObjectStore, ObjectStoreExt};
+    use object_store::ObjectStoreExt;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    let store = s3_store(s3_port);
+    let store = output.store();
     runtime.block_on(async {
         let mut rows = Vec::new();
-        let prefix = object_store::path::Path::from(format!("warehouse/{topic}"));
-        let files: Vec<_> = store.list(Some(&prefix)).try_collect().await.expect("list");
-        for file in files.iter().filter(|f| f.location.as_ref().ends_with(".parquet")) {
-            let bytes = store.get(&file.location).await.expect("get").bytes().await.expect("read");
+        let files = hdfs_loader::readback::files(output, topic).await.expect("committed files");
+        for file in &files {
+            let bytes = store.get(file).await.expect("get").bytes().await.expect("read");
             let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                 .expect("parquet")
                 .build()
@@ -946,18 +932,6 @@ fn parquet_keys_and_headers(
         }
         rows
     })
-}
-
-fn s3_store(s3_port: u16) -> object_store::aws::AmazonS3 {
-    object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(format!("http://127.0.0.1:{s3_port}"))
-        .with_bucket_name("tributary")
-        .with_region("us-east-1")
-        .with_access_key_id("tributary")
-        .with_secret_access_key("tributary")
-        .with_allow_http(true)
-        .build()
-        .expect("S3 client")
 }
 
 #[test]

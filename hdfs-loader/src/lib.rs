@@ -17,6 +17,7 @@ pub mod decode;
 pub mod layout;
 mod load;
 mod metrics;
+mod output;
 pub mod readback;
 mod run;
 mod sink;
@@ -27,6 +28,7 @@ use std::path::PathBuf;
 
 pub use config::{Config, ConfigError, Format, TopicFilter};
 pub use load::PartitionLoad;
+pub use output::Output;
 pub use run::{Loader, RunSummary, run_once, serve};
 pub use service::store::{StoreUrlError, store_from_url};
 pub use status::{HourStatus, PartitionStatus, Status, TopicStatus, status};

@@ -42,6 +42,16 @@ struct Common {
     /// Where to write: file:///path, s3://bucket/prefix or memory://.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// What is written: `parquet` (Hive layout, commit records beside it) or `iceberg` (a table
+    /// per topic).
+    #[arg(long, value_name = "FORMAT")]
+    format: Option<hdfs_loader::Format>,
+    /// The Iceberg catalog, sqlite:///PATH (default: catalog.db in a file:// warehouse).
+    #[arg(long, value_name = "URI")]
+    catalog: Option<String>,
+    /// The Iceberg namespace of the topics' tables.
+    #[arg(long, value_name = "NAME")]
+    namespace: Option<String>,
     /// The analytics cluster's ZooKeeper, `host:port[,…][/chroot]`.
     #[arg(long, value_name = "CONNECT")]
     zookeeper: Option<String>,
@@ -90,16 +100,6 @@ struct LoadArgs {
     audit: Option<bool>,
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
-    /// What to write: `parquet` (Hive layout, commit records beside it) or `iceberg` (a table
-    /// per topic).
-    #[arg(long, value_name = "FORMAT")]
-    format: Option<hdfs_loader::Format>,
-    /// The Iceberg catalog, sqlite:///PATH (default: catalog.db in a file:// warehouse).
-    #[arg(long, value_name = "URI")]
-    catalog: Option<String>,
-    /// The Iceberg namespace of the topics' tables.
-    #[arg(long, value_name = "NAME")]
-    namespace: Option<String>,
     #[command(flatten)]
     #[serde(flatten)]
     tls: service::tls::TlsArgs,
@@ -157,9 +157,9 @@ fn config(common: &Common, flags: &impl Serialize, loads: bool) -> Result<Config
         RegistryClient::new(registry).map_err(Failure::usage)?;
         config.tls.client().map_err(Failure::usage)?;
         config.tls.server().map_err(Failure::usage)?;
-        if config.format == hdfs_loader::Format::Iceberg {
-            config.catalog_uri().map_err(Failure::usage)?;
-        }
+    }
+    if config.format == hdfs_loader::Format::Iceberg {
+        config.catalog_uri().map_err(Failure::usage)?;
     }
     Ok(config)
 }
@@ -188,7 +188,8 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
     };
     if let Command::Status(_) = command {
         let cluster = coordinator.map(cluster::Registry::new);
-        let status = hdfs_loader::status(store, cluster.as_ref(), config.tls.client()?).await?;
+        let output = hdfs_loader::Output::open(&config, store).await?;
+        let status = hdfs_loader::status(&output, cluster.as_ref(), config.tls.client()?).await?;
         if json {
             println!("{}", serde_json::to_string_pretty(&status)?);
         } else {

@@ -17,8 +17,7 @@ use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
 use crate::metrics::Metrics;
 use crate::table::Tables;
-use crate::table::storage::Warehouse;
-use crate::{Config, Format, LoadError};
+use crate::{Config, Format, LoadError, Output};
 
 /// What one run did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -99,15 +98,12 @@ impl Loader {
         let run_id = format!("{:x}-{:08x}", service::now_ms(), rand::random::<u32>());
         let mut summary = RunSummary { run_id: run_id.clone(), ..RunSummary::default() };
         let filter = self.config.topic_filter()?;
-        if self.config.format == Format::Iceberg && self.tables.is_none() {
-            let uri = self.config.catalog_uri()?;
-            let url = self
-                .config
-                .store
-                .as_deref()
-                .ok_or(crate::ConfigError::Invalid { field: "store", reason: "is required" })?;
-            let warehouse = Warehouse::new(url, Arc::clone(&self.store));
-            self.tables = Some(Tables::open(&uri, warehouse, &self.config.namespace).await?);
+        if self.config.format == Format::Iceberg
+            && self.tables.is_none()
+            && let Output::Iceberg(tables) =
+                Output::open(&self.config, Arc::clone(&self.store)).await?
+        {
+            self.tables = Some(tables);
         }
         let mut topics = Vec::new();
         for topic in self.cluster.topics().await? {

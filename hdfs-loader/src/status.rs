@@ -12,9 +12,10 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 
-use crate::LoadError;
 use crate::commit::PartitionCommits;
 use crate::layout::{self, Hour};
+use crate::table::Tables;
+use crate::{LoadError, Output};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -26,6 +27,11 @@ pub struct TopicStatus {
     pub topic: String,
     /// Rows committed over all partitions.
     pub rows: u64,
+    /// The Iceberg table's current snapshot (`None` in the Hive layout, or before the first
+    /// commit).
+    pub snapshot: Option<i64>,
+    /// Committed data files.
+    pub files: usize,
     pub partitions: Vec<PartitionStatus>,
     pub hours: Vec<HourStatus>,
 }
@@ -56,13 +62,17 @@ pub struct HourStatus {
     pub complete: bool,
 }
 
-/// The status of every topic with commits in `store` and, given the cluster, every topic of
+/// The status of every topic with commits in `output` and, given the cluster, every topic of
 /// the cluster not starting with `_` (log ends read from its brokers over `tls` if given).
 pub async fn status(
-    store: Arc<dyn ObjectStore>,
+    output: &Output,
     cluster: Option<&Registry>,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<Status, LoadError> {
+    let store = match output {
+        Output::Hive(store) => store,
+        Output::Iceberg(tables) => return tables_status(tables, cluster, tls).await,
+    };
     let commits_root = Path::from(layout::COMMITS);
     let listing = store
         .list_with_delimiter(Some(&commits_root))
@@ -99,22 +109,124 @@ pub async fn status(
                 partitions.insert(partition, leader.map(|(_, info)| info.addr()));
             }
         }
-        result.push(topic_status(&store, &topic, partitions, tls.clone()).await?);
+        let mut last = BTreeMap::new();
+        for &partition in partitions.keys() {
+            let record = PartitionCommits::new(Arc::clone(store), &topic, partition).last().await?;
+            if let Some(r) = record {
+                last.insert(
+                    partition,
+                    Last {
+                        end: r.end,
+                        at_ms: r.committed_at_ms,
+                        rows_total: r.rows_total,
+                        max_time_ms: r.max_time_ms,
+                    },
+                );
+            }
+        }
+        let prefix = Path::from(topic.as_str());
+        let files: Vec<_> = store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|source| LoadError::Store { path: prefix.to_string(), source })?;
+        let mut hours: BTreeMap<Hour, usize> = BTreeMap::new();
+        for meta in files {
+            let parts: Vec<_> = meta.location.parts().collect();
+            if let [_, dt, hr, _] = parts.as_slice()
+                && let Some(hour) = Hour::parse(dt.as_ref(), hr.as_ref())
+            {
+                *hours.entry(hour).or_default() += 1;
+            }
+        }
+        let committed = Committed { snapshot: None, last, hours };
+        result.push(topic_status(&topic, partitions, committed, tls.clone()).await);
     }
     Ok(Status { topics: result })
 }
 
+/// The status of every topic with a table and, given the cluster, every topic of it.
+async fn tables_status(
+    tables: &Tables,
+    cluster: Option<&Registry>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<Status, LoadError> {
+    let mut topics: BTreeMap<String, BTreeMap<i32, Option<String>>> = BTreeMap::new();
+    for topic in tables.topics().await? {
+        topics.entry(topic).or_default();
+    }
+    if let Some(cluster) = cluster {
+        for topic in cluster.topics().await? {
+            if !topic.starts_with('_') {
+                topics.entry(topic).or_default();
+            }
+        }
+    }
+    let mut result = Vec::new();
+    for (topic, mut partitions) in topics {
+        let state = tables.state(&topic).await?.unwrap_or_default();
+        for &partition in state.covers.keys() {
+            partitions.insert(partition, None);
+        }
+        if let Some(cluster) = cluster {
+            for partition in cluster.partitions(&topic).await? {
+                let leader = cluster.leader(&topic, partition).await?;
+                partitions.insert(partition, leader.map(|(_, info)| info.addr()));
+            }
+        }
+        let last = state
+            .covers
+            .iter()
+            .map(|(&partition, c)| {
+                let at_ms = state.last_commit_ms.get(&partition).copied().unwrap_or(0);
+                let last = Last {
+                    end: c.end,
+                    at_ms,
+                    rows_total: c.rows_total,
+                    max_time_ms: c.max_time_ms,
+                };
+                (partition, last)
+            })
+            .collect();
+        let mut hours: BTreeMap<Hour, usize> = BTreeMap::new();
+        for file in &state.files {
+            if let Some(hour) = file.hour {
+                *hours.entry(hour).or_default() += 1;
+            }
+        }
+        let committed = Committed { snapshot: state.snapshot, last, hours };
+        result.push(topic_status(&topic, partitions, committed, tls.clone()).await);
+    }
+    Ok(Status { topics: result })
+}
+
+/// Where a partition's last commit left it.
+struct Last {
+    end: i64,
+    at_ms: i64,
+    rows_total: u64,
+    max_time_ms: i64,
+}
+
+/// What is committed of a topic.
+struct Committed {
+    snapshot: Option<i64>,
+    last: BTreeMap<i32, Last>,
+    /// Files per hour.
+    hours: BTreeMap<Hour, usize>,
+}
+
 async fn topic_status(
-    store: &Arc<dyn ObjectStore>,
     topic: &str,
     partitions: BTreeMap<i32, Option<String>>,
+    committed_state: Committed,
     tls: Option<Arc<rustls::ClientConfig>>,
-) -> Result<TopicStatus, LoadError> {
+) -> TopicStatus {
     let mut statuses = Vec::new();
     let mut ends = LogEnds::with_tls(tls);
     for (partition, addr) in partitions {
-        let last = PartitionCommits::new(Arc::clone(store), topic, partition).last().await?;
-        let committed = last.as_ref().map(|r| r.end);
+        let last = committed_state.last.get(&partition);
+        let committed = last.map(|r| r.end);
         let mut log_end = None;
         let mut lag = None;
         if let Some(addr) = addr {
@@ -133,31 +245,17 @@ async fn topic_status(
             committed_offset: committed,
             log_end,
             lag,
-            last_commit_ms: last.as_ref().map(|r| r.committed_at_ms),
-            rows: last.as_ref().map_or(0, |r| r.rows_total),
-            max_time_ms: last.as_ref().map(|r| r.max_time_ms).filter(|t| *t != i64::MIN),
+            last_commit_ms: last.map(|r| r.at_ms),
+            rows: last.map_or(0, |r| r.rows_total),
+            max_time_ms: last.map(|r| r.max_time_ms).filter(|t| *t != i64::MIN),
         });
     }
-    let prefix = Path::from(topic);
-    let files: Vec<_> = store
-        .list(Some(&prefix))
-        .try_collect()
-        .await
-        .map_err(|source| LoadError::Store { path: prefix.to_string(), source })?;
-    let mut hours: BTreeMap<Hour, usize> = BTreeMap::new();
-    for meta in files {
-        let parts: Vec<_> = meta.location.parts().collect();
-        if let [_, dt, hr, _] = parts.as_slice()
-            && let Some(hour) = Hour::parse(dt.as_ref(), hr.as_ref())
-        {
-            *hours.entry(hour).or_default() += 1;
-        }
-    }
+    let hours = committed_state.hours;
     let passed = |hour: Hour| {
         !statuses.is_empty()
             && statuses.iter().all(|p| p.max_time_ms.is_some_and(|t| t >= hour.end_ms()))
     };
-    let hours = hours
+    let hours: Vec<HourStatus> = hours
         .into_iter()
         .map(|(hour, files)| {
             let dir = hour.dir();
@@ -170,12 +268,14 @@ async fn topic_status(
             }
         })
         .collect();
-    Ok(TopicStatus {
+    TopicStatus {
         topic: topic.to_owned(),
         rows: statuses.iter().map(|p| p.rows).sum(),
+        snapshot: committed_state.snapshot,
+        files: hours.iter().map(|h| h.files).sum(),
         partitions: statuses,
         hours,
-    })
+    }
 }
 
 impl Status {
@@ -185,7 +285,13 @@ impl Status {
         let mut out = String::new();
         let show = |v: Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
         for topic in &self.topics {
-            let _ = writeln!(out, "topic {}  rows {}", topic.topic, topic.rows);
+            let _ =
+                write!(out, "topic {}  rows {}  files {}", topic.topic, topic.rows, topic.files);
+            match topic.snapshot {
+                Some(snapshot) => writeln!(out, "  snapshot {snapshot}"),
+                None => writeln!(out),
+            }
+            .expect("a string takes any write");
             let _ = writeln!(
                 out,
                 "  {:<10} {:>14} {:>14} {:>12} {:>10} {:>16}",

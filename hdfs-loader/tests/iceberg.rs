@@ -41,16 +41,23 @@ impl Warehouse {
         }
     }
 
-    /// What pyiceberg and DuckDB read of the topic's table; with `window`, pyiceberg also
+    /// What pyiceberg and DuckDB read of `TOPIC`'s table; with `window`, pyiceberg also
     /// counts the rows a filter on `header.time` selects.
     fn read(&self, window: Option<(i64, i64)>) -> Value {
+        let mut args = Vec::new();
+        if let Some((since, until)) = window {
+            args =
+                vec!["--since".to_owned(), since.to_string(), "--until".into(), until.to_string()];
+        }
+        self.read_topic(TOPIC, &args)
+    }
+
+    /// What pyiceberg and DuckDB read of `topic`'s table, with read_table.py's `args`.
+    fn read_topic(&self, topic: &str, args: &[String]) -> Value {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/iceberg/read_table.py");
         let catalog = self.dir.path().join("catalog.db");
         let mut command = std::process::Command::new(iceberg_python());
-        command.arg(script).arg(catalog).arg(&self.url).arg("default").arg(TOPIC);
-        if let Some((since, until)) = window {
-            command.arg(since.to_string()).arg(until.to_string());
-        }
+        command.arg(script).arg(catalog).arg(&self.url).arg("default").arg(topic).args(args);
         let output = command.output().expect("the iceberg environment's python runs");
         assert!(
             output.status.success(),
@@ -60,8 +67,13 @@ impl Warehouse {
         serde_json::from_slice(&output.stdout).expect("read_table.py prints JSON")
     }
 
-    /// The Parquet files under the table's `data/`.
+    /// The Parquet files under `TOPIC`'s table's `data/`.
     fn data_files(&self) -> Vec<PathBuf> {
+        self.data_files_of(TOPIC)
+    }
+
+    /// The Parquet files under `topic`'s table's `data/`.
+    fn data_files_of(&self, topic: &str) -> Vec<PathBuf> {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
                 let path = entry.path();
@@ -73,7 +85,7 @@ impl Warehouse {
             }
         }
         let mut files = Vec::new();
-        walk(&self.dir.path().join("default").join(TOPIC).join("data"), &mut files);
+        walk(&self.dir.path().join("default").join(topic).join("data"), &mut files);
         files
     }
 }
@@ -206,4 +218,76 @@ async fn two_loaders_committing_to_one_table_never_duplicate_a_row() {
     // A fenced loader deleted the files of the range it lost.
     let snapshot_files: usize = serde_json::from_value(read["files"].clone()).unwrap();
     assert_eq!(warehouse.data_files().len(), snapshot_files);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_added_to_the_topic_becomes_a_column_null_in_older_rows_without_a_rewrite() {
+    let cluster = Cluster::start(1).await;
+    let header_fields = r#"{"name":"header","type":{"type":"record","name":"EventHeader","fields":[
+            {"name":"time","type":"long"},{"name":"server","type":"string"},
+            {"name":"service","type":"string"},{"name":"id","type":{"type":"fixed","name":"EventId","size":16}}]}}"#;
+    let v1 = format!(
+        r#"{{"type":"record","name":"Signup","namespace":"t","fields":[{header_fields},
+        {{"name":"email","type":"string"}}]}}"#
+    );
+    let v2 = format!(
+        r#"{{"type":"record","name":"Signup","namespace":"t","fields":[{header_fields},
+        {{"name":"email","type":"string"}},
+        {{"name":"plan","type":{{"type":"enum","name":"Plan","symbols":["FREE","PRO"]}},"default":"FREE"}},
+        {{"name":"referrer","type":["null","string"],"default":null}}]}}"#
+    );
+    let warehouse = Warehouse::new();
+    let config = warehouse.config("evolving");
+    let header = |n: i64| {
+        Value::Record(vec![
+            ("time".into(), Value::Long(BASE_TIME_MS + n)),
+            ("server".into(), Value::String("s".into())),
+            ("service".into(), Value::String("signup".into())),
+            ("id".into(), Value::Fixed(16, testkit::events::event_id(2_000_000 + n).to_vec())),
+        ])
+    };
+    use apache_avro::types::Value;
+    let id1 = cluster.registry.register("signup-value", &v1).await.unwrap();
+    for n in 0..10 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("email".into(), Value::String(format!("{n}@x"))),
+        ]);
+        let payload = events::envelope::encode_with(&cluster.registry, id1, value).await.unwrap();
+        cluster.producer.send("signup", None, &payload).await.unwrap();
+    }
+    let first = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    let files_before = warehouse.data_files_of("signup");
+
+    let id2 = cluster.registry.register("signup-value", &v2).await.unwrap();
+    for n in 10..20 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("email".into(), Value::String(format!("{n}@x"))),
+            ("plan".into(), Value::Enum(1, "PRO".into())),
+            ("referrer".into(), Value::Union(1, Box::new(Value::String("ads".into())))),
+        ]);
+        let payload = events::envelope::encode_with(&cluster.registry, id2, value).await.unwrap();
+        cluster.producer.send("signup", None, &payload).await.unwrap();
+    }
+    let second = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(second.errors.is_empty(), "{:?}", second.errors);
+
+    let read = |column: &str| warehouse.read_topic("signup", &["--column".into(), column.into()]);
+    let plans = read("plan");
+    assert_eq!(plans["rows"], 20);
+    assert_eq!(plans["duckdb_rows"], 20);
+    let fields: Vec<String> = serde_json::from_value(plans["schema_fields"].clone()).unwrap();
+    assert!(fields.iter().any(|f| f == "plan") && fields.iter().any(|f| f == "referrer"));
+    let plans: Vec<Option<String>> = serde_json::from_value(plans["column"].clone()).unwrap();
+    assert_eq!(plans[..10], vec![None; 10][..], "rows loaded before the field read null");
+    assert_eq!(plans[10..], vec![Some("PRO".to_owned()); 10][..]);
+    let referrers: Vec<Option<String>> =
+        serde_json::from_value(read("referrer")["column"].clone()).unwrap();
+    assert_eq!(referrers[10..], vec![Some("ads".to_owned()); 10][..]);
+    // No rewrite: the first run's files are still the table's.
+    let files_after = warehouse.data_files_of("signup");
+    assert!(files_before.iter().all(|f| files_after.contains(f)), "{files_before:?}");
+    assert_eq!(files_after.len(), files_before.len() + 1);
 }

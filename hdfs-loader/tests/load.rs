@@ -31,7 +31,10 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 400);
     assert!(summary.partitions.iter().all(|p| p.commits >= 1), "{summary:?}");
-    let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
+    let rows =
+        hdfs_loader::readback::read_topic(&hdfs_loader::Output::Hive(Arc::clone(&store)), TOPIC)
+            .await
+            .unwrap();
     assert_eq!(rows.positions.len(), 400);
     assert_eq!(rows.event_ids.len(), 400);
     assert!(ids.iter().all(|id| rows.event_ids.contains(id.as_slice())));
@@ -43,13 +46,20 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     let again = cluster.run(&config("loader-a"), &store).await.unwrap();
     assert_eq!(again.rows, 0, "{again:?}");
     assert_eq!(
-        hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap().positions.len(),
+        hdfs_loader::readback::read_topic(&hdfs_loader::Output::Hive(Arc::clone(&store)), TOPIC)
+            .await
+            .unwrap()
+            .positions
+            .len(),
         400
     );
 
     // Status: everything committed, no lag, the first hours complete.
     let registry = cluster::Registry::new(Arc::clone(&cluster.coordinator));
-    let status = hdfs_loader::status(Arc::clone(&store), Some(&registry), None).await.unwrap();
+    let status =
+        hdfs_loader::status(&hdfs_loader::Output::Hive(Arc::clone(&store)), Some(&registry), None)
+            .await
+            .unwrap();
     let topic = status.topics.iter().find(|t| t.topic == TOPIC).expect("topic in status");
     assert_eq!(topic.rows, 400);
     assert!(topic.partitions.iter().all(|p| p.lag == Some(0) && p.log_end == p.committed_offset));
@@ -290,7 +300,10 @@ async fn events_in_compressed_wrappers_load_once_each_share_their_wrappers_offse
     let summary = cluster.run(&small, &store).await.unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.rows, 200);
-    let rows = hdfs_loader::readback::read_topic(&store, TOPIC).await.unwrap();
+    let rows =
+        hdfs_loader::readback::read_topic(&hdfs_loader::Output::Hive(Arc::clone(&store)), TOPIC)
+            .await
+            .unwrap();
     assert_eq!((rows.positions.len(), rows.event_ids.len()), (200, 200));
     let offsets: std::collections::HashSet<i64> = rows.positions.iter().map(|(_, o)| *o).collect();
     assert!(offsets.len() < 200, "rows of one wrapper share its offset");

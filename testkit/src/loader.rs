@@ -135,9 +135,10 @@ impl Cluster {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-/// Positions of the rows under the topic's prefix; panics on a duplicate.
+/// Positions of the rows under the topic's prefix (the Hive layout); panics on a duplicate.
 pub async fn unique_positions(store: &Arc<dyn ObjectStore>, topic: &str) -> HashSet<(i32, i64)> {
-    let rows = hdfs_loader::readback::read_topic(store, topic).await.expect("read back");
+    let output = hdfs_loader::Output::Hive(Arc::clone(store));
+    let rows = hdfs_loader::readback::read_topic(&output, topic).await.expect("read back");
     let mut seen = HashSet::with_capacity(rows.positions.len());
     for position in rows.positions {
         assert!(seen.insert(position), "row {position:?} is visible twice");

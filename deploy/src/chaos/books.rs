@@ -171,6 +171,7 @@ impl Lag {
 
 /// The loader's store (SeaweedFS), rooted where it writes.
 pub fn store(topology: &Topology) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    service::tls::install_crypto_provider();
     let s3 = AmazonS3Builder::new()
         .with_endpoint(format!("http://{HOST}:{}", topology.seaweedfs.s3_port))
         .with_bucket_name(&topology.seaweedfs.bucket)
@@ -185,15 +186,15 @@ pub fn store(topology: &Topology) -> Result<Arc<dyn ObjectStore>, object_store::
     Ok(Arc::new(PrefixStore::new(s3, topology.loader.prefix.as_str())))
 }
 
-/// Rows and distinct event ids in the Parquet files of `topics`.
+/// Rows and distinct event ids in the loader's committed files of `topics`.
 pub async fn parquet_ids(
-    store: &Arc<dyn ObjectStore>,
+    output: &hdfs_loader::Output,
     topics: &[&str],
 ) -> Result<(u64, HashSet<EventId>), hdfs_loader::LoadError> {
     let mut rows = 0;
     let mut ids = HashSet::new();
     for topic in topics {
-        let read = hdfs_loader::readback::read_topic(store, topic).await?;
+        let read = hdfs_loader::readback::read_topic(output, topic).await?;
         rows += read.positions.len() as u64;
         ids.extend(read.event_ids.into_iter().filter_map(|id| EventId::try_from(id).ok()));
     }

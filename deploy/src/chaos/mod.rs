@@ -141,6 +141,8 @@ pub fn run(
     let store = books::store(topology)?;
     let runtime = tokio::runtime::Runtime::new()
         .map_err(|e| DeployError::Io { path: PathBuf::from("tokio runtime"), source: e })?;
+    let output = runtime
+        .block_on(hdfs_loader::Output::open(&plan::loader_output_config(topology), store))?;
     let mut rng = StdRng::seed_from_u64(options.seed);
     let agents: Vec<String> =
         topology.live.values().map(|live| plan::agent_url(topology, live.agent_port)).collect();
@@ -195,7 +197,7 @@ pub fn run(
         // A process that dies while the pipeline drains (a restart into a fault's aftermath)
         // is started again too: the drain waits for the pipeline, not for a dead process.
         restart_left_down(deployment, &simulators, out)?;
-        (rows, ids) = runtime.block_on(books::parquet_ids(&store, &topics))?;
+        (rows, ids) = runtime.block_on(books::parquet_ids(&output, &topics))?;
         let missing = acknowledged.iter().filter(|id| !ids.contains(*id)).count();
         let (caught_up, seen) =
             runtime.block_on(async { (audit.caught_up().await, audit.windows().await) });

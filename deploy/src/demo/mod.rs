@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use error::DemoError;
-pub use summary::{Summary, WindowVerdicts, duckdb_query};
+pub use summary::{Summary, WindowVerdicts, iceberg_query};
 
 /// The event topics the simulators produce.
 pub const TOPICS: [&str; 3] = ["page-view", "click", "search"];
@@ -113,7 +113,8 @@ struct Pipeline {
     mirror: mirror::Mirror,
     mirror_metrics_url: String,
     warehouse: PathBuf,
-    store: Arc<dyn object_store::ObjectStore>,
+    /// The loader's Iceberg tables.
+    output: hdfs_loader::Output,
     loader: hdfs_loader::Loader,
     dashboard_url: String,
     stop_audit: CancellationToken,
@@ -169,8 +170,11 @@ impl Pipeline {
         let warehouse = data_dir.join("warehouse");
         std::fs::create_dir_all(&warehouse)
             .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
-        let store = hdfs_loader::store_from_url(&format!("file://{}", warehouse.display()))?;
+        let warehouse_url = format!("file://{}", warehouse.display());
+        let store = hdfs_loader::store_from_url(&warehouse_url)?;
         let mut loader_config = hdfs_loader::Config {
+            store: Some(warehouse_url),
+            format: hdfs_loader::Format::Iceberg,
             host_name: Some("loader-1".into()),
             audit_window_ms: options.window_ms,
             ..hdfs_loader::Config::default()
@@ -178,10 +182,11 @@ impl Pipeline {
         if let Some(tls) = &tls {
             loader_config.tls = tls.service("loader");
         }
+        let output = hdfs_loader::Output::open(&loader_config, Arc::clone(&store)).await?;
         let loader = hdfs_loader::Loader::new(
             loader_config,
             session(&embedded, &analytics.chroot)?,
-            Arc::clone(&store),
+            store,
             Arc::clone(&registry_client),
         )?;
         let stop_audit = CancellationToken::new();
@@ -208,7 +213,7 @@ impl Pipeline {
             mirror,
             mirror_metrics_url,
             warehouse,
-            store,
+            output,
             loader,
             dashboard_url,
             stop_audit,
@@ -249,7 +254,11 @@ impl Pipeline {
             println!("  agent     {url}/v1/events/{{topic}}  → {}", cluster.name);
         }
         println!("  mirror    {}", self.mirror_metrics_url);
-        println!("  Parquet   {}", self.warehouse.display());
+        println!(
+            "  Iceberg   {} (SQL catalog {})",
+            self.warehouse.display(),
+            self.warehouse.join("catalog.db").display()
+        );
         println!("  dashboard {}", self.dashboard_url);
         println!("  data      {}", self.data_dir.display());
         match options.duration {
@@ -266,7 +275,7 @@ impl Pipeline {
         Ok(Watch {
             agents: self.agents.clone(),
             mirror: self.mirror.totals(),
-            store: Arc::clone(&self.store),
+            output: self.output.clone(),
             analytics: ::cluster::Registry::new(session(&self.embedded, &self.analytics.chroot)?),
             dashboard_url: self.dashboard_url.clone(),
             http: match &self.tls {
@@ -386,7 +395,8 @@ impl Pipeline {
         let mut ids = hdfs_loader::readback::DistinctIds::new_in(&self.data_dir)
             .map_err(|source| DemoError::DataDir { path: self.data_dir.clone(), source })?;
         for topic in TOPICS {
-            loaded_rows += hdfs_loader::readback::count_topic(&self.store, topic, &mut ids).await?;
+            loaded_rows +=
+                hdfs_loader::readback::count_topic(&self.output, topic, &mut ids).await?;
         }
         let distinct_ids_loaded = tokio::task::block_in_place(|| ids.count())
             .map_err(|source| DemoError::DataDir { path: self.data_dir.clone(), source })?;
@@ -398,7 +408,7 @@ impl Pipeline {
             loaded_rows,
             distinct_ids_loaded,
             windows: audit_summary.windows,
-            parquet_root: self.warehouse.clone(),
+            warehouse: self.warehouse.clone(),
             dashboard_url: self.dashboard_url.clone(),
             duration_s: started.elapsed().as_secs_f64(),
         })
@@ -623,7 +633,7 @@ where
 struct Watch {
     agents: Vec<frontend_agent::Agent>,
     mirror: mirror::Totals,
-    store: Arc<dyn object_store::ObjectStore>,
+    output: hdfs_loader::Output,
     analytics: ::cluster::Registry,
     dashboard_url: String,
     http: reqwest::Client,
@@ -671,8 +681,7 @@ impl Watch {
     /// What the loader has committed, from its commit records, and how far behind it is.
     async fn loader(&self) -> Option<(u64, i64)> {
         let status =
-            hdfs_loader::status(Arc::clone(&self.store), Some(&self.analytics), self.tls.clone())
-                .await;
+            hdfs_loader::status(&self.output, Some(&self.analytics), self.tls.clone()).await;
         let status = status.map_err(|e| tracing::warn!(error = %e, "loader status")).ok()?;
         let rows = status.topics.iter().map(|t| t.rows).sum();
         let lag = status.topics.iter().flat_map(|t| &t.partitions).filter_map(|p| p.lag).sum();

@@ -28,29 +28,30 @@ pub struct Summary {
     pub mirrored: u64,
     /// Events inside them: each event of a compressed batch counts (`_audit` records too).
     pub mirrored_events: u64,
-    /// Rows committed to Parquet.
+    /// Rows committed to the loader's tables.
     pub loaded_rows: u64,
     /// Distinct `header.id`s among the loaded rows.
     pub distinct_ids_loaded: u64,
     pub windows: WindowVerdicts,
-    /// Root of the Hive-layout Parquet output.
-    pub parquet_root: PathBuf,
+    /// The warehouse: an Iceberg table per topic, its SQL catalog in `catalog.db`.
+    pub warehouse: PathBuf,
     pub dashboard_url: String,
     pub duration_s: f64,
 }
 
 impl Summary {
-    /// A DuckDB query over the Parquet output that counts rows per topic, day and hour.
-    pub fn duckdb_query(&self) -> String {
-        duckdb_query(&self.parquet_root)
+    /// A query of the page views' table that counts rows per day and hour.
+    pub fn iceberg_query(&self) -> String {
+        iceberg_query(&self.warehouse)
     }
 }
 
-/// Rows per `dt`/`hr` of one topic's Parquet under `root`, as an analyst would ask DuckDB.
-pub fn duckdb_query(root: &std::path::Path) -> String {
+/// Rows per day and hour of the `page-view` table of the warehouse at `root`, as an analyst
+/// would ask: pyiceberg opens the table through its SQL catalog, DuckDB counts.
+pub fn iceberg_query(root: &std::path::Path) -> String {
+    let root = root.display();
     format!(
-        "python3 -c \"import duckdb; print(duckdb.sql(\\\"SELECT dt, hr, count(*) AS events, count(DISTINCT header.id) AS ids FROM read_parquet('{}/page-view/*/*/*.parquet', hive_partitioning = true) GROUP BY ALL ORDER BY ALL\\\"))\"",
-        root.display()
+        "python3 -c \"import duckdb; from pyiceberg.catalog.sql import SqlCatalog; t = SqlCatalog('tributary', uri='sqlite:///{root}/catalog.db', warehouse='file://{root}').load_table('default.page-view').scan().to_arrow(); print(duckdb.sql('SELECT CAST(header.time AS DATE) AS day, hour(header.time) AS hour, count(*) AS events, count(DISTINCT header.id) AS ids FROM t GROUP BY ALL ORDER BY ALL'))\""
     )
 }
 
@@ -64,7 +65,7 @@ impl fmt::Display for Summary {
             "  mirrored into analytics       {:>10}  (with the audit's own records; {} messages as stored)",
             self.mirrored_events, self.mirrored
         )?;
-        writeln!(f, "  rows loaded into Parquet      {:>10}", self.loaded_rows)?;
+        writeln!(f, "  rows loaded into Iceberg      {:>10}", self.loaded_rows)?;
         writeln!(f, "  distinct event ids loaded     {:>10}", self.distinct_ids_loaded)?;
         let w = &self.windows;
         writeln!(
@@ -73,7 +74,12 @@ impl fmt::Display for Summary {
             w.complete, w.loss, w.duplication, w.open
         )?;
         writeln!(f, "  dashboard: {}", self.dashboard_url)?;
-        writeln!(f, "  Parquet:   {}", self.parquet_root.display())?;
-        writeln!(f, "  query it:  {}", self.duckdb_query())
+        writeln!(
+            f,
+            "  Iceberg:   {} (catalog.db: pyiceberg's SqlCatalog)",
+            self.warehouse.display()
+        )?;
+        writeln!(f, "  query it:  {}", self.iceberg_query())?;
+        writeln!(f, "             (with pip install 'pyiceberg[sql-sqlite,pyarrow]' duckdb)")
     }
 }

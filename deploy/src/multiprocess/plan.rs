@@ -918,17 +918,45 @@ pub fn store_url(topology: &Topology) -> String {
     format!("s3://{}/{}", topology.seaweedfs.bucket, topology.loader.prefix)
 }
 
+/// The loader's Iceberg catalog: a SQLite file in its data directory.
+pub fn loader_catalog(topology: &Topology) -> String {
+    format!("sqlite://{}", data_dir(topology, "loader").join("catalog.db").display())
+}
+
+/// Where the loader writes, as its readers (status, the chaos books) need to know it.
+pub fn loader_output_config(topology: &Topology) -> hdfs_loader::Config {
+    hdfs_loader::Config {
+        store: Some(store_url(topology)),
+        format: topology.loader.format,
+        catalog: Some(loader_catalog(topology)),
+        ..hdfs_loader::Config::default()
+    }
+}
+
 fn loader(topology: &Topology, binaries: &Path) -> Component {
     let store = store_url(topology);
+    let (format, catalog) = (topology.loader.format, loader_catalog(topology));
     let zookeeper = topology.zookeeper_connect(&topology.analytics.name);
     let (registry, interval, window_ms) =
         (registry_url(topology), topology.loader.interval, window_ms(topology));
     let metrics = format!("{HOST}:{}", topology.loader_port());
     let metrics_url = format!("{}://{metrics}/metrics", scheme(topology));
     let typed = TypedConfig::new(
-        &["store", "zookeeper", "registry", "interval", "metrics", "host_name", "audit_window_ms"],
+        &[
+            "store",
+            "format",
+            "catalog",
+            "zookeeper",
+            "registry",
+            "interval",
+            "metrics",
+            "host_name",
+            "audit_window_ms",
+        ],
         move |c: &mut hdfs_loader::Config| {
             c.store = Some(store.clone());
+            c.format = format;
+            c.catalog = Some(catalog.clone());
             c.zookeeper = Some(zookeeper.clone());
             c.registry = Some(registry.clone());
             c.interval = interval;

@@ -266,6 +266,10 @@ pub struct Loader {
     /// Its `/metrics` port.
     #[serde(default = "defaults::loader_metrics_port")]
     pub metrics_port: u16,
+    /// `iceberg` (a table per topic, its SQL catalog in the loader's data directory) or
+    /// `parquet` (the Hive layout).
+    #[serde(default = "defaults::loader_format")]
+    pub format: hdfs_loader::Format,
     pub config: Option<PathBuf>,
     #[serde(default)]
     pub settings: toml::Table,
@@ -349,6 +353,9 @@ mod defaults {
     pub fn loader_prefix() -> String {
         "warehouse".into()
     }
+    pub fn loader_format() -> hdfs_loader::Format {
+        hdfs_loader::Format::Iceberg
+    }
     pub fn loader_interval() -> Duration {
         Duration::from_secs(60)
     }
@@ -413,6 +420,7 @@ impl Default for Loader {
             prefix: defaults::loader_prefix(),
             interval: defaults::loader_interval(),
             metrics_port: defaults::loader_metrics_port(),
+            format: defaults::loader_format(),
             config: None,
             settings: toml::Table::new(),
         }

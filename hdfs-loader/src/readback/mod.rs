@@ -5,17 +5,16 @@
 mod distinct;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, FixedSizeBinaryArray, RecordBatch};
 use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use crate::LoadError;
+use crate::{LoadError, Output};
 pub use distinct::{DistinctIds, ID_BYTES};
 
 /// The rows of one topic's committed files.
@@ -31,11 +30,11 @@ pub struct TopicRows {
     pub files: usize,
 }
 
-/// Reads every Parquet file under `{topic}/` (what a reader of the topic sees), keeping every
+/// Reads every committed file of `topic` (what a reader of the topic sees), keeping every
 /// row's position and every distinct id in memory (tests; [`count_topic`] for large topics).
-pub async fn read_topic(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<TopicRows, LoadError> {
+pub async fn read_topic(output: &Output, topic: &str) -> Result<TopicRows, LoadError> {
     let mut rows = TopicRows::default();
-    rows.files = for_each_batch(store, topic, |batch| {
+    rows.files = for_each_batch(output, topic, |batch| {
         let (Some(partitions), Some(offsets)) =
             (batch.column_by_name("_partition"), batch.column_by_name("_offset"))
         else {
@@ -64,12 +63,12 @@ pub async fn read_topic(store: &Arc<dyn ObjectStore>, topic: &str) -> Result<Top
 /// Counts the rows of a topic's committed files and adds their event ids to `ids`, in memory
 /// bounded by one file and one row group (the launcher's demo reads millions this way).
 pub async fn count_topic(
-    store: &Arc<dyn ObjectStore>,
+    output: &Output,
     topic: &str,
     ids: &mut DistinctIds,
 ) -> Result<u64, LoadError> {
     let mut rows = 0;
-    for_each_batch(store, topic, |batch| {
+    for_each_batch(output, topic, |batch| {
         rows += batch.num_rows() as u64;
         if let Some(ids_column) = event_ids(batch)
             && ids_column.value_length() as usize == ID_BYTES
@@ -92,39 +91,59 @@ fn event_ids(batch: &RecordBatch) -> Option<&FixedSizeBinaryArray> {
     Some(header.as_struct().column_by_name("id")?.as_fixed_size_binary())
 }
 
-/// Calls `visit` with every row group of every Parquet file under `{topic}/`, one file in
-/// memory at a time; returns how many files there were.
+/// The committed Parquet files of `topic`: those under `{topic}/` in the Hive layout, those of
+/// the table's current snapshot in Iceberg.
+pub async fn files(output: &Output, topic: &str) -> Result<Vec<Path>, LoadError> {
+    match output {
+        Output::Hive(store) => {
+            let prefix = Path::from(topic);
+            let metas: Vec<_> = store
+                .list(Some(&prefix))
+                .try_collect()
+                .await
+                .map_err(|source| LoadError::Store { path: prefix.to_string(), source })?;
+            Ok(metas
+                .into_iter()
+                .map(|meta| meta.location)
+                .filter(|path| path.as_ref().ends_with(".parquet"))
+                .collect())
+        }
+        Output::Iceberg(tables) => Ok(tables
+            .state(topic)
+            .await?
+            .map(|state| state.files.into_iter().map(|f| f.path).collect())
+            .unwrap_or_default()),
+    }
+}
+
+/// Calls `visit` with every row group of every committed file of `topic`, one file in memory
+/// at a time; returns how many files there were.
 async fn for_each_batch(
-    store: &Arc<dyn ObjectStore>,
+    output: &Output,
     topic: &str,
     mut visit: impl FnMut(&RecordBatch) -> Result<(), LoadError>,
 ) -> Result<usize, LoadError> {
-    let prefix = Path::from(topic);
+    let store = output.store();
     let store_error = |path: &Path| {
         let path = path.to_string();
         move |source| LoadError::Store { path, source }
     };
-    let metas: Vec<_> =
-        store.list(Some(&prefix)).try_collect().await.map_err(store_error(&prefix))?;
-    let mut files = 0;
-    for meta in metas {
-        if !meta.location.as_ref().ends_with(".parquet") {
-            continue;
-        }
-        let bytes = store.get(&meta.location).await.map_err(store_error(&meta.location))?;
-        let bytes = bytes.bytes().await.map_err(store_error(&meta.location))?;
+    let paths = files(output, topic).await?;
+    let count = paths.len();
+    for path in paths {
+        let bytes = store.get(&path).await.map_err(store_error(&path))?;
+        let bytes = bytes.bytes().await.map_err(store_error(&path))?;
         let parquet_error = |source| LoadError::Parquet {
             topic: topic.to_owned(),
-            partition: meta.location.to_string(),
+            partition: path.to_string(),
             source,
         };
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
             .map_err(parquet_error)?;
-        files += 1;
         for batch in reader {
             visit(&batch.map_err(|e| parquet_error(e.into()))?)?;
         }
     }
-    Ok(files)
+    Ok(count)
 }

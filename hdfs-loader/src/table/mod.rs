@@ -19,11 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use iceberg::spec::{
-    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, Literal, Struct,
-    TableMetadata, Transform, UnboundPartitionSpec,
+    DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, Literal, NestedFieldRef,
+    PrimitiveLiteral, Schema, Struct, TableMetadata, Transform, Type, UnboundPartitionSpec,
 };
 use iceberg::table::Table;
-use iceberg::transaction::{ApplyTransactionAction, Transaction};
+use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
 use iceberg::{
     Catalog, CatalogBuilder, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation,
     TableIdent,
@@ -145,8 +145,9 @@ impl Tables {
         TableIdent::new(self.namespace.clone(), topic.to_owned())
     }
 
-    /// `topic`'s table, created with `arrow`'s columns if missing. Its schema must be the one
-    /// `arrow` makes (with the table's ids).
+    /// `topic`'s table, created with `arrow`'s columns if missing. A field of `arrow` the
+    /// table lacks is added to it as an optional column (older rows read null there); a field
+    /// the table has and `arrow` lacks stays, if optional; any other difference is an error.
     pub async fn topic(
         &self,
         topic: &str,
@@ -155,7 +156,7 @@ impl Tables {
         let ident = self.ident(topic);
         let table_error =
             |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
-        let table = match self.catalog.load_table(&ident).await {
+        let mut table = match self.catalog.load_table(&ident).await {
             Ok(table) => table,
             Err(e) if e.kind() == ErrorKind::TableNotFound => {
                 self.create(topic, arrow).await?;
@@ -163,13 +164,41 @@ impl Tables {
             }
             Err(e) => return Err(table_error(e)),
         };
-        let known = table.metadata().current_schema();
-        let shape = TableShape::new(arrow, Some(known))
-            .map_err(|source| TableError::Schema { table: ident.to_string(), source })?;
-        if shape.schema.as_struct() != known.as_struct() {
-            let difference = describe_difference(known, &shape.schema);
-            return Err(TableError::SchemaChanged { table: ident.to_string(), difference });
-        }
+        let mut evolved = false;
+        let shape = loop {
+            let known = table.metadata().current_schema();
+            let shape = TableShape::new(arrow, Some(known))
+                .map_err(|source| TableError::Schema { table: ident.to_string(), source })?;
+            let additions = fit(known, &shape.schema).map_err(|difference| {
+                TableError::SchemaChanged { table: ident.to_string(), difference }
+            })?;
+            if additions.is_empty() {
+                break shape;
+            }
+            if evolved {
+                let difference = "the columns added are not the topic's".to_owned();
+                return Err(TableError::SchemaChanged { table: ident.to_string(), difference });
+            }
+            let names: Vec<String> = additions.iter().map(|(path, _)| path.clone()).collect();
+            let transaction = Transaction::new(&table);
+            let mut update = transaction.update_schema();
+            for (_, column) in additions {
+                update = update.add_column(column);
+            }
+            let transaction = update.apply(transaction).map_err(table_error)?;
+            match transaction.commit(&*self.catalog).await {
+                Ok(_) => {
+                    tracing::info!(table = %ident, columns = ?names, "added the topic's new fields to the table")
+                }
+                // Another loader evolved it at the same moment: read what it made.
+                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                    tracing::debug!(table = %ident, error = %e, "schema update raced");
+                }
+                Err(e) => return Err(table_error(e)),
+            }
+            table = self.catalog.load_table(&ident).await.map_err(table_error)?;
+            evolved = true;
+        };
         let location =
             self.warehouse.path(table.metadata().location()).map_err(table_error)?.to_string();
         Ok(TopicTable {
@@ -209,6 +238,77 @@ impl Tables {
             }
             Err(e) => Err(table_error(e)),
         }
+    }
+
+    /// The topics that have a table.
+    pub async fn topics(&self) -> Result<Vec<String>, TableError> {
+        let tables = self.catalog.list_tables(&self.namespace).await.map_err(|source| {
+            TableError::Table { table: self.namespace.join("."), source: Box::new(source) }
+        })?;
+        Ok(tables.into_iter().map(|t| t.name().to_owned()).collect())
+    }
+
+    /// `topic`'s table as it is now; `None` when there is none.
+    pub async fn state(&self, topic: &str) -> Result<Option<TableState>, TableError> {
+        let ident = self.ident(topic);
+        let table_error =
+            |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
+        let table = match self.catalog.load_table(&ident).await {
+            Ok(table) => table,
+            Err(e) if e.kind() == ErrorKind::TableNotFound => return Ok(None),
+            Err(e) => return Err(table_error(e)),
+        };
+        let metadata = table.metadata();
+        let Some(current) = metadata.current_snapshot() else {
+            return Ok(Some(TableState::default()));
+        };
+        let covers = covers(&ident.to_string(), metadata)?;
+        let mut last_commit_ms = BTreeMap::new();
+        let mut snapshot = Some(current);
+        while let Some(s) = snapshot
+            && last_commit_ms.len() < covers.len()
+        {
+            if let Some(record) = s
+                .summary()
+                .additional_properties
+                .get(COMMIT)
+                .and_then(|json| serde_json::from_str::<CommitRecord>(json).ok())
+                && let Ok(partition) = record.partition.parse::<i32>()
+            {
+                last_commit_ms.entry(partition).or_insert(record.committed_at_ms);
+            }
+            snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+        }
+        let manifests = table.manifest_list_reader(current).load().await.map_err(table_error)?;
+        let mut files = Vec::new();
+        for manifest in manifests.entries() {
+            let manifest = manifest.load_manifest(table.file_io()).await.map_err(table_error)?;
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let file = entry.data_file();
+                if file.content_type() != DataContentType::Data {
+                    continue;
+                }
+                let hour = match file.partition().fields().first() {
+                    Some(Some(Literal::Primitive(PrimitiveLiteral::Int(h)))) => {
+                        Some(Hour { start_ms: i64::from(*h) * HOUR_MS })
+                    }
+                    _ => None,
+                };
+                files.push(LiveFile {
+                    path: self.warehouse.path(file.file_path()).map_err(table_error)?,
+                    hour,
+                    rows: file.record_count(),
+                    bytes: file.file_size_in_bytes(),
+                });
+            }
+        }
+        Ok(Some(TableState {
+            snapshot: Some(current.snapshot_id()),
+            snapshot_ms: Some(current.timestamp_ms()),
+            covers,
+            last_commit_ms,
+            files,
+        }))
     }
 
     /// The commit records of every snapshot of `topic`'s table that this loader format wrote,
@@ -297,21 +397,8 @@ impl TopicTable {
             .map_err(|source| TableError::Table { table: self.name(), source: Box::new(source) })
     }
 
-    /// What the table covers at its current snapshot: from the nearest snapshot of ours in its
-    /// ancestry (another writer's snapshot — a compaction, a maintenance job — keeps ours).
     fn covers(&self, metadata: &TableMetadata) -> Result<BTreeMap<i32, Covered>, TableError> {
-        let mut snapshot = metadata.current_snapshot();
-        while let Some(s) = snapshot {
-            if let Some(json) = s.summary().additional_properties.get(COVERS) {
-                return serde_json::from_str(json).map_err(|e| TableError::Corrupt {
-                    table: self.name(),
-                    snapshot: s.snapshot_id(),
-                    reason: format!("{COVERS}: {e}"),
-                });
-            }
-            snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
-        }
-        Ok(BTreeMap::new())
+        covers(&self.name(), metadata)
     }
 
     /// Commits `record`'s range (its files `files`) as one snapshot, if the table still covers
@@ -411,22 +498,112 @@ impl TopicTable {
     }
 }
 
-/// A sentence naming the fields that differ between two schemas.
-fn describe_difference(table: &iceberg::spec::Schema, topic: &iceberg::spec::Schema) -> String {
-    let fields = |s: &iceberg::spec::Schema| -> BTreeMap<String, String> {
-        s.as_struct().fields().iter().map(|f| (f.name.clone(), f.field_type.to_string())).collect()
-    };
-    let (old, new) = (fields(table), fields(topic));
-    let mut parts = Vec::new();
-    for (name, t) in &new {
-        match old.get(name) {
-            None => parts.push(format!("new field {name}")),
-            Some(o) if o != t => parts.push(format!("{name} {o} → {t}")),
-            Some(_) => {}
+/// What a table covers at its current snapshot: from the nearest snapshot of ours in its
+/// ancestry (another writer's snapshot — a compaction, a maintenance job — keeps ours).
+fn covers(table: &str, metadata: &TableMetadata) -> Result<BTreeMap<i32, Covered>, TableError> {
+    let mut snapshot = metadata.current_snapshot();
+    while let Some(s) = snapshot {
+        if let Some(json) = s.summary().additional_properties.get(COVERS) {
+            return serde_json::from_str(json).map_err(|e| TableError::Corrupt {
+                table: table.to_owned(),
+                snapshot: s.snapshot_id(),
+                reason: format!("{COVERS}: {e}"),
+            });
+        }
+        snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+    }
+    Ok(BTreeMap::new())
+}
+
+/// A data file of a table's current snapshot.
+#[derive(Debug, Clone)]
+pub struct LiveFile {
+    /// Store path.
+    pub path: object_store::path::Path,
+    /// The hour its rows are in (its partition value).
+    pub hour: Option<Hour>,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// A table as it is now: what status and readers need.
+#[derive(Debug, Clone, Default)]
+pub struct TableState {
+    pub snapshot: Option<i64>,
+    /// When the current snapshot was committed (ms).
+    pub snapshot_ms: Option<i64>,
+    pub covers: BTreeMap<i32, Covered>,
+    /// Per partition, when its last range was committed (ms).
+    pub last_commit_ms: BTreeMap<i32, i64>,
+    pub files: Vec<LiveFile>,
+}
+
+/// How a topic's schema (`ours`, with the table's ids where paths match) fits its table's:
+/// the columns to add (path, column), or why it cannot be written to the table.
+fn fit(table: &Schema, ours: &Schema) -> Result<Vec<(String, AddColumn)>, String> {
+    let mut additions = Vec::new();
+    fit_fields(table, ours.as_struct().fields(), None, &mut additions)?;
+    removed(ours, table.as_struct().fields(), None)?;
+    Ok(additions)
+}
+
+fn fit_fields(
+    table: &Schema,
+    fields: &[NestedFieldRef],
+    parent: Option<&str>,
+    additions: &mut Vec<(String, AddColumn)>,
+) -> Result<(), String> {
+    for field in fields {
+        let path = parent.map_or_else(|| field.name.clone(), |p| format!("{p}.{}", field.name));
+        let Some(theirs) = table.field_by_id(field.id) else {
+            let column = match parent {
+                Some(parent) => AddColumn::builder()
+                    .parent(parent)
+                    .name(field.name.clone())
+                    .field_type((*field.field_type).clone())
+                    .build(),
+                None => AddColumn::optional(&field.name, (*field.field_type).clone()),
+            };
+            additions.push((path, column));
+            continue;
+        };
+        if !field.required && theirs.required {
+            return Err(format!("{path} may be null now and is required in the table"));
+        }
+        match (&*field.field_type, &*theirs.field_type) {
+            (Type::Struct(ours), Type::Struct(_)) => {
+                fit_fields(table, ours.fields(), Some(&path), additions)?
+            }
+            (ours, theirs) if ours == theirs => {}
+            (ours, theirs) => {
+                return Err(format!(
+                    "{path} is {theirs} in the table and {ours} in the topic's schema (only \
+                     new fields are added to a table: type changes and fields new inside a \
+                     list or map are not)"
+                ));
+            }
         }
     }
-    parts.extend(old.keys().filter(|n| !new.contains_key(*n)).map(|n| format!("no field {n}")));
-    if parts.is_empty() { "nested fields differ".to_owned() } else { parts.join(", ") }
+    Ok(())
+}
+
+/// Fails if a required field of the table is not in the topic's schema.
+fn removed(ours: &Schema, fields: &[NestedFieldRef], parent: Option<&str>) -> Result<(), String> {
+    for field in fields {
+        let path = parent.map_or_else(|| field.name.clone(), |p| format!("{p}.{}", field.name));
+        match ours.field_by_id(field.id) {
+            None if field.required => {
+                return Err(format!("{path} is required in the table and gone from the topic"));
+            }
+            None => {}
+            Some(_) => {
+                if let Type::Struct(nested) = &*field.field_type {
+                    removed(ours, nested.fields(), Some(&path))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The catalog, for one commit: it loads a table only while the table is still at the

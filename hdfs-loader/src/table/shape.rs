@@ -1,10 +1,11 @@
 //! A topic's columns as an Iceberg table has them. The Hive layout writes the Arrow columns of
-//! [`crate::columns`] as they are; an Iceberg table differs in three ways:
+//! [`crate::columns`] as they are; an Iceberg table differs in four ways:
 //!
 //! - `header.time` (a `long` of ms in the envelope) is a `timestamptz`, so that the table can
 //!   be partitioned by `hour(header.time)` and filtered by time;
 //! - Iceberg times and timestamps are µs (or ns): `time-millis` and `timestamp-millis` columns
 //!   (and `_timestamp`) are widened to µs;
+//! - enums (dictionary-encoded strings) are plain strings, Iceberg having no dictionary type;
 //! - every field carries its Iceberg field id (`PARQUET:field_id`), which the Parquet files
 //!   keep and readers resolve columns by. Ids are kept by field path across schemas, so a
 //!   table's columns keep theirs as its topic's schema evolves.
@@ -129,6 +130,10 @@ fn widened(data_type: &DataType) -> Result<DataType, ColumnError> {
             ));
         }
         DataType::Time32(TimeUnit::Millisecond) => DataType::Time64(TimeUnit::Microsecond),
+        // Iceberg has no dictionary type: an enum is a string column (Parquet still encodes it
+        // with a dictionary). Readers that merge files would otherwise meet a dictionary in
+        // one file's Arrow schema and a string in another's.
+        DataType::Dictionary(_, values) => widened(values)?,
         DataType::Timestamp(TimeUnit::Millisecond, zone) => {
             DataType::Timestamp(TimeUnit::Microsecond, zone.clone())
         }

@@ -2,16 +2,19 @@
 catalog on SQLite the loader keeps) and with DuckDB's iceberg extension, and prints what each
 saw as one JSON object. The loader's tests compare it with what the agents acknowledged.
 
-    read_table.py CATALOG_DB WAREHOUSE_URL NAMESPACE TOPIC [SINCE_MS UNTIL_MS]
+    read_table.py CATALOG_DB WAREHOUSE_URL NAMESPACE TOPIC [--since MS --until MS] [--column NAME]
+
+With --since and --until, pyiceberg also counts the rows a filter on header.time selects; with
+--column, the column's values in log order.
 
 Run with the Python of the virtual environment scripts/test.sh makes (pyiceberg, and DuckDB
 with its iceberg and avro extensions, which pin their own DuckDB version).
 """
 
+import argparse
 import datetime
 import json
 import os
-import sys
 
 import duckdb
 import duckdb_extension_avro
@@ -35,7 +38,14 @@ def local(location):
 
 
 def main():
-    db, warehouse, namespace, topic = sys.argv[1:5]
+    parser = argparse.ArgumentParser()
+    for name in ("db", "warehouse", "namespace", "topic"):
+        parser.add_argument(name)
+    parser.add_argument("--since", type=int)
+    parser.add_argument("--until", type=int)
+    parser.add_argument("--column")
+    args = parser.parse_args()
+    db, warehouse, namespace, topic = args.db, args.warehouse, args.namespace, args.topic
     catalog = SqlCatalog("tributary", uri="sqlite:///" + db, warehouse=warehouse)
     table = catalog.load_table((namespace, topic))
     rows = table.scan(selected_fields=("header", "_partition", "_offset", "_index")).to_arrow()
@@ -49,8 +59,13 @@ def main():
         "schema_fields": [f.name for f in table.schema().fields],
         "files": len(list(table.scan().plan_files())),
     }
-    if len(sys.argv) > 6:
-        since, until = int(sys.argv[5]), int(sys.argv[6])
+    if args.column:
+        table_rows = table.scan().to_arrow().sort_by([("_partition", "ascending"),
+                                                      ("_offset", "ascending"),
+                                                      ("_index", "ascending")])
+        out["column"] = table_rows.column(args.column).to_pylist()
+    if args.since is not None:
+        since, until = args.since, args.until
         window = And(GreaterThanOrEqual("header.time", iso(since)),
                      LessThan("header.time", iso(until)))
         out["filtered_rows"] = table.scan(row_filter=window).to_arrow().num_rows
