@@ -242,6 +242,23 @@ fn bad_flags_and_config_exit_2_with_one_line_naming_the_problem() {
         ([&["serve", "--interval", "5 parsecs"][..], &common].concat(), "--interval"),
         ([&["serve", "--interval", "90"][..], &common].concat(), "expected a number with a unit"),
         (vec!["status"], "--store"),
+        ([&["run", "--format", "avro"][..], &common].concat(), "--format"),
+        ([&["run", "--catalog", "http://x"][..], &common].concat(), "catalog"),
+        ([&["run", "--namespace", "a.b"][..], &common].concat(), "namespace"),
+        (
+            vec![
+                "run",
+                "--format",
+                "iceberg",
+                "--store",
+                "s3://bucket/p",
+                "--zookeeper",
+                "127.0.0.1:1",
+                "--registry",
+                "http://127.0.0.1:1",
+            ],
+            "catalog = \"sqlite:///PATH\"",
+        ),
     ];
     for (args, needle) in cases {
         let output = loader(&args);
@@ -478,4 +495,50 @@ async fn a_full_local_store_fails_the_run_and_the_next_run_completes_it() {
     assert!(completed.status.success(), "{}", text(&completed));
     let rows: i64 = duckdb_rows_per_hour(&disk.path().join("warehouse")).values().sum();
     assert_eq!(rows, ids.len() as i64, "every event once (DuckDB checks rows == distinct ids)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_iceberg_loads_a_table_and_status_shows_its_snapshot_and_files() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(50, 120_000).await; // 100 minutes: two hours at least
+    let root = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", root.path().display());
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let run_store = store.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        let args = ["run", "--format", "iceberg", "--zookeeper", &zk, "--registry", &registry];
+        loader(&[&args[..], &["--store", &run_store]].concat())
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(root.path().join("catalog.db").exists(), "the catalog beside the tables");
+
+    let zk = cluster.zookeeper.clone();
+    let status_store = store.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        let args = ["status", "--format", "iceberg", "--zookeeper", &zk, "--json"];
+        loader(&[&args[..], &["--store", &status_store]].concat())
+    })
+    .await
+    .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let topic = status["topics"].as_array().unwrap().iter().find(|t| t["topic"] == TOPIC).unwrap();
+    assert_eq!(topic["rows"], 50);
+    assert!(topic["snapshot"].as_i64().is_some(), "{topic}");
+    let hours = topic["hours"].as_array().unwrap();
+    assert!(hours.len() >= 2 && hours[0]["complete"] == true, "{hours:?}");
+    assert_eq!(topic["files"], hours.iter().map(|h| h["files"].as_u64().unwrap()).sum::<u64>());
+    let partition = &topic["partitions"][0];
+    assert_eq!(partition["committed_offset"], partition["log_end"], "{partition}");
+    assert_eq!(partition["lag"], 0);
+
+    let output = loader(&["status", "--format", "iceberg", "--store", &store]);
+    assert!(output.status.success(), "{}", text(&output));
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        out.contains(&format!("topic {TOPIC}  rows 50  files")) && out.contains("snapshot"),
+        "{out}"
+    );
 }
