@@ -63,6 +63,12 @@ pub struct Config {
     pub audit: bool,
     /// Staged files not named by a commit are deleted once older than this.
     pub staging_grace_ms: u64,
+    /// Iceberg: snapshots older than this are expired by maintenance.
+    #[serde(with = "service::duration::serde_text")]
+    pub snapshot_max_age: Duration,
+    /// Iceberg: `serve` maintains its tables this often.
+    #[serde(with = "service::duration::serde_text")]
+    pub maintenance_interval: Duration,
     /// `tls_ca`: TLS to the brokers and to an `https://` registry, trusting this CA (unset:
     /// plaintext). `tls_cert` and `tls_key`: the loader's principal to the brokers (mutual
     /// TLS), and the HTTPS certificate of `/metrics`, which with `tls_client_ca` requires
@@ -100,6 +106,8 @@ impl Default for Config {
             audit_window_ms: events::audit::WINDOW_MS_DEFAULT,
             audit: true,
             staging_grace_ms: 3_600_000,
+            snapshot_max_age: Duration::from_secs(7 * 24 * 3600),
+            maintenance_interval: Duration::from_secs(3600),
             tls: service::tls::TlsArgs::default(),
             unknown: service::config::Unknown,
         }

@@ -29,9 +29,10 @@ use std::path::PathBuf;
 pub use config::{Config, ConfigError, Format, TopicFilter};
 pub use load::PartitionLoad;
 pub use output::Output;
-pub use run::{Loader, RunSummary, run_once, serve};
+pub use run::{Loader, RunSummary, maintain, run_once, serve};
 pub use service::store::{StoreUrlError, store_from_url};
 pub use status::{HourStatus, PartitionStatus, Status, TopicStatus, status};
+pub use table::maintain::Maintained;
 
 /// Why a run, or one partition's load, failed.
 #[derive(Debug, thiserror::Error)]

@@ -31,6 +31,24 @@ enum Command {
     /// Print per partition the committed offset, log end, lag and last commit, and per hour
     /// whether every partition has passed it.
     Status(StatusArgs),
+    /// Iceberg: expire old snapshots and delete files no snapshot references, then exit.
+    Maintain(MaintainArgs),
+}
+
+#[derive(Debug, Args, Serialize)]
+struct MaintainArgs {
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: Common,
+    /// Expire snapshots older than this, with a unit (default 168h).
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
+    snapshot_max_age: Option<String>,
+    /// Keep unreferenced files younger than this (a run in progress writes them; default 1 h).
+    #[arg(long, value_name = "MS")]
+    staging_grace_ms: Option<u64>,
+    #[arg(long)]
+    #[serde(skip)]
+    json: bool,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -120,6 +138,12 @@ struct ServeArgs {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
+    /// Iceberg: maintain the tables this often, with a unit (default 1h).
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
+    maintenance_interval: Option<String>,
+    /// Iceberg: maintenance expires snapshots older than this, with a unit (default 168h).
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
+    snapshot_max_age: Option<String>,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -169,6 +193,7 @@ fn start(cli: Cli) -> Result<(), Failure> {
         Command::Run(args) => (config(&args.common, args, true)?, args.json),
         Command::Serve(args) => (config(&args.load.common, args, true)?, args.load.json),
         Command::Status(args) => (config(&args.common, args, false)?, args.json),
+        Command::Maintain(args) => (config(&args.common, args, false)?, args.json),
     };
     service::logging::init("info").map_err(Failure::usage)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -186,6 +211,26 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
         Some(connect) => Some(config.zookeeper_session.connect(connect).await?),
         None => None,
     };
+    if let Command::Maintain(_) = command {
+        let output = hdfs_loader::Output::open(&config, store).await?;
+        let done = hdfs_loader::maintain(&output, &config).await?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&done)?);
+        } else {
+            for m in &done {
+                println!(
+                    "{}  snapshots expired {}  kept {}  orphan files deleted {} ({} bytes)  younger than the grace {}",
+                    m.table,
+                    m.snapshots_expired,
+                    m.snapshots_kept,
+                    m.orphans_deleted,
+                    m.orphan_bytes_deleted,
+                    m.orphans_in_grace
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Command::Status(_) = command {
         let cluster = coordinator.map(cluster::Registry::new);
         let output = hdfs_loader::Output::open(&config, store).await?;

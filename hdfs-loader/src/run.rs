@@ -17,6 +17,7 @@ use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
 use crate::metrics::Metrics;
 use crate::table::Tables;
+use crate::table::maintain::Maintained;
 use crate::{Config, Format, LoadError, Output};
 
 /// What one run did.
@@ -263,6 +264,7 @@ impl Loader {
     /// the next one.
     pub async fn serve(&mut self, interval: Duration, shutdown: &CancellationToken) {
         self.metrics.set_interval(interval);
+        let mut maintained = std::time::Instant::now();
         loop {
             let started = std::time::Instant::now();
             let round = self.run(shutdown).await;
@@ -279,6 +281,18 @@ impl Loader {
                     );
                 }
                 Err(e) => tracing::error!(error = %e, "round failed"),
+            }
+            let every = self.config.maintenance_interval;
+            if let Some(tables) = &self.tables
+                && !every.is_zero()
+                && maintained.elapsed() >= every
+                && !shutdown.is_cancelled()
+            {
+                maintained = std::time::Instant::now();
+                match maintain_tables(tables, &self.config).await {
+                    Ok(done) => done.iter().for_each(|m| tracing::info!(table = %m.table, expired = m.snapshots_expired, orphans = m.orphans_deleted, "maintained")),
+                    Err(e) => tracing::error!(error = %e, "maintenance failed"),
+                }
             }
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -352,4 +366,29 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Maintains every table of `output` (Iceberg only): expires snapshots older than
+/// `config.snapshot_max_age` and deletes unreferenced files older than
+/// `config.staging_grace_ms` (see [`crate::table::maintain`]).
+pub async fn maintain(output: &Output, config: &Config) -> Result<Vec<Maintained>, LoadError> {
+    match output {
+        Output::Iceberg(tables) => maintain_tables(tables, config).await,
+        Output::Hive(_) => Err(crate::ConfigError::Invalid {
+            field: "format",
+            reason: "maintain works on Iceberg tables (the Hive layout cleans its staging in each run)",
+        }
+        .into()),
+    }
+}
+
+async fn maintain_tables(tables: &Tables, config: &Config) -> Result<Vec<Maintained>, LoadError> {
+    let now_ms = service::now_ms();
+    let max_age_ms = i64::try_from(config.snapshot_max_age.as_millis()).unwrap_or(i64::MAX);
+    let grace_ms = i64::try_from(config.staging_grace_ms).unwrap_or(i64::MAX);
+    let mut done = Vec::new();
+    for topic in tables.topics().await? {
+        done.push(tables.maintain(&topic, now_ms, max_age_ms, grace_ms).await?);
+    }
+    Ok(done)
 }

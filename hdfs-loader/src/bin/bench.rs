@@ -1,10 +1,12 @@
-//! `hdfs-loader-bench`: events per second from a real broker to committed Parquet.
+//! `hdfs-loader-bench`: events per second from a real broker to committed Parquet, in the Hive
+//! layout and as an Iceberg table.
 //!
 //! Starts the release `broker` binary (a process of its own, on a free port, in a temporary
 //! directory), a schema registry in this process with the shipped schemas, fills topic
 //! `page-view` with page-view events over `--partitions` partitions, registers the broker in
 //! an embedded coordinator, and times one `run_once` of the loader from the first fetch to the
-//! last commit, into a local directory (or `--store URL`).
+//! last commit, into a local directory (or `--store URL`), once per `--format` (both by
+//! default, the same log each time), with the CPU time this process spent.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -40,6 +42,9 @@ struct Args {
     store: Option<String>,
     #[arg(long, default_value_t = 4)]
     partitions_in_parallel: usize,
+    /// `parquet`, `iceberg`, or both (one after the other, over the same log).
+    #[arg(long, value_delimiter = ',', default_values = ["parquet", "iceberg"])]
+    format: Vec<hdfs_loader::Format>,
 }
 
 struct BrokerProcess(Child);
@@ -102,45 +107,70 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     cluster.register_broker(0, &BrokerInfo::new("127.0.0.1", port)).await?;
     // The broker runs alone (no registry of its own): describe its partitions to one.
     cluster.create_topic_led_by(TOPIC, args.partitions, 0).await?;
-    let store_url = args
-        .store
-        .clone()
-        .unwrap_or_else(|| format!("file://{}", work.path().join("warehouse").display()));
-    let store = hdfs_loader::store_from_url(&store_url)?;
-    let config = Config {
-        host_name: Some("bench".into()),
-        partitions_in_parallel: args.partitions_in_parallel,
-        fetch_bytes: 4 << 20,
-        ..Config::default()
-    };
-    let started = Instant::now();
-    let summary =
-        hdfs_loader::run_once(&config, coordinator, store, registry, CancellationToken::new())
-            .await?;
-    let elapsed = started.elapsed().as_secs_f64();
-    if !summary.errors.is_empty() {
-        bail!("the run failed: {:?}", summary.errors);
+    for format in &args.format {
+        let store_url = match &args.store {
+            Some(url) => format!("{}/{format:?}", url.trim_end_matches('/')).to_lowercase(),
+            None => format!("file://{}", work.path().join(format!("{format:?}")).display()),
+        };
+        let store = hdfs_loader::store_from_url(&store_url)?;
+        let config = Config {
+            store: Some(store_url),
+            format: *format,
+            host_name: Some("bench".into()),
+            partitions_in_parallel: args.partitions_in_parallel,
+            fetch_bytes: 4 << 20,
+            ..Config::default()
+        };
+        let cpu = cpu_seconds();
+        let started = Instant::now();
+        let summary = hdfs_loader::run_once(
+            &config,
+            Arc::clone(&coordinator),
+            Arc::clone(&store),
+            Arc::clone(&registry),
+            CancellationToken::new(),
+        )
+        .await?;
+        let elapsed = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu;
+        if !summary.errors.is_empty() {
+            bail!("the run failed: {:?}", summary.errors);
+        }
+        if summary.rows != args.events {
+            bail!("loaded {} rows of {} events", summary.rows, args.events);
+        }
+        let output = hdfs_loader::Output::open(&config, store).await?;
+        let parquet_bytes = data_bytes(&output).await?;
+        println!(
+            "{format:?}: loaded {} events over {} partitions in {elapsed:.2} s: {:.0} events/s, {:.1} MiB/s of log, {:.2} µs CPU/event; Parquet {:.1} MiB ({:.1} bytes/event)",
+            summary.rows,
+            args.partitions,
+            summary.rows as f64 / elapsed,
+            log_bytes as f64 / (1 << 20) as f64 / elapsed,
+            cpu * 1e6 / summary.rows as f64,
+            parquet_bytes as f64 / (1 << 20) as f64,
+            parquet_bytes as f64 / summary.rows as f64,
+        );
     }
-    if summary.rows != args.events {
-        bail!("loaded {} rows of {} events", summary.rows, args.events);
-    }
-    let parquet_bytes: u64 = summary
-        .partitions
-        .iter()
-        .flat_map(|p| &p.records)
-        .flat_map(|r| &r.files)
-        .map(|f| f.bytes)
-        .sum();
-    println!(
-        "loaded {} events over {} partitions in {elapsed:.2} s: {:.0} events/s, {:.1} MiB/s of log; Parquet {:.1} MiB ({:.1} bytes/event)",
-        summary.rows,
-        args.partitions,
-        summary.rows as f64 / elapsed,
-        log_bytes as f64 / (1 << 20) as f64 / elapsed,
-        parquet_bytes as f64 / (1 << 20) as f64,
-        parquet_bytes as f64 / summary.rows as f64,
-    );
     Ok(())
+}
+
+/// Bytes of the committed data files of the topic.
+async fn data_bytes(output: &hdfs_loader::Output) -> anyhow::Result<u64> {
+    use object_store::ObjectStoreExt;
+    let mut bytes = 0;
+    for path in hdfs_loader::readback::files(output, TOPIC).await? {
+        bytes += output.store().head(&path).await?.size;
+    }
+    Ok(bytes)
+}
+
+/// CPU time this process has used (user and system), in seconds.
+fn cpu_seconds() -> f64 {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .expect("getrusage");
+    let seconds = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    seconds(usage.user_time()) + seconds(usage.system_time())
 }
 
 async fn connect(addr: &str) -> anyhow::Result<Connection> {

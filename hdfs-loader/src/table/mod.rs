@@ -12,6 +12,7 @@
 //! a commit on a table that moved fail, and the loader then reads again — so of two loaders
 //! that loaded one range, exactly one commits it and the other deletes its files.
 
+pub mod maintain;
 pub mod shape;
 pub mod storage;
 
@@ -687,6 +688,11 @@ impl Catalog for AtSnapshot<'_> {
         self.catalog.register_table(table, metadata_location).await
     }
     async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
-        self.catalog.update_table(commit).await
+        // A conflict goes back to the loader at once, which reads the table again: the
+        // transaction's own retry would only sleep and then meet `load_table`'s refusal.
+        self.catalog.update_table(commit).await.map_err(|e| match e.kind() {
+            ErrorKind::CatalogCommitConflicts => e.with_retryable(false),
+            _ => e,
+        })
     }
 }
