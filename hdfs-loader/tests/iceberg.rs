@@ -151,10 +151,13 @@ async fn the_table_holds_every_acknowledged_event_once_and_pyiceberg_and_duckdb_
     assert_eq!(read["duckdb_rows"], 400, "DuckDB's iceberg_scan");
     assert_eq!(read["duckdb_distinct_ids"], 400);
 
-    // Every snapshot is one committed range: rows only grow, the last covers each partition
+    // Every snapshot commits ranges: rows only grow, the last covers each partition
     // to its log end, and time travel to the first gives its rows in both readers.
     let snapshots = read["snapshots"].as_array().unwrap();
-    assert!(snapshots.len() >= 3, "400 events in ranges of at most 150: {snapshots:?}");
+    // Two partitions of 200 events in ranges of at most 150: a partition's second range is
+    // committed after its first, so two snapshots at least (ranges of both partitions may
+    // share one: group commit).
+    assert!(snapshots.len() >= 2, "{snapshots:?}");
     let rows_at: Vec<u64> = snapshots.iter().map(|s| s["rows"].as_u64().unwrap()).collect();
     assert!(rows_at.windows(2).all(|w| w[0] < w[1]), "{rows_at:?}");
     assert_eq!(*rows_at.last().unwrap(), 400);

@@ -40,6 +40,7 @@ async fn killed_anywhere_on_s3_loads_every_offset_exactly_once() {
 
 /// The store `s3://warehouse/tributary` of `s3`, as the loader processes see it.
 fn s3_store(s3: &S3Server) -> Arc<dyn ObjectStore> {
+    service::tls::install_crypto_provider();
     Arc::new(PrefixStore::new(
         AmazonS3Builder::new()
             .with_endpoint(s3.endpoint())

@@ -2,11 +2,12 @@
 //! that pyiceberg's `SqlCatalog` reads too), data files partitioned by `hour(header.time)`,
 //! and exactly once through the table's own history.
 //!
-//! Each commit of a partition's range is one snapshot (a fast append of the range's files).
-//! Its summary carries what the table covers (`tributary.partitions`: per partition, the
-//! offset after the last loaded message, rows so far and the largest `header.time`) and what
-//! this commit added (`tributary.commit`: the commit record of the Hive layout, without its
-//! file list, which the manifests hold). A loader reads where to go on from the current
+//! Committed ranges of partitions become snapshots (fast appends of the ranges' files; the
+//! ranges that arrive while a commit of the table is in flight share the next one). A
+//! snapshot's summary carries what the table covers (`tributary.partitions`: per partition,
+//! the offset after the last loaded message, rows so far and the largest `header.time`) and
+//! what it added (`tributary.commits`: the commit records of the Hive layout, without their
+//! file lists, which the manifests hold). A loader reads where to go on from the current
 //! snapshot (or, after a snapshot of another writer, its nearest ancestor of ours), and
 //! commits only on top of the snapshot it read that from: the catalog's compare-and-set makes
 //! a commit on a table that moved fail, and the loader then reads again — so of two loaders
@@ -41,8 +42,8 @@ use storage::{Warehouse, WarehouseFactory};
 pub const CATALOG_NAME: &str = "tributary";
 /// Snapshot summary key: what the table covers, per partition.
 pub const COVERS: &str = "tributary.partitions";
-/// Snapshot summary key: the commit record of the range this snapshot added.
-pub const COMMIT: &str = "tributary.commit";
+/// Snapshot summary key: the commit records of the ranges this snapshot added (a JSON array).
+pub const COMMITS: &str = "tributary.commits";
 /// The partition field of `hour(header.time)`.
 pub const HOUR_FIELD: &str = "header_time_hour";
 
@@ -70,6 +71,8 @@ pub enum TableError {
         #[source]
         source: crate::columns::ColumnError,
     },
+    #[error("iceberg table {table}: commit failed: {reason}")]
+    Commit { table: String, reason: String },
     #[error(
         "iceberg table {table}: the topic's schema has changed from the table's ({difference}); evolving a table's schema is not built yet"
     )]
@@ -208,6 +211,8 @@ impl Tables {
             spec_id: table.metadata().default_partition_spec_id(),
             shape,
             location,
+            pending: std::sync::Mutex::new(Vec::new()),
+            committing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -269,14 +274,16 @@ impl Tables {
         while let Some(s) = snapshot
             && last_commit_ms.len() < covers.len()
         {
-            if let Some(record) = s
+            let records = s
                 .summary()
                 .additional_properties
-                .get(COMMIT)
-                .and_then(|json| serde_json::from_str::<CommitRecord>(json).ok())
-                && let Ok(partition) = record.partition.parse::<i32>()
-            {
-                last_commit_ms.entry(partition).or_insert(record.committed_at_ms);
+                .get(COMMITS)
+                .and_then(|json| serde_json::from_str::<Vec<CommitRecord>>(json).ok())
+                .unwrap_or_default();
+            for record in records {
+                if let Ok(partition) = record.partition.parse::<i32>() {
+                    last_commit_ms.entry(partition).or_insert(record.committed_at_ms);
+                }
             }
             snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
         }
@@ -330,14 +337,14 @@ impl Tables {
         snapshots.sort_by_key(|s| s.sequence_number());
         let mut records = Vec::new();
         for snapshot in snapshots {
-            if let Some(json) = snapshot.summary().additional_properties.get(COMMIT) {
-                let record: CommitRecord =
+            if let Some(json) = snapshot.summary().additional_properties.get(COMMITS) {
+                let added: Vec<CommitRecord> =
                     serde_json::from_str(json).map_err(|e| TableError::Corrupt {
                         table: ident.to_string(),
                         snapshot: snapshot.snapshot_id(),
-                        reason: format!("{COMMIT}: {e}"),
+                        reason: format!("{COMMITS}: {e}"),
                     })?;
-                records.push(record);
+                records.extend(added);
             }
         }
         Ok(records)
@@ -366,6 +373,19 @@ pub struct TopicTable {
     pub shape: TableShape,
     /// The table's store path.
     location: String,
+    /// Ranges waiting for a commit (group commit, see [`TopicTable::commit`]).
+    pending: std::sync::Mutex<Vec<Pending>>,
+    /// Held by the one task committing for all.
+    committing: tokio::sync::Mutex<()>,
+}
+
+/// A range waiting to be committed, and who waits for the outcome.
+#[derive(Debug)]
+struct Pending {
+    partition: i32,
+    record: CommitRecord,
+    files: Vec<DataFile>,
+    outcome: tokio::sync::oneshot::Sender<Result<Committed, String>>,
 }
 
 impl TopicTable {
@@ -402,9 +422,13 @@ impl TopicTable {
         covers(&self.name(), metadata)
     }
 
-    /// Commits `record`'s range (its files `files`) as one snapshot, if the table still covers
-    /// the partition up to the range's start (or not at all, for a first range). `Fenced`:
-    /// another loader committed the partition further; the caller deletes its files.
+    /// Commits `record`'s range (its files `files`) if the table still covers the partition
+    /// up to the range's start (or not at all, for a first range). `Fenced`: another loader
+    /// committed the partition further; the caller deletes its files.
+    ///
+    /// Group commit: the ranges of a topic's partitions that arrive while a commit of the
+    /// table is in flight go together into the next snapshot, so partitions loaded side by side
+    /// make one snapshot, not one each.
     pub async fn commit(
         &self,
         record: &CommitRecord,
@@ -415,54 +439,97 @@ impl TopicTable {
             snapshot: -1,
             reason: format!("partition {:?} is not a number", record.partition),
         })?;
-        let data_files = files.iter().map(|f| self.data_file(f)).collect::<Result<Vec<_>, _>>()?;
-        let mut summary = record.clone();
-        summary.files.clear();
-        let commit_json = serde_json::to_string(&summary).expect("a commit record serializes");
-        loop {
-            let table = self.load().await?;
-            let base = table.metadata().current_snapshot_id();
-            let mut covers = self.covers(table.metadata())?;
-            if let Some(covered) = covers.get(&partition)
-                && covered.end != record.start
-            {
-                return Ok(Committed::Fenced);
+        let files = files.iter().map(|f| self.data_file(f)).collect::<Result<Vec<_>, _>>()?;
+        let mut record = record.clone();
+        record.files.clear();
+        let (outcome, waiting) = tokio::sync::oneshot::channel();
+        self.pending_ranges().push(Pending { partition, record, files, outcome });
+        {
+            let _committer = self.committing.lock().await;
+            let group = std::mem::take(&mut *self.pending_ranges());
+            if !group.is_empty() {
+                self.commit_group(group).await;
             }
-            covers.insert(
-                partition,
-                Covered {
-                    end: record.end,
-                    rows_total: record.rows_total,
-                    max_time_ms: record.max_time_ms,
-                },
-            );
+        }
+        let reason = match waiting.await {
+            Ok(Ok(committed)) => return Ok(committed),
+            Ok(Err(reason)) => reason,
+            Err(_) => "the commit was dropped".to_owned(),
+        };
+        Err(TableError::Commit { table: self.name(), reason })
+    }
+
+    fn pending_ranges(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Commits `group` as one snapshot, telling each range's waiter its outcome.
+    async fn commit_group(&self, mut group: Vec<Pending>) {
+        loop {
+            let (table, base, mut covers) = match self.read().await {
+                Ok(read) => read,
+                Err(e) => return fail(group, &e),
+            };
+            let (fenced, kept): (Vec<_>, Vec<_>) = group.into_iter().partition(|p| {
+                covers.get(&p.partition).is_some_and(|covered| covered.end != p.record.start)
+            });
+            for pending in fenced {
+                let _ = pending.outcome.send(Ok(Committed::Fenced));
+            }
+            group = kept;
+            if group.is_empty() {
+                return;
+            }
+            for pending in &group {
+                let r = &pending.record;
+                let covered =
+                    Covered { end: r.end, rows_total: r.rows_total, max_time_ms: r.max_time_ms };
+                covers.insert(pending.partition, covered);
+            }
+            let records: Vec<&CommitRecord> = group.iter().map(|p| &p.record).collect();
             let properties = HashMap::from([
                 (COVERS.to_owned(), serde_json::to_string(&covers).expect("covers serialize")),
-                (COMMIT.to_owned(), commit_json.clone()),
+                (COMMITS.to_owned(), serde_json::to_string(&records).expect("records serialize")),
             ]);
+            let files: Vec<DataFile> = group.iter().flat_map(|p| p.files.clone()).collect();
             let transaction = Transaction::new(&table);
             let append = transaction
                 .fast_append()
                 .with_check_duplicate(false)
-                .add_data_files(data_files.clone())
+                .add_data_files(files)
                 .set_snapshot_properties(properties);
-            let transaction = append.apply(transaction).map_err(|source| TableError::Table {
-                table: self.name(),
-                source: Box::new(source),
-            })?;
+            let transaction = match append.apply(transaction) {
+                Ok(transaction) => transaction,
+                Err(e) => return fail(group, &self.table_error(e)),
+            };
             let at_base = AtSnapshot { catalog: &self.tables.catalog, snapshot: base };
             match transaction.commit(&at_base).await {
-                Ok(_) => return Ok(Committed::Won),
+                Ok(_) => {
+                    for pending in group {
+                        let _ = pending.outcome.send(Ok(Committed::Won));
+                    }
+                    return;
+                }
                 Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                    // The table moved since it was read (another partition's commit, another
-                    // loader): read it again.
-                    tracing::debug!(table = %self.name(), %partition, "commit conflict; reading the table again");
+                    // The table moved since it was read (another loader, a maintenance
+                    // pass): read it again.
+                    tracing::debug!(table = %self.name(), ranges = group.len(), "commit conflict; reading the table again");
                 }
-                Err(source) => {
-                    return Err(TableError::Table { table: self.name(), source: Box::new(source) });
-                }
+                Err(e) => return fail(group, &self.table_error(e)),
             }
         }
+    }
+
+    /// The table, its current snapshot and what that covers.
+    async fn read(&self) -> Result<(Table, Option<i64>, BTreeMap<i32, Covered>), TableError> {
+        let table = self.load().await?;
+        let base = table.metadata().current_snapshot_id();
+        let covers = self.covers(table.metadata())?;
+        Ok((table, base, covers))
+    }
+
+    fn table_error(&self, source: iceberg::Error) -> TableError {
+        TableError::Table { table: self.name(), source: Box::new(source) }
     }
 
     fn data_file(&self, file: &WrittenFile) -> Result<DataFile, TableError> {
@@ -537,6 +604,13 @@ pub struct TableState {
     /// Per partition, when its last range was committed (ms).
     pub last_commit_ms: BTreeMap<i32, i64>,
     pub files: Vec<LiveFile>,
+}
+
+/// Tells every waiter of `group` that its commit failed with `error`.
+fn fail(group: Vec<Pending>, error: &TableError) {
+    for pending in group {
+        let _ = pending.outcome.send(Err(error.to_string()));
+    }
 }
 
 /// How a topic's schema (`ours`, with the table's ids where paths match) fits its table's:
