@@ -29,6 +29,7 @@ use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
 use crate::decode::{BadRecord, Body, Decoded, Schemas};
 use crate::layout::{self, Hour};
 use crate::sink::Upload;
+use crate::table::dead_letters::{self, DeadLetter};
 use crate::table::{TopicTable, WrittenFile};
 use crate::{Config, LoadError};
 
@@ -142,6 +143,8 @@ struct Chunk {
     files: Vec<CommittedFile>,
     /// The files of an Iceberg table's range.
     written: Vec<WrittenFile>,
+    /// Messages that did not become rows, for an Iceberg table's dead-letter table.
+    dead_letters: Vec<DeadLetter>,
     windows: BTreeMap<i64, i64>,
     max_time_ms: i64,
     /// The message the chunk stopped at, undecodable, when no bad-records directory is set.
@@ -248,6 +251,7 @@ impl PartitionLoader<'_> {
                 max_time_ms = max_time_ms.max(chunk.max_time_ms);
                 rows_total += chunk.rows;
                 let written = chunk.written;
+                let dead_letters = chunk.dead_letters;
                 let record = CommitRecord {
                     topic: topic.to_owned(),
                     partition: self.partition.to_string(),
@@ -273,7 +277,7 @@ impl PartitionLoader<'_> {
                         }
                         committed
                     }
-                    Target::Table(table) => table.commit(&record, &written).await?,
+                    Target::Table(table) => table.commit(&record, &written, dead_letters).await?,
                 };
                 match committed {
                     Committed::Won => {
@@ -348,6 +352,7 @@ impl PartitionLoader<'_> {
             bad_records: 0,
             files: Vec::new(),
             written: Vec::new(),
+            dead_letters: Vec::new(),
             windows: BTreeMap::new(),
             max_time_ms: i64::MIN,
             stopped_at: None,
@@ -399,6 +404,19 @@ impl PartitionLoader<'_> {
                 match decoder.decode(&message.payload) {
                     Ok(event) => {
                         wrapper.push((message.offset, this_index, event, message.record.clone()))
+                    }
+                    // An Iceberg table's topic goes on: the message goes to the dead-letter
+                    // table with its reason, committed with the range.
+                    Err(reason) if self.topic.table.is_some() => {
+                        chunk.dead_letters.push(DeadLetter {
+                            partition: self.partition,
+                            offset: message.offset,
+                            index: this_index,
+                            schema_id: dead_letters::schema_id_of(&message.payload),
+                            reason: reason.0,
+                            payload: message.payload.to_vec(),
+                        });
+                        chunk.bad_records += 1;
                     }
                     Err(reason) => match &self.config.bad_records {
                         Some(dir) => {

@@ -387,8 +387,8 @@ async fn maintain_tables(tables: &Tables, config: &Config) -> Result<Vec<Maintai
     let max_age_ms = i64::try_from(config.snapshot_max_age.as_millis()).unwrap_or(i64::MAX);
     let grace_ms = i64::try_from(config.staging_grace_ms).unwrap_or(i64::MAX);
     let mut done = Vec::new();
-    for topic in tables.topics().await? {
-        done.push(tables.maintain(&topic, now_ms, max_age_ms, grace_ms).await?);
+    for table in tables.tables().await? {
+        done.push(tables.maintain(&table, now_ms, max_age_ms, grace_ms).await?);
     }
     Ok(done)
 }

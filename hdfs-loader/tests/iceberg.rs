@@ -294,3 +294,34 @@ async fn a_field_added_to_the_topic_becomes_a_column_null_in_older_rows_without_
     assert!(files_before.iter().all(|f| files_after.contains(f)), "{files_before:?}");
     assert_eq!(files_after.len(), files_before.len() + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_cannot_be_decoded_goes_to_the_dead_letter_table_once_and_the_topic_goes_on()
+{
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(5, 1).await;
+    let bad = [0u8, 0, 0, 0x7f, 0x7f, 1, 2, 3]; // schema id 2139062143: not registered
+    let sent = cluster.producer.send(TOPIC, None, &bad).await.unwrap();
+    let bad_offset = sent.offset.expect("acks 1 gives the offset");
+    cluster.produce_page_views(5, 1).await;
+    let warehouse = Warehouse::new();
+    let config = warehouse.config("dead");
+    let summary = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(summary.errors.is_empty(), "the topic goes on: {:?}", summary.errors);
+    assert_eq!(summary.rows, 10);
+    assert_eq!(summary.partitions[0].bad_records, 1);
+    // Run again (and once more with a new message): nothing twice in either table.
+    cluster.produce_page_views(3, 1).await;
+    let again = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(again.errors.is_empty(), "{:?}", again.errors);
+    assert_eq!(again.rows, 3);
+
+    assert_eq!(warehouse.read(None)["rows"], 13);
+    let dead = warehouse.read_topic("_dead_letters", &[]);
+    assert_eq!(dead["rows"], 1, "{dead}");
+    assert_eq!(dead["topics"][0], TOPIC);
+    assert_eq!(dead["offsets"][0], bad_offset);
+    assert_eq!(dead["payloads"][0], hex(&bad));
+    let reason = dead["reasons"][0].as_str().unwrap();
+    assert!(reason.contains("not in the registry"), "{reason}");
+}

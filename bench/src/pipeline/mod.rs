@@ -114,7 +114,7 @@ pub async fn run(args: PipelineArgs) -> anyhow::Result<()> {
     };
     eprintln!("starting the deployment under {} …", work.display());
     let deployment = Deployment::up(&work, &settings)?;
-    let probe = Probe::new(&deployment)?;
+    let probe = Probe::new(&deployment).await?;
     let stop = CancellationToken::new();
     let analytics = (0..3).map(|i| format!("127.0.0.1:{}", deployment.ports.broker(2, i)));
     let samples =

@@ -1,10 +1,11 @@
 //! What the bench reads from outside the processes: `/proc` (CPU time and resident memory),
-//! each service's `/metrics`, and the loader's commit records in the object store.
+//! each service's `/metrics`, and the loader's Iceberg tables (their snapshots' offsets and
+//! commit records) in the object store.
 
 use std::sync::Arc;
 
-use hdfs_loader::commit::{CommitRecord, PartitionCommits};
-use hdfs_loader::layout;
+use hdfs_loader::commit::CommitRecord;
+use hdfs_loader::table::Tables;
 use object_store::ObjectStore;
 
 use super::deployment::{Deployment, LIVE};
@@ -74,11 +75,11 @@ pub struct Probe {
     http: reqwest::Client,
     agents: Vec<String>,
     mirror: String,
-    store: Arc<dyn ObjectStore>,
+    tables: Tables,
 }
 
 impl Probe {
-    pub fn new(deployment: &Deployment) -> anyhow::Result<Probe> {
+    pub async fn new(deployment: &Deployment) -> anyhow::Result<Probe> {
         let ports = deployment.ports;
         let store = object_store::aws::AmazonS3Builder::new()
             .with_endpoint(format!("http://127.0.0.1:{}", ports.s3()))
@@ -91,13 +92,28 @@ impl Probe {
             .build()?;
         let store: Arc<dyn ObjectStore> =
             Arc::new(object_store::prefix::PrefixStore::new(store, "warehouse"));
+        // Where `tributary up` has its loader write: an Iceberg table per topic under
+        // s3://tributary/warehouse, the SQL catalog in the loader's data directory.
+        let config = hdfs_loader::Config {
+            store: Some("s3://tributary/warehouse".into()),
+            format: hdfs_loader::Format::Iceberg,
+            catalog: Some(format!(
+                "sqlite://{}",
+                deployment.run_dir.join("data/loader/catalog.db").display()
+            )),
+            ..hdfs_loader::Config::default()
+        };
+        let tables = match hdfs_loader::Output::open(&config, store).await? {
+            hdfs_loader::Output::Iceberg(tables) => tables,
+            hdfs_loader::Output::Hive(_) => unreachable!("the format is iceberg"),
+        };
         Ok(Probe {
             http: reqwest::Client::builder().timeout(std::time::Duration::from_secs(10)).build()?,
             agents: (0..LIVE.len() as u16)
                 .map(|c| format!("http://127.0.0.1:{}/metrics", ports.agent(c)))
                 .collect(),
             mirror: format!("http://127.0.0.1:{}/metrics", ports.mirror()),
-            store,
+            tables,
         })
     }
 
@@ -119,28 +135,10 @@ impl Probe {
             TOPICS.iter().any(|t| labels.contains(&format!("topic=\"{t}\"")))
         });
         for topic in TOPICS {
-            for partition in self.loaded_partitions(topic).await? {
-                if let Some(last) = self.last_commit(topic, partition).await? {
-                    counts.loaded += last.rows_total;
-                }
-            }
+            let covers = self.tables.covers_of(topic).await?;
+            counts.loaded += covers.values().map(|c| c.rows_total).sum::<u64>();
         }
         Ok(counts)
-    }
-
-    /// The partitions of `topic` the loader has committed something of.
-    pub async fn loaded_partitions(&self, topic: &str) -> anyhow::Result<Vec<i32>> {
-        let dir = object_store::path::Path::from(format!("{}/{topic}", layout::COMMITS));
-        let listing = self.store.list_with_delimiter(Some(&dir)).await?;
-        Ok(listing.common_prefixes.iter().filter_map(|p| p.filename()?.parse().ok()).collect())
-    }
-
-    pub async fn last_commit(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> anyhow::Result<Option<CommitRecord>> {
-        Ok(PartitionCommits::new(Arc::clone(&self.store), topic, partition).last().await?)
     }
 
     /// Every commit record of `topic`/`partition` starting at or after `from`, in order.
@@ -150,11 +148,14 @@ impl Probe {
         partition: i32,
         from: i64,
     ) -> anyhow::Result<Vec<CommitRecord>> {
-        let commits = PartitionCommits::new(Arc::clone(&self.store), topic, partition);
-        let mut records = Vec::new();
-        for start in commits.starts().await?.into_iter().filter(|&s| s >= from) {
-            records.push(commits.read(start).await?);
-        }
+        let mut records: Vec<CommitRecord> = self
+            .tables
+            .commit_records(topic)
+            .await?
+            .into_iter()
+            .filter(|r| r.partition == partition.to_string() && r.start >= from)
+            .collect();
+        records.sort_by_key(|r| r.start);
         Ok(records)
     }
 

@@ -13,6 +13,7 @@
 //! a commit on a table that moved fail, and the loader then reads again — so of two loaders
 //! that loaded one range, exactly one commits it and the other deletes its files.
 
+pub mod dead_letters;
 pub mod maintain;
 pub mod shape;
 pub mod storage;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::commit::{CommitRecord, Committed};
 use crate::layout::{HOUR_MS, Hour};
+use dead_letters::{DeadLetter, RangeLetters};
 use shape::TableShape;
 use storage::{Warehouse, WarehouseFactory};
 
@@ -246,12 +248,29 @@ impl Tables {
         }
     }
 
-    /// The topics that have a table.
-    pub async fn topics(&self) -> Result<Vec<String>, TableError> {
+    /// The tables of the namespace: the topics', and the dead-letter table.
+    pub async fn tables(&self) -> Result<Vec<String>, TableError> {
         let tables = self.catalog.list_tables(&self.namespace).await.map_err(|source| {
             TableError::Table { table: self.namespace.join("."), source: Box::new(source) }
         })?;
         Ok(tables.into_iter().map(|t| t.name().to_owned()).collect())
+    }
+
+    /// The topics that have a table.
+    pub async fn topics(&self) -> Result<Vec<String>, TableError> {
+        let mut tables = self.tables().await?;
+        tables.retain(|t| t != dead_letters::TABLE);
+        Ok(tables)
+    }
+
+    /// What `topic`'s table covers now, per partition (empty when there is no table).
+    pub async fn covers_of(&self, topic: &str) -> Result<BTreeMap<i32, Covered>, TableError> {
+        let ident = self.ident(topic);
+        match self.catalog.load_table(&ident).await {
+            Ok(table) => covers(&ident.to_string(), table.metadata()),
+            Err(e) if e.kind() == ErrorKind::TableNotFound => Ok(BTreeMap::new()),
+            Err(e) => Err(TableError::Table { table: ident.to_string(), source: Box::new(e) }),
+        }
     }
 
     /// `topic`'s table as it is now; `None` when there is none.
@@ -385,6 +404,8 @@ struct Pending {
     partition: i32,
     record: CommitRecord,
     files: Vec<DataFile>,
+    /// The range's messages that did not become rows.
+    letters: Vec<DeadLetter>,
     outcome: tokio::sync::oneshot::Sender<Result<Committed, String>>,
 }
 
@@ -433,6 +454,7 @@ impl TopicTable {
         &self,
         record: &CommitRecord,
         files: &[WrittenFile],
+        letters: Vec<DeadLetter>,
     ) -> Result<Committed, TableError> {
         let partition: i32 = record.partition.parse().map_err(|_| TableError::Corrupt {
             table: self.name(),
@@ -443,7 +465,7 @@ impl TopicTable {
         let mut record = record.clone();
         record.files.clear();
         let (outcome, waiting) = tokio::sync::oneshot::channel();
-        self.pending_ranges().push(Pending { partition, record, files, outcome });
+        self.pending_ranges().push(Pending { partition, record, files, letters, outcome });
         {
             let _committer = self.committing.lock().await;
             let group = std::mem::take(&mut *self.pending_ranges());
@@ -463,8 +485,26 @@ impl TopicTable {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Commits `group` as one snapshot, telling each range's waiter its outcome.
+    /// Commits `group` as one snapshot, telling each range's waiter its outcome. The ranges'
+    /// dead letters go to the dead-letter table first (each once, whatever happens next).
     async fn commit_group(&self, mut group: Vec<Pending>) {
+        let letters: Vec<RangeLetters> = group
+            .iter()
+            .filter(|p| !p.letters.is_empty())
+            .map(|p| RangeLetters {
+                partition: p.partition,
+                end: p.record.end,
+                letters: p.letters.clone(),
+            })
+            .collect();
+        if let Some(first) = group.first()
+            && !letters.is_empty()
+        {
+            let run_id = first.record.run_id.clone();
+            if let Err(e) = self.tables.dead_letters(self.ident.name(), &letters, &run_id).await {
+                return fail(group, &e);
+            }
+        }
         loop {
             let (table, base, mut covers) = match self.read().await {
                 Ok(read) => read,

@@ -56,20 +56,13 @@ impl TableShape {
                 Ok(Arc::new(Field::new(f.name(), data_type, f.is_nullable())))
             })
             .collect::<Result<_, ColumnError>>()?;
-        let mut ids = Ids {
-            known: known.map(known_ids).unwrap_or_default(),
-            next: known.map_or(0, |s| s.highest_field_id()) + 1,
-        };
-        let writer: Fields =
-            converted.iter().map(|f| ids.annotate(f, f.name())).collect::<Result<_, _>>()?;
-        let writer = Arc::new(Schema::new(writer));
-        let schema = iceberg::arrow::arrow_schema_to_schema(&writer)
-            .map_err(|e| ColumnError::Unsupported(format!("as an Iceberg schema: {e}")))?;
+        let batch = Schema::new(converted);
+        let (writer, schema) = with_ids(&batch, known)?;
         let time_id = schema
             .field_by_name(TIME_PATH)
             .map(|f| f.id)
             .ok_or_else(|| ColumnError::Unsupported(format!("no {TIME_PATH}")))?;
-        Ok(TableShape { batch: Arc::new(Schema::new(converted)), writer, schema, time_id })
+        Ok(TableShape { batch: Arc::new(batch), writer, schema, time_id })
     }
 
     /// `batch` (of the loader's columns) converted to [`TableShape::batch`].
@@ -88,6 +81,24 @@ impl TableShape {
             .collect::<Result<Vec<_>, _>>()?;
         RecordBatch::try_new(Arc::clone(&self.batch), columns).map_err(ColumnError::from)
     }
+}
+
+/// `arrow` with every field's Iceberg id (the id `known` has for its path, or a new one),
+/// and the Iceberg schema that makes.
+pub fn with_ids(
+    arrow: &Schema,
+    known: Option<&iceberg::spec::Schema>,
+) -> Result<(SchemaRef, iceberg::spec::Schema), ColumnError> {
+    let mut ids = Ids {
+        known: known.map(known_ids).unwrap_or_default(),
+        next: known.map_or(0, |s| s.highest_field_id()) + 1,
+    };
+    let writer: Fields =
+        arrow.fields().iter().map(|f| ids.annotate(f, f.name())).collect::<Result<_, _>>()?;
+    let writer = Arc::new(Schema::new(writer));
+    let schema = iceberg::arrow::arrow_schema_to_schema(&writer)
+        .map_err(|e| ColumnError::Unsupported(format!("as an Iceberg schema: {e}")))?;
+    Ok((writer, schema))
 }
 
 /// `header` with `time` as µs UTC.

@@ -48,6 +48,17 @@ def main():
     db, warehouse, namespace, topic = args.db, args.warehouse, args.namespace, args.topic
     catalog = SqlCatalog("tributary", uri="sqlite:///" + db, warehouse=warehouse)
     table = catalog.load_table((namespace, topic))
+    if topic == "_dead_letters":
+        rows = table.scan().to_arrow().sort_by([("_partition", "ascending"),
+                                                ("_offset", "ascending")])
+        print(json.dumps({
+            "rows": rows.num_rows,
+            "topics": rows.column("topic").to_pylist(),
+            "offsets": rows.column("_offset").to_pylist(),
+            "reasons": rows.column("reason").to_pylist(),
+            "payloads": [p.hex() for p in rows.column("payload").to_pylist()],
+        }))
+        return
     rows = table.scan(selected_fields=("header", "_partition", "_offset", "_index")).to_arrow()
     out = {
         "rows": rows.num_rows,
