@@ -29,8 +29,8 @@ use crate::commit::{CommitRecord, Committed, CommittedFile, PartitionCommits};
 use crate::decode::{BadRecord, Body, Decoded, Schemas};
 use crate::layout::{self, Hour};
 use crate::sink::Upload;
-use crate::table::dead_letters::{self, DeadLetter};
-use crate::table::{TopicTable, WrittenFile};
+use crate::table::dead_letters;
+use crate::table::{DeadLetter, TopicTable, WrittenFile};
 use crate::{Config, LoadError};
 
 /// Bytes of one part of a staged file's upload.

@@ -21,35 +21,11 @@ use object_store::ObjectStoreExt;
 use parquet::arrow::AsyncArrowWriter;
 
 use super::shape::with_ids;
-use super::{AtSnapshot, TableError, Tables};
+use super::{AtSnapshot, DEAD_LETTERS, DeadLetter, RangeLetters, TableError, Tables};
 use crate::sink::Upload;
 
-/// The dead-letter table's name in the namespace.
-pub const TABLE: &str = "_dead_letters";
 /// Snapshot summary key: per `topic/partition`, the offset up to which dead letters are in.
 pub const COVERS: &str = "tributary.dead_letters";
-
-/// A message that did not become a row.
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    pub partition: i32,
-    pub offset: i64,
-    /// Its position inside its top-level message (as `_index`).
-    pub index: i32,
-    /// The schema id of its envelope, if it has one.
-    pub schema_id: Option<i32>,
-    pub reason: String,
-    pub payload: Vec<u8>,
-}
-
-/// The dead letters of one committed range of a partition.
-#[derive(Debug, Clone)]
-pub struct RangeLetters {
-    pub partition: i32,
-    /// The offset after the range.
-    pub end: i64,
-    pub letters: Vec<DeadLetter>,
-}
 
 /// The columns of the dead-letter table.
 fn arrow() -> Schema {
@@ -85,7 +61,7 @@ impl Tables {
         ranges: &[RangeLetters],
         run_id: &str,
     ) -> Result<(), TableError> {
-        let ident = TableIdent::new(self.namespace.clone(), TABLE.to_owned());
+        let ident = TableIdent::new(self.namespace.clone(), DEAD_LETTERS.to_owned());
         let table_error =
             |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
         let (writer, schema) = with_ids(&arrow(), None)
@@ -95,7 +71,7 @@ impl Tables {
                 Ok(table) => table,
                 Err(e) if e.kind() == ErrorKind::TableNotFound => {
                     let creation = TableCreation::builder()
-                        .name(TABLE.to_owned())
+                        .name(DEAD_LETTERS.to_owned())
                         .schema(schema.clone())
                         .build();
                     if let Err(e) = self.catalog.create_table(&self.namespace, creation).await

@@ -36,7 +36,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::commit::{CommitRecord, Committed};
 use crate::layout::{HOUR_MS, Hour};
-use dead_letters::{DeadLetter, RangeLetters};
 use shape::TableShape;
 use storage::{Warehouse, WarehouseFactory};
 
@@ -48,6 +47,31 @@ pub const COVERS: &str = "tributary.partitions";
 pub const COMMITS: &str = "tributary.commits";
 /// The partition field of `hour(header.time)`.
 pub const HOUR_FIELD: &str = "header_time_hour";
+
+/// The dead-letter table's name in the namespace ([`dead_letters`]).
+pub const DEAD_LETTERS: &str = "_dead_letters";
+
+/// A message that did not become a row.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub partition: i32,
+    pub offset: i64,
+    /// Its position inside its top-level message (as `_index`).
+    pub index: i32,
+    /// The schema id of its envelope, if it has one.
+    pub schema_id: Option<i32>,
+    pub reason: String,
+    pub payload: Vec<u8>,
+}
+
+/// The dead letters of one committed range of a partition.
+#[derive(Debug, Clone)]
+pub struct RangeLetters {
+    pub partition: i32,
+    /// The offset after the range.
+    pub end: i64,
+    pub letters: Vec<DeadLetter>,
+}
 
 /// Why an Iceberg operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -259,7 +283,7 @@ impl Tables {
     /// The topics that have a table.
     pub async fn topics(&self) -> Result<Vec<String>, TableError> {
         let mut tables = self.tables().await?;
-        tables.retain(|t| t != dead_letters::TABLE);
+        tables.retain(|t| t != DEAD_LETTERS);
         Ok(tables)
     }
 
