@@ -78,19 +78,13 @@ pub async fn status(
         .list_with_delimiter(Some(&commits_root))
         .await
         .map_err(|source| LoadError::Store { path: commits_root.to_string(), source })?;
-    let mut topics: BTreeMap<String, BTreeMap<i32, Option<String>>> = BTreeMap::new();
+    let mut topics = Topics::new();
     for prefix in listing.common_prefixes {
         if let Some(topic) = prefix.filename() {
             topics.entry(topic.to_owned()).or_default();
         }
     }
-    if let Some(cluster) = cluster {
-        for topic in cluster.topics().await? {
-            if !topic.starts_with('_') {
-                topics.entry(topic).or_default();
-            }
-        }
-    }
+    add_cluster_topics(cluster, &mut topics).await?;
     let mut result = Vec::new();
     for (topic, mut partitions) in topics {
         let dir = Path::from(format!("{}/{topic}", layout::COMMITS));
@@ -103,12 +97,7 @@ pub async fn status(
                 partitions.insert(partition, None);
             }
         }
-        if let Some(cluster) = cluster {
-            for partition in cluster.partitions(&topic).await? {
-                let leader = cluster.leader(&topic, partition).await?;
-                partitions.insert(partition, leader.map(|(_, info)| info.addr()));
-            }
-        }
+        add_leaders(cluster, &topic, &mut partitions).await?;
         let mut last = BTreeMap::new();
         for &partition in partitions.keys() {
             let record = PartitionCommits::new(Arc::clone(store), &topic, partition).last().await?;
@@ -151,29 +140,18 @@ async fn tables_status(
     cluster: Option<&Registry>,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<Status, LoadError> {
-    let mut topics: BTreeMap<String, BTreeMap<i32, Option<String>>> = BTreeMap::new();
+    let mut topics = Topics::new();
     for topic in tables.topics().await? {
         topics.entry(topic).or_default();
     }
-    if let Some(cluster) = cluster {
-        for topic in cluster.topics().await? {
-            if !topic.starts_with('_') {
-                topics.entry(topic).or_default();
-            }
-        }
-    }
+    add_cluster_topics(cluster, &mut topics).await?;
     let mut result = Vec::new();
     for (topic, mut partitions) in topics {
         let state = tables.state(&topic).await?.unwrap_or_default();
         for &partition in state.covers.keys() {
             partitions.insert(partition, None);
         }
-        if let Some(cluster) = cluster {
-            for partition in cluster.partitions(&topic).await? {
-                let leader = cluster.leader(&topic, partition).await?;
-                partitions.insert(partition, leader.map(|(_, info)| info.addr()));
-            }
-        }
+        add_leaders(cluster, &topic, &mut partitions).await?;
         let last = state
             .covers
             .iter()
@@ -198,6 +176,39 @@ async fn tables_status(
         result.push(topic_status(&topic, partitions, committed, tls.clone()).await);
     }
     Ok(Status { topics: result })
+}
+
+/// Per topic, its partitions and their leaders' addresses.
+type Topics = BTreeMap<String, BTreeMap<i32, Option<String>>>;
+
+/// Adds every topic of `cluster` not starting with `_`.
+async fn add_cluster_topics(
+    cluster: Option<&Registry>,
+    topics: &mut Topics,
+) -> Result<(), LoadError> {
+    if let Some(cluster) = cluster {
+        for topic in cluster.topics().await? {
+            if !topic.starts_with('_') {
+                topics.entry(topic).or_default();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds `cluster`'s partitions of `topic`, each with its leader's address.
+async fn add_leaders(
+    cluster: Option<&Registry>,
+    topic: &str,
+    partitions: &mut BTreeMap<i32, Option<String>>,
+) -> Result<(), LoadError> {
+    if let Some(cluster) = cluster {
+        for partition in cluster.partitions(topic).await? {
+            let leader = cluster.leader(topic, partition).await?;
+            partitions.insert(partition, leader.map(|(_, info)| info.addr()));
+        }
+    }
+    Ok(())
 }
 
 /// Where a partition's last commit left it.

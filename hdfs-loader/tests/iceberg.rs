@@ -3,12 +3,10 @@
 //! `iceberg_scan` (tests/iceberg/read_table.py, in the virtual environment scripts/test.sh
 //! makes; `TRIBUTARY_ICEBERG_PYTHON` names its Python).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use events::audit::window_start;
 use hdfs_loader::{Config, Format};
 use object_store::ObjectStore;
 use serde_json::Value;
@@ -174,21 +172,7 @@ async fn the_table_holds_every_acknowledged_event_once_and_pyiceberg_and_duckdb_
     }));
 
     // The audit counts what the snapshots hold, per window, once.
-    let mut expected = BTreeMap::<i64, i64>::new();
-    for time in &times {
-        *expected.entry(window_start(*time, 600_000)).or_default() += 1;
-    }
-    testkit::eventually(Duration::from_secs(10), "the loader's counts per window", || async {
-        let counts = cluster.audit_counts().await;
-        expected
-            .iter()
-            .all(|(window, count)| {
-                let key = ("loader".to_owned(), "loader-i".to_owned(), TOPIC.to_owned(), *window);
-                counts.get(&key) == Some(count)
-            })
-            .then_some(())
-    })
-    .await;
+    cluster.await_loader_counts("loader-i", &ids, 18_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,23 +69,7 @@ async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
 
     // Audit: per window, the loader's cumulative count equals the events of that window, and
     // the second run did not count again.
-    let mut expected = std::collections::BTreeMap::<i64, i64>::new();
-    // Sequence numbers are shared by the tests running at once: each event's own says its time.
-    for id in &ids {
-        let time_ms = BASE_TIME_MS + testkit::events::sequence_of(id) * 18_000;
-        *expected.entry(window_start(time_ms, 600_000)).or_default() += 1;
-    }
-    testkit::eventually(Duration::from_secs(10), "the loader's counts per window", || async {
-        let counts = cluster.audit_counts().await;
-        expected
-            .iter()
-            .all(|(window, count)| {
-                let key = ("loader".to_owned(), "loader-a".to_owned(), TOPIC.to_owned(), *window);
-                counts.get(&key) == Some(count)
-            })
-            .then_some(())
-    })
-    .await;
+    cluster.await_loader_counts("loader-a", &ids, 18_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,6 +111,34 @@ impl Cluster {
         ids
     }
 
+    /// Waits until the `_audit` counts of loader `host` are, per 10-minute window, the page
+    /// views `ids` (produced `spacing_ms` apart by [`Cluster::produce_page_views`]): each
+    /// window counted once.
+    pub async fn await_loader_counts(&self, host: &str, ids: &[[u8; 16]], spacing_ms: i64) {
+        let mut expected = BTreeMap::<i64, i64>::new();
+        // Sequence numbers are shared by the tests running at once: each event's own says
+        // its time.
+        for id in ids {
+            let time_ms = BASE_TIME_MS + crate::events::sequence_of(id) * spacing_ms;
+            *expected.entry(events::audit::window_start(time_ms, 600_000)).or_default() += 1;
+        }
+        crate::eventually(
+            std::time::Duration::from_secs(10),
+            "the loader's counts per window",
+            || async {
+                let counts = self.audit_counts().await;
+                expected
+                    .iter()
+                    .all(|(window, count)| {
+                        let key = ("loader".to_owned(), host.to_owned(), TOPIC.to_owned(), *window);
+                        counts.get(&key) == Some(count)
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     /// The latest `_audit` count of every `(tier, host, topic, window)`.
     pub async fn audit_counts(&self) -> BTreeMap<(String, String, String, i64), i64> {
         let latest = self.registry.latest(AUDIT_SUBJECT).await.expect("audit schema");

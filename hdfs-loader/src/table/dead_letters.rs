@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_array::builder::{BinaryBuilder, Int32Builder, Int64Builder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
-use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat, TableMetadata};
+use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, DataFileFormat};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{Catalog, ErrorKind, TableCreation, TableIdent};
@@ -21,7 +21,7 @@ use object_store::ObjectStoreExt;
 use parquet::arrow::AsyncArrowWriter;
 
 use super::shape::with_ids;
-use super::{AtSnapshot, DEAD_LETTERS, DeadLetter, RangeLetters, TableError, Tables};
+use super::{AtSnapshot, DEAD_LETTERS, DeadLetter, RangeLetters, TableError, Tables, from_summary};
 use crate::sink::Upload;
 
 /// Snapshot summary key: per `topic/partition`, the offset up to which dead letters are in.
@@ -84,7 +84,8 @@ impl Tables {
                 Err(e) => return Err(table_error(e)),
             };
             let base = table.metadata().current_snapshot_id();
-            let mut covers = covers(&ident.to_string(), table.metadata())?;
+            let mut covers: BTreeMap<String, i64> =
+                from_summary(&ident.to_string(), table.metadata(), COVERS)?;
             let mut kept = Vec::new();
             for range in ranges {
                 let key = format!("{topic}/{}", range.partition);
@@ -192,20 +193,4 @@ impl Tables {
             .build()
             .map_err(|e| io_error(e.to_string()))
     }
-}
-
-/// What the dead-letter table holds, per `topic/partition`: the offset up to which.
-fn covers(table: &str, metadata: &TableMetadata) -> Result<BTreeMap<String, i64>, TableError> {
-    let mut snapshot = metadata.current_snapshot();
-    while let Some(s) = snapshot {
-        if let Some(json) = s.summary().additional_properties.get(COVERS) {
-            return serde_json::from_str(json).map_err(|e| TableError::Corrupt {
-                table: table.to_owned(),
-                snapshot: s.snapshot_id(),
-                reason: format!("{COVERS}: {e}"),
-            });
-        }
-        snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
-    }
-    Ok(BTreeMap::new())
 }

@@ -633,18 +633,28 @@ impl TopicTable {
 /// What a table covers at its current snapshot: from the nearest snapshot of ours in its
 /// ancestry (another writer's snapshot — a compaction, a maintenance job — keeps ours).
 fn covers(table: &str, metadata: &TableMetadata) -> Result<BTreeMap<i32, Covered>, TableError> {
+    from_summary(table, metadata, COVERS)
+}
+
+/// The JSON under `key` in the summary of the current snapshot or, failing that, of its
+/// nearest ancestor that has it; empty when none has.
+fn from_summary<T: serde::de::DeserializeOwned + Default>(
+    table: &str,
+    metadata: &TableMetadata,
+    key: &str,
+) -> Result<T, TableError> {
     let mut snapshot = metadata.current_snapshot();
     while let Some(s) = snapshot {
-        if let Some(json) = s.summary().additional_properties.get(COVERS) {
+        if let Some(json) = s.summary().additional_properties.get(key) {
             return serde_json::from_str(json).map_err(|e| TableError::Corrupt {
                 table: table.to_owned(),
                 snapshot: s.snapshot_id(),
-                reason: format!("{COVERS}: {e}"),
+                reason: format!("{key}: {e}"),
             });
         }
         snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
     }
-    Ok(BTreeMap::new())
+    Ok(T::default())
 }
 
 /// A data file of a table's current snapshot.
