@@ -542,3 +542,121 @@ async fn format_iceberg_loads_a_table_and_status_shows_its_snapshot_and_files() 
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
+    let cluster = Cluster::start(1).await;
+    let root = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", root.path().display());
+    let iceberg = ["--format", "iceberg", "--namespace", "events", "--store", &store];
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let load = [&["--zookeeper", &zk, "--registry", &registry][..], &iceberg].concat();
+    let owned = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let run = owned(&[&["run"][..], &load].concat());
+    for _ in 0..3 {
+        cluster.produce_page_views(10, 1).await;
+        let args = run.clone();
+        let output = tokio::task::spawn_blocking(move || {
+            loader(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+    }
+    // --namespace: the table is `events.page-view`, under `events/`.
+    assert!(root.path().join("events").join(TOPIC).join("metadata").is_dir());
+    let output = loader(&[&["status"][..], &iceberg].concat());
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(out.contains(&format!("topic {TOPIC}  rows 30")), "{}", text(&output));
+    let maintained = |extra: &[&str]| {
+        let output = loader(&[&["maintain", "--json"][..], &iceberg, extra].concat());
+        assert!(output.status.success(), "{}", text(&output));
+        let done: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        done.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["table"] == format!("events.{TOPIC}"))
+            .cloned()
+            .unwrap()
+    };
+    // The default age keeps the three snapshots of today's runs; 1ms expires all but the
+    // current one, and text output says so too.
+    assert_eq!(maintained(&[])["snapshots_expired"], 0);
+    let done = maintained(&["--snapshot-max-age", "1ms"]);
+    assert_eq!(
+        (done["snapshots_expired"].as_u64(), done["snapshots_kept"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let output = loader(&[&["maintain"][..], &iceberg].concat());
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .contains(&format!("events.{TOPIC}  snapshots expired 0  kept 1")),
+        "{}",
+        text(&output)
+    );
+
+    // serve --maintenance-interval/--snapshot-max-age: its rounds expire what they commit.
+    cluster.produce_page_views(10, 1).await;
+    let log = root.path().join("serve.log");
+    let serve = owned(
+        &[
+            &["serve"][..],
+            &load,
+            &[
+                "--interval",
+                "200ms",
+                "--maintenance-interval",
+                "300ms",
+                "--snapshot-max-age",
+                "1ms",
+            ],
+        ]
+        .concat(),
+    );
+    let mut child = Command::new(BIN)
+        .args(&serve)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    testkit::eventually(Duration::from_secs(30), "serve to load and maintain", || async {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        log.lines().any(|l| l.contains("maintained") && l.contains("expired=1")).then_some(())
+    })
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(maintained(&[])["snapshots_kept"], 1, "serve expired the older snapshot");
+}
+
+#[test]
+fn the_bench_loads_one_log_in_each_format_it_is_given() {
+    let bench = env!("CARGO_BIN_EXE_hdfs-loader-bench");
+    let broker = Path::new(bench).with_file_name("broker");
+    assert!(broker.is_file(), "no broker beside {bench}: cargo build --workspace");
+    let run = |format: &str| {
+        let output = Command::new(bench)
+            .args(["--events", "2000", "--partitions", "2", "--format", format])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", text(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let both = run("parquet,iceberg");
+    for format in ["Parquet", "Iceberg"] {
+        let line = format!("{format}: loaded 2000 events over 2 partitions");
+        assert!(both.contains(&line), "{line:?} missing:\n{both}");
+    }
+    assert!(both.contains("µs CPU/event"), "{both}");
+    let iceberg = run("iceberg");
+    assert!(
+        iceberg.contains("Iceberg: loaded 2000") && !iceberg.contains("Parquet: loaded"),
+        "{iceberg}"
+    );
+}
