@@ -124,6 +124,16 @@ pub enum Format {
     Iceberg,
 }
 
+impl Format {
+    /// Its name in flags and config files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Parquet => "parquet",
+            Format::Iceberg => "iceberg",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {

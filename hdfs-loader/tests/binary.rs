@@ -659,4 +659,29 @@ fn the_bench_loads_one_log_in_each_format_it_is_given() {
         iceberg.contains("Iceberg: loaded 2000") && !iceberg.contains("Parquet: loaded"),
         "{iceberg}"
     );
+
+    // --store (each format under its own name), --broker-bin, --partitions-in-parallel.
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("file://{}/Warehouse", dir.path().display());
+    let output = Command::new(bench)
+        .args(["--events", "500", "--partitions", "2", "--partitions-in-parallel", "1"])
+        .args(["--format", "parquet,iceberg", "--store", &store, "--broker-bin"])
+        .arg(&broker)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(dir.path().join("Warehouse/parquet").join(TOPIC).is_dir(), "{}", text(&output));
+    assert!(dir.path().join("Warehouse/iceberg/catalog.db").is_file(), "{}", text(&output));
+    let output = Command::new(bench)
+        .args(["--events", "10", "--broker-bin", "/no/such/broker"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("/no/such/broker"),
+        "{}",
+        text(&output)
+    );
 }

@@ -109,8 +109,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     cluster.create_topic_led_by(TOPIC, args.partitions, 0).await?;
     for format in &args.format {
         let store_url = match &args.store {
-            Some(url) => format!("{}/{format:?}", url.trim_end_matches('/')).to_lowercase(),
-            None => format!("file://{}", work.path().join(format!("{format:?}")).display()),
+            Some(url) => format!("{}/{}", url.trim_end_matches('/'), format.name()),
+            None => format!("file://{}", work.path().join(format.name()).display()),
         };
         let store = hdfs_loader::store_from_url(&store_url)?;
         let config = Config {
