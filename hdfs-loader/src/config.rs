@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 /// The smallest `row_group_bytes`: below it a row group is a handful of pages.
 pub const ROW_GROUP_BYTES_MIN: usize = 64 << 10;
+/// Iceberg's `write.target-file-size-bytes` default: 128 MiB.
+pub const TARGET_FILE_BYTES_DEFAULT: u64 = 128 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Config {
@@ -69,6 +71,13 @@ pub struct Config {
     /// Iceberg: `serve` maintains its tables this often.
     #[serde(with = "service::duration::serde_text")]
     pub maintenance_interval: Duration,
+    /// Iceberg: a data file is rolled at this size, and maintenance compacts the files of a
+    /// closed hour that are smaller.
+    pub target_file_bytes: u64,
+    /// Iceberg: maintenance compacts an hour's files once the hour ended this long ago (later
+    /// events make a new small file, compacted at the next pass).
+    #[serde(with = "service::duration::serde_text")]
+    pub compaction_delay: Duration,
     /// `tls_ca`: TLS to the brokers and to an `https://` registry, trusting this CA (unset:
     /// plaintext). `tls_cert` and `tls_key`: the loader's principal to the brokers (mutual
     /// TLS), and the HTTPS certificate of `/metrics`, which with `tls_client_ca` requires
@@ -108,6 +117,8 @@ impl Default for Config {
             staging_grace_ms: 3_600_000,
             snapshot_max_age: Duration::from_secs(7 * 24 * 3600),
             maintenance_interval: Duration::from_secs(3600),
+            target_file_bytes: TARGET_FILE_BYTES_DEFAULT,
+            compaction_delay: Duration::from_secs(600),
             tls: service::tls::TlsArgs::default(),
             unknown: service::config::Unknown,
         }
@@ -174,6 +185,9 @@ impl Config {
         }
         if !(1..=22).contains(&self.zstd_level) {
             return invalid("zstd_level", "must be between 1 and 22");
+        }
+        if self.target_file_bytes < 4096 {
+            return invalid("target_file_bytes", "must be at least 4096");
         }
         if self.audit_window_ms <= 0 {
             return invalid("audit_window_ms", "must be positive");

@@ -145,6 +145,8 @@ struct Chunk {
     written: Vec<WrittenFile>,
     /// Messages that did not become rows, for an Iceberg table's dead-letter table.
     dead_letters: Vec<DeadLetter>,
+    /// Per hour, the files rolled at the target size so far.
+    rolled: BTreeMap<Hour, u32>,
     windows: BTreeMap<i64, i64>,
     max_time_ms: i64,
     /// The message the chunk stopped at, undecodable, when no bad-records directory is set.
@@ -353,6 +355,7 @@ impl PartitionLoader<'_> {
             files: Vec::new(),
             written: Vec::new(),
             dead_letters: Vec::new(),
+            rolled: BTreeMap::new(),
             windows: BTreeMap::new(),
             max_time_ms: i64::MIN,
             stopped_at: None,
@@ -457,32 +460,43 @@ impl PartitionLoader<'_> {
                 break 'fetching;
             }
         }
-        for (hour, mut file) in files {
-            self.flush_batch(&mut file).await.map_err(ConsumerOrLoad::Load)?;
-            let parquet_error = |e| ConsumerOrLoad::Load(self.parquet_error(e));
-            file.writer.finish().await.map_err(parquet_error)?;
-            // `finish` completes the upload too.
-            let bytes = file.writer.bytes_written() as u64;
-            if self.topic.table.is_some() {
-                chunk.written.push(WrittenFile {
-                    path: file.staged.to_string(),
-                    hour,
-                    rows: file.rows,
-                    bytes,
-                    min_time_ms: file.min_time_ms,
-                    max_time_ms: file.max_time_ms,
-                });
-                continue;
-            }
-            let name = layout::data_file_name(topic, self.partition, start, chunk.end);
-            chunk.files.push(CommittedFile {
-                path: layout::data_path(topic, hour, &name).to_string(),
-                staged: file.staged.to_string(),
-                rows: file.rows,
-                bytes,
-            });
+        for (hour, file) in files {
+            self.finish_file(hour, file, &mut chunk, start).await.map_err(ConsumerOrLoad::Load)?;
         }
         Ok(chunk)
+    }
+
+    /// Ends `file` (rows of `hour`) and adds it to `chunk`'s files.
+    async fn finish_file(
+        &self,
+        hour: Hour,
+        mut file: HourFile,
+        chunk: &mut Chunk,
+        start: i64,
+    ) -> Result<(), LoadError> {
+        self.flush_batch(&mut file).await?;
+        file.writer.finish().await.map_err(|e| self.parquet_error(e))?;
+        // `finish` completes the upload too.
+        let bytes = file.writer.bytes_written() as u64;
+        if self.topic.table.is_some() {
+            chunk.written.push(WrittenFile {
+                path: file.staged.to_string(),
+                hour,
+                rows: file.rows,
+                bytes,
+                min_time_ms: file.min_time_ms,
+                max_time_ms: file.max_time_ms,
+            });
+            return Ok(());
+        }
+        let name = layout::data_file_name(&self.topic.topic, self.partition, start, chunk.end);
+        chunk.files.push(CommittedFile {
+            path: layout::data_path(&self.topic.topic, hour, &name).to_string(),
+            staged: file.staged.to_string(),
+            rows: file.rows,
+            bytes,
+        });
+        Ok(())
     }
 
     /// Appends decoded events to the files of their hours, emptying `events`.
@@ -500,7 +514,8 @@ impl PartitionLoader<'_> {
             let file = match files.get_mut(&hour) {
                 Some(file) => file,
                 None => {
-                    let file = self.open(hour, start).map_err(ConsumerOrLoad::Load)?;
+                    let part = chunk.rolled.get(&hour).copied().unwrap_or(0);
+                    let file = self.open(hour, start, part).map_err(ConsumerOrLoad::Load)?;
                     files.entry(hour).or_insert(file)
                 }
             };
@@ -532,16 +547,28 @@ impl PartitionLoader<'_> {
             chunk.max_time_ms = chunk.max_time_ms.max(event.time_ms);
             if file.offsets.len() >= self.config.batch_rows {
                 self.flush_batch(file).await.map_err(ConsumerOrLoad::Load)?;
+                // An Iceberg table's file is rolled at the target size; the hour's next row
+                // opens the next file (named by its offset).
+                let size = file.writer.bytes_written() + file.writer.in_progress_size();
+                if self.topic.table.is_some() && size as u64 >= self.config.target_file_bytes {
+                    let file = files.remove(&hour).expect("just written");
+                    *chunk.rolled.entry(hour).or_default() += 1;
+                    self.finish_file(hour, file, chunk, start)
+                        .await
+                        .map_err(ConsumerOrLoad::Load)?;
+                }
             }
         }
         Ok(())
     }
 
-    fn open(&self, hour: Hour, start: i64) -> Result<HourFile, LoadError> {
+    /// Opens the file of `hour` for a range from `start`: its `part`th, when the ones before
+    /// were rolled at the target size.
+    fn open(&self, hour: Hour, start: i64, part: u32) -> Result<HourFile, LoadError> {
         let topic = self.topic.topic.as_str();
         let (staged, schema) = match &self.topic.table {
             Some(table) => {
-                let path = table.data_path(hour, self.partition, start, self.run_id);
+                let path = table.data_path(hour, self.partition, start, self.run_id, part);
                 (object_store::path::Path::from(path), Arc::clone(&table.shape.writer))
             }
             None => {

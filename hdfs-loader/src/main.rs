@@ -31,7 +31,8 @@ enum Command {
     /// Print per partition the committed offset, log end, lag and last commit, and per hour
     /// whether every partition has passed it.
     Status(StatusArgs),
-    /// Iceberg: expire old snapshots and delete files no snapshot references, then exit.
+    /// Iceberg: compact the small files of closed hours, expire old snapshots and delete files
+    /// no snapshot references, then exit.
     Maintain(MaintainArgs),
 }
 
@@ -46,6 +47,13 @@ struct MaintainArgs {
     /// Keep unreferenced files younger than this (a run in progress writes them; default 1 h).
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
+    /// Compact the files of a closed hour smaller than this into files of this size
+    /// (default 134217728, 128 MiB).
+    #[arg(long, value_name = "B")]
+    target_file_bytes: Option<u64>,
+    /// Compact an hour once it ended this long ago, with a unit (default 10m).
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
+    compaction_delay: Option<String>,
     #[arg(long)]
     #[serde(skip)]
     json: bool,
@@ -118,6 +126,10 @@ struct LoadArgs {
     audit: Option<bool>,
     #[arg(long, value_name = "MS")]
     staging_grace_ms: Option<u64>,
+    /// Iceberg: roll a data file at this size (default 134217728, 128 MiB); maintenance
+    /// compacts the smaller files of a closed hour into files of it.
+    #[arg(long, value_name = "B")]
+    target_file_bytes: Option<u64>,
     #[command(flatten)]
     #[serde(flatten)]
     tls: service::tls::TlsArgs,
@@ -144,6 +156,10 @@ struct ServeArgs {
     /// Iceberg: maintenance expires snapshots older than this, with a unit (default 168h).
     #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
     snapshot_max_age: Option<String>,
+    /// Iceberg: maintenance compacts an hour once it ended this long ago, with a unit
+    /// (default 10m).
+    #[arg(long, value_name = "DURATION", value_parser = service::duration::checked)]
+    compaction_delay: Option<String>,
 }
 
 #[derive(Debug, Args, Serialize)]
@@ -218,6 +234,24 @@ async fn execute(command: &Command, config: Config, json: bool) -> anyhow::Resul
             println!("{}", serde_json::to_string_pretty(&done)?);
         } else {
             for m in &done {
+                let c = &m.compacted;
+                if c.hours > 0 {
+                    println!(
+                        "{}  compacted {} hours: {} files ({} bytes) into {} ({} bytes), {} rows",
+                        m.table,
+                        c.hours,
+                        c.files_removed,
+                        c.bytes_removed,
+                        c.files_added,
+                        c.bytes_added,
+                        c.rows
+                    );
+                } else if c.conflict {
+                    println!(
+                        "{}  compaction met a commit and was not kept; the next pass tries again",
+                        m.table
+                    );
+                }
                 println!(
                     "{}  snapshots expired {}  kept {}  orphan files deleted {} ({} bytes)  younger than the grace {}",
                     m.table,

@@ -17,6 +17,7 @@ use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
 use crate::metrics::Metrics;
 use crate::table::Tables;
+use crate::table::compact::CompactOptions;
 use crate::table::maintain::Maintained;
 use crate::{Config, Format, LoadError, Output};
 
@@ -290,7 +291,7 @@ impl Loader {
             {
                 maintained = std::time::Instant::now();
                 match maintain_tables(tables, &self.config).await {
-                    Ok(done) => done.iter().for_each(|m| tracing::info!(table = %m.table, expired = m.snapshots_expired, orphans = m.orphans_deleted, "maintained")),
+                    Ok(done) => done.iter().for_each(|m| tracing::info!(table = %m.table, compacted_hours = m.compacted.hours, files_removed = m.compacted.files_removed, files_added = m.compacted.files_added, expired = m.snapshots_expired, orphans = m.orphans_deleted, "maintained")),
                     Err(e) => tracing::error!(error = %e, "maintenance failed"),
                 }
             }
@@ -368,7 +369,8 @@ pub async fn serve(
     Ok(())
 }
 
-/// Maintains every table of `output` (Iceberg only): expires snapshots older than
+/// Maintains every table of `output` (Iceberg only): compacts the small files of closed hours
+/// (see [`crate::table::compact`]), expires snapshots older than
 /// `config.snapshot_max_age` and deletes unreferenced files older than
 /// `config.staging_grace_ms` (see [`crate::table::maintain`]).
 pub async fn maintain(output: &Output, config: &Config) -> Result<Vec<Maintained>, LoadError> {
@@ -386,9 +388,16 @@ async fn maintain_tables(tables: &Tables, config: &Config) -> Result<Vec<Maintai
     let now_ms = service::now_ms();
     let max_age_ms = i64::try_from(config.snapshot_max_age.as_millis()).unwrap_or(i64::MAX);
     let grace_ms = i64::try_from(config.staging_grace_ms).unwrap_or(i64::MAX);
+    let compaction = CompactOptions {
+        target_file_bytes: config.target_file_bytes,
+        delay_ms: i64::try_from(config.compaction_delay.as_millis()).unwrap_or(i64::MAX),
+        now_ms,
+        zstd_level: config.zstd_level,
+        row_group_bytes: config.row_group_bytes,
+    };
     let mut done = Vec::new();
     for table in tables.tables().await? {
-        done.push(tables.maintain(&table, now_ms, max_age_ms, grace_ms).await?);
+        done.push(tables.maintain(&table, &compaction, max_age_ms, grace_ms).await?);
     }
     Ok(done)
 }

@@ -277,6 +277,118 @@ async fn a_field_added_to_the_topic_becomes_a_column_null_in_older_rows_without_
     let files_after = warehouse.data_files_of("signup");
     assert!(files_before.iter().all(|f| files_after.contains(f)), "{files_before:?}");
     assert_eq!(files_after.len(), files_before.len() + 1);
+
+    // Compaction merges a file of each schema into one of the current schema: the older rows
+    // still read null in the new columns.
+    let output = hdfs_loader::Output::open(&config, Arc::clone(&warehouse.store)).await.unwrap();
+    let done = hdfs_loader::maintain(&output, &config).await.unwrap();
+    let signup = done.iter().find(|m| m.table == "default.signup").unwrap();
+    assert_eq!((signup.compacted.files_removed, signup.compacted.files_added), (2, 1));
+    let plans = read("plan");
+    assert_eq!((plans["rows"].as_u64(), plans["files"].as_u64()), (Some(20), Some(1)));
+    let plans: Vec<Option<String>> = serde_json::from_value(plans["column"].clone()).unwrap();
+    assert_eq!(plans[..10], vec![None; 10][..]);
+    assert_eq!(plans[10..], vec![Some("PRO".to_owned()); 10][..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_leaves_one_small_file_per_closed_hour_and_every_count_unchanged() {
+    let cluster = Cluster::start(2).await;
+    // 400 events one every 18 s, in ranges of 25: a partition's range covers a quarter of an
+    // hour, so each hour gets a file per partition per range.
+    let mut ids = cluster.produce_page_views(400, 18_000).await;
+    let warehouse = Warehouse::new();
+    let config = Config { max_messages_per_commit: 25, ..warehouse.config("compacting") };
+    let summary = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let times: Vec<i64> =
+        ids.iter().map(|id| BASE_TIME_MS + testkit::events::sequence_of(id) * 18_000).collect();
+    let since = (times.iter().min().unwrap() / HOUR_MS + 1) * HOUR_MS;
+    let window = Some((since, since + HOUR_MS));
+    let before = warehouse.read(window);
+    let per_hour = |read: &Value| {
+        let files: Vec<(i64, u64)> = serde_json::from_value(read["file_sizes"].clone()).unwrap();
+        let mut hours = std::collections::BTreeMap::<i64, usize>::new();
+        files.iter().for_each(|(hour, _)| *hours.entry(*hour).or_default() += 1);
+        hours
+    };
+    let hours_before = per_hour(&before);
+    // The first and last hours may hold only a few events (the tests share the sequence).
+    let several: Vec<usize> = hours_before.values().copied().filter(|&n| n > 1).collect();
+    assert!(several.iter().filter(|&&n| n > 2).count() >= 2, "{hours_before:?}");
+
+    let output = hdfs_loader::Output::open(&config, Arc::clone(&warehouse.store)).await.unwrap();
+    let done = hdfs_loader::maintain(&output, &config).await.unwrap();
+    let compacted = &done.iter().find(|m| m.table == "default.page-view").unwrap().compacted;
+    assert_eq!(compacted.hours, several.len(), "{compacted:?}");
+    assert_eq!(compacted.files_removed, several.iter().sum::<usize>());
+    assert_eq!(compacted.files_added, several.len(), "all small: one file per hour");
+    assert!(compacted.snapshot.is_some() && !compacted.conflict);
+
+    // One file per hour, every count as before, in both readers; time travel still reads the
+    // snapshots before the compaction.
+    let after = warehouse.read(window);
+    assert_eq!(
+        per_hour(&after).keys().collect::<Vec<_>>(),
+        hours_before.keys().collect::<Vec<_>>()
+    );
+    assert!(per_hour(&after).values().all(|&n| n == 1), "{:?}", per_hour(&after));
+    for key in ["rows", "ids", "positions", "filtered_rows", "duckdb_rows", "duckdb_distinct_ids"] {
+        assert_eq!(after[key], before[key], "{key}");
+    }
+    assert_eq!(after["duckdb_first_snapshot_rows"], before["duckdb_first_snapshot_rows"]);
+    let last = after["snapshots"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((last["operation"].as_str(), last["rows"].as_u64()), (Some("replace"), Some(400)));
+
+    // Loading goes on from the coverage below the replace snapshot: nothing twice.
+    ids.extend(cluster.produce_page_views(100, 18_000).await);
+    let more = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(more.errors.is_empty(), "{:?}", more.errors);
+    assert_eq!(more.rows, 100);
+    let read = warehouse.read(None);
+    assert_eq!(read["duckdb_distinct_ids"], 500);
+    let rows = positions(&read);
+    let unique: HashSet<(i32, i64)> = rows.iter().map(|&(p, o, _)| (p, o)).collect();
+    assert_eq!((rows.len(), unique.len()), (500, 500));
+
+    // Once the older snapshots expire, maintenance deletes the files compaction replaced:
+    // what is on disk is what the table reads.
+    let expire =
+        Config { snapshot_max_age: std::time::Duration::ZERO, staging_grace_ms: 0, ..config };
+    hdfs_loader::maintain(&output, &expire).await.unwrap();
+    let read = warehouse.read(None);
+    assert_eq!(read["duckdb_distinct_ids"], 500);
+    let files: Vec<(i64, u64)> = serde_json::from_value(read["file_sizes"].clone()).unwrap();
+    assert_eq!(warehouse.data_files().len(), files.len());
+    assert_eq!(per_hour(&read).len(), files.len(), "one file per hour again: {files:?}");
+    cluster.await_loader_counts("compacting", &ids, 18_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_are_rolled_at_the_target_size() {
+    let cluster = Cluster::start(1).await;
+    // Three hours in one range: each hour's rows are more than two target-size files.
+    let ids = cluster.produce_page_views(3_000, 3_600).await;
+    let warehouse = Warehouse::new();
+    let target = 16 << 10;
+    let config = Config {
+        max_messages_per_commit: 5_000,
+        batch_rows: 64,
+        target_file_bytes: target,
+        ..warehouse.config("rolling")
+    };
+    let summary = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 3_000);
+    let read = warehouse.read(None);
+    assert_eq!(read["duckdb_distinct_ids"], 3_000);
+    let files: Vec<(i64, u64)> = serde_json::from_value(read["file_sizes"].clone()).unwrap();
+    let hours: HashSet<i64> = files.iter().map(|(h, _)| *h).collect();
+    assert!(files.len() >= 2 * hours.len(), "{files:?}");
+    // A file ends at the first batch that takes it to the target (a batch of 64 rows is far
+    // below it).
+    assert!(files.iter().all(|(_, bytes)| *bytes < 2 * target), "{files:?}");
+    cluster.await_loader_counts("rolling", &ids, 3_600).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,8 @@
-//! Keeping a table small: snapshot expiry, then orphan-file cleanup. What `hdfs-loader
-//! maintain` runs, and `serve` every `maintenance_interval`.
+//! Keeping a table small: compaction, snapshot expiry, then orphan-file cleanup. What
+//! `hdfs-loader maintain` runs, and `serve` every `maintenance_interval`.
 //!
+//! - **Compaction** rewrites the small files of closed hours into files of the target size
+//!   ([`super::compact`]).
 //! - **Expiry** drops snapshots older than `snapshot_max_age` from the table's metadata (never
 //!   the current one: the loader's offsets are in it, cumulative, so no older snapshot is
 //!   needed to go on). Their files stay until the cleanup finds them unreferenced.
@@ -20,12 +22,14 @@ use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use serde::Serialize;
 
+use super::compact::{CompactOptions, Compacted};
 use super::{TableError, Tables};
 
 /// What one maintenance pass did to a table.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Maintained {
     pub table: String,
+    pub compacted: Compacted,
     pub snapshots_expired: usize,
     pub snapshots_kept: usize,
     pub orphans_deleted: usize,
@@ -35,15 +39,17 @@ pub struct Maintained {
 }
 
 impl Tables {
-    /// Expires `topic`'s snapshots older than `now_ms - snapshot_max_age_ms` and deletes the
-    /// files under its location that nothing references and that are older than `grace_ms`.
+    /// Compacts `topic`'s closed hours, expires its snapshots older than
+    /// `now_ms - snapshot_max_age_ms` and deletes the files under its location that nothing
+    /// references and that are older than `grace_ms`.
     pub async fn maintain(
         &self,
         topic: &str,
-        now_ms: i64,
+        compaction: &CompactOptions,
         snapshot_max_age_ms: i64,
         grace_ms: i64,
     ) -> Result<Maintained, TableError> {
+        let now_ms = compaction.now_ms;
         let ident = self.ident(topic);
         let table_error =
             |source| TableError::Table { table: ident.to_string(), source: Box::new(source) };
@@ -51,6 +57,7 @@ impl Tables {
             table_error(iceberg::Error::new(ErrorKind::Unexpected, e.to_string()))
         };
         let mut done = Maintained { table: ident.to_string(), ..Maintained::default() };
+        done.compacted = self.compact(topic, compaction).await?;
         let table = self.catalog.load_table(&ident).await.map_err(table_error)?;
         let before = table.metadata().snapshots().len();
         let transaction = Transaction::new(&table);
@@ -114,7 +121,9 @@ impl Tables {
                 referenced.insert(path(&manifest.manifest_path)?);
                 let manifest =
                     manifest.load_manifest(table.file_io()).await.map_err(table_error)?;
-                for entry in manifest.entries() {
+                // A DELETED entry (a compaction's) names a file that only the snapshots
+                // before it read: referenced while one of them is kept, through its manifests.
+                for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
                     referenced.insert(path(entry.file_path())?);
                 }
             }

@@ -13,6 +13,7 @@
 //! a commit on a table that moved fail, and the loader then reads again — so of two loaders
 //! that loaded one range, exactly one commits it and the other deletes its files.
 
+pub mod compact;
 pub mod dead_letters;
 pub mod maintain;
 pub mod shape;
@@ -120,6 +121,10 @@ pub struct Covered {
 #[derive(Debug, Clone)]
 pub struct Tables {
     catalog: Arc<SqlCatalog>,
+    /// The catalog's database (`sqlite://PATH`), and a connection of our own to it for the
+    /// commits the crate's catalog cannot make (see [`compact`]).
+    catalog_uri: String,
+    sql: Arc<tokio::sync::OnceCell<sqlx::SqlitePool>>,
     namespace: NamespaceIdent,
     warehouse: Warehouse,
 }
@@ -164,7 +169,13 @@ impl Tables {
             }
             Err(e) => return Err(catalog_error(e)),
         }
-        Ok(Tables { catalog: Arc::new(catalog), namespace, warehouse })
+        Ok(Tables {
+            catalog: Arc::new(catalog),
+            catalog_uri: format!("sqlite://{sqlite}"),
+            sql: Arc::default(),
+            namespace,
+            warehouse,
+        })
     }
 
     pub fn warehouse(&self) -> &Warehouse {
@@ -438,14 +449,22 @@ impl TopicTable {
         self.ident.to_string()
     }
 
-    /// Where a file of `partition`'s range from `start`, rows of `hour`, is written: under the
-    /// table's `data/`, in the directory of its partition value, named so that two loaders of
-    /// one range (different runs) never write one file.
-    pub fn data_path(&self, hour: Hour, partition: i32, start: i64, run_id: &str) -> String {
-        let (y, m, d, h) = hour.civil();
+    /// Where the `part`th file of `partition`'s range from `start`, rows of `hour`, is
+    /// written: under the table's `data/`, in the directory of its partition value, named so
+    /// that two loaders of one range (different runs) never write one file.
+    pub fn data_path(
+        &self,
+        hour: Hour,
+        partition: i32,
+        start: i64,
+        run_id: &str,
+        part: u32,
+    ) -> String {
+        let part = if part == 0 { String::new() } else { format!("-{part}") };
         format!(
-            "{}/data/{HOUR_FIELD}={y:04}-{m:02}-{d:02}-{h:02}/{partition:05}-{start:020}-{run_id}.parquet",
-            self.location
+            "{}/data/{HOUR_FIELD}={}/{partition:05}-{start:020}-{run_id}{part}.parquet",
+            self.location,
+            hour_label(hour)
         )
     }
 
@@ -597,37 +616,59 @@ impl TopicTable {
     }
 
     fn data_file(&self, file: &WrittenFile) -> Result<DataFile, TableError> {
-        let table_error =
-            |source| TableError::Table { table: self.name(), source: Box::new(source) };
-        let hour = i32::try_from(file.hour.start_ms.div_euclid(HOUR_MS)).map_err(|_| {
-            TableError::Corrupt {
-                table: self.name(),
-                snapshot: -1,
-                reason: format!("hour of {} ms out of range", file.hour.start_ms),
-            }
-        })?;
-        let time_id = self.shape.time_id;
-        DataFileBuilder::default()
-            .content(DataContentType::Data)
-            .file_path(self.tables.warehouse.location(&file.path.as_str().into()))
-            .file_format(DataFileFormat::Parquet)
-            .partition(Struct::from_iter([Some(Literal::int(hour))]))
-            .partition_spec_id(self.spec_id)
-            .record_count(file.rows)
-            .file_size_in_bytes(file.bytes)
-            .value_counts(HashMap::from([(time_id, file.rows)]))
-            .null_value_counts(HashMap::from([(time_id, 0)]))
-            .lower_bounds(HashMap::from([(
-                time_id,
-                Datum::timestamptz_micros(file.min_time_ms.saturating_mul(1000)),
-            )]))
-            .upper_bounds(HashMap::from([(
-                time_id,
-                Datum::timestamptz_micros(file.max_time_ms.saturating_mul(1000)),
-            )]))
-            .build()
-            .map_err(|e| table_error(iceberg::Error::new(ErrorKind::DataInvalid, e.to_string())))
+        build_data_file(
+            &self.name(),
+            &self.tables.warehouse,
+            self.spec_id,
+            self.shape.time_id,
+            file,
+        )
     }
+}
+
+/// An hour as its partition directory names it: `2026-12-06-13`.
+fn hour_label(hour: Hour) -> String {
+    let (y, m, d, h) = hour.civil();
+    format!("{y:04}-{m:02}-{d:02}-{h:02}")
+}
+
+/// The manifest entry of a data file written for `table` (partition spec `spec_id`, whose
+/// hour is of field `time_id`).
+fn build_data_file(
+    table: &str,
+    warehouse: &Warehouse,
+    spec_id: i32,
+    time_id: i32,
+    file: &WrittenFile,
+) -> Result<DataFile, TableError> {
+    let table_error =
+        |source| TableError::Table { table: table.to_owned(), source: Box::new(source) };
+    let hour =
+        i32::try_from(file.hour.start_ms.div_euclid(HOUR_MS)).map_err(|_| TableError::Corrupt {
+            table: table.to_owned(),
+            snapshot: -1,
+            reason: format!("hour of {} ms out of range", file.hour.start_ms),
+        })?;
+    DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(warehouse.location(&file.path.as_str().into()))
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::from_iter([Some(Literal::int(hour))]))
+        .partition_spec_id(spec_id)
+        .record_count(file.rows)
+        .file_size_in_bytes(file.bytes)
+        .value_counts(HashMap::from([(time_id, file.rows)]))
+        .null_value_counts(HashMap::from([(time_id, 0)]))
+        .lower_bounds(HashMap::from([(
+            time_id,
+            Datum::timestamptz_micros(file.min_time_ms.saturating_mul(1000)),
+        )]))
+        .upper_bounds(HashMap::from([(
+            time_id,
+            Datum::timestamptz_micros(file.max_time_ms.saturating_mul(1000)),
+        )]))
+        .build()
+        .map_err(|e| table_error(iceberg::Error::new(ErrorKind::DataInvalid, e.to_string())))
 }
 
 /// What a table covers at its current snapshot: from the nearest snapshot of ours in its

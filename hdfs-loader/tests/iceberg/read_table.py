@@ -69,6 +69,10 @@ def main():
         "partition_spec": [f.name for f in table.spec().fields],
         "schema_fields": [f.name for f in table.schema().fields],
         "files": len(list(table.scan().plan_files())),
+        # Per live data file: its hour (the partition value) and size.
+        "file_sizes": sorted(
+            [task.file.partition[0], task.file.file_size_in_bytes]
+            for task in table.scan().plan_files()),
     }
     if args.column:
         table_rows = table.scan().to_arrow().sort_by([("_partition", "ascending"),
@@ -81,9 +85,11 @@ def main():
                      LessThan("header.time", iso(until)))
         out["filtered_rows"] = table.scan(row_filter=window).to_arrow().num_rows
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
+    # A compaction's replace snapshot covers what its parent does: it has no coverage of its own.
     out["snapshots"] = [
         {"id": s.snapshot_id, "rows": table.scan(snapshot_id=s.snapshot_id).count(),
-         "covers": json.loads(s.summary["tributary.partitions"])}
+         "operation": s.summary.operation.value,
+         "covers": json.loads(s.summary.get("tributary.partitions") or "null")}
         for s in snapshots]
 
     con = duckdb.connect()
