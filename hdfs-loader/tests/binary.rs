@@ -245,6 +245,8 @@ fn bad_flags_and_config_exit_2_with_one_line_naming_the_problem() {
         ([&["run", "--format", "avro"][..], &common].concat(), "--format"),
         ([&["run", "--catalog", "http://x"][..], &common].concat(), "catalog"),
         ([&["run", "--namespace", "a.b"][..], &common].concat(), "namespace"),
+        ([&["run", "--target-file-bytes", "100"][..], &common].concat(), "target_file_bytes"),
+        ([&["serve", "--compaction-delay", "10"][..], &common].concat(), "--compaction-delay"),
         (
             vec![
                 "run",
@@ -579,13 +581,26 @@ async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
             .cloned()
             .unwrap()
     };
-    // The default age keeps the three snapshots of today's runs; 1ms expires all but the
-    // current one, and text output says so too.
-    assert_eq!(maintained(&[])["snapshots_expired"], 0);
+    // The three runs' files are in one hour, closed long ago: compaction makes them one,
+    // unless --compaction-delay says the hour is still open.
+    let done = maintained(&["--compaction-delay", "100000h"]);
+    assert_eq!(done["compacted"]["hours"], 0, "{done}");
+    let done = maintained(&[]);
+    let compacted = &done["compacted"];
+    assert_eq!(
+        (compacted["files_removed"].as_u64(), compacted["files_added"].as_u64()),
+        (Some(3), Some(1)),
+        "{done}"
+    );
+    let output = loader(&[&["status"][..], &iceberg].concat());
+    assert!(String::from_utf8_lossy(&output.stdout).contains(&format!("topic {TOPIC}  rows 30")));
+    // The default age keeps the four snapshots (three runs', the compaction's); 1ms expires
+    // all but the current one, and text output says so too.
+    assert_eq!(done["snapshots_expired"], 0);
     let done = maintained(&["--snapshot-max-age", "1ms"]);
     assert_eq!(
         (done["snapshots_expired"].as_u64(), done["snapshots_kept"].as_u64()),
-        (Some(2), Some(1))
+        (Some(3), Some(1))
     );
     let output = loader(&[&["maintain"][..], &iceberg].concat());
     assert!(
@@ -622,7 +637,14 @@ async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
         .unwrap();
     testkit::eventually(Duration::from_secs(30), "serve to load and maintain", || async {
         let log = std::fs::read_to_string(&log).unwrap_or_default();
-        log.lines().any(|l| l.contains("maintained") && l.contains("expired=1")).then_some(())
+        // The round's snapshot, and the compaction's that merged its file with the hour's.
+        log.lines()
+            .any(|l| {
+                l.contains("maintained")
+                    && l.contains("compacted_hours=1")
+                    && l.contains("expired=2")
+            })
+            .then_some(())
     })
     .await;
     nix::sys::signal::kill(
