@@ -164,12 +164,15 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], output: Output
     let expected = log_positions(cluster.broker(), TOPIC, PARTITIONS as i32).await;
     assert_eq!(visible.positions(), expected, "every offset of every partition, exactly once");
     if iceberg {
-        // The files of killed rounds are in no snapshot; maintenance (no grace) deletes them.
-        let mut maintain: Vec<String> = ["maintain", "--store", url, "--staging-grace-ms", "0"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .collect();
+        // The files of killed rounds are in no snapshot; maintenance compacts the closed hours,
+        // expires every snapshot but the current one and (no grace) deletes what no snapshot
+        // reads: those files, and the ones compaction replaced.
+        let mut maintain: Vec<String> =
+            ["maintain", "--store", url, "--staging-grace-ms", "0", "--snapshot-max-age", "1ms"]
+                .iter()
+                .chain(extra)
+                .map(|s| s.to_string())
+                .collect();
         maintain.push("--json".into());
         let log = logs.path().join("maintain.log");
         let status = spawn(&maintain, env, &log).wait().unwrap();

@@ -7,6 +7,12 @@
 //! an embedded coordinator, and times one `run_once` of the loader from the first fetch to the
 //! last commit, into a local directory (or `--store URL`), once per `--format` (both by
 //! default, the same log each time), with the CPU time this process spent.
+//!
+//! With `--rounds N` the events are produced and loaded in N rounds, as `serve` loads a live
+//! topic every interval (only the loader's runs are timed), and `--hours H` spreads their
+//! times over H hours: an Iceberg table then holds a file per partition per hour per round.
+//! For the Iceberg format the bench then times a compaction pass and prints the files per hour
+//! before and after it, and checks that the table's rows and distinct ids did not change.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -45,6 +51,12 @@ struct Args {
     /// `parquet`, `iceberg`, or both (one after the other, over the same log).
     #[arg(long, value_delimiter = ',', default_values = ["parquet", "iceberg"])]
     format: Vec<hdfs_loader::Format>,
+    /// Produce and load the events in this many rounds (a loader run per format each).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Spread the events' times over this many hours (default: 3 ms apart).
+    #[arg(long)]
+    hours: Option<f64>,
 }
 
 struct BrokerProcess(Child);
@@ -90,23 +102,18 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let registry = Arc::new(RegistryClient::new(&registry_url)?);
     let schema_id = registry.latest("page-view-value").await?.id;
 
-    let produced = Instant::now();
-    produce(&addr, &registry, schema_id, args.events).await?;
-    wait_visible(&addr, args.partitions).await?;
-    let log_bytes = log_bytes(&addr, args.partitions).await?;
-    println!(
-        "produced {} events ({:.1} MiB of log) in {:.1} s",
-        args.events,
-        log_bytes as f64 / (1 << 20) as f64,
-        produced.elapsed().as_secs_f64()
-    );
-
+    let spacing_ms = match args.hours {
+        Some(hours) if hours > 0.0 => hours * 3_600_000.0 / args.events.max(1) as f64,
+        Some(hours) => bail!("--hours {hours}: must be positive"),
+        None => 3.0,
+    };
     let embedded = Embedded::new();
     let coordinator: Arc<dyn Coordinator> = embedded.session("/bench")?;
     let cluster = Registry::new(Arc::clone(&coordinator));
     cluster.register_broker(0, &BrokerInfo::new("127.0.0.1", port)).await?;
     // The broker runs alone (no registry of its own): describe its partitions to one.
     cluster.create_topic_led_by(TOPIC, args.partitions, 0).await?;
+    let mut runs = Vec::new();
     for format in &args.format {
         let store_url = match &args.store {
             Some(url) => format!("{}/{}", url.trim_end_matches('/'), format.name()),
@@ -121,38 +128,130 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             fetch_bytes: 4 << 20,
             ..Config::default()
         };
-        let cpu = cpu_seconds();
-        let started = Instant::now();
-        let summary = hdfs_loader::run_once(
-            &config,
-            Arc::clone(&coordinator),
-            Arc::clone(&store),
-            Arc::clone(&registry),
-            CancellationToken::new(),
-        )
-        .await?;
-        let elapsed = started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds() - cpu;
-        if !summary.errors.is_empty() {
-            bail!("the run failed: {:?}", summary.errors);
+        runs.push(Run { format: *format, config, store, rows: 0, elapsed: 0.0, cpu: 0.0 });
+    }
+
+    let mut producing = Duration::ZERO;
+    for round in 0..args.rounds {
+        let from = args.events * round / args.rounds;
+        let to = args.events * (round + 1) / args.rounds;
+        let produced = Instant::now();
+        produce(&addr, &registry, schema_id, from..to, spacing_ms).await?;
+        wait_visible(&addr, args.partitions).await?;
+        producing += produced.elapsed();
+        for run in &mut runs {
+            let cpu = cpu_seconds();
+            let started = Instant::now();
+            let summary = hdfs_loader::run_once(
+                &run.config,
+                Arc::clone(&coordinator),
+                Arc::clone(&run.store),
+                Arc::clone(&registry),
+                CancellationToken::new(),
+            )
+            .await?;
+            run.elapsed += started.elapsed().as_secs_f64();
+            run.cpu += cpu_seconds() - cpu;
+            if !summary.errors.is_empty() {
+                bail!("the run failed: {:?}", summary.errors);
+            }
+            run.rows += summary.rows;
         }
-        if summary.rows != args.events {
-            bail!("loaded {} rows of {} events", summary.rows, args.events);
+    }
+    let log_bytes = log_bytes(&addr, args.partitions).await?;
+    println!(
+        "produced {} events ({:.1} MiB of log) in {:.1} s, in {} round(s)",
+        args.events,
+        log_bytes as f64 / (1 << 20) as f64,
+        producing.as_secs_f64(),
+        args.rounds
+    );
+    for run in runs {
+        let (format, elapsed) = (run.format, run.elapsed);
+        if run.rows != args.events {
+            bail!("{format:?}: loaded {} rows of {} events", run.rows, args.events);
         }
-        let output = hdfs_loader::Output::open(&config, store).await?;
+        let output = hdfs_loader::Output::open(&run.config, run.store).await?;
         let parquet_bytes = data_bytes(&output).await?;
         println!(
             "{format:?}: loaded {} events over {} partitions in {elapsed:.2} s: {:.0} events/s, {:.1} MiB/s of log, {:.2} µs CPU/event; Parquet {:.1} MiB ({:.1} bytes/event)",
-            summary.rows,
+            run.rows,
             args.partitions,
-            summary.rows as f64 / elapsed,
+            run.rows as f64 / elapsed,
             log_bytes as f64 / (1 << 20) as f64 / elapsed,
-            cpu * 1e6 / summary.rows as f64,
+            run.cpu * 1e6 / run.rows as f64,
             parquet_bytes as f64 / (1 << 20) as f64,
-            parquet_bytes as f64 / summary.rows as f64,
+            parquet_bytes as f64 / run.rows as f64,
         );
+        if let hdfs_loader::Output::Iceberg(tables) = &output {
+            compaction(tables, &output, &run.config, args.events, work.path()).await?;
+        }
     }
     Ok(())
+}
+
+/// One format's loader: its settings and what its runs took.
+struct Run {
+    format: hdfs_loader::Format,
+    config: Config,
+    store: Arc<dyn object_store::ObjectStore>,
+    rows: u64,
+    elapsed: f64,
+    cpu: f64,
+}
+
+/// Times a compaction pass of the topic's table (every hour closed), printing its files per
+/// hour before and after; fails if the table's rows or distinct ids changed.
+async fn compaction(
+    tables: &hdfs_loader::table::Tables,
+    output: &hdfs_loader::Output,
+    config: &Config,
+    events: u64,
+    work: &std::path::Path,
+) -> anyhow::Result<()> {
+    let options = hdfs_loader::table::compact::CompactOptions {
+        target_file_bytes: config.target_file_bytes,
+        delay_ms: 0,
+        now_ms: service::now_ms(),
+        zstd_level: config.zstd_level,
+        row_group_bytes: config.row_group_bytes,
+    };
+    let before = files_per_hour(tables).await?;
+    let cpu = cpu_seconds();
+    let started = Instant::now();
+    let done = tables.compact(TOPIC, &options).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu;
+    let after = files_per_hour(tables).await?;
+    let mut ids = hdfs_loader::readback::DistinctIds::new_in(work)?;
+    let rows = hdfs_loader::readback::count_topic(output, TOPIC, &mut ids).await?;
+    let distinct = ids.count()?;
+    if rows != events || distinct != events {
+        bail!(
+            "after compaction the table reads {rows} rows, {distinct} distinct ids, of {events} events"
+        );
+    }
+    println!(
+        "Iceberg compaction: {} hours, {} files into {} in {elapsed:.2} s ({:.0} rows/s, {:.2} µs CPU/row); files per hour before: {before}; after: {after}; rows and distinct ids unchanged ({rows})",
+        done.hours,
+        done.files_removed,
+        done.files_added,
+        done.rows as f64 / elapsed,
+        cpu * 1e6 / done.rows.max(1) as f64,
+    );
+    Ok(())
+}
+
+/// The table's files per hour: mean and largest, over the hours it has.
+async fn files_per_hour(tables: &hdfs_loader::table::Tables) -> anyhow::Result<String> {
+    let state = tables.state(TOPIC).await?.context("no table")?;
+    let mut hours = std::collections::BTreeMap::<Option<i64>, usize>::new();
+    for file in &state.files {
+        *hours.entry(file.hour.map(|h| h.start_ms)).or_default() += 1;
+    }
+    let most = hours.values().copied().max().unwrap_or(0);
+    let mean = state.files.len() as f64 / hours.len().max(1) as f64;
+    Ok(format!("mean {mean:.1}, most {most} ({} files, {} hours)", state.files.len(), hours.len()))
 }
 
 /// Bytes of the committed data files of the topic.
@@ -208,11 +307,13 @@ async fn start_registry(dir: &std::path::Path) -> anyhow::Result<String> {
     bail!("the registry did not register the shipped schemas")
 }
 
+/// Produces events `numbers`, event `n` at `n * spacing_ms` after the base time.
 async fn produce(
     addr: &str,
     registry: &RegistryClient,
     schema_id: i32,
-    events: u64,
+    numbers: std::ops::Range<u64>,
+    spacing_ms: f64,
 ) -> anyhow::Result<()> {
     let config = ProducerConfig {
         batch_messages: 2_000,
@@ -224,14 +325,14 @@ async fn produce(
     let schema = registry.schema(schema_id).await?;
     let base_ms: i64 = 1_764_547_200_000;
     let mut pending = std::collections::VecDeque::new();
-    for n in 0..events as i64 {
+    for n in numbers.start as i64..numbers.end as i64 {
         let mut id = [0u8; 16];
         id[..8].copy_from_slice(&n.to_be_bytes());
         let event = Value::Record(vec![
             (
                 "header".into(),
                 Value::Record(vec![
-                    ("time".into(), Value::Long(base_ms + n * 3)),
+                    ("time".into(), Value::Long(base_ms + (n as f64 * spacing_ms) as i64)),
                     ("server".into(), Value::String(format!("web-{}", n % 16))),
                     ("service".into(), Value::String("frontend".into())),
                     ("id".into(), Value::Fixed(16, id.to_vec())),
