@@ -292,6 +292,79 @@ async fn a_field_added_to_the_topic_becomes_a_column_null_in_older_rows_without_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn int_and_float_fields_that_become_long_and_double_widen_their_columns() {
+    use apache_avro::types::Value;
+    let cluster = Cluster::start(1).await;
+    let schema = |int: &str, float: &str| {
+        format!(
+            r#"{{"type":"record","name":"Reading","namespace":"t","fields":[
+            {{"name":"header","type":{{"type":"record","name":"EventHeader","fields":[
+            {{"name":"time","type":"long"}},{{"name":"server","type":"string"}},
+            {{"name":"service","type":"string"}},{{"name":"id","type":{{"type":"fixed","name":"EventId","size":16}}}}]}}}},
+            {{"name":"n","type":"{int}"}},{{"name":"ratio","type":"{float}"}}]}}"#
+        )
+    };
+    let header = |n: i64| {
+        Value::Record(vec![
+            ("time".into(), Value::Long(BASE_TIME_MS + n)),
+            ("server".into(), Value::String("s".into())),
+            ("service".into(), Value::String("meter".into())),
+            ("id".into(), Value::Fixed(16, testkit::events::event_id(3_000_000 + n).to_vec())),
+        ])
+    };
+    let warehouse = Warehouse::new();
+    let config = warehouse.config("widening");
+    let v1 = cluster.registry.register("reading-value", &schema("int", "float")).await.unwrap();
+    for n in 0..10 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("n".into(), Value::Int(n as i32)),
+            ("ratio".into(), Value::Float(0.5)),
+        ]);
+        let payload = events::envelope::encode_with(&cluster.registry, v1, value).await.unwrap();
+        cluster.producer.send("reading", None, &payload).await.unwrap();
+    }
+    let first = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    let read = warehouse.read_topic("reading", &["--column".into(), "n".into()]);
+    assert_eq!(read["schema_types"]["n"], "int");
+
+    let v2 = cluster.registry.register("reading-value", &schema("long", "double")).await.unwrap();
+    let big = 10_000_000_000_i64;
+    for n in 10..20 {
+        let value = Value::Record(vec![
+            ("header".into(), header(n)),
+            ("n".into(), Value::Long(big + n)),
+            ("ratio".into(), Value::Double(0.25)),
+        ]);
+        let payload = events::envelope::encode_with(&cluster.registry, v2, value).await.unwrap();
+        cluster.producer.send("reading", None, &payload).await.unwrap();
+    }
+    let second = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(second.errors.is_empty(), "{:?}", second.errors);
+
+    let expected: Vec<i64> = (0..10).chain((10..20).map(|n| big + n)).collect();
+    let check = |files: u64| {
+        let read = warehouse.read_topic("reading", &["--column".into(), "n".into()]);
+        assert_eq!((read["rows"].as_u64(), read["duckdb_rows"].as_u64()), (Some(20), Some(20)));
+        assert_eq!(read["schema_types"]["n"], "long", "{read}");
+        assert_eq!(read["schema_types"]["ratio"], "double", "{read}");
+        assert_eq!(read["files"], files);
+        let column: Vec<i64> = serde_json::from_value(read["column"].clone()).unwrap();
+        assert_eq!(column, expected, "the int rows read as longs, the long rows whole");
+        let ratios = warehouse.read_topic("reading", &["--column".into(), "ratio".into()]);
+        let ratios: Vec<f64> = serde_json::from_value(ratios["column"].clone()).unwrap();
+        assert_eq!(ratios, [vec![0.5; 10], vec![0.25; 10]].concat());
+    };
+    // No rewrite: the first file keeps its ints; readers widen them.
+    check(2);
+    // Compaction reads both files in the widened schema and writes one.
+    let output = hdfs_loader::Output::open(&config, Arc::clone(&warehouse.store)).await.unwrap();
+    hdfs_loader::maintain(&output, &config).await.unwrap();
+    check(1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_leaves_one_small_file_per_closed_hour_and_every_count_unchanged() {
     let cluster = Cluster::start(2).await;
     // 400 events one every 18 s, in ranges of 25: a partition's range covers a quarter of an

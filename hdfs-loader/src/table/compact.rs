@@ -9,17 +9,15 @@
 //! and commits a snapshot that adds those and deletes the ones they replace. An hour then holds
 //! at most one file below the target; rows and counts are unchanged.
 //!
-//! The `iceberg` crate (0.10) has no replace action, and its catalogs accept only the commits
-//! its own transactions build. So the pass writes the snapshot with the crate's public writers
-//! — the new files' manifest, the rewritten manifests of the files it deletes (`EXISTING` and
-//! `DELETED` entries, with their sequence numbers), the manifest list, the metadata file —
-//! and swaps the table's row in the SQL catalog with the compare-and-set that the crate's
-//! `SqlCatalog::update_table` uses: if the table moved meanwhile (a loader committed), the
-//! swap fails, the pass deletes what it wrote, and the next pass starts again. A replace
+//! The `iceberg` crate (0.10) has no replace action. So the pass writes the snapshot with the
+//! crate's public writers — the new files' manifest, the rewritten manifests of the files it
+//! deletes (`EXISTING` and `DELETED` entries, with their sequence numbers), the manifest list
+//! — and commits it with [`Tables::commit_metadata`]: if the table moved meanwhile (a loader
+//! committed), the commit fails, the pass deletes what it wrote, and the next pass starts
+//! again. A replace
 //! snapshot carries no coverage of its own: the loaders read theirs from its parent.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -34,7 +32,7 @@ use iceberg::spec::{
     SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary,
 };
 use iceberg::table::Table;
-use iceberg::{Catalog, ErrorKind, MetadataLocation, Runtime, TableUpdate};
+use iceberg::{Catalog, ErrorKind, Runtime, TableUpdate};
 use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
@@ -184,11 +182,11 @@ impl Tables {
                 Ok(done)
             }
             Ok(None) => {
-                self.delete_written(written).await;
+                self.delete_written(written.0).await;
                 Ok(Compacted { conflict: true, ..Compacted::default() })
             }
             Err(e) => {
-                self.delete_written(written).await;
+                self.delete_written(written.0).await;
                 Err(e)
             }
         }
@@ -304,12 +302,6 @@ impl Tables {
             });
         }
         let current = metadata.current_snapshot().expect("checked by the caller");
-        let current_location = table
-            .metadata_location()
-            .ok_or_else(|| {
-                table_error(iceberg::Error::new(ErrorKind::Unexpected, "no metadata location"))
-            })?
-            .to_owned();
         let schema = metadata.current_schema().clone();
         let spec = metadata.default_partition_spec().clone();
         let sequence = metadata.next_sequence_number();
@@ -433,8 +425,7 @@ impl Tables {
             .with_schema_id(metadata.current_schema_id())
             .with_timestamp_ms(service::now_ms())
             .build();
-        let mut builder = metadata.clone().into_builder(Some(current_location.clone()));
-        for update in [
+        let updates = vec![
             TableUpdate::AddSnapshot { snapshot },
             TableUpdate::SetSnapshotRef {
                 ref_name: MAIN_BRANCH.to_owned(),
@@ -443,67 +434,19 @@ impl Tables {
                     SnapshotRetention::branch(None, None, None),
                 ),
             },
-        ] {
-            builder = update.apply(builder).map_err(table_error)?;
-        }
-        let new_metadata = builder.build().map_err(table_error)?.metadata;
-        let new_location = MetadataLocation::from_str(&current_location)
-            .map_err(table_error)?
-            .with_next_version()
-            .with_new_metadata(&new_metadata);
-        written.0.push(self.warehouse.path(&new_location.to_string()).map_err(table_error)?);
-        new_metadata.write_to(table.file_io(), &new_location).await.map_err(table_error)?;
-        let swapped =
-            self.swap_metadata(table, &current_location, &new_location.to_string()).await?;
+        ];
+        let swapped = self.commit_metadata(table, updates, &mut written.0).await?;
         Ok(swapped.then_some(snapshot_id))
     }
 
-    /// Points the catalog's row of `table` at `new` if it still points at `current`.
-    async fn swap_metadata(
-        &self,
-        table: &Table,
-        current: &str,
-        new: &str,
-    ) -> Result<bool, TableError> {
-        let ident = table.identifier();
-        let sql_error = |e: sqlx::Error| TableError::Catalog {
-            catalog: self.catalog_uri.clone(),
-            source: Box::new(iceberg::Error::new(ErrorKind::Unexpected, e.to_string())),
-        };
-        let pool = self
-            .sql
-            .get_or_try_init(|| async {
-                sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(1)
-                    .connect(&self.catalog_uri)
-                    .await
-            })
-            .await
-            .map_err(sql_error)?;
-        let done = sqlx::query(
-            "UPDATE iceberg_tables SET metadata_location = ?, previous_metadata_location = ? \
-             WHERE catalog_name = ? AND table_name = ? AND table_namespace = ? \
-             AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL) AND metadata_location = ?",
-        )
-        .bind(new)
-        .bind(current)
-        .bind(super::CATALOG_NAME)
-        .bind(ident.name())
-        .bind(ident.namespace().join("."))
-        .bind(current)
-        .execute(pool)
-        .await
-        .map_err(sql_error)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete_written(&self, written: Written) {
-        for path in written.0 {
+    /// Deletes the files of a commit that did not happen.
+    pub(super) async fn delete_written(&self, written: Vec<Path>) {
+        for path in written {
             if let Err(e) = self.warehouse.store().delete(&path).await
                 && !matches!(e, object_store::Error::NotFound { .. })
             {
                 // Maintenance deletes it as an orphan later.
-                tracing::warn!(%path, error = %e, "cannot delete a file of an uncommitted compaction");
+                tracing::warn!(%path, error = %e, "cannot delete a file of an uncommitted commit");
             }
         }
     }

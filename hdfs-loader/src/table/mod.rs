@@ -16,6 +16,7 @@
 pub mod compact;
 pub mod dead_letters;
 pub mod maintain;
+mod metadata;
 pub mod shape;
 pub mod storage;
 
@@ -24,7 +25,8 @@ use std::sync::Arc;
 
 use iceberg::spec::{
     DataContentType, DataFile, DataFileBuilder, DataFileFormat, Datum, Literal, NestedFieldRef,
-    PrimitiveLiteral, Schema, Struct, TableMetadata, Transform, Type, UnboundPartitionSpec,
+    PrimitiveLiteral, PrimitiveType, Schema, Struct, StructType, TableMetadata, Transform, Type,
+    UnboundPartitionSpec,
 };
 use iceberg::table::Table;
 use iceberg::transaction::{AddColumn, ApplyTransactionAction, Transaction};
@@ -101,7 +103,7 @@ pub enum TableError {
     #[error("iceberg table {table}: commit failed: {reason}")]
     Commit { table: String, reason: String },
     #[error(
-        "iceberg table {table}: the topic's schema has changed from the table's ({difference}); evolving a table's schema is not built yet"
+        "iceberg table {table}: the topic's schema cannot be written to the table: {difference}"
     )]
     SchemaChanged { table: String, difference: String },
 }
@@ -205,40 +207,47 @@ impl Tables {
             }
             Err(e) => return Err(table_error(e)),
         };
-        let mut evolved = false;
+        let mut evolutions = 0;
         let shape = loop {
-            let known = table.metadata().current_schema();
-            let shape = TableShape::new(arrow, Some(known))
+            let known = table.metadata().current_schema().clone();
+            let shape = TableShape::new(arrow, Some(&known))
                 .map_err(|source| TableError::Schema { table: ident.to_string(), source })?;
-            let additions = fit(known, &shape.schema).map_err(|difference| {
-                TableError::SchemaChanged { table: ident.to_string(), difference }
-            })?;
-            if additions.is_empty() {
+            let Fit { additions, promotions } =
+                fit(&known, &shape.schema).map_err(|difference| TableError::SchemaChanged {
+                    table: ident.to_string(),
+                    difference,
+                })?;
+            if additions.is_empty() && promotions.is_empty() {
                 break shape;
             }
-            if evolved {
-                let difference = "the columns added are not the topic's".to_owned();
+            // Promotions, then additions, and once more if another loader raced either.
+            if evolutions == 3 {
+                let difference = "the table's schema does not settle to the topic's".to_owned();
                 return Err(TableError::SchemaChanged { table: ident.to_string(), difference });
             }
-            let names: Vec<String> = additions.iter().map(|(path, _)| path.clone()).collect();
-            let transaction = Transaction::new(&table);
-            let mut update = transaction.update_schema();
-            for (_, column) in additions {
-                update = update.add_column(column);
-            }
-            let transaction = update.apply(transaction).map_err(table_error)?;
-            match transaction.commit(&*self.catalog).await {
-                Ok(_) => {
-                    tracing::info!(table = %ident, columns = ?names, "added the topic's new fields to the table")
+            evolutions += 1;
+            if !promotions.is_empty() {
+                self.promote(&table, &known, &promotions).await?;
+            } else {
+                let names: Vec<String> = additions.iter().map(|(path, _)| path.clone()).collect();
+                let transaction = Transaction::new(&table);
+                let mut update = transaction.update_schema();
+                for (_, column) in additions {
+                    update = update.add_column(column);
                 }
-                // Another loader evolved it at the same moment: read what it made.
-                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                    tracing::debug!(table = %ident, error = %e, "schema update raced");
+                let transaction = update.apply(transaction).map_err(table_error)?;
+                match transaction.commit(&*self.catalog).await {
+                    Ok(_) => {
+                        tracing::info!(table = %ident, columns = ?names, "added the topic's new fields to the table")
+                    }
+                    // Another loader evolved it at the same moment: read what it made.
+                    Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                        tracing::debug!(table = %ident, error = %e, "schema update raced");
+                    }
+                    Err(e) => return Err(table_error(e)),
                 }
-                Err(e) => return Err(table_error(e)),
             }
             table = self.catalog.load_table(&ident).await.map_err(table_error)?;
-            evolved = true;
         };
         let location =
             self.warehouse.path(table.metadata().location()).map_err(table_error)?.to_string();
@@ -281,6 +290,41 @@ impl Tables {
             }
             Err(e) => Err(table_error(e)),
         }
+    }
+
+    /// Widens the columns `promotions` names (field id: path and new type) in a new current
+    /// schema of `table` (whose schema is `known`). Older files keep their narrower type;
+    /// readers widen it. A commit of another writer in between leaves the table as it is (the
+    /// caller reads it again).
+    async fn promote(
+        &self,
+        table: &Table,
+        known: &Schema,
+        promotions: &BTreeMap<i32, (String, Type)>,
+    ) -> Result<(), TableError> {
+        let name = table.identifier().to_string();
+        let table_error =
+            |source| TableError::Table { table: name.clone(), source: Box::new(source) };
+        let schema = Schema::builder()
+            .with_schema_id(known.schema_id() + 1)
+            .with_fields(promoted(known.as_struct().fields(), promotions))
+            .with_identifier_field_ids(known.identifier_field_ids())
+            .build()
+            .map_err(table_error)?;
+        let updates = vec![
+            iceberg::TableUpdate::AddSchema { schema },
+            iceberg::TableUpdate::SetCurrentSchema { schema_id: -1 },
+        ];
+        let mut written = Vec::new();
+        let columns: Vec<String> =
+            promotions.values().map(|(path, to)| format!("{path} to {to}")).collect();
+        if self.commit_metadata(table, updates, &mut written).await? {
+            tracing::info!(table = %name, ?columns, "widened the table's columns to the topic's types");
+        } else {
+            tracing::debug!(table = %name, "type promotion raced another commit");
+            self.delete_written(written).await;
+        }
+        Ok(())
     }
 
     /// The tables of the namespace: the topics', and the dead-letter table.
@@ -728,20 +772,29 @@ fn fail(group: Vec<Pending>, error: &TableError) {
     }
 }
 
-/// How a topic's schema (`ours`, with the table's ids where paths match) fits its table's:
-/// the columns to add (path, column), or why it cannot be written to the table.
-fn fit(table: &Schema, ours: &Schema) -> Result<Vec<(String, AddColumn)>, String> {
-    let mut additions = Vec::new();
-    fit_fields(table, ours.as_struct().fields(), None, &mut additions)?;
+/// How a topic's schema fits its table's: what to change in the table first.
+#[derive(Default)]
+struct Fit {
+    /// Columns to add (path, column).
+    additions: Vec<(String, AddColumn)>,
+    /// Columns to widen (field id: path, new type): int to long, float to double.
+    promotions: BTreeMap<i32, (String, Type)>,
+}
+
+/// How a topic's schema (`ours`, with the table's ids where paths match) fits its table's
+/// (see [`Fit`]), or why it cannot be written to the table.
+fn fit(table: &Schema, ours: &Schema) -> Result<Fit, String> {
+    let mut fit = Fit::default();
+    fit_fields(table, ours.as_struct().fields(), None, &mut fit)?;
     removed(ours, table.as_struct().fields(), None)?;
-    Ok(additions)
+    Ok(fit)
 }
 
 fn fit_fields(
     table: &Schema,
     fields: &[NestedFieldRef],
     parent: Option<&str>,
-    additions: &mut Vec<(String, AddColumn)>,
+    fit: &mut Fit,
 ) -> Result<(), String> {
     for field in fields {
         let path = parent.map_or_else(|| field.name.clone(), |p| format!("{p}.{}", field.name));
@@ -754,7 +807,7 @@ fn fit_fields(
                     .build(),
                 None => AddColumn::optional(&field.name, (*field.field_type).clone()),
             };
-            additions.push((path, column));
+            fit.additions.push((path, column));
             continue;
         };
         if !field.required && theirs.required {
@@ -762,19 +815,43 @@ fn fit_fields(
         }
         match (&*field.field_type, &*theirs.field_type) {
             (Type::Struct(ours), Type::Struct(_)) => {
-                fit_fields(table, ours.fields(), Some(&path), additions)?
+                fit_fields(table, ours.fields(), Some(&path), fit)?
             }
             (ours, theirs) if ours == theirs => {}
+            (Type::Primitive(PrimitiveType::Long), Type::Primitive(PrimitiveType::Int))
+            | (Type::Primitive(PrimitiveType::Double), Type::Primitive(PrimitiveType::Float)) => {
+                fit.promotions.insert(field.id, (path, (*field.field_type).clone()));
+            }
             (ours, theirs) => {
                 return Err(format!(
-                    "{path} is {theirs} in the table and {ours} in the topic's schema (only \
-                     new fields are added to a table: type changes and fields new inside a \
-                     list or map are not)"
+                    "{path} is {theirs} in the table and {ours} in the topic's schema (a table \
+                     gains new fields, and widens int to long and float to double: other type \
+                     changes and fields new inside a list or map are not made)"
                 ));
             }
         }
     }
     Ok(())
+}
+
+/// `fields` with the types of `promotions` (by field id), at any depth of records.
+fn promoted(
+    fields: &[NestedFieldRef],
+    promotions: &BTreeMap<i32, (String, Type)>,
+) -> Vec<NestedFieldRef> {
+    fields
+        .iter()
+        .map(|field| {
+            let mut field = (**field).clone();
+            if let Some((_, to)) = promotions.get(&field.id) {
+                field.field_type = Box::new(to.clone());
+            } else if let Type::Struct(nested) = &*field.field_type {
+                let fields = promoted(nested.fields(), promotions);
+                field.field_type = Box::new(Type::Struct(StructType::new(fields)));
+            }
+            Arc::new(field)
+        })
+        .collect()
 }
 
 /// Fails if a required field of the table is not in the topic's schema.

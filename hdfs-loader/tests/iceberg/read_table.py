@@ -68,6 +68,7 @@ def main():
                 rows.column("_index").to_pylist())),
         "partition_spec": [f.name for f in table.spec().fields],
         "schema_fields": [f.name for f in table.schema().fields],
+        "schema_types": {f.name: str(f.field_type) for f in table.schema().fields},
         "files": len(list(table.scan().plan_files())),
         # Per live data file: its hour (the partition value) and size.
         "file_sizes": sorted(
