@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::LoaderAudit;
 use crate::load::{PartitionLoad, PartitionLoader, TopicContext};
 use crate::metrics::Metrics;
-use crate::table::Tables;
 use crate::table::compact::CompactOptions;
 use crate::table::maintain::Maintained;
+use crate::table::{TableError, Tables};
 use crate::{Config, Format, LoadError, Output};
 
 /// What one run did.
@@ -136,6 +136,35 @@ impl Loader {
             if let Some(tables) = &self.tables {
                 match tables.topic(&topic, &context.arrow).await {
                     Ok(table) => context.table = Some(table),
+                    // The table cannot take the latest schema (a type it cannot widen to, a
+                    // required field gone): load with the newest version it can take, so the
+                    // topic goes on; what that version cannot read goes to the dead letters.
+                    Err(TableError::SchemaChanged { difference, .. }) => {
+                        match self.fitting_version(tables, &topic, &subject, latest.version).await {
+                            Ok(Some(older)) => {
+                                tracing::warn!(
+                                    %topic,
+                                    latest = latest.version,
+                                    loading_with = older.reader_id,
+                                    %difference,
+                                    "the table cannot take the topic's latest schema; loading with the newest version it can take, and the messages that one cannot read go to the dead-letter table"
+                                );
+                                context = older;
+                            }
+                            Ok(None) => {
+                                let e = LoadError::from(TableError::SchemaChanged {
+                                    table: topic.clone(),
+                                    difference,
+                                });
+                                summary.errors.push(e.to_string());
+                                continue;
+                            }
+                            Err(e) => {
+                                summary.errors.push(e.to_string());
+                                continue;
+                            }
+                        }
+                    }
                     Err(e) => {
                         summary.errors.push(e.to_string());
                         continue;
@@ -301,6 +330,34 @@ impl Loader {
             }
         }
         self.close().await;
+    }
+
+    /// The newest version of `subject` before `latest` whose schema `topic`'s table can take,
+    /// as the topic's context with its table; `None` if none can.
+    async fn fitting_version(
+        &self,
+        tables: &Tables,
+        topic: &str,
+        subject: &str,
+        latest: i32,
+    ) -> Result<Option<TopicContext>, LoadError> {
+        let registry_error =
+            |source| LoadError::Registry { topic: topic.to_owned(), source: Box::new(source) };
+        let versions = self.registry.versions(subject).await.map_err(registry_error)?;
+        for version in versions.into_iter().rev().filter(|v| *v < latest) {
+            let older = self.registry.version(subject, version).await.map_err(registry_error)?;
+            let reader = self.registry.schema(older.id).await.map_err(registry_error)?;
+            let mut context = TopicContext::new(topic, older.id, reader)?;
+            match tables.topic(topic, &context.arrow).await {
+                Ok(table) => {
+                    context.table = Some(table);
+                    return Ok(Some(context));
+                }
+                Err(TableError::SchemaChanged { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(None)
     }
 
     fn known_starts(&self) -> std::sync::MutexGuard<'_, HashMap<(String, i32), i64>> {

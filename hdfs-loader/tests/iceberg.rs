@@ -365,6 +365,78 @@ async fn int_and_float_fields_that_become_long_and_double_widen_their_columns() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_of_a_schema_the_table_cannot_take_go_to_the_dead_letters_and_the_topic_goes_on() {
+    use apache_avro::types::Value;
+    let cluster = Cluster::start(1).await;
+    let schema = |amount: &str| {
+        format!(
+            r#"{{"type":"record","name":"Payment","namespace":"t","fields":[
+            {{"name":"header","type":{{"type":"record","name":"EventHeader","fields":[
+            {{"name":"time","type":"long"}},{{"name":"server","type":"string"}},
+            {{"name":"service","type":"string"}},{{"name":"id","type":{{"type":"fixed","name":"EventId","size":16}}}}]}}}},
+            {{"name":"amount","type":"{amount}"}}]}}"#
+        )
+    };
+    let header = |n: i64| {
+        Value::Record(vec![
+            ("time".into(), Value::Long(BASE_TIME_MS + n)),
+            ("server".into(), Value::String("s".into())),
+            ("service".into(), Value::String("pay".into())),
+            ("id".into(), Value::Fixed(16, testkit::events::event_id(4_000_000 + n).to_vec())),
+        ])
+    };
+    let send = |id: i32, n: i64, amount: Value| {
+        let registry = Arc::clone(&cluster.registry);
+        let producer = &cluster.producer;
+        async move {
+            let value =
+                Value::Record(vec![("header".into(), header(n)), ("amount".into(), amount)]);
+            let payload = events::envelope::encode_with(&registry, id, value).await.unwrap();
+            producer.send("payment", None, &payload).await.unwrap().offset.unwrap()
+        }
+    };
+    let warehouse = Warehouse::new();
+    let config = warehouse.config("incompatible");
+    let v1 = cluster.registry.register("payment-value", &schema("long")).await.unwrap();
+    for n in 0..5 {
+        send(v1, n, Value::Long(n * 100)).await;
+    }
+    let first = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+
+    // A change the registry refuses by default, made anyway: long to string.
+    cluster.registry.set_compatibility("payment-value", "NONE").await.unwrap();
+    let v2 = cluster.registry.register("payment-value", &schema("string")).await.unwrap();
+    let mut refused = Vec::new();
+    for n in 5..8 {
+        refused.push(send(v2, n, Value::String(format!("{n}.00 EUR"))).await);
+    }
+    // Messages still written with v1 go on into the table.
+    for n in 8..10 {
+        send(v1, n, Value::Long(n * 100)).await;
+    }
+    let second = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(second.errors.is_empty(), "the topic goes on: {:?}", second.errors);
+    assert_eq!(second.rows, 2);
+    let payment = second.partitions.iter().find(|p| p.topic == "payment").unwrap();
+    assert_eq!(payment.bad_records, 3, "{second:?}");
+
+    let read = warehouse.read_topic("payment", &["--column".into(), "amount".into()]);
+    assert_eq!(read["schema_types"]["amount"], "long", "the table keeps its type: {read}");
+    let amounts: Vec<i64> = serde_json::from_value(read["column"].clone()).unwrap();
+    assert_eq!(amounts, [0, 100, 200, 300, 400, 800, 900]);
+    let dead = warehouse.read_topic("_dead_letters", &[]);
+    assert_eq!(dead["rows"], 3, "{dead}");
+    let offsets: Vec<i64> = serde_json::from_value(dead["offsets"].clone()).unwrap();
+    assert_eq!(offsets, refused);
+    let reason = dead["reasons"][0].as_str().unwrap();
+    assert!(
+        reason.starts_with(&format!("cannot decode with schema id {v2} as id {v1}")),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_leaves_one_small_file_per_closed_hour_and_every_count_unchanged() {
     let cluster = Cluster::start(2).await;
     // 400 events one every 18 s, in ranges of 25: a partition's range covers a quarter of an

@@ -147,6 +147,28 @@ impl RegistryClient {
         self.call(Method::GET, &["subjects", subject, "versions", "latest"], None).await
     }
 
+    /// The live version numbers of `subject`, oldest first.
+    pub async fn versions(&self, subject: &str) -> Result<Vec<i32>, ClientError> {
+        self.call(Method::GET, &["subjects", subject, "versions"], None).await
+    }
+
+    /// Version `version` of `subject`.
+    pub async fn version(
+        &self,
+        subject: &str,
+        version: i32,
+    ) -> Result<SubjectVersion, ClientError> {
+        self.call(Method::GET, &["subjects", subject, "versions", &version.to_string()], None).await
+    }
+
+    /// Sets `subject`'s compatibility level (`BACKWARD`, `NONE`, …), as `PUT /config/{subject}`.
+    pub async fn set_compatibility(&self, subject: &str, level: &str) -> Result<(), ClientError> {
+        let body = serde_json::json!({ "compatibility": level });
+        let _: serde_json::Value =
+            self.call(Method::PUT, &["config", subject], Some(&body)).await?;
+        Ok(())
+    }
+
     /// Registers every `.avsc` file in `dir` as subject `{file stem}-value` (see
     /// [`schema_files`]); returns each subject with its id.
     pub async fn register_dir(&self, dir: PathBuf) -> Result<Vec<(String, i32)>, ClientError> {
