@@ -664,6 +664,7 @@ fn the_bench_loads_one_log_in_each_format_it_is_given() {
     let run = |format: &str| {
         let output = Command::new(bench)
             .args(["--events", "2000", "--partitions", "2", "--format", format])
+            .args(["--rounds", "4", "--hours", "24"])
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -681,6 +682,14 @@ fn the_bench_loads_one_log_in_each_format_it_is_given() {
         iceberg.contains("Iceberg: loaded 2000") && !iceberg.contains("Parquet: loaded"),
         "{iceberg}"
     );
+    // A day of events in four rounds: each hour has a file per partition, and compaction
+    // leaves one per hour (all are below the target), every row and id kept.
+    assert!(both.contains("in 4 round(s)"), "{both}");
+    assert!(
+        iceberg.contains("files per hour before: mean 2.0, most 2 (48 files, 24 hours); after: mean 1.0, most 1 (24 files, 24 hours); rows and distinct ids unchanged (2000)"),
+        "{iceberg}"
+    );
+    assert!(!both.contains("Parquet compaction"), "{both}");
 
     // --store (each format under its own name), --broker-bin, --partitions-in-parallel.
     let dir = tempfile::tempdir().unwrap();
