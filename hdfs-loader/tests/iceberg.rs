@@ -510,6 +510,52 @@ async fn compaction_leaves_one_small_file_per_closed_hour_and_every_count_unchan
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_racing_two_loaders_loses_or_duplicates_no_row() {
+    let cluster = Cluster::start(2).await;
+    let warehouse = Warehouse::new();
+    let config = Config { max_messages_per_commit: 7, ..warehouse.config("racing") };
+    let output = hdfs_loader::Output::open(&config, Arc::clone(&warehouse.store)).await.unwrap();
+    let (mut produced, mut compactions, mut conflicts) = (0, 0, 0);
+    for _ in 0..4 {
+        cluster.produce_page_views(120, 1_000).await;
+        produced += 120;
+        let (a, b, maintained) = tokio::join!(
+            cluster.run(&config, &warehouse.store),
+            cluster.run(&config, &warehouse.store),
+            async {
+                let mut done = Vec::new();
+                for _ in 0..3 {
+                    done.extend(hdfs_loader::maintain(&output, &config).await.unwrap());
+                }
+                done
+            }
+        );
+        for summary in [a.unwrap(), b.unwrap()] {
+            assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        }
+        for m in maintained.iter().filter(|m| m.table == "default.page-view") {
+            compactions += usize::from(m.compacted.snapshot.is_some());
+            conflicts += usize::from(m.compacted.conflict);
+        }
+    }
+    let read = warehouse.read(None);
+    let rows = positions(&read);
+    let unique: HashSet<(i32, i64, i32)> = rows.iter().copied().collect();
+    assert_eq!((rows.len(), unique.len()), (produced, produced), "every row once");
+    assert_eq!(read["duckdb_rows"], produced);
+    assert!(compactions > 0, "compacted while the loaders committed");
+    // What a compaction that lost its commit wrote, it deleted: once every older snapshot
+    // expires, the files on disk are the table's.
+    let expire =
+        Config { snapshot_max_age: std::time::Duration::ZERO, staging_grace_ms: 0, ..config };
+    hdfs_loader::maintain(&output, &expire).await.unwrap();
+    let read = warehouse.read(None);
+    let snapshot_files: usize = serde_json::from_value(read["files"].clone()).unwrap();
+    assert_eq!(warehouse.data_files().len(), snapshot_files);
+    eprintln!("{compactions} compactions committed, {conflicts} lost to a loader's commit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_are_rolled_at_the_target_size() {
     let cluster = Cluster::start(1).await;
     // Three hours in one range: each hour's rows are more than two target-size files.
