@@ -169,7 +169,7 @@ impl PartitionLoader<'_> {
         let topic = self.topic.topic.as_str();
         let (target, last) = match &self.topic.table {
             Some(table) => {
-                let covered = table.covered(self.partition).await?;
+                let covered = table.covered(self.partition)?;
                 let last = covered.map(|c| Resume {
                     end: c.end,
                     rows_total: c.rows_total,

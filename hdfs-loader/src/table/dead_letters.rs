@@ -83,7 +83,6 @@ impl Tables {
                 }
                 Err(e) => return Err(table_error(e)),
             };
-            let base = table.metadata().current_snapshot_id();
             let mut covers: BTreeMap<String, i64> =
                 from_summary(&ident.to_string(), table.metadata(), COVERS)?;
             let mut kept = Vec::new();
@@ -109,7 +108,7 @@ impl Tables {
                 .add_data_files([file.clone()])
                 .set_snapshot_properties(properties);
             let transaction = append.apply(transaction).map_err(table_error)?;
-            let at_base = AtSnapshot { catalog: &self.catalog, snapshot: base };
+            let at_base = AtSnapshot { catalog: &self.catalog, base: &table };
             match transaction.commit(&at_base).await {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {

@@ -257,6 +257,7 @@ impl Tables {
             spec_id: table.metadata().default_partition_spec_id(),
             shape,
             location,
+            known: std::sync::Mutex::new(table),
             pending: std::sync::Mutex::new(Vec::new()),
             committing: tokio::sync::Mutex::new(()),
         })
@@ -471,6 +472,12 @@ pub struct TopicTable {
     pub shape: TableShape,
     /// The table's store path.
     location: String,
+    /// The table as this run last saw it (loaded, or as its last commit left it): what a
+    /// partition's load starts from and a commit is built on. Each table read parses the whole
+    /// metadata file, which grows with the snapshots kept, so the run reads the table only
+    /// when a commit finds it moved: a stale start is fenced at the commit, a stale base
+    /// fails the catalog's compare-and-set, and either reads again.
+    known: std::sync::Mutex<Table>,
     /// Ranges waiting for a commit (group commit, see [`TopicTable::commit`]).
     pending: std::sync::Mutex<Vec<Pending>>,
     /// Held by the one task committing for all.
@@ -512,10 +519,14 @@ impl TopicTable {
         )
     }
 
-    /// What the table covers of `partition` now.
-    pub async fn covered(&self, partition: i32) -> Result<Option<Covered>, TableError> {
-        let table = self.load().await?;
+    /// What the table covers of `partition`, as this run last saw it.
+    pub fn covered(&self, partition: i32) -> Result<Option<Covered>, TableError> {
+        let table = self.known_table().clone();
         Ok(self.covers(table.metadata())?.get(&partition).copied())
+    }
+
+    fn known_table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     async fn load(&self) -> Result<Table, TableError> {
@@ -592,11 +603,13 @@ impl TopicTable {
                 return fail(group, &e);
             }
         }
+        let mut reread = false;
         loop {
-            let (table, base, mut covers) = match self.read().await {
+            let (table, mut covers) = match self.read(reread).await {
                 Ok(read) => read,
                 Err(e) => return fail(group, &e),
             };
+            reread = true;
             let (fenced, kept): (Vec<_>, Vec<_>) = group.into_iter().partition(|p| {
                 covers.get(&p.partition).is_some_and(|covered| covered.end != p.record.start)
             });
@@ -629,9 +642,10 @@ impl TopicTable {
                 Ok(transaction) => transaction,
                 Err(e) => return fail(group, &self.table_error(e)),
             };
-            let at_base = AtSnapshot { catalog: &self.tables.catalog, snapshot: base };
+            let at_base = AtSnapshot { catalog: &self.tables.catalog, base: &table };
             match transaction.commit(&at_base).await {
-                Ok(_) => {
+                Ok(committed) => {
+                    *self.known_table() = committed;
                     for pending in group {
                         let _ = pending.outcome.send(Ok(Committed::Won));
                     }
@@ -647,12 +661,18 @@ impl TopicTable {
         }
     }
 
-    /// The table, its current snapshot and what that covers.
-    async fn read(&self) -> Result<(Table, Option<i64>, BTreeMap<i32, Covered>), TableError> {
-        let table = self.load().await?;
-        let base = table.metadata().current_snapshot_id();
+    /// The table (as last seen, or `fresh` from the catalog) and what it covers.
+    async fn read(&self, fresh: bool) -> Result<(Table, BTreeMap<i32, Covered>), TableError> {
+        let table = match fresh {
+            true => {
+                let table = self.load().await?;
+                *self.known_table() = table.clone();
+                table
+            }
+            false => self.known_table().clone(),
+        };
         let covers = self.covers(table.metadata())?;
-        Ok((table, base, covers))
+        Ok((table, covers))
     }
 
     fn table_error(&self, source: iceberg::Error) -> TableError {
@@ -873,13 +893,15 @@ fn removed(ours: &Schema, fields: &[NestedFieldRef], parent: Option<&str>) -> Re
     Ok(())
 }
 
-/// The catalog, for one commit: it loads a table only while the table is still at the
-/// snapshot the commit was built on, so that the crate's transaction does not rebase the
-/// commit onto a table that another writer moved (the coverage it carries would be stale).
+/// The catalog, for one commit built on `base`: the crate's transaction "reloads" the table
+/// before it commits, and gets `base` again, so the commit is never rebased onto a table that
+/// another writer moved (the coverage it carries would be stale). The catalog's commit then
+/// checks that the table's current snapshot is still `base`'s, against the table as it is,
+/// and refuses it with a conflict if not.
 #[derive(Debug)]
 struct AtSnapshot<'a> {
     catalog: &'a SqlCatalog,
-    snapshot: Option<i64>,
+    base: &'a Table,
 }
 
 #[async_trait::async_trait]
@@ -924,15 +946,10 @@ impl Catalog for AtSnapshot<'_> {
         self.catalog.create_table(namespace, creation).await
     }
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
-        let loaded = self.catalog.load_table(table).await?;
-        if loaded.metadata().current_snapshot_id() != self.snapshot {
-            return Err(iceberg::Error::new(
-                ErrorKind::CatalogCommitConflicts,
-                format!("{table} moved since the commit was built"),
-            )
-            .with_retryable(false));
+        if table == self.base.identifier() {
+            return Ok(self.base.clone());
         }
-        Ok(loaded)
+        self.catalog.load_table(table).await
     }
     async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
         self.catalog.drop_table(table).await
