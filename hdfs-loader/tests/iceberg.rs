@@ -498,14 +498,32 @@ async fn compaction_leaves_one_small_file_per_closed_hour_and_every_count_unchan
 
     // Once the older snapshots expire, maintenance deletes the files compaction replaced:
     // what is on disk is what the table reads.
-    let expire =
-        Config { snapshot_max_age: std::time::Duration::ZERO, staging_grace_ms: 0, ..config };
+    let expire = Config {
+        snapshot_max_age: std::time::Duration::ZERO,
+        staging_grace_ms: 0,
+        ..config.clone()
+    };
     hdfs_loader::maintain(&output, &expire).await.unwrap();
     let read = warehouse.read(None);
     assert_eq!(read["duckdb_distinct_ids"], 500);
     let files: Vec<(i64, u64)> = serde_json::from_value(read["file_sizes"].clone()).unwrap();
     assert_eq!(warehouse.data_files().len(), files.len());
     assert_eq!(per_hour(&read).len(), files.len(), "one file per hour again: {files:?}");
+    let last = read["snapshots"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["operation"].as_str(), read["snapshots"].as_array().unwrap().len()),
+        (Some("replace"), 1)
+    );
+    // The only snapshot left is a compaction's: loading goes on from the coverage it carries.
+    ids.extend(cluster.produce_page_views(50, 18_000).await);
+    let more = cluster.run(&config, &warehouse.store).await.unwrap();
+    assert!(more.errors.is_empty(), "{:?}", more.errors);
+    assert_eq!(more.rows, 50, "the run started over: a compaction lost the coverage");
+    let read = warehouse.read(None);
+    assert_eq!(
+        (read["rows"].as_u64(), read["duckdb_distinct_ids"].as_u64()),
+        (Some(550), Some(550))
+    );
     cluster.await_loader_counts("compacting", &ids, 18_000).await;
 }
 

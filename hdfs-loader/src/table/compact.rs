@@ -14,8 +14,8 @@
 //! deletes (`EXISTING` and `DELETED` entries, with their sequence numbers), the manifest list
 //! — and commits it with [`Tables::commit_metadata`]: if the table moved meanwhile (a loader
 //! committed), the commit fails, the pass deletes what it wrote, and the next pass starts
-//! again. A replace
-//! snapshot carries no coverage of its own: the loaders read theirs from its parent.
+//! again. A replace snapshot carries its parent's coverage (`tributary.partitions`), so that
+//! the loaders find it there once expiry takes the snapshots before it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -413,6 +413,11 @@ impl Tables {
         let changes = removed_and_added(&properties);
         totals(&mut properties, &current.summary().additional_properties, changes);
         properties.insert(COMPACTION.to_owned(), compaction);
+        // The coverage goes on with it: once expiry takes the snapshots before this one, it is
+        // the only place the loaders can read it from.
+        let covers = super::covers(&name, metadata)?;
+        properties
+            .insert(super::COVERS.to_owned(), serde_json::to_string(&covers).expect("serializes"));
         let snapshot = Snapshot::builder()
             .with_manifest_list(list_location)
             .with_snapshot_id(snapshot_id)

@@ -86,7 +86,7 @@ def main():
                      LessThan("header.time", iso(until)))
         out["filtered_rows"] = table.scan(row_filter=window).to_arrow().num_rows
     snapshots = sorted(table.snapshots(), key=lambda s: s.sequence_number)
-    # A compaction's replace snapshot covers what its parent does: it has no coverage of its own.
+    # A compaction's replace snapshot carries its parent's coverage.
     out["snapshots"] = [
         {"id": s.snapshot_id, "rows": table.scan(snapshot_id=s.snapshot_id).count(),
          "operation": s.summary.operation.value,
