@@ -742,7 +742,9 @@ fn covers(table: &str, metadata: &TableMetadata) -> Result<BTreeMap<i32, Covered
 }
 
 /// The JSON under `key` in the summary of the current snapshot or, failing that, of its
-/// nearest ancestor that has it; empty when none has.
+/// nearest ancestor that has it; empty when none has and the ancestry is whole (a table of
+/// no snapshots, or only another writer's); an error when an ancestor that might have had it
+/// expired.
 fn from_summary<T: serde::de::DeserializeOwned + Default>(
     table: &str,
     metadata: &TableMetadata,
@@ -757,7 +759,23 @@ fn from_summary<T: serde::de::DeserializeOwned + Default>(
                 reason: format!("{key}: {e}"),
             });
         }
-        snapshot = s.parent_snapshot_id().and_then(|id| metadata.snapshot_by_id(id));
+        snapshot = match s.parent_snapshot_id() {
+            None => None,
+            Some(parent) => match metadata.snapshot_by_id(parent) {
+                Some(parent) => Some(parent),
+                // Expired: what the table covers is not known; starting over would load
+                // everything twice.
+                None => {
+                    return Err(TableError::Corrupt {
+                        table: table.to_owned(),
+                        snapshot: s.snapshot_id(),
+                        reason: format!(
+                            "no {key} in this snapshot or its kept ancestors (its parent {parent} expired)"
+                        ),
+                    });
+                }
+            },
+        };
     }
     Ok(T::default())
 }
