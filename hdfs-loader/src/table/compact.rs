@@ -331,6 +331,11 @@ impl Tables {
                 manifests.push(manifest_file.clone());
                 continue;
             }
+            // A manifest of DELETED entries only (an earlier compaction's) matters to the
+            // snapshot that wrote it alone: it is not carried on, or every scan would read it.
+            if !manifest_file.has_added_files() && !manifest_file.has_existing_files() {
+                continue;
+            }
             let manifest =
                 manifest_file.load_manifest(table.file_io()).await.map_err(table_error)?;
             if !manifest.entries().iter().any(|e| e.is_alive() && gone.contains(e.file_path())) {

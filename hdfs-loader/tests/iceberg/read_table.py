@@ -70,6 +70,13 @@ def main():
         "schema_fields": [f.name for f in table.schema().fields],
         "schema_types": {f.name: str(f.field_type) for f in table.schema().fields},
         "files": len(list(table.scan().plan_files())),
+        # The current snapshot's data manifests: who added each, and whether any of its
+        # entries is live (not only DELETED).
+        "manifests": [
+            [m.added_snapshot_id, (m.added_files_count or 0) + (m.existing_files_count or 0) > 0]
+            for m in (table.current_snapshot().manifests(table.io)
+                      if table.current_snapshot() else [])],
+        "current_snapshot": table.current_snapshot().snapshot_id if table.current_snapshot() else None,
         # Per live data file: its hour (the partition value) and size.
         "file_sizes": sorted(
             [task.file.partition[0], task.file.file_size_in_bytes]
