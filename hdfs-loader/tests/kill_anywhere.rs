@@ -97,16 +97,11 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], output: Output
     .chain(extra)
     .map(|s| s.to_string())
     .collect();
-    // A killed `serve` dies in the middle of a round, like a killed `run`, or of the
-    // maintenance after every round: a compaction of the closed hours (the events' are long
-    // past), snapshot expiry, orphan cleanup.
+    // A killed `serve` dies in the middle of a round, like a killed `run`.
     let mut killed_args = args.clone();
     if iceberg {
         killed_args[0] = "serve".into();
-        killed_args.extend(
-            ["--interval", "200ms", "--maintenance-interval", "1ms", "--compaction-delay", "1ms"]
-                .map(String::from),
-        );
+        killed_args.extend(["--interval".into(), "200ms".into()]);
     }
     let stream = CancellationToken::new();
     let producer = tokio::spawn({
@@ -134,14 +129,7 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], output: Output
         assert!(attempt < KILLS * 4, "only {kills} kills in {attempt} attempts");
         let log = logs.path().join(format!("run-{attempt}.log"));
         let mut child = spawn(&killed_args, env, &log);
-        // A `serve` goes on to maintenance after its round (a compaction that reads the
-        // hours' files back): one in four lives long enough to reach into that.
-        let span_ms = match iceberg {
-            true if attempt % 4 == 3 => run_ms * 12,
-            true => run_ms * 3,
-            false => run_ms * 3 / 2,
-        };
-        let delay_ms = rand::rng().random_range(5..span_ms);
+        let delay_ms = rand::rng().random_range(5..run_ms * 3 / 2);
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         match child.try_wait().unwrap() {
             Some(status) => {
@@ -175,16 +163,7 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], output: Output
     visible.check(&output).await;
     let expected = log_positions(cluster.broker(), TOPIC, PARTITIONS as i32).await;
     assert_eq!(visible.positions(), expected, "every offset of every partition, exactly once");
-    // Compactions committed between the kills (and the table read right after each).
-    let compacted = (0..KILLS * 4)
-        .filter_map(|attempt| {
-            std::fs::read_to_string(logs.path().join(format!("run-{attempt}.log"))).ok()
-        })
-        .flat_map(|log| log.lines().map(str::to_owned).collect::<Vec<_>>())
-        .filter(|line| line.contains("maintained") && !line.contains("compacted_hours=0"))
-        .count();
     if iceberg {
-        assert!(compacted > 0, "no compaction committed while serve was being killed");
         // The files of killed rounds are in no snapshot; maintenance compacts the closed hours,
         // expires every snapshot but the current one and (no grace) deletes what no snapshot
         // reads: those files, and the ones compaction replaced.
@@ -212,7 +191,7 @@ async fn kill_anywhere(url: &str, env: &[(&'static str, String)], output: Output
         assert_eq!(visible.positions(), expected, "maintenance removed nothing committed");
     }
     eprintln!(
-        "a run takes {run_ms} ms; {kills} kills, {completed} completed runs, {committed_while_killed} files committed between kills, {compacted} maintenance passes that compacted, {} rows, {} files in {:?}",
+        "a run takes {run_ms} ms; {kills} kills, {completed} completed runs, {committed_while_killed} files committed between kills, {} rows, {} files in {:?}",
         expected.len(),
         visible.files.len(),
         started.elapsed()
