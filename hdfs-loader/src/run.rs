@@ -445,13 +445,7 @@ async fn maintain_tables(tables: &Tables, config: &Config) -> Result<Vec<Maintai
     let now_ms = service::now_ms();
     let max_age_ms = i64::try_from(config.snapshot_max_age.as_millis()).unwrap_or(i64::MAX);
     let grace_ms = i64::try_from(config.staging_grace_ms).unwrap_or(i64::MAX);
-    let compaction = CompactOptions {
-        target_file_bytes: config.target_file_bytes,
-        delay_ms: i64::try_from(config.compaction_delay.as_millis()).unwrap_or(i64::MAX),
-        now_ms,
-        zstd_level: config.zstd_level,
-        row_group_bytes: config.row_group_bytes,
-    };
+    let compaction = CompactOptions::of(config, now_ms);
     let mut done = Vec::new();
     for table in tables.tables().await? {
         done.push(tables.maintain(&table, &compaction, max_age_ms, grace_ms).await?);

@@ -546,6 +546,38 @@ async fn format_iceberg_loads_a_table_and_status_shows_its_snapshot_and_files() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_file_bytes_rolls_a_tables_files() {
+    let cluster = Cluster::start(1).await;
+    cluster.produce_page_views(300, 1).await;
+    let root = tempfile::tempdir().unwrap();
+    let store = format!("file://{}", root.path().display());
+    let (zk, registry) = (cluster.zookeeper.clone(), cluster.registry_server.url().to_owned());
+    let output = loader(&[
+        "run",
+        "--zookeeper",
+        &zk,
+        "--registry",
+        &registry,
+        "--store",
+        &store,
+        "--format",
+        "iceberg",
+        "--batch-rows",
+        "16",
+        "--target-file-bytes",
+        "4096",
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    // 300 events of one hour in one range: without the flag, one file.
+    let hours = std::fs::read_dir(root.path().join("default").join(TOPIC).join("data")).unwrap();
+    let files: usize = hours.map(|h| std::fs::read_dir(h.unwrap().path()).unwrap().count()).sum();
+    assert!(files >= 2, "{files} files");
+    let output = loader(&["status", "--store", &store, "--format", "iceberg"]);
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(out.contains(&format!("topic {TOPIC}  rows 300")), "{}", text(&output));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
     let cluster = Cluster::start(1).await;
     let root = tempfile::tempdir().unwrap();
@@ -623,6 +655,8 @@ async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
                 "--maintenance-interval",
                 "300ms",
                 "--snapshot-max-age",
+                "1ms",
+                "--compaction-delay",
                 "1ms",
             ],
         ]

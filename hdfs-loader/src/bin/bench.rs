@@ -210,11 +210,8 @@ async fn compaction(
     work: &std::path::Path,
 ) -> anyhow::Result<()> {
     let options = hdfs_loader::table::compact::CompactOptions {
-        target_file_bytes: config.target_file_bytes,
         delay_ms: 0,
-        now_ms: service::now_ms(),
-        zstd_level: config.zstd_level,
-        row_group_bytes: config.row_group_bytes,
+        ..hdfs_loader::table::compact::CompactOptions::of(config, service::now_ms())
     };
     let before = files_per_hour(tables).await?;
     let cpu = cpu_seconds();

@@ -61,6 +61,19 @@ pub struct CompactOptions {
     pub row_group_bytes: usize,
 }
 
+impl CompactOptions {
+    /// The options of `config`, for a pass at `now_ms`.
+    pub fn of(config: &crate::Config, now_ms: i64) -> CompactOptions {
+        CompactOptions {
+            target_file_bytes: config.target_file_bytes,
+            delay_ms: i64::try_from(config.compaction_delay.as_millis()).unwrap_or(i64::MAX),
+            now_ms,
+            zstd_level: config.zstd_level,
+            row_group_bytes: config.row_group_bytes,
+        }
+    }
+}
+
 /// What a compaction pass did to a table.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Compacted {
@@ -316,11 +329,16 @@ impl Tables {
         let gone: HashSet<&str> = removed.iter().map(DataFile::file_path).collect();
         let mut manifests: Vec<ManifestFile> = Vec::new();
         let mut manifest_count = 0;
-        let mut new_manifest = |written: &mut Written| -> Result<_, TableError> {
+        // A writer of this snapshot's next manifest, of files of partition spec `spec`.
+        let mut new_manifest = |written: &mut Written,
+                                spec: &iceberg::spec::PartitionSpec|
+         -> Result<_, TableError> {
             let location = format!("{meta_dir}/{commit_id}-m{manifest_count}.avro");
             manifest_count += 1;
             written.0.push(self.warehouse.path(&location).map_err(table_error)?);
-            table.file_io().new_output(location).map_err(table_error)
+            let output = table.file_io().new_output(location).map_err(table_error)?;
+            Ok(ManifestWriterBuilder::new(output, Some(snapshot_id), schema.clone(), spec.clone())
+                .build_v2_data())
         };
 
         // The manifests that list a removed file are written again: the removed ones as
@@ -350,13 +368,7 @@ impl Tables {
                         format!("no partition spec {}", manifest_file.partition_spec_id),
                     ))
                 })?;
-            let mut writer = ManifestWriterBuilder::new(
-                new_manifest(written)?,
-                Some(snapshot_id),
-                schema.clone(),
-                manifest_spec.as_ref().clone(),
-            )
-            .build_v2_data();
+            let mut writer = new_manifest(written, manifest_spec)?;
             for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
                 let sequence_number = entry.sequence_number().ok_or_else(|| {
                     table_error(iceberg::Error::new(
@@ -388,13 +400,7 @@ impl Tables {
         for file in removed {
             summary.remove_file(file, schema.clone(), spec.clone());
         }
-        let mut writer = ManifestWriterBuilder::new(
-            new_manifest(written)?,
-            Some(snapshot_id),
-            schema.clone(),
-            spec.as_ref().clone(),
-        )
-        .build_v2_data();
+        let mut writer = new_manifest(written, &spec)?;
         for file in added {
             summary.add_file(&file, schema.clone(), spec.clone());
             // Its sequence number is the snapshot's (inherited from the manifest).
