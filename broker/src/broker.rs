@@ -27,7 +27,7 @@ use crate::net::admission::Admission;
 use crate::net::listener::{self, Accepted, Listening};
 use crate::node::Node;
 use crate::replication::scrub::{self, RepairSources, Scrubber};
-use crate::replication::{Leaders, Replicas};
+use crate::replication::{Leaders, ProducerHistory, Replicas};
 use crate::tier::{self, RemoteTier, TierOpenError};
 
 #[derive(Debug, Error)]
@@ -135,6 +135,7 @@ impl Broker {
         .await??;
         let replicas = Arc::new(replicas);
         if let Some(tier) = &tier {
+            replicas.learn_producers_from(Arc::clone(tier) as Arc<dyn ProducerHistory>);
             // A deleted topic's objects in the store go before its deletion is acknowledged,
             // so that a topic created again under its name never meets them.
             let tier = Arc::clone(tier);
@@ -217,17 +218,17 @@ impl Broker {
             cleaned,
             stop.clone(),
         ));
+        let sources: RepairSources = match &self.membership {
+            Some(membership) => {
+                let membership = Arc::clone(membership);
+                Arc::new(move |partition| membership.repair_sources(partition))
+            }
+            None => Arc::new(|_| Vec::new()),
+        };
         if let Some(interval) = config.scrub_interval() {
-            let sources: RepairSources = match &self.membership {
-                Some(membership) => {
-                    let membership = Arc::clone(membership);
-                    Arc::new(move |partition| membership.repair_sources(partition))
-                }
-                None => Arc::new(|_| Vec::new()),
-            };
             let scrubber = Scrubber {
                 logs: Arc::clone(self.replicas.logs()),
-                sources,
+                sources: Arc::clone(&sources),
                 tls: self.replicas.tls().cloned(),
                 max_message_bytes: config.max_message_bytes,
                 metrics: Arc::clone(&self.metrics),
@@ -256,6 +257,11 @@ impl Broker {
                     Arc::clone(&self.replicas),
                     interval,
                     config.scrub_bytes_per_s,
+                    tier::upload::Repairs {
+                        sources,
+                        tls: self.replicas.tls().cloned(),
+                        metrics: Arc::clone(&self.metrics),
+                    },
                     stop.clone(),
                 ));
             }

@@ -183,6 +183,11 @@ pub struct Metrics {
     pub scrub_damage_found: Counter,
     pub scrub_repaired: Counter,
     pub scrub_unrepaired: Counter,
+    /// Remote segments the store's scrubber found damaged, and of those the ones uploaded
+    /// again (from the leader's disk or a replica's) and the ones no replica had.
+    pub remote_scrub_damaged: Counter,
+    pub remote_scrub_repaired: Counter,
+    pub remote_scrub_unrepaired: Counter,
     /// Bytes the cleaner of compacted topics read, segments it wrote again and records it
     /// removed.
     pub cleaner_bytes: Counter,
@@ -242,6 +247,9 @@ impl Metrics {
             scrub_damage_found: Counter::default(),
             scrub_repaired: Counter::default(),
             scrub_unrepaired: Counter::default(),
+            remote_scrub_damaged: Counter::default(),
+            remote_scrub_repaired: Counter::default(),
+            remote_scrub_unrepaired: Counter::default(),
             cleaner_bytes: Counter::default(),
             cleaner_segments: Counter::default(),
             cleaner_records_removed: Counter::default(),
@@ -330,6 +338,21 @@ impl Metrics {
             "scrub_unrepaired",
             "Damaged ranges no replica had whole: left as found, refused by consumers' CRC checks",
             m.scrub_unrepaired.clone(),
+        );
+        registry.register(
+            "remote_scrub_damaged",
+            "Remote segments whose data in the object store no longer matches their manifest entry",
+            m.remote_scrub_damaged.clone(),
+        );
+        registry.register(
+            "remote_scrub_repaired",
+            "Damaged remote segments uploaded again from the leader's disk or another replica's",
+            m.remote_scrub_repaired.clone(),
+        );
+        registry.register(
+            "remote_scrub_unrepaired",
+            "Damaged remote segments no replica had whole: left, refused by consumers' CRC checks",
+            m.remote_scrub_unrepaired.clone(),
         );
         registry.register(
             "cleaner_bytes",

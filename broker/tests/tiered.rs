@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use client::Connection;
+use client::{ClientError, Connection};
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -435,12 +435,25 @@ fn millis_from_env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// A replica whose disk was wiped copies only the local part of the log, and learns the
+/// idempotent producers of the part in the store from the producer snapshot uploaded with it:
+/// once it leads, a producer's retry of a batch that is only in the store is still answered
+/// where the batch is, not appended again.
 #[test]
 fn a_wiped_replica_copies_only_the_local_log() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = tempfile::tempdir().unwrap();
     let (mut brokers, registry) = runtime.block_on(tiered_cluster(store.path(), &[]));
     let mut conn = None;
+    // One idempotent batch first, which the rest pushes into the store.
+    runtime.block_on(produce_to_leader(&registry, &mut conn, message_set(&["warm-up"])));
+    let leading = conn.as_ref().expect("connected to the leader");
+    let id = runtime.block_on(leading.init_producer_id()).unwrap();
+    let producer = (id.producer_id, id.producer_epoch);
+    let first = idempotent_batch(producer, 0, &["once", "only"]);
+    let first_at = runtime.block_on(produce_idempotent(leading, first.clone())).unwrap();
+    // The plain sets that follow begin where the batch ends.
+    let start = first_at as u64 + first.len() as u64;
     let written = runtime.block_on(produce_to_leader_n(&registry, &mut conn, 1000));
     let dirs: Vec<PathBuf> =
         (0..3).map(|id| brokers.data_dir(id).join(format!("{TOPIC}-0"))).collect();
@@ -464,8 +477,66 @@ fn a_wiped_replica_copies_only_the_local_log() {
     let copied = local(follower);
     assert!(copied[0] > 0, "the wiped replica copied the store's part too: {copied:?}");
     let conn = conn.expect("connected to the leader");
-    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    let read = runtime.block_on(read_bytes_from(&conn, start, start + written.len() as u64));
     assert!(read == written, "the log read back differs from what was written");
+    drop(conn);
+
+    // The wiped replica leads: the others are killed, one after the other.
+    let mut dead = leader;
+    brokers.kill(leader);
+    let next = loop {
+        let (next, _) = wait_for_leader(&runtime, &registry, dead);
+        if next == follower {
+            break next;
+        }
+        brokers.kill(next);
+        dead = next;
+    };
+    let led = runtime.block_on(Connection::connect(&brokers.addr(next))).unwrap();
+    let again = eventually_produced(&runtime, &led, first);
+    assert_eq!(again, first_at, "the retry of a batch in the store was appended again");
+    let gap = runtime.block_on(produce_idempotent(&led, idempotent_batch(producer, 5, &["gap"])));
+    assert_eq!(gap.err().and_then(|e| e.code()), Some(protocol::ErrorCode::OutOfOrderSequence));
+    let next_at = runtime.block_on(produce_idempotent(&led, idempotent_batch(producer, 2, &["n"])));
+    assert!(next_at.unwrap() > first_at);
+}
+
+/// One magic-2 message: a batch of `producer` (id, epoch) whose first record has sequence
+/// number `sequence`, a record per value.
+fn idempotent_batch(producer: (i64, i16), sequence: i32, values: &[&str]) -> bytes::Bytes {
+    let mut builder = RecordBatchBuilder::new(0).with_producer(producer.0, producer.1, sequence);
+    for (i, value) in values.iter().enumerate() {
+        builder.push(i as i64, 1_000, None, Some(value.as_bytes()), &[]);
+    }
+    let mut set = BytesMut::new();
+    protocol::encode_batch_message(&mut set, &builder.finish());
+    set.freeze()
+}
+
+/// Produces an idempotent batch with acks 1: where it is.
+async fn produce_idempotent(conn: &Connection, set: bytes::Bytes) -> Result<i64, ClientError> {
+    let answer = conn.produce_idempotent(TOPIC, 0, Acks::Written, set).await?;
+    Ok(answer.expect("acks 1 is answered").offset)
+}
+
+/// [`produce_idempotent`] to a broker that is taking up its leadership: NOT_LEADER is retried.
+fn eventually_produced(
+    runtime: &tokio::runtime::Runtime,
+    conn: &Connection,
+    set: bytes::Bytes,
+) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match runtime.block_on(produce_idempotent(conn, set.clone())) {
+            Ok(offset) => return offset,
+            Err(ClientError::Broker { code: protocol::ErrorCode::NotLeader, .. })
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("produce failed: {e}"),
+        }
+    }
 }
 
 /// Three brokers in the shared ZooKeeper, tiering `TOPIC` (one partition, three replicas) to
@@ -666,12 +737,71 @@ fn the_store_is_scrubbed_and_a_damaged_segment_uploaded_again_from_disk() {
     // The other is reported: no copy is left to upload it from.
     let log = tiered.dir.path().join("broker-1.log");
     wait_until("the store-only damage reported", Duration::from_secs(30), || {
-        std::fs::read_to_string(&log).unwrap().contains("no copy of it is on this broker's disk")
+        std::fs::read_to_string(&log).unwrap().contains("no replica has it whole")
     });
     assert_eq!(runtime.block_on(tiered.manifest_stems())[&store_only], stems[&store_only]);
     // What is not damaged reads back as written.
     let tail = runtime.block_on(read_bytes_from(&conn, on_disk, end));
     assert!(tail == written[on_disk as usize..], "the log read back differs");
+}
+
+/// A damaged remote segment the leader no longer has on disk is uploaded again from a
+/// follower that still has it (one that keeps more of the log on disk, by its own default).
+#[test]
+fn a_damaged_segment_the_leader_no_longer_has_is_uploaded_again_from_a_replica() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let scrub = ["--scrub-interval-ms", "300"];
+    let (mut brokers, registry) = runtime.block_on(tiered_cluster(store.path(), &scrub));
+    let (leader, _) = runtime.block_on(registry.leader(TOPIC, 0)).unwrap().unwrap();
+    let keeper = (0..3).find(|&id| id != leader).unwrap();
+    brokers.restart_with(keeper, &[("--local-retention-bytes", "1073741824")]);
+    wait_until("the restarted follower back in sync", Duration::from_secs(60), || {
+        let state = runtime.block_on(registry.partition_state(TOPIC, 0)).ok().flatten();
+        state.is_some_and(|(s, _)| s.isr.contains(&keeper) && s.leader == leader)
+    });
+    let mut conn = None;
+    let written = runtime.block_on(produce_to_leader_n(&registry, &mut conn, 1000));
+    let dir = |id: i32| brokers.data_dir(id).join(format!("{TOPIC}-0"));
+    wait_until(
+        "the head in the store, gone from the leader's disk",
+        Duration::from_secs(60),
+        || {
+            let entries = entries_in(store.path());
+            segment_bases(&dir(leader), ".log").first().is_some_and(|&b| b > 0)
+                && entries.contains_key(&0)
+                && segment_bases(&dir(keeper), ".log").first() == Some(&0)
+        },
+    );
+    let stem_of = |base: u64| {
+        let manifest = store.path().join(format!("{TOPIC}/0/manifest"));
+        std::fs::read_dir(manifest)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().into_string().unwrap())
+            .filter(|name| name.starts_with(&format!("{base:020}-")))
+            .map(|name| name.trim_end_matches(".json").to_owned())
+            .collect::<Vec<_>>()
+    };
+    let damaged = stem_of(0);
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    let object = store.path().join(format!("{TOPIC}/0/{}.log", damaged[0]));
+    let mut bytes = std::fs::read(&object).unwrap();
+    bytes[100] ^= 0x10;
+    std::fs::write(&object, bytes).unwrap();
+    wait_until("the damaged segment uploaded again", Duration::from_secs(60), || {
+        let now = stem_of(0);
+        now.len() == 1 && now != damaged
+    });
+    let stem = stem_of(0).remove(0);
+    let uploaded = std::fs::read(store.path().join(format!("{TOPIC}/0/{stem}.log"))).unwrap();
+    let kept = std::fs::read(dir(keeper).join(format!("{:020}.log", 0))).unwrap();
+    assert!(uploaded == kept, "the new upload is the follower's segment file");
+    assert!(!object.exists(), "the damaged object was deleted");
+    assert!(brokers.log(leader).contains("uploaded again from a replica"));
+    let conn = conn.expect("connected to the leader");
+    let read = runtime.block_on(read_bytes(&conn, written.len() as u64, 1 << 20));
+    assert!(read == written, "the log read back differs from what was written");
 }
 
 #[test]

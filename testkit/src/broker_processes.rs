@@ -39,6 +39,8 @@ struct Slot {
     process: Option<Process>,
     /// How many times it was started: each start logs to a file of its own.
     starts: u32,
+    /// Flags of this broker's own, with their values, in place of the common ones.
+    own: Vec<(String, String)>,
 }
 
 impl BrokerProcesses {
@@ -57,6 +59,7 @@ impl BrokerProcesses {
                     kafka_port: free_port(),
                     process: None,
                     starts: 0,
+                    own: Vec::new(),
                 })
                 .collect(),
         };
@@ -122,6 +125,13 @@ impl BrokerProcesses {
         }
     }
 
+    /// [`BrokerProcesses::restart`] with `flags` (flag, value) of its own from now on, in place
+    /// of the common arguments' (a broker configured apart from the others).
+    pub fn restart_with(&mut self, id: i32, flags: &[(&str, &str)]) {
+        self.slot_mut(id).own = flags.iter().map(|&(f, v)| (f.to_owned(), v.to_owned())).collect();
+        self.restart(id);
+    }
+
     /// Starts broker `id` (again) on its port and data directory; returns once it listens.
     pub fn restart(&mut self, id: i32) {
         self.kill(id);
@@ -143,12 +153,17 @@ impl BrokerProcesses {
         let kafka_port = slot.kafka_port.to_string();
         let mut asked = self.args.iter().peekable();
         while let Some(arg) = asked.next() {
+            if slot.own.iter().any(|(flag, _)| flag == arg) {
+                asked.next(); // its value: the broker's own goes in instead
+                continue;
+            }
             args.push(arg.clone());
             if arg == "--kafka-port" && asked.peek().is_some_and(|p| *p == "0") {
                 asked.next();
                 args.push(kafka_port.clone());
             }
         }
+        args.extend(slot.own.iter().flat_map(|(flag, value)| [flag.clone(), value.clone()]));
         let starts = slot.starts + 1;
         let log_path = self.log_path(id, starts);
         let process = Process::spawn(&self.binary, &args, slot.port, &log_path);

@@ -190,6 +190,10 @@ impl Producers {
     }
 }
 
+/// Idempotent producers' batches, each with where it is in the log, oldest first: what a
+/// snapshot holds.
+pub type ProducerBatches = Vec<(BatchProducer, Placed)>;
+
 /// Suffix of a snapshot of a partition's producers, named by the log end it was taken at.
 pub const SNAPSHOT_SUFFIX: &str = ".producers";
 /// What a snapshot file begins with: its format.

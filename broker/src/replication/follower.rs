@@ -21,8 +21,11 @@ use protocol::{
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use futures::future::BoxFuture;
+
 use super::link::{LinkError, PeerLink, whole_messages};
 use crate::log::index::{CountError, count_records};
+use crate::log::producers::ProducerBatches;
 use crate::log::{LogError, Partition};
 
 /// Whole messages of a fetch are appended; a fetch ends in at most one partial message, so a
@@ -49,6 +52,24 @@ pub struct FollowerConfig {
     /// TLS to the leader, with this broker's certificate as the follower's (its principal
     /// needs `replicate` where the leader has an ACL file).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Where a tiered partition's producer state at the leader's local start is kept, for a
+    /// replica that starts its log again there.
+    pub history: Option<Arc<dyn ProducerHistory>>,
+}
+
+/// The idempotent producers of a log before a byte offset, kept outside any replica's disk:
+/// the producer snapshots tiered storage uploads with each segment. A follower that starts
+/// its log again at its leader's local start learns there what the log before it held, so
+/// that a producer's retry of a batch it wrote before stays a duplicate on this replica too,
+/// should it lead.
+pub trait ProducerHistory: std::fmt::Debug + Send + Sync {
+    /// The batches the leader knew at byte `end` of `partition`; `None` if none is kept for
+    /// there. An error when the keeper cannot be read now.
+    fn producers_at<'a>(
+        &'a self,
+        partition: &'a Partition,
+        end: u64,
+    ) -> BoxFuture<'a, Result<Option<ProducerBatches>, String>>;
 }
 
 /// Why a follower stopped.
@@ -144,6 +165,12 @@ async fn follow(
                 );
             }
             Failure::Follower(e) => return Err(e),
+            Failure::History(error) => {
+                tracing::warn!(
+                    partition = ?partition, %error,
+                    "cannot read the producers before the leader's log start; trying again"
+                );
+            }
         }
         if !backoff.wait(&stop).await {
             return Ok(());
@@ -172,6 +199,8 @@ async fn connect_and_copy(
 enum Failure {
     Link(LinkError),
     Follower(FollowerError),
+    /// The producer history could not be read: tried again after a backoff.
+    History(String),
 }
 
 impl From<LinkError> for Failure {
@@ -274,7 +303,7 @@ async fn copy_once(
         return Err(LinkError::Error(ErrorCode::Unknown).into());
     };
     if error == ErrorCode::OffsetOutOfRange {
-        return restart_at_leader_start(link, partition).await;
+        return restart_at_leader_start(link, partition, config).await;
     }
     if !error.is_ok() {
         return Err(LinkError::Error(error).into());
@@ -305,10 +334,13 @@ async fn copy_once(
 /// After `OFFSET_OUT_OF_RANGE`: if the leader's log on disk now starts past this log's end (its
 /// retention deleted what this replica has, while it was away, or a tiered topic's history is
 /// in the object store), this log starts again, empty, at the leader's local start: a replica
-/// copies only the local log. Otherwise the error stands, and the follower reconnects.
+/// copies only the local log, and learns the producers of the log before it from the
+/// producer snapshot tiered storage uploaded with the segment ending there. Otherwise the
+/// error stands, and the follower reconnects.
 async fn restart_at_leader_start(
     link: &mut PeerLink,
     partition: &Arc<Partition>,
+    config: &FollowerConfig,
 ) -> Result<(), Failure> {
     let request = Request::Offsets(OffsetsRequest {
         topic: partition.topic().to_owned(),
@@ -337,13 +369,18 @@ async fn restart_at_leader_start(
         return Err(LinkError::Error(ErrorCode::Unknown).into());
     };
     let first_record = u64::try_from(answer.record).unwrap_or(0);
+    let producers = match &config.history {
+        Some(history) if partition.config().remote_storage => {
+            history.producers_at(partition, start).await.map_err(Failure::History)?
+        }
+        _ => None,
+    };
     let p = Arc::clone(partition);
-    tokio::task::spawn_blocking(move || p.restart_replica_at(start, first_record)).await.map_err(
-        |e| LogError::Io {
-            context: "restarting the log",
-            path: partition.dir().to_owned(),
-            source: std::io::Error::other(e),
-        },
-    )??;
+    let restart = move || p.restart_replica_at(start, first_record, producers.unwrap_or_default());
+    tokio::task::spawn_blocking(restart).await.map_err(|e| LogError::Io {
+        context: "restarting the log",
+        path: partition.dir().to_owned(),
+        source: std::io::Error::other(e),
+    })??;
     Ok(())
 }

@@ -11,8 +11,9 @@ mod replicas;
 pub mod scrub;
 mod serve;
 
-pub use follower::{FollowerError, Following};
+pub use follower::{FollowerError, Following, ProducerHistory};
 pub(crate) use leader::Leader;
 pub use leader::{IsrStore, Leadership};
+pub use link::fetch_range;
 pub use replicas::{Leaders, Replicas};
 pub use serve::ReplicaPlan;

@@ -15,7 +15,7 @@ use protocol::ErrorCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::follower::{FollowerConfig, Following};
+use super::follower::{FollowerConfig, Following, ProducerHistory};
 use super::leader::{IsrStore, Leader, Leadership, watch_lag};
 use crate::config::{BrokerConfig, TopicOverrides};
 use crate::log::{CreateError, Created, LogError, LogManager, Partition, Topic, tasks};
@@ -74,6 +74,9 @@ pub struct Replicas {
     /// Told the partitions this broker had of a topic deleted, once their files are gone and
     /// before the deletion is acknowledged: what else of them must go (the store's copies).
     topic_deleted: std::sync::OnceLock<TopicDeleted>,
+    /// What followers that start again at their leader's local start learn the producers
+    /// before it from (the tier), if any.
+    producer_history: std::sync::OnceLock<Arc<dyn ProducerHistory>>,
 }
 
 /// See [`Replicas::on_topic_deleted`].
@@ -106,6 +109,7 @@ impl Replicas {
             tasks: TaskTracker::new(),
             stop: CancellationToken::new(),
             topic_deleted: std::sync::OnceLock::new(),
+            producer_history: std::sync::OnceLock::new(),
         };
         for partition in replicas.logs.partitions() {
             replicas.start_flusher(partition);
@@ -353,6 +357,7 @@ impl Replicas {
             fetch_max_bytes: REPLICA_FETCH_MAX_BYTES,
             fetch_max_wait_ms: REPLICA_FETCH_MAX_WAIT_MS,
             max_message_bytes: self.config.max_message_bytes,
+            history: self.producer_history.get().cloned(),
         };
         tracing::info!(
             partition = ?partition, leader = %config.leader_addr, leader_epoch, "following"
@@ -443,6 +448,14 @@ impl Replicas {
     pub fn on_topic_deleted(&self, hook: TopicDeleted) {
         if self.topic_deleted.set(hook).is_err() {
             tracing::warn!("on_topic_deleted set twice; the first stays");
+        }
+    }
+
+    /// Sets where followers learn the producers before their leader's local start (the tier);
+    /// once, before any follows.
+    pub fn learn_producers_from(&self, history: Arc<dyn ProducerHistory>) {
+        if self.producer_history.set(history).is_err() {
+            tracing::warn!("learn_producers_from set twice; the first stays");
         }
     }
 

@@ -30,6 +30,11 @@ pub struct RemoteSegment {
     pub epochs: Vec<(i32, u64)>,
     /// Makes every upload's objects its own.
     pub id: String,
+    /// Bytes of the snapshot of the partition's idempotent producers at the segment's end,
+    /// uploaded beside it if the leader had one: what a replica that starts its log there
+    /// learns its producers from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producers_size: Option<u64>,
 }
 
 impl RemoteSegment {
@@ -44,6 +49,19 @@ impl RemoteSegment {
 
     pub fn index_path(&self, dir: &str) -> Path {
         Path::from(format!("{dir}/{}.index", self.stem()))
+    }
+
+    pub fn producers_path(&self, dir: &str) -> Path {
+        Path::from(format!("{dir}/{}.producers", self.stem()))
+    }
+
+    /// Its data, index and producer snapshot (if it has one).
+    pub fn object_paths(&self, dir: &str) -> Vec<Path> {
+        let mut paths = vec![self.data_path(dir), self.index_path(dir)];
+        if self.producers_size.is_some() {
+            paths.push(self.producers_path(dir));
+        }
+        paths
     }
 
     pub fn entry_path(&self, dir: &str) -> Path {
@@ -61,10 +79,11 @@ pub fn entry_stem(path: &Path) -> Option<&str> {
     path.filename()?.strip_suffix(".json")
 }
 
-/// The stem of a segment's data or index object (`…/{stem}.log` or `.index`), if it is one.
+/// The stem of a segment's data, index or producer snapshot object (`…/{stem}.log`, `.index`
+/// or `.producers`), if it is one.
 pub fn object_stem(path: &Path) -> Option<&str> {
     let name = path.filename()?;
-    name.strip_suffix(".log").or_else(|| name.strip_suffix(".index"))
+    [".log", ".index", ".producers"].iter().find_map(|suffix| name.strip_suffix(suffix))
 }
 
 /// A partition's uploaded segments, as this broker last read or wrote them, by base offset.
@@ -158,6 +177,7 @@ mod tests {
             leader_epoch: 1,
             epochs: vec![(1, base)],
             id: id.into(),
+            producers_size: None,
         }
     }
 
@@ -194,6 +214,12 @@ mod tests {
         assert_eq!(entry_stem(&s.entry_path(&dir)), Some(s.stem().as_str()));
         assert_eq!(object_stem(&s.data_path(&dir)), Some(s.stem().as_str()));
         assert_eq!(object_stem(&s.index_path(&dir)), Some(s.stem().as_str()));
+        assert_eq!(object_stem(&s.producers_path(&dir)), Some(s.stem().as_str()));
+        // An entry written before producer snapshots were uploaded reads as one without.
+        let mut old = serde_json::to_value(&s).unwrap();
+        assert!(old.get("producers_size").is_none());
+        old.as_object_mut().unwrap().remove("producers_size");
+        assert_eq!(serde_json::from_value::<RemoteSegment>(old).unwrap(), s);
         assert_eq!(s.entry_path(&dir).as_ref(), "t/3/manifest/00000000000000000007-1-ff.json");
     }
 }

@@ -1,5 +1,6 @@
 //! Tiered storage (docs/design.md, "Tiered storage"): the leader of a tiered topic's partition
-//! uploads each sealed, committed segment with its index to the object store, and its
+//! uploads each sealed, committed segment with its index (and the producer snapshot taken at
+//! its end) to the object store, and its
 //! manifest entry after the upload is verified (`upload`); every replica reads the manifest so
 //! that local retention deletes only what the store holds; fetches below the local log start,
 //! on either protocol, are served from the store through an on-disk cache of chunks
@@ -23,7 +24,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::config::BrokerConfig;
 use crate::log::index::{self, INDEX_INTERVAL_BYTES, IndexEntry};
+use crate::log::producers::{self, ProducerBatches};
 use crate::log::{FileSlice, Partition, Segment};
+use crate::replication::ProducerHistory;
 use cache::ChunkCache;
 pub use manifest::Run;
 use manifest::{Manifest, RemoteSegment, entry_stem, partition_dir};
@@ -84,6 +87,17 @@ pub struct RemoteTier {
     /// Entries of remote indexes read lately, by stem.
     indexes: Mutex<Vec<(String, Arc<Vec<IndexEntry>>)>>,
     max_message_bytes: u32,
+}
+
+impl ProducerHistory for RemoteTier {
+    fn producers_at<'a>(
+        &'a self,
+        partition: &'a Partition,
+        end: u64,
+    ) -> BoxFuture<'a, Result<Option<ProducerBatches>, String>> {
+        async move { RemoteTier::producers_at(self, partition, end).await.map_err(|e| e.to_string()) }
+            .boxed()
+    }
 }
 
 impl std::fmt::Debug for RemoteTier {
@@ -170,6 +184,29 @@ impl RemoteTier {
         let run = known.manifest.run_reaching(partition.first_segment_base());
         partition.set_remote_end(run.map_or(0, |r| r.end));
         Ok(())
+    }
+
+    /// The idempotent producers' batches as the leader knew them at byte `end` of
+    /// `partition`: the producer snapshot uploaded with the remote segment ending there (the
+    /// manifest read afresh first). `None` if no segment ends there or its leader had no
+    /// snapshot (no idempotent producer had written to the partition yet).
+    pub async fn producers_at(
+        &self,
+        partition: &Partition,
+        end: u64,
+    ) -> Result<Option<ProducerBatches>, TierError> {
+        self.sync(partition).await?;
+        let segment = self.manifest(partition).await?.segments().find(|s| s.end == end).cloned();
+        let Some(segment) = segment.filter(|s| s.producers_size.is_some()) else {
+            return Ok(None);
+        };
+        let dir = partition_dir(partition.topic(), partition.index());
+        let bytes = self.store.get(&segment.producers_path(&dir)).await?.bytes().await?;
+        let decoded = std::str::from_utf8(&bytes).ok().and_then(producers::decode_snapshot);
+        match decoded {
+            Some(batches) => Ok(Some(batches)),
+            None => Err(corrupt(&segment, "its producer snapshot does not parse")),
+        }
     }
 
     /// The manifest of `partition` here (read from the store first if it has not been).

@@ -2,8 +2,8 @@
 //! partition here (so that local retention knows what the store holds); the leader of one also
 //! uploads its sealed, committed segments in order, expires remote segments past the topic's
 //! retention, and deletes objects no manifest entry names; and every `scrub_interval_ms` it
-//! reads its remote segments back to check their CRCs, uploading a damaged one again from disk
-//! if it still has it. A pass that fails waits longer
+//! reads its remote segments back to check their CRCs, uploading a damaged one again from its
+//! disk if it still has it, else from another replica's. A pass that fails waits longer
 //! before the next (doubling, up to a minute); nothing is lost by waiting: local retention
 //! keeps every segment the store does not hold.
 
@@ -17,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::manifest::{RemoteSegment, object_stem, partition_dir};
 use super::{RemoteTier, TierError};
-use crate::log::{Partition, SealedSegment};
-use crate::replication::Replicas;
+use crate::log::{Damage, Partition, SealedSegment};
+use crate::metrics::Metrics;
+use crate::replication::scrub::{RepairSource, RepairSources};
+use crate::replication::{Replicas, fetch_range};
 
 /// Bytes read from a segment file and sent as one part of its upload.
 const PART_BYTES: u64 = 8 << 20;
@@ -78,6 +80,16 @@ pub async fn run(
     }
 }
 
+/// Where the store's scrubber copies a damaged segment from when the leader's disk no longer
+/// has it, and what it counts.
+pub struct Repairs {
+    /// The partition's other replicas, in the order to try them.
+    pub sources: RepairSources,
+    /// What repair reads connect to other brokers with, under TLS.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// Every `interval` after the last pass ended, reads back every remote segment of the tiered
 /// partitions this broker leads (at most `bytes_per_s`), until `stop`: the scrubber of the
 /// store (`RemoteTier::scrub`), apart from the uploads so that a long pass holds none up.
@@ -86,6 +98,7 @@ pub async fn scrub(
     replicas: Arc<Replicas>,
     interval: Duration,
     bytes_per_s: u64,
+    repairs: Repairs,
     stop: CancellationToken,
 ) {
     loop {
@@ -100,7 +113,7 @@ pub async fn scrub(
                 continue;
             }
             let epoch = replicas.leading_epoch(partition.topic(), index).unwrap_or(0);
-            match tier.scrub(&partition, epoch, bytes_per_s, &stop).await {
+            match tier.scrub(&partition, epoch, bytes_per_s, &repairs, &stop).await {
                 Ok(0) => {}
                 Ok(damaged) => {
                     tracing::warn!(partition = ?partition, damaged, "remote scrub found damaged segments")
@@ -156,8 +169,9 @@ impl RemoteTier {
         Ok(())
     }
 
-    /// Uploads one segment and its index, checks what the store holds against the file (size
-    /// and CRC, read back), then writes its manifest entry: the segment counts from then on.
+    /// Uploads one segment, its index and the producer snapshot taken at its end, checks what
+    /// the store holds against the files (sizes, and the segment's CRC read back), then writes
+    /// its manifest entry: the segment counts from then on.
     async fn upload(
         &self,
         dir: &str,
@@ -184,6 +198,7 @@ impl RemoteTier {
             leader_epoch,
             epochs: sealed.epochs.iter().map(|e| (e.epoch, e.start_offset)).collect(),
             id: format!("{:016x}", rand::random::<u64>()),
+            producers_size: None,
         };
         let data_path = entry.data_path(dir);
         let mut upload = WriteMultipart::new_with_chunk_size(
@@ -211,13 +226,21 @@ impl RemoteTier {
         upload.finish().await?;
         entry.crc = crc.finalize();
         self.store.put(&entry.index_path(dir), index.into()).await?;
+        if let Some(path) = &sealed.producers_path {
+            // Gone meanwhile only if retention passed the segment: the entry then goes too.
+            if let Ok(snapshot) = tokio::fs::read(path).await {
+                entry.producers_size = Some(snapshot.len() as u64);
+                self.store.put(&entry.producers_path(dir), snapshot.into()).await?;
+            }
+        }
         self.verify(dir, &entry, 0).await?;
         let json = serde_json::to_vec(&entry).expect("a manifest entry serializes");
         self.store.put(&entry.entry_path(dir), json.into()).await?;
         Ok(entry)
     }
 
-    /// Reads an upload back: the data's size and CRC, and the index's size.
+    /// Reads an upload back: the data's size and CRC, and the sizes of its index and producer
+    /// snapshot.
     /// At most `bytes_per_s` (0: no limit).
     async fn verify(
         &self,
@@ -245,19 +268,33 @@ impl RemoteTier {
                 ),
             });
         }
+        if let Some(expected) = entry.producers_size {
+            let held = self.store.head(&entry.producers_path(dir)).await?.size;
+            if held != expected {
+                return Err(TierError::Corrupt {
+                    stem: entry.stem(),
+                    reason: format!(
+                        "the store holds a {held}-byte producer snapshot; it was {expected} bytes"
+                    ),
+                });
+            }
+        }
         Ok(())
     }
 
     /// Reads every remote segment of `partition` back (at most `bytes_per_s`) and checks its
-    /// size and CRC against its manifest entry. A damaged one that this leader still has on
-    /// disk is uploaded again (its entry and objects deleted first, so the new entry is the
-    /// only one for its base); one it no longer has is reported, and stays for readers, whose
-    /// CRC checks refuse its damaged messages. Returns how many were damaged.
+    /// size and CRC against its manifest entry. A damaged one is uploaded again under a new
+    /// name: from this leader's disk if it still has the segment (its entry and objects
+    /// deleted first, so the new entry is the only one for its base), else from the first
+    /// other replica that has it whole (its bytes checked against the entry's CRC before the
+    /// damaged entry goes). One no replica has is reported, and stays for readers, whose CRC
+    /// checks refuse its damaged messages. Returns how many were damaged.
     async fn scrub(
         &self,
         partition: &Partition,
         leader_epoch: i32,
         bytes_per_s: u64,
+        repairs: &Repairs,
         stop: &CancellationToken,
     ) -> Result<usize, TierError> {
         let dir = partition_dir(partition.topic(), partition.index());
@@ -274,19 +311,35 @@ impl RemoteTier {
                 Err(e) => return Err(e),
             };
             damaged += 1;
+            repairs.metrics.remote_scrub_damaged.inc();
             let local = partition.sealed_segments(segment.base).into_iter().next();
-            let Some(local) = local.filter(|l| l.segment.base_offset == segment.base) else {
-                tracing::error!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged and no copy of it is on this broker's disk");
-                continue;
-            };
-            tracing::warn!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged; uploading it again from disk");
             let _writing = self.writing.lock().await;
             let current = self.manifest(partition).await?;
             if !current.contains_stem(&segment.stem()) {
                 continue; // Expired (or repaired) meanwhile.
             }
-            self.delete(partition, &dir, &segment).await?;
-            let entry = self.upload(&dir, &local, leader_epoch, bytes_per_s).await?;
+            let entry = match local.filter(|l| l.segment.base_offset == segment.base) {
+                Some(local) => {
+                    tracing::warn!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged; uploading it again from disk");
+                    self.delete(partition, &dir, &segment).await?;
+                    self.upload(&dir, &local, leader_epoch, bytes_per_s).await?
+                }
+                None => {
+                    let copied = self
+                        .copy_from_replicas(partition, &dir, &segment, leader_epoch, repairs)
+                        .await?;
+                    let Some(entry) = copied else {
+                        repairs.metrics.remote_scrub_unrepaired.inc();
+                        tracing::error!(partition = ?partition, segment = %segment.stem(), error = %error, "a remote segment is damaged and no replica has it whole");
+                        continue;
+                    };
+                    self.delete(partition, &dir, &segment).await?;
+                    let json = serde_json::to_vec(&entry).expect("a manifest entry serializes");
+                    self.store.put(&entry.entry_path(&dir), json.into()).await?;
+                    entry
+                }
+            };
+            repairs.metrics.remote_scrub_repaired.inc();
             let mut manifests = self.manifests();
             let known = manifests.entry(Self::key(partition)).or_default();
             known.manifest.insert(entry);
@@ -294,6 +347,75 @@ impl RemoteTier {
             partition.set_remote_end(run.map_or(0, |r| r.end));
         }
         Ok(damaged)
+    }
+
+    /// Uploads the damaged remote `segment` again under a new name from the first other
+    /// replica whose copy matches its entry's size and CRC (read with REPLICA_FETCH as the
+    /// repair reader, as the local scrubber does); its index and producer snapshot are copied
+    /// in the store. Returns the new entry, not yet written, or `None` if no replica had it.
+    async fn copy_from_replicas(
+        &self,
+        partition: &Partition,
+        dir: &str,
+        segment: &RemoteSegment,
+        leader_epoch: i32,
+        repairs: &Repairs,
+    ) -> Result<Option<RemoteSegment>, TierError> {
+        if self.store.head(&segment.index_path(dir)).await?.size != segment.index_size {
+            return Ok(None); // only the data can be copied from a replica
+        }
+        for RepairSource { replica, addr, epochs } in (repairs.sources)(partition) {
+            let entry = RemoteSegment {
+                leader_epoch,
+                id: format!("{:016x}", rand::random::<u64>()),
+                ..segment.clone()
+            };
+            let mut upload = WriteMultipart::new_with_chunk_size(
+                self.store.put_multipart(&entry.data_path(dir)).await?,
+                PART_BYTES as usize,
+            );
+            let (mut crc, mut at) = (crc32fast::Hasher::new(), entry.base);
+            let mut failed = None;
+            while at < entry.end {
+                let range = Damage {
+                    from: at,
+                    to: entry.end,
+                    segment_base: entry.base,
+                    reason: String::new(),
+                };
+                let tls = repairs.tls.as_ref();
+                match fetch_range(&addr, tls, partition, &epochs, &range, PART_BYTES).await {
+                    Ok(bytes) => {
+                        crc.update(&bytes);
+                        upload.wait_for_capacity(2).await?;
+                        upload.write(&bytes);
+                        at += bytes.len() as u64;
+                    }
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        break;
+                    }
+                }
+            }
+            let crc = crc.finalize();
+            if failed.is_none() && (at != entry.end || crc != entry.crc) {
+                failed = Some(format!("its copy has CRC {crc:08x}, the entry {:08x}", entry.crc));
+            }
+            if let Some(error) = failed {
+                upload.abort().await?;
+                tracing::warn!(partition = ?partition, segment = %segment.stem(), replica, %error, "cannot copy a damaged remote segment from a replica");
+                continue;
+            }
+            upload.finish().await?;
+            self.store.copy(&segment.index_path(dir), &entry.index_path(dir)).await?;
+            if entry.producers_size.is_some() {
+                self.store.copy(&segment.producers_path(dir), &entry.producers_path(dir)).await?;
+            }
+            self.verify(dir, &entry, 0).await?;
+            tracing::warn!(partition = ?partition, segment = %segment.stem(), replica, new = %entry.stem(), "a damaged remote segment uploaded again from a replica");
+            return Ok(Some(entry));
+        }
+        Ok(None)
     }
 
     /// Deletes remote segments from the head past the topic's retention: last written more
@@ -346,7 +468,7 @@ impl RemoteTier {
                 partition.set_remote_end(run.map_or(0, |r| r.end));
             }
         }
-        for path in [segment.data_path(dir), segment.index_path(dir)] {
+        for path in segment.object_paths(dir) {
             match self.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -378,7 +500,7 @@ impl RemoteTier {
         Ok(deleted)
     }
 
-    /// Deletes the partition's data and index objects that no manifest entry names and that
+    /// Deletes the partition's data, index and snapshot objects that no manifest entry names and that
     /// are older than [`ORPHAN_AGE`], and entries that lost to another of the same base.
     async fn delete_orphans(&self, partition: &Partition, dir: &str) -> Result<(), TierError> {
         let manifest = self.manifest(partition).await?;

@@ -109,7 +109,7 @@ fn tail_reads(state: &State, from: u64, to: u64) -> Vec<(Arc<crate::log::Segment
 }
 
 /// `{at:020}.producers`.
-fn snapshot_name(at: u64) -> String {
+pub(super) fn snapshot_name(at: u64) -> String {
     format!("{at:020}{SNAPSHOT_SUFFIX}")
 }
 

@@ -9,6 +9,7 @@ use super::{Appended, FileSlice, Partition, ReplicaSlice, Roll, State, lock};
 use crate::config::VisibleAfter;
 use crate::log::error::{LogError, io_error, sync_dir};
 use crate::log::index::{self, SegmentIndex, SetRecords};
+use crate::log::producers::{BatchProducer, Placed};
 use crate::log::segment::Segment;
 
 impl Partition {
@@ -222,7 +223,8 @@ impl Partition {
     }
 
     /// Empties the log and starts it again, empty, at `base` (past its end), its next record
-    /// numbered `first_record` (the leader's number at `base`): a follower whose
+    /// numbered `first_record` (the leader's number at `base`), knowing `producers` as the
+    /// idempotent producers' batches before it (snapshotted there): a follower whose
     /// whole log lies before its leader's log start, because retention on the leader deleted
     /// everything it has. Its leader epochs go too; the copied data brings them again.
     /// Blocking; appends and reads wait meanwhile.
@@ -231,7 +233,12 @@ impl Partition {
     /// leaves a prefix of the old log, from which the follower starts over); the new segment is
     /// created before the last, empty, old one is deleted, so that the state always names
     /// files that exist.
-    pub fn restart_replica_at(&self, base: u64, first_record: u64) -> Result<(), LogError> {
+    pub fn restart_replica_at(
+        &self,
+        base: u64,
+        first_record: u64,
+        producers: Vec<(BatchProducer, Placed)>,
+    ) -> Result<(), LogError> {
         let _flushing = lock(&self.flushing);
         let mut state = self.state();
         if base <= state.end {
@@ -254,8 +261,9 @@ impl Partition {
         state.indexes.push(index);
         state.end = base;
         state.reset_producers(base);
-        state.producers.learned(base, Vec::new()); // an empty log: nothing before it
+        state.producers.learned(base, producers);
         self.delete_snapshots(|_| true);
+        self.write_snapshot(&state);
         state.dir_unsynced = true;
         fs::remove_file(&old.path).map_err(io_error("deleting", &old.path))?;
         state.segments.remove(0);

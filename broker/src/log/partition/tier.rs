@@ -27,6 +27,9 @@ pub struct SealedSegment {
     /// The leader epochs its messages were written in, each with the offset it began at
     /// (the first clamped to the segment's base).
     pub epochs: Vec<EpochEntry>,
+    /// The snapshot of the idempotent producers taken at its end (when it rolled), if there
+    /// is one.
+    pub producers_path: Option<PathBuf>,
 }
 
 impl Partition {
@@ -54,12 +57,18 @@ impl Partition {
                 end_record: index.end_record(),
                 max_time: index.end().time,
                 epochs: Vec::new(),
+                producers_path: None,
             });
         }
         drop(state);
         let epochs = lock(&self.epochs);
         for s in &mut sealed {
             s.epochs = epochs_within(epochs.entries(), s.segment.base_offset, s.end);
+        }
+        drop(epochs);
+        for s in &mut sealed {
+            let path = self.dir.join(super::producers::snapshot_name(s.end));
+            s.producers_path = path.exists().then_some(path);
         }
         sealed
     }
