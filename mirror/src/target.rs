@@ -43,10 +43,8 @@ impl Target {
             acks: Acks::All,
             batch_messages: BATCH_MESSAGES,
             batch_bytes: 1 << 20,
-            // Framed messages (wrappers included) are forwarded as they are, byte for byte: not
-            // re-encoded into an idempotent producer's batches.
+            // Framed messages (wrappers included) are forwarded as they are.
             compression: Codec::None,
-            idempotence: false,
             // The key is the source partition: its messages keep their order in one target
             // partition.
             partitioner: Partitioner::ByKey,
