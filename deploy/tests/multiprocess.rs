@@ -710,7 +710,7 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
         .iter()
         .filter_map(|r| r["name"].as_str())
         .collect();
-    assert!(names.contains(&"RemoteUploadsBehind") && names.len() == 11, "{names:?}");
+    assert!(names.contains(&"RemoteSegmentDamaged") && names.len() == 12, "{names:?}");
 
     // A live broker dies and its disk with it: its data directory is wiped before `up` starts
     // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
