@@ -400,7 +400,12 @@ impl Broker {
 fn advertised(config: &BrokerConfig, listeners: &Listeners) -> Result<BrokerInfo, BrokerError> {
     let port = listeners.native.local_addr().map_err(BrokerError::Listen)?.port();
     let kafka_port = match &listeners.kafka {
-        Some(kafka) => Some(kafka.local_addr().map_err(BrokerError::Listen)?.port()),
+        Some(kafka) => Some(
+            config
+                .kafka_advertised_port
+                .map_or_else(|| kafka.local_addr().map(|a| a.port()), Ok)
+                .map_err(BrokerError::Listen)?,
+        ),
         None => None,
     };
     Ok(BrokerInfo {

@@ -174,6 +174,9 @@ pub struct BrokerConfig {
     /// The address the Kafka listener listens on; `host` when unset. Kafka clients are told
     /// `advertised_host` (or this) with the listener's port.
     pub kafka_host: Option<String>,
+    /// The port Kafka clients are told to connect to, where it is not the Kafka listener's:
+    /// a proxy or a NAT in front of it (with `advertised_host`).
+    pub kafka_advertised_port: Option<u16>,
     pub data_dir: PathBuf,
     /// Partitions of a topic created without an explicit count.
     pub num_partitions: u32,
@@ -304,6 +307,7 @@ impl Default for BrokerConfig {
             advertised_port: None,
             kafka_port: None,
             kafka_host: None,
+            kafka_advertised_port: None,
             data_dir: PathBuf::from("/tmp/tributary-logs"),
             num_partitions: 1,
             auto_create_topics: true,
@@ -381,6 +385,12 @@ impl BrokerConfig {
         }
         if self.kafka_host.as_deref().is_some_and(str::is_empty) {
             return invalid("kafka_host", "must not be empty");
+        }
+        if self.kafka_advertised_port == Some(0) {
+            return invalid("kafka_advertised_port", "must be a port (1 to 65535)");
+        }
+        if self.kafka_advertised_port.is_some() && self.kafka_port.is_none() {
+            return invalid("kafka_advertised_port", "needs a Kafka listener (kafka_port)");
         }
         if self.advertised_port == Some(0) {
             return invalid("advertised_port", "must be a port (1 to 65535)");

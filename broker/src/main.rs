@@ -43,6 +43,11 @@ struct Cli {
     /// Address the Kafka listener listens on; `host` without it.
     #[arg(long, value_name = "H")]
     kafka_host: Option<String>,
+    /// The port Kafka clients are told to connect to (METADATA, FindCoordinator, ZooKeeper):
+    /// a proxy's or NAT's in front of the Kafka listener (Kafka's `advertised.listeners`);
+    /// the listener's own port without it.
+    #[arg(long, value_name = "P")]
+    kafka_advertised_port: Option<u16>,
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics.

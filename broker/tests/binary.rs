@@ -104,6 +104,11 @@ fn bad_config_keys_and_durations_are_refused_in_one_line() {
         error.contains("request_memory_bytes") && error.contains("max_request_bytes"),
         "{error}"
     );
+    let error = usage_error(BINARY.as_ref(), &["--kafka-advertised-port", "9092"]);
+    assert!(error.contains("kafka_advertised_port") && error.contains("kafka_port"), "{error}");
+    let no_port = ["--kafka-port", "0", "--kafka-advertised-port", "0"];
+    let error = usage_error(BINARY.as_ref(), &no_port);
+    assert!(error.contains("kafka_advertised_port") && error.contains("1 to 65535"), "{error}");
 }
 
 /// `--advertised-host` and `--advertised-port` are what metadata answers, not the address the

@@ -5,6 +5,7 @@
 //! clients.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cluster::Registry;
 use testkit::broker_processes::{BrokerProcesses, registry};
 use testkit::eventually;
+use testkit::process::free_port;
+use testkit::proxy::AckDropper;
 use testkit::zookeeper::ZooKeeperServer;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_broker");
@@ -374,6 +377,45 @@ async fn a_leader_killed_under_an_acks_all_producer_loses_nothing() {
     // Idempotent: a batch retried across the failover is not appended twice.
     assert_eq!(report["repeats"], 0, "{report}");
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");
+}
+
+/// confluent-kafka's idempotent producer, with every fourth produce answer lost on its way
+/// back (a proxy in front of the Kafka listener, which the broker advertises, closes the
+/// connection instead of relaying it): librdkafka sends those batches again, and the broker
+/// answers each where it is — every message is in the log once. The same run without
+/// idempotence stores some twice, which shows that answers were lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_produce_answers_store_nothing_twice_under_an_idempotent_kafka_producer() {
+    const COUNT: u64 = 10_000;
+    let (kafka, advertised) = (free_port(), free_port());
+    let connect = ZooKeeperServer::shared().connect_string();
+    let (kafka_arg, advertised_arg) = (kafka.to_string(), advertised.to_string());
+    let args = ["--kafka-port", &kafka_arg, "--kafka-advertised-port", &advertised_arg];
+    let brokers = BrokerProcesses::start(Path::new(BINARY), &connect, 1, &args);
+    let listen = SocketAddr::from(([127, 0, 0, 1], advertised));
+    let upstream = SocketAddr::from(([127, 0, 0, 1], kafka));
+    // Kafka's Produce is API key 0.
+    let proxy = AckDropper::start(listen, upstream, &[0], 4).await;
+    let bootstrap = proxy.addr().to_string();
+    let mut lost = 0;
+    for (topic, idempotence) in [("answers-lost", "true"), ("answers-lost-plain", "false")] {
+        let script = script("lost_answers.py");
+        let count = COUNT.to_string();
+        let out = run("python3", &[&script, &bootstrap, topic, idempotence, &count], b"");
+        let report = report(&out);
+        let dropped = proxy.dropped() - lost;
+        lost += dropped;
+        eprintln!("enable.idempotence={idempotence}, {dropped} produce answers lost: {report}");
+        assert!(dropped > 0, "no answer was lost");
+        assert_eq!(report["acknowledged"], COUNT, "{report}");
+        assert_eq!(report["distinct"], COUNT, "{report}");
+        let read = report["read"].as_u64().unwrap();
+        match idempotence {
+            "true" => assert_eq!(read, COUNT, "a message stored twice: {report}"),
+            _ => assert!(read > COUNT, "no message stored twice without idempotence: {report}"),
+        }
+    }
+    drop(brokers);
 }
 
 /// A seconds setting from the environment, or `default`.
