@@ -117,7 +117,9 @@ async fn framed_messages_are_read_whole_and_produced_byte_for_byte() {
     let target = TestBroker::start_with(|c| c.flush_messages = 1).await;
     target.connect().await.create_topic("copy", 1, &[]).await.unwrap();
     let brokers = Arc::new(StaticBrokers::new(vec![target.addr.clone()]));
-    let producer = Producer::new(ProducerConfig::default(), brokers).unwrap();
+    // As the mirror produces: framed messages forwarded as they are.
+    let config = ProducerConfig { idempotence: false, ..ProducerConfig::default() };
+    let producer = Producer::new(config, brokers).unwrap();
     producer.enqueue_framed("copy", None, first.payload.clone()).await.unwrap().await.unwrap();
     let mut two = BytesMut::new(); // several framed messages travel as one set
     two.extend_from_slice(&second.payload);

@@ -51,7 +51,13 @@ async fn read_all(
 async fn many_sends_become_few_produce_requests() {
     let broker = TestBroker::start().await;
     broker.connect().await.create_topic("batched", 1, &[]).await.unwrap();
-    let config = ProducerConfig { batch_messages: 100, linger_ms: 50, ..ProducerConfig::default() };
+    // Plain message sets, in which each message has an offset of its own.
+    let config = ProducerConfig {
+        batch_messages: 100,
+        linger_ms: 50,
+        idempotence: false,
+        ..ProducerConfig::default()
+    };
     let producer = producer(&broker, config);
     let before = broker.broker.metrics().produce_requests();
     let mut pending = Vec::new();
@@ -77,6 +83,7 @@ async fn framed_messages_travel_as_one_record_and_count_as_messages_in_a_batch()
         compression: Codec::Lz4,
         batch_messages: 250,
         linger_ms: 50,
+        idempotence: false, // as wrapper messages
         ..ProducerConfig::default()
     };
     let producer = producer(&broker, config);
@@ -406,16 +413,16 @@ async fn partition_any_behind_a_load_balancer_finds_a_broker_that_leads() {
     assert_eq!(ack.expect("acknowledged").partition, 0);
 }
 
-/// An idempotent producer sends each batch as one magic-2 message of its producer id, the
-/// batches' sequence numbers following one another, compressed as a whole with a codec; its
-/// messages read back once each, in order, and each is acknowledged at its batch's offset.
+/// A producer is idempotent by default: it sends each batch as one magic-2 message of its
+/// producer id, the batches' sequence numbers following one another, compressed as a whole
+/// with a codec; its messages read back once each, in order, and each is acknowledged at its
+/// batch's offset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_producer_numbers_its_batches_in_sequence() {
     let broker = TestBroker::start().await;
     for (topic, compression) in [("idempotent", Codec::None), ("idempotent-lz4", Codec::Lz4)] {
         broker.connect().await.create_topic(topic, 1, &[]).await.unwrap();
         let config = ProducerConfig {
-            idempotence: true,
             batch_messages: 100,
             linger_ms: 20,
             compression,

@@ -53,7 +53,8 @@ async fn produced_lines_come_back_from_consume() {
 }
 
 /// `--idempotent`: the lines go as an idempotent producer's batches and come back once each;
-/// with `--acks 0` it is refused before anything is sent.
+/// with `--acks 0` it is refused before anything is sent. Without it a produce is idempotent
+/// too, and `--no-idempotence` sends plain message sets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_produce_comes_back_once_and_acks_0_is_refused() {
     let broker = TestBroker::start().await;
@@ -74,6 +75,18 @@ async fn an_idempotent_produce_comes_back_once_and_acks_0_is_refused() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("idempotence needs acks 1 or more"), "{stderr}");
+
+    // Idempotent by default; plain message sets with --no-idempotence.
+    for (topic, flags, batch) in
+        [("by-default", &[][..], true), ("plain", &["--no-idempotence"][..], false)]
+    {
+        broker.connect().await.create_topic(topic, 1, &[]).await.unwrap();
+        let args = ["produce", "--brokers", b, "--topic", topic, "--partition", "0"];
+        stdout(&trib(&[&args[..], flags, &["--acks", "2"]].concat(), b"one\ntwo\n").await);
+        let set = broker.connect().await.fetch(topic, 0, 0, 1 << 20).await.unwrap();
+        let (_, first) = protocol::MessageSetIter::new(&set, 0).next().unwrap().unwrap();
+        assert_eq!(first.magic == protocol::MAGIC_BATCH, batch, "{topic}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,9 +331,11 @@ async fn produce_consume_and_offsets_flags_take_effect() {
     // share a partition (with the default tab the whole line would be the key).
     let lines: String =
         (0..60).map(|i| format!("{},event {i}\n", ["ann", "bob", "cy"][i % 3])).collect();
-    // One message per request, so that the 200-byte segments roll (checked with offsets).
+    // One plain message per request, so that the 200-byte segments roll (checked with
+    // offsets).
     let args = ["--topic", "csv", "--key-field", "1", "--field-delimiter", ",", "--acks", "2"];
-    let args = [&args[..], &["--batch-messages", "1", "--linger-ms", "0"]].concat();
+    let args =
+        [&args[..], &["--batch-messages", "1", "--linger-ms", "0", "--no-idempotence"]].concat();
     stdout(&trib(&[&["produce", "--brokers", b][..], &args].concat(), lines.as_bytes()).await);
     let mut holders = std::collections::BTreeMap::new();
     for partition in 0..4 {

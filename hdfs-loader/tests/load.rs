@@ -21,6 +21,30 @@ fn local_store() -> (tempfile::TempDir, Arc<dyn ObjectStore>) {
     (dir, store)
 }
 
+/// An idempotent producer's batch (the native producer's default) is one magic-2 message at
+/// one offset: its records load as rows at that offset, told apart by `_index`, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_records_of_idempotent_batches_load_once_each() {
+    let cluster = Cluster::start(2).await;
+    let producer = cluster.idempotent_producer();
+    let ids = cluster.produce_page_views_with(&producer, 300, 1_000).await;
+    producer.close().await;
+    let (_dir, store) = local_store();
+    let summary = cluster.run(&config("loader-a"), &store).await.unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.rows, 300);
+    let output = hdfs_loader::Output::Hive(Arc::clone(&store));
+    let rows = hdfs_loader::readback::read_topic(&output, TOPIC).await.unwrap();
+    let events: std::collections::HashSet<_> = rows.events.iter().copied().collect();
+    assert_eq!((rows.events.len(), events.len()), (300, 300), "each record once");
+    let offsets: std::collections::HashSet<_> = rows.positions.iter().copied().collect();
+    assert!(offsets.len() < 100, "records share their batch's offset: {} offsets", offsets.len());
+    assert_eq!(offsets, log_positions(cluster.broker(), TOPIC, 2).await);
+    assert!(ids.iter().all(|id| rows.event_ids.contains(id.as_slice())));
+    let again = cluster.run(&config("loader-a"), &store).await.unwrap();
+    assert_eq!(again.rows, 0, "{again:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_loads_every_message_once_and_a_rerun_adds_nothing() {
     let cluster = Cluster::start(2).await;

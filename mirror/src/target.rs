@@ -43,8 +43,10 @@ impl Target {
             acks: Acks::All,
             batch_messages: BATCH_MESSAGES,
             batch_bytes: 1 << 20,
-            // Framed messages (wrappers included) are forwarded as they are.
+            // Framed messages (wrappers included) are forwarded as they are, byte for byte: not
+            // re-encoded into an idempotent producer's batches.
             compression: Codec::None,
+            idempotence: false,
             // The key is the source partition: its messages keep their order in one target
             // partition.
             partitioner: Partitioner::ByKey,

@@ -73,8 +73,15 @@ impl Cluster {
         let (zookeeper, coordinator) = (brokers.connect.clone(), brokers.session().await);
         let registry_server = TestRegistry::start().await;
         let registry = Arc::new(RegistryClient::new(registry_server.url()).expect("registry"));
+        // Plain messages, one per event: the loader's tests name each row by its message's
+        // offset (an idempotent producer's batch is one message; see `idempotent_producer`).
         let producer = Producer::new(
-            ProducerConfig { linger_ms: 1, tls: tls.clone(), ..ProducerConfig::default() },
+            ProducerConfig {
+                linger_ms: 1,
+                tls: tls.clone(),
+                idempotence: false,
+                ..ProducerConfig::default()
+            },
             Arc::new(StaticBrokers::new([brokers.addr().to_owned()]).with_tls(tls)),
         )
         .expect("producer");
@@ -90,8 +97,26 @@ impl Cluster {
         self.registry.latest("page-view-value").await.expect("page-view schema").id
     }
 
+    /// A producer of the cluster's broker that sends idempotent batches (the default's): each
+    /// batch one magic-2 message, its records at one offset.
+    pub fn idempotent_producer(&self) -> Producer {
+        let config = ProducerConfig { linger_ms: 5, ..ProducerConfig::default() };
+        let brokers = Arc::new(StaticBrokers::new([self.brokers.addr().to_owned()]));
+        Producer::new(config, brokers).expect("producer")
+    }
+
     /// Produces `count` page views with times `BASE_TIME_MS + i * spacing_ms`; returns their ids.
     pub async fn produce_page_views(&self, count: usize, spacing_ms: i64) -> Vec<[u8; 16]> {
+        self.produce_page_views_with(&self.producer, count, spacing_ms).await
+    }
+
+    /// [`Cluster::produce_page_views`] through `producer`.
+    pub async fn produce_page_views_with(
+        &self,
+        producer: &Producer,
+        count: usize,
+        spacing_ms: i64,
+    ) -> Vec<[u8; 16]> {
         let schema_id = self.page_view_schema_id().await;
         let mut ids = Vec::with_capacity(count);
         let mut pending = Vec::with_capacity(count);
@@ -102,7 +127,7 @@ impl Cluster {
             let payload = events::envelope::encode_with(&self.registry, schema_id, value)
                 .await
                 .expect("encode");
-            pending.push(self.producer.enqueue(TOPIC, None, &payload).await.expect("enqueue"));
+            pending.push(producer.enqueue(TOPIC, None, &payload).await.expect("enqueue"));
             ids.push(id);
         }
         for sent in pending {

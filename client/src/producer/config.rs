@@ -37,10 +37,12 @@ pub struct ProducerConfig {
     pub queue_messages_max: usize,
     /// Largest encoded message accepted; the broker's `max_message_bytes` plus 4 by default.
     pub message_bytes_max: usize,
-    /// Each partition's batches go as an idempotent producer's (acks ≥ 1, which `validate`
-    /// checks; to a partition other than −1; of plain messages): a batch retried after a lost answer or a failover is
+    /// Each partition's batches go as an idempotent producer's (on by default, as in Kafka
+    /// since 3.0; with acks ≥ 1, to a partition other than −1, of plain messages — otherwise
+    /// they go as they are): a batch retried after a lost answer or a failover is
     /// acknowledged where the leader appended it, not appended twice. Each batch is then one
-    /// magic-2 message, which its messages are acknowledged (and consumed) at.
+    /// magic-2 message, which its messages are acknowledged (and consumed) at. Off: the
+    /// messages go as they were framed, byte for byte (as the mirror copies them).
     pub idempotence: bool,
     /// Extra attempts of a batch after a connection failure (without `idempotence`, acks ≥ 1
     /// may then duplicate).
@@ -70,7 +72,7 @@ impl Default for ProducerConfig {
             buffer_full: BufferFull::Block,
             queue_messages_max: 10_000,
             message_bytes_max: (1 << 20) + 4,
-            idempotence: false,
+            idempotence: true,
             retries_max: 8,
             retry_backoff_ms: 50,
             retry_backoff_max_ms: 2_000,
@@ -103,11 +105,6 @@ impl ProducerConfig {
         }
         if self.compression != Codec::None && !SUPPORTED_CODECS.contains(&self.compression) {
             return invalid(format!("compression {:?} is not supported", self.compression));
-        }
-        if self.idempotence && self.acks == Acks::None {
-            return invalid(
-                "idempotence needs acks 1 or more: with acks 0 nothing is retried".into(),
-            );
         }
         if self.retry_backoff_ms > self.retry_backoff_max_ms {
             return invalid("retry_backoff_ms exceeds retry_backoff_max_ms".into());

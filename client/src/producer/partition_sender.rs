@@ -5,7 +5,7 @@
 //! capped exponential backoff. Because a partition has one batch in flight, a retry never
 //! reorders its batches.
 //!
-//! With `idempotence` (and acks ≥ 1, to a real partition) each sender is an idempotent
+//! With `idempotence` (the default; and acks ≥ 1, to a real partition) each sender is an idempotent
 //! producer of its own: it asks the leader for a producer id once, numbers its messages, and
 //! sends each batch as one magic-2 message carrying its first sequence number, the same bytes
 //! on every retry. A leader that has the batch already — appended before an answer was lost,
@@ -218,8 +218,10 @@ impl PartitionSender {
         addr: &str,
     ) -> Result<Result<Encoded, CompressionError>, ClientError> {
         let codec = self.config.compression;
-        let idempotent =
-            self.config.idempotence && self.target.partition != protocol::ANY_PARTITION;
+        // Acks 0 retries nothing and hears of no duplicate; partition −1 has no sequences.
+        let idempotent = self.config.idempotence
+            && self.config.acks != Acks::None
+            && self.target.partition != protocol::ANY_PARTITION;
         if idempotent {
             let producer = match self.producer {
                 Some(producer) => producer,

@@ -267,11 +267,16 @@ pub struct ProduceArgs {
     pub batch_messages: u32,
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
-    /// Produce as an idempotent producer: a batch retried after a lost answer or a failover
-    /// is stored once. Each batch is then one magic-2 message (needs --acks 1 or more, and a
-    /// partition: not --any-partition).
-    #[arg(long, conflicts_with = "any_partition")]
+    /// Insist on an idempotent producer, which is the default wherever it applies (--acks 1
+    /// or more, and a partition: not --any-partition): a batch retried after a lost answer or
+    /// a failover is stored once, and each batch is one magic-2 message. An error where it
+    /// cannot apply.
+    #[arg(long, conflicts_with_all = ["any_partition", "no_idempotence"])]
     pub idempotent: bool,
+    /// Send plain message sets, each message framed as given (retries after a lost answer
+    /// may then store a batch twice).
+    #[arg(long)]
+    pub no_idempotence: bool,
     /// Report progress on stderr every second (on by default when stderr is a terminal).
     #[arg(long)]
     pub progress: bool,

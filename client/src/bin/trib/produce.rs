@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use client::{BrokerSource, Partitioner, Producer, ProducerConfig};
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
+use protocol::Acks;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::brokers::Brokers;
@@ -30,11 +31,14 @@ pub async fn run(args: ProduceArgs, context: &Context, json: bool) -> anyhow::Re
         compression: args.compression.codec(),
         batch_messages: args.batch_messages as usize,
         linger_ms: args.linger_ms,
-        idempotence: args.idempotent,
+        idempotence: !args.no_idempotence,
         partitioner,
         tls: context.tls(),
         ..ProducerConfig::default()
     };
+    if args.idempotent && args.acks == Acks::None {
+        anyhow::bail!("idempotence needs acks 1 or more: with acks 0 nothing is retried");
+    }
     let source = Brokers::find(&args.brokers, context).await?.source();
     if let Some(partition) = args.partition {
         require_partition(source.as_ref(), &args.topic, partition).await?;
