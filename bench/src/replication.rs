@@ -4,7 +4,9 @@
 //! 1. Throughput: the paper's producer — batches of `--batch` messages of `--message-bytes`,
 //!    pipelined on one connection to one partition's leader — into a topic with replication
 //!    factor 1 and acks 1, and into one with replication factor 3, `min_insync_replicas` 2
-//!    and acks all; rounds alternate, and the ratio of the medians is reported.
+//!    and acks all, the latter also as an idempotent producer (each batch one magic-2 message
+//!    with a producer id and sequence, as IDEMPOTENT_PRODUCE); rounds alternate, and the
+//!    ratios of the medians are reported.
 //! 2. Failover: the leader of a partition of a replication-factor-3 topic is killed with
 //!    `kill -9` `--kills` times (each restarted; the cluster heals before the next kill) while
 //!    an acks-all producer offers `--rate` messages a second; each failover is the time from
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, ensure};
 use bytes::{Bytes, BytesMut};
 use client::{Connection, ConnectionConfig};
+use protocol::record_batch::RecordBatchBuilder;
 use protocol::{Acks, Codec, ProduceRequest, Request};
 use serde::{Deserialize, Serialize};
 use testkit::broker_processes::{
@@ -72,6 +75,12 @@ pub struct ReplicationReport {
     /// Messages per second of each round, replication factor 3 with acks all.
     pub rf3_acks_all: Vec<f64>,
     pub ratio: f64,
+    /// Messages per second of each round, replication factor 3 with acks all, idempotent.
+    #[serde(default)]
+    pub rf3_idempotent: Vec<f64>,
+    /// Its median over the plain acks-all median.
+    #[serde(default)]
+    pub idempotent_ratio: f64,
     pub session_timeout_ms: u64,
     /// Each kill's failover, in ms, in kill order.
     pub failovers_ms: Vec<f64>,
@@ -122,17 +131,26 @@ pub async fn run(args: ReplicationArgs, date: String, machine: String) -> BenchR
         }
     }
 
-    let (mut rf1, mut rf3) = (Vec::new(), Vec::new());
+    let (mut rf1, mut rf3, mut idempotent) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..args.rounds {
-        for (topic, acks, rates) in [("rf1", Acks::Written, &mut rf1), ("rf3", Acks::All, &mut rf3)]
-        {
+        let runs = [
+            ("rf1", Acks::Written, false, &mut rf1),
+            ("rf3", Acks::All, false, &mut rf3),
+            ("rf3", Acks::All, true, &mut idempotent),
+        ];
+        for (topic, acks, idempotence, rates) in runs {
             let (_, leader) = registry.leader(topic, 0).await?.context("a leader")?;
-            let rate = produce(&leader.addr(), topic, acks, &args).await?;
-            eprintln!("bench: round {round}: {topic} {acks:?}: {rate:.0} msg/s");
+            let rate = match idempotence {
+                false => produce(&leader.addr(), topic, acks, &args).await?,
+                true => produce_idempotent(&leader.addr(), topic, &args).await?,
+            };
+            let how = if idempotence { " idempotent" } else { "" };
+            eprintln!("bench: round {round}: {topic} {acks:?}{how}: {rate:.0} msg/s");
             rates.push(rate);
         }
     }
     let ratio = median(&rf3) / median(&rf1);
+    let idempotent_ratio = median(&idempotent) / median(&rf3);
 
     eprintln!("bench: killing {} leaders …", args.kills);
     let plan = KillPlan {
@@ -183,6 +201,8 @@ pub async fn run(args: ReplicationArgs, date: String, machine: String) -> BenchR
         rf1_acks1: rf1,
         rf3_acks_all: rf3,
         ratio,
+        rf3_idempotent: idempotent,
+        idempotent_ratio,
         session_timeout_ms: args.session_timeout_ms,
         failovers_ms: kills.failovers.iter().map(|d| d.as_secs_f64() * 1e3).collect(),
         acknowledged: kills.acknowledged.values().map(|m| m.len() as u64).sum(),
@@ -218,6 +238,54 @@ async fn produce(addr: &str, topic: &str, acks: Acks, args: &ReplicationArgs) ->
             messages: set.clone(),
         });
         in_flight.push_back(conn.enqueue(request).await?.context("acks ≥ 1 is answered")?);
+        while in_flight.len() > IN_FLIGHT_MAX {
+            in_flight.pop_front().expect("in flight").wait().await?;
+        }
+    }
+    while let Some(pending) = in_flight.pop_front() {
+        pending.wait().await?;
+    }
+    Ok((batches * args.batch) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// [`produce`] with acks all as one idempotent producer: each batch a magic-2 message of
+/// `--batch` records carrying the producer id and the next sequence, sent as
+/// IDEMPOTENT_PRODUCE. The batches are built before the clock starts, as [`produce`]'s set is:
+/// what is timed is the brokers' work.
+async fn produce_idempotent(addr: &str, topic: &str, args: &ReplicationArgs) -> BenchResult<f64> {
+    let config =
+        ConnectionConfig { in_flight_max: IN_FLIGHT_MAX * 2, ..ConnectionConfig::default() };
+    let conn = Connection::connect_with(addr, config).await?;
+    let producer = conn.init_producer_id().await?;
+    let payload = vec![b'x'; args.message_bytes as usize];
+    let mut sets = Vec::new();
+    let mut sequence = 0i32;
+    let now = service::now_ms();
+    for _ in 0..args.messages.div_ceil(args.batch) {
+        let mut batch = RecordBatchBuilder::new(0).with_producer(
+            producer.producer_id,
+            producer.producer_epoch,
+            sequence,
+        );
+        for i in 0..args.batch {
+            batch.push(i as i64, now, None, Some(&payload), &[]);
+        }
+        sequence = sequence.wrapping_add(args.batch as i32) & i32::MAX;
+        let mut set = BytesMut::new();
+        protocol::encode_batch_message(&mut set, &batch.finish());
+        sets.push(set.freeze());
+    }
+    let batches = sets.len() as u64;
+    let mut in_flight = VecDeque::new();
+    let started = Instant::now();
+    for set in sets {
+        let request = Request::IdempotentProduce(ProduceRequest {
+            topic: topic.to_owned(),
+            partition: 0,
+            acks: Acks::All,
+            messages: set,
+        });
+        in_flight.push_back(conn.enqueue(request).await?.context("acks all is answered")?);
         while in_flight.len() > IN_FLIGHT_MAX {
             in_flight.pop_front().expect("in flight").wait().await?;
         }
@@ -271,12 +339,13 @@ impl ReplicationReport {
             |rates: &[f64]| rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
         let mb = |rate: f64| rate * self.message_bytes as f64 / 1e6;
         let (rf1, rf3) = (median(&self.rf1_acks1), median(&self.rf3_acks_all));
+        let idempotent = median(&self.rf3_idempotent);
         let failovers = &self.failovers_ms;
         let budget = self.session_timeout_ms as f64 + 2_000.0;
         let p99 = quantile(failovers, 0.99);
         let by_kill: BTreeMap<usize, f64> = failovers.iter().copied().enumerate().collect();
         let list = by_kill.values().map(|ms| format!("{ms:.0}")).collect::<Vec<_>>().join(", ");
-        format!(
+        let text = format!(
             "# Replication: cost and failover\n\n\
              {date}, {machine}.\n\n`{command}`\n\n\
              Three `broker` processes in one ZooKeeper (session timeout {session} ms). \
@@ -284,8 +353,10 @@ impl ReplicationReport {
              in flight) on one connection to one partition's leader, {messages} messages a round.\n\n\
              | topic | acks | msg/s (median) | MB/s | rounds |\n|---|---|---:|---:|---|\n\
              | replication factor 1 | 1 | {rf1:.0} | {rf1_mb:.1} | {rf1_rounds} |\n\
-             | replication factor 3, min ISR 2 | all | {rf3:.0} | {rf3_mb:.1} | {rf3_rounds} |\n\n\
-             **Ratio (RF3 acks all / RF1 acks 1): {ratio:.2}** (aim ≥ 0.5).\n\n\
+             | replication factor 3, min ISR 2 | all | {rf3:.0} | {rf3_mb:.1} | {rf3_rounds} |\n\
+             | replication factor 3, min ISR 2, idempotent | all | {idempotent:.0} | {idem_mb:.1} | {idem_rounds} |\n\n\
+             **Ratio (RF3 acks all / RF1 acks 1): {ratio:.2}** (aim ≥ 0.5). \
+             **Idempotent / plain, both RF3 acks all: {idempotent_ratio:.2}** (aim ≥ 0.95).\n\n\
              Failover over {kills} `kill -9` of a partition leader (leader killed → first \
              successful acks-all produce to its partition), while a producer offered acks-all \
              messages: p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms; aim p99 < session \
@@ -303,6 +374,9 @@ impl ReplicationReport {
             rf3_mb = mb(rf3),
             rf1_rounds = rounds(&self.rf1_acks1),
             rf3_rounds = rounds(&self.rf3_acks_all),
+            idem_mb = mb(idempotent),
+            idem_rounds = rounds(&self.rf3_idempotent),
+            idempotent_ratio = self.idempotent_ratio,
             ratio = self.ratio,
             kills = failovers.len(),
             p50 = quantile(failovers, 0.5),
@@ -311,6 +385,14 @@ impl ReplicationReport {
             acked = self.acknowledged,
             unacked = self.unacknowledged,
             lost = self.lost,
-        )
+        );
+        if failovers.is_empty() {
+            let cut = text.find("Failover over").unwrap_or(text.len());
+            return format!(
+                "{}No leader was killed (`--kills 0`): throughput only.\n",
+                &text[..cut]
+            );
+        }
+        text
     }
 }
