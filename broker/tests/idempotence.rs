@@ -89,3 +89,67 @@ async fn a_batch_sent_again_is_acknowledged_where_it_was_appended_even_after_a_r
     .await;
     assert_eq!(read, ["a", "b", "c", "d", "e"].map(|v| Bytes::from(v.as_bytes())));
 }
+
+/// Idempotent produces a client pipelines back to back are taken as a run: each is checked in
+/// order — a duplicate answered where it is, a gap refused — and the batches that follow one
+/// another are appended together, each answered at its own offset.
+#[tokio::test]
+async fn pipelined_idempotent_produces_are_checked_in_order_and_appended_together() {
+    let broker = TestBroker::start().await;
+    let conn = broker.connect().await;
+    let id = conn.init_producer_id().await.unwrap();
+    let producer = (id.producer_id, id.producer_epoch);
+    let pipelined = |sets: Vec<Bytes>| {
+        let conn = conn.clone();
+        async move {
+            let mut pending = Vec::new();
+            for set in sets {
+                let request = protocol::Request::IdempotentProduce(protocol::ProduceRequest {
+                    topic: TOPIC.to_owned(),
+                    partition: 0,
+                    acks: Acks::Written,
+                    messages: set,
+                });
+                pending.push(conn.enqueue(request).await.unwrap().expect("answered"));
+            }
+            let mut answers = Vec::new();
+            for p in pending {
+                answers.push(match p.wait().await {
+                    Ok(protocol::Response::Produce(p)) => Ok(p.offset),
+                    Ok(other) => panic!("{other:?}"),
+                    Err(e) => Err(e.code().expect("a broker's error")),
+                });
+            }
+            answers
+        }
+    };
+    conn.create_topic(TOPIC, 1, &[]).await.unwrap();
+    let first: Vec<Bytes> = (0..4).map(|i| batch(producer, i * 2, &["x", "y"])).collect();
+    let offsets: Vec<i64> =
+        pipelined(first.clone()).await.into_iter().map(Result::unwrap).collect();
+    let mut at = 0;
+    for (offset, set) in offsets.iter().zip(&first) {
+        assert_eq!(*offset, at, "one after another: {offsets:?}");
+        at += set.len() as i64;
+    }
+    // A batch sent again, the next, one with a gap before it, and the one after the next.
+    let answers = pipelined(vec![
+        first[1].clone(),
+        batch(producer, 8, &["n"]),
+        batch(producer, 20, &["gap"]),
+        batch(producer, 9, &["m"]),
+    ])
+    .await;
+    assert_eq!(answers[0], Ok(offsets[1]), "a duplicate is answered where it is");
+    assert_eq!(answers[1], Ok(at));
+    assert_eq!(answers[2], Err(ErrorCode::OutOfOrderSequence));
+    assert!(answers[3].is_ok_and(|o| o > at), "{answers:?}");
+    assert_eq!(broker.broker.metrics().duplicate_batches.get(), 1);
+    let read = eventually(Duration::from_secs(10), "every batch visible", || async {
+        let read = read_all(&broker.addr, TOPIC).await;
+        (read.len() >= 10).then_some(read)
+    })
+    .await;
+    let values: Vec<&[u8]> = read.iter().map(|v| &v[..]).collect();
+    assert_eq!(values, [&b"x"[..], b"y", b"x", b"y", b"x", b"y", b"x", b"y", b"n", b"m"]);
+}

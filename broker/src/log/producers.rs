@@ -32,6 +32,14 @@ pub struct BatchProducer {
 }
 
 impl BatchProducer {
+    /// Whether this batch comes right after `before`: the same producer and epoch, its first
+    /// sequence the one after `before`'s last.
+    pub fn follows(&self, before: &BatchProducer) -> bool {
+        self.id == before.id
+            && self.epoch == before.epoch
+            && self.sequences.0 == after(before.sequences.1)
+    }
+
     /// The producer of `batch`, if an idempotent producer wrote it (its producer id is set).
     pub fn of(batch: &RecordBatchRef) -> Option<BatchProducer> {
         let base = batch.base_sequence();

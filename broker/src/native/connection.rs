@@ -191,6 +191,55 @@ impl Connection {
         }
     }
 
+    /// The produces to `first`'s partition with its acks that the client pipelined right
+    /// behind it (IDEMPOTENT_PRODUCEs if `idempotent`, PRODUCEs if not), up to a write's worth,
+    /// with what ended the run.
+    fn gather_run(
+        &mut self,
+        first: protocol::ProduceRequest,
+        idempotent: bool,
+    ) -> (Vec<protocol::ProduceRequest>, RunEnd) {
+        let mut run_bytes = first.messages.len();
+        let mut run = vec![first];
+        let mut end = RunEnd { carried: None, bad_frame: false };
+        while run.len() < SETS_PER_WRITE_MAX && run_bytes < RUN_BYTES_MAX {
+            let p = match self.next_request() {
+                Ok(Some(Request::Produce(p))) if !idempotent => p,
+                Ok(Some(Request::IdempotentProduce(p))) if idempotent => p,
+                Ok(Some(other)) => {
+                    end.carried = Some(other);
+                    break;
+                }
+                Ok(None) => break,
+                Err(BadFrame) => {
+                    end.bad_frame = true;
+                    break;
+                }
+            };
+            if p.topic != run[0].topic || p.partition != run[0].partition || p.acks != run[0].acks {
+                end.carried = Some(match idempotent {
+                    true => Request::IdempotentProduce(p),
+                    false => Request::Produce(p),
+                });
+                break;
+            }
+            run_bytes += p.messages.len();
+            run.push(p);
+        }
+        (run, end)
+    }
+
+    /// After a run was handled: answered in order, the run's answers, then a bad frame's
+    /// error if one ended it.
+    async fn after_run(&mut self, bad_frame: bool) -> Next {
+        if bad_frame {
+            self.answer_awaiting().await;
+            self.reject(ErrorCode::InvalidRequest)
+        } else {
+            Next::Continue
+        }
+    }
+
     /// Counts a client that left a request half sent for `client_timeout_ms`, before the
     /// connection closes.
     fn timed_out(&self) -> io::Result<()> {
@@ -230,41 +279,19 @@ impl Connection {
             }
             let next = match request {
                 Request::Produce(first) if first.partition >= 0 => {
-                    let mut run_bytes = first.messages.len();
-                    let mut run = vec![first];
-                    let mut bad_frame_after_run = false;
-                    while run.len() < SETS_PER_WRITE_MAX && run_bytes < RUN_BYTES_MAX {
-                        match self.next_request() {
-                            Ok(Some(Request::Produce(p)))
-                                if p.topic == run[0].topic
-                                    && p.partition == run[0].partition
-                                    && p.acks == run[0].acks =>
-                            {
-                                run_bytes += p.messages.len();
-                                run.push(p);
-                            }
-                            Ok(Some(other)) => {
-                                carried = Some(other);
-                                break;
-                            }
-                            Ok(None) => break,
-                            Err(BadFrame) => {
-                                bad_frame_after_run = true;
-                                break;
-                            }
-                        }
-                    }
-                    // Answered in order: the run's answers, then the bad frame's error.
+                    let (run, after) = self.gather_run(first, false);
+                    carried = after.carried;
                     self.handle_produce_run(run).await;
-                    if bad_frame_after_run {
-                        self.answer_awaiting().await;
-                        self.reject(ErrorCode::InvalidRequest)
-                    } else {
-                        Next::Continue
-                    }
+                    self.after_run(after.bad_frame).await
+                }
+                Request::IdempotentProduce(first) if first.partition >= 0 => {
+                    // Waits for its acks beside later requests, like a produce run.
+                    let (run, after) = self.gather_run(first, true);
+                    carried = after.carried;
+                    self.handle_idempotent_run(run).await;
+                    self.after_run(after.bad_frame).await
                 }
                 Request::IdempotentProduce(p) => {
-                    // Waits for its acks beside later requests, like a produce run.
                     self.handle_idempotent_produce(p).await;
                     Next::Continue
                 }
@@ -498,4 +525,11 @@ pub(super) async fn oldest_answers(awaiting: &mut VecDeque<Awaiting>) -> Answere
     let (started, kind) = (oldest.started, oldest.kind);
     awaiting.pop_front();
     (results, started, kind)
+}
+
+/// What ended a run of produces ([`Connection::gather_run`]): the request after it, to handle
+/// next, or a frame that does not parse.
+struct RunEnd {
+    carried: Option<Request>,
+    bad_frame: bool,
 }

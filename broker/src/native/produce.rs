@@ -1,8 +1,9 @@
 //! Produces on the native protocol: a run of produces to one partition that a client
 //! pipelined back to back is appended with one write, each set still validated and answered
 //! on its own; answers that wait for their `acks` queue up in request order while the
-//! produces behind them are appended. An IDEMPOTENT_PRODUCE is appended alone, once its
-//! producer's sequence numbers are checked; its answer queues up the same way.
+//! produces behind them are appended. A run of IDEMPOTENT_PRODUCEs is checked a batch at a
+//! time, and the batches that follow one another are appended with one write; their answers
+//! queue up the same way.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,6 +51,28 @@ impl Connection {
             _ => AppendedRun::now(vec![Err(ErrorCode::InvalidRequest)]),
         };
         self.queue_answers(appended, p.acks, (started, RequestKind::idempotent_produce)).await;
+    }
+
+    /// A run of idempotent produces to one partition that the client pipelined back to back
+    /// ([`crate::node::Node::append_idempotent_run`]): checked in order, the batches that
+    /// follow one another appended in one write, each answered on its own. A run with a set
+    /// that is not one idempotent batch is handled a produce at a time.
+    pub(super) async fn handle_idempotent_run(&mut self, run: Vec<protocol::ProduceRequest>) {
+        let producers: Option<Vec<BatchProducer>> =
+            run.iter().map(|p| producer_of(&p.messages)).collect();
+        let Some(producers) = producers.filter(|_| run.len() > 1) else {
+            for p in run {
+                self.handle_idempotent_produce(p).await;
+            }
+            return;
+        };
+        let node = Arc::clone(&self.node);
+        let started = Instant::now();
+        node.metrics().request(RequestKind::idempotent_produce, run.len() as u64);
+        let (topic, partition, acks) = (run[0].topic.as_str(), run[0].partition, run[0].acks);
+        let sets: Vec<bytes::Bytes> = run.iter().map(|p| p.messages.clone()).collect();
+        let appended = node.append_idempotent_run(topic, partition, acks, &sets, &producers).await;
+        self.queue_answers(appended, acks, (started, RequestKind::idempotent_produce)).await;
     }
 
     /// Answers appended sets (none with `acks` 0): at once if nothing waits before them,

@@ -36,6 +36,14 @@ enum AckWait {
     Replicated(Arc<Leader>, u64, std::time::Duration),
 }
 
+impl AckWait {
+    fn end(&self) -> u64 {
+        match self {
+            AckWait::Flushed(_, end) | AckWait::Replicated(_, end, _) => *end,
+        }
+    }
+}
+
 impl AppendedRun {
     /// Results settled without an append.
     pub fn now(results: Results) -> AppendedRun {
@@ -55,6 +63,23 @@ impl AppendedRun {
     /// Whether the answers are ready without waiting.
     pub fn is_ready(&self) -> bool {
         self.wait.is_none()
+    }
+
+    /// The results of this run and then of `later`'s (of the same partition and `acks`),
+    /// waiting for what the one that reaches further waits for.
+    fn then(self, later: AppendedRun) -> AppendedRun {
+        let mut results = self.results;
+        results.extend(later.results);
+        let wait = match (self.wait, later.wait) {
+            (Some(a), Some(b)) => Some(if a.end() >= b.end() { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        AppendedRun {
+            results,
+            wait,
+            first_record: self.first_record.or(later.first_record),
+            append_time: self.append_time.or(later.append_time),
+        }
     }
 
     /// The answers, once what `acks` asked for happened; if it cannot, every set appended
@@ -203,48 +228,98 @@ impl Node {
         set: &Bytes,
         producer: BatchProducer,
     ) -> Result<AppendedRun, ErrorCode> {
+        let run = self
+            .append_idempotent_run(topic, partition, acks, std::slice::from_ref(set), &[producer])
+            .await;
+        // A refusal of the check is the error; an append's failure stays the run's result, as
+        // a plain produce's is (a compacted topic's INVALID_RECORD is answered with records).
+        match run.results.first() {
+            Some(Err(
+                code @ (ErrorCode::OutOfOrderSequence
+                | ErrorCode::InvalidProducerEpoch
+                | ErrorCode::Unknown),
+            )) => Err(*code),
+            _ => Ok(run),
+        }
+    }
+
+    /// [`Node::append_idempotent`] for a run of batches to one partition that a client
+    /// pipelined back to back (`producers[i]` is `sets[i]`'s): each is checked in order, and a
+    /// batch to append goes in one write with the batches that directly follow it (the same
+    /// producer and epoch, each starting at the sequence after the last one's), which the
+    /// check would let through once the batch before was appended. Each set gets its result.
+    pub async fn append_idempotent_run(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        sets: &[Bytes],
+        producers: &[BatchProducer],
+    ) -> AppendedRun {
         let log = match self.replicas.led(topic, partition) {
             Ok(log) => log,
             // Not led here (or not there yet, for a topic its first produce creates): the
             // produce path answers why.
-            Err(_) => {
-                return Ok(self
-                    .append_run(topic, partition, acks, std::slice::from_ref(set))
-                    .await);
-            }
+            Err(_) => return self.append_run(topic, partition, acks, sets).await,
         };
         let appending = self.producers.appending(topic, partition);
         let _appending = appending.lock().await;
-        let check = match log.check_producer(producer) {
-            Some(check) => check,
-            None => {
-                let learning = Arc::clone(&log);
-                match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::warn!(%topic, partition, error = %e, "cannot read producers' sequences");
-                        return Err(ErrorCode::Unknown);
-                    }
-                    Err(_) => return Err(ErrorCode::Unknown),
+        let mut run = AppendedRun::now(Vec::new());
+        let mut first = 0;
+        while first < sets.len() {
+            let mut end = first + 1;
+            while end < sets.len() && producers[end].follows(&producers[end - 1]) {
+                end += 1;
+            }
+            let check = match self.check_producer(&log, producers[first]).await {
+                Ok(check) => check,
+                Err(code) => Check::Refuse(code),
+            };
+            let checked = match check {
+                Check::Append => {
+                    let appended = self.append_run(topic, partition, acks, &sets[first..end]).await;
+                    first = end;
+                    appended
                 }
-                log.check_producer(producer).unwrap_or(Check::Append)
+                Check::Duplicate(placed) => {
+                    self.metrics.duplicate_batches.inc();
+                    first += 1;
+                    let leader = self.replicas.leader_of(&log);
+                    AppendedRun {
+                        results: vec![Ok((partition, placed.offset as i64))],
+                        wait: self.ack_wait(acks, Arc::clone(&log), leader, placed.end),
+                        first_record: Some(placed.first_record),
+                        append_time: placed.log_append_time,
+                    }
+                }
+                Check::Refuse(code) => {
+                    first += 1;
+                    AppendedRun::now(vec![Err(code)])
+                }
+            };
+            run = run.then(checked);
+        }
+        run
+    }
+
+    /// What `log`'s producers say of a batch of `producer`, once what lies before this
+    /// replica's appends is read in.
+    async fn check_producer(
+        &self,
+        log: &Arc<Partition>,
+        producer: BatchProducer,
+    ) -> Result<Check, ErrorCode> {
+        if let Some(check) = log.check_producer(producer) {
+            return Ok(check);
+        }
+        let learning = Arc::clone(log);
+        match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
+            Ok(Ok(())) => Ok(log.check_producer(producer).unwrap_or(Check::Append)),
+            Ok(Err(e)) => {
+                tracing::warn!(partition = ?log, error = %e, "cannot read producers' sequences");
+                Err(ErrorCode::Unknown)
             }
-        };
-        match check {
-            Check::Append => {
-                Ok(self.append_run(topic, partition, acks, std::slice::from_ref(set)).await)
-            }
-            Check::Duplicate(placed) => {
-                self.metrics.duplicate_batches.inc();
-                let leader = self.replicas.leader_of(&log);
-                Ok(AppendedRun {
-                    results: vec![Ok((partition, placed.offset as i64))],
-                    wait: self.ack_wait(acks, log, leader, placed.end),
-                    first_record: Some(placed.first_record),
-                    append_time: placed.log_append_time,
-                })
-            }
-            Check::Refuse(code) => Err(code),
+            Err(_) => Err(ErrorCode::Unknown),
         }
     }
 
