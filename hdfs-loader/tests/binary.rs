@@ -332,25 +332,27 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
     let store = hdfs_loader::store_from_url(&store_url).unwrap();
     let log = root.path().join("serve.log");
     let metrics_addr = format!("127.0.0.1:{}", testkit::process::free_port());
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--zookeeper",
-            &cluster.zookeeper,
-            "--registry",
-            cluster.registry_server.url(),
-            "--store",
-            &store_url,
-            "--interval",
-            "200ms",
-            "--metrics",
-            &metrics_addr,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(BIN)
+            .args([
+                "serve",
+                "--zookeeper",
+                &cluster.zookeeper,
+                "--registry",
+                cluster.registry_server.url(),
+                "--store",
+                &store_url,
+                "--interval",
+                "200ms",
+                "--metrics",
+                &metrics_addr,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     testkit::eventually(Duration::from_secs(30), "the first 20 rows", || async {
         (unique_positions(&store, TOPIC).await.len() == 20).then_some(())
     })
@@ -375,11 +377,11 @@ async fn serve_loads_new_events_every_interval_and_stops_on_sigterm() {
     assert!(value(&samples, "tributary_loader_rounds_total", &[("outcome", "ok")]) >= 2.0);
     assert!(value(&samples, "tributary_loader_last_commit_timestamp_seconds", &[]) > 1.7e9);
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    let status = tokio::task::spawn_blocking(move || child.0.wait().unwrap()).await.unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap());
 }
 
@@ -662,13 +664,15 @@ async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
         ]
         .concat(),
     );
-    let mut child = Command::new(BIN)
-        .args(&serve)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(BIN)
+            .args(&serve)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     testkit::eventually(Duration::from_secs(30), "serve to load and maintain", || async {
         let log = std::fs::read_to_string(&log).unwrap_or_default();
         // The round's snapshot, and the compaction's that merged its file with the hour's.
@@ -682,11 +686,11 @@ async fn namespace_maintain_and_serve_maintenance_flags_take_effect() {
     })
     .await;
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    assert!(child.wait().unwrap().success());
+    assert!(child.0.wait().unwrap().success());
     assert_eq!(maintained(&[])["snapshots_kept"], 1, "serve expired the older snapshot");
 }
 
@@ -749,4 +753,15 @@ fn the_bench_loads_one_log_in_each_format_it_is_given() {
         "{}",
         text(&output)
     );
+}
+
+/// A loader process killed when its test ends, passed or failed: a failed assertion leaves no
+/// `serve` running.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
