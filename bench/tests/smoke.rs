@@ -90,6 +90,9 @@ fn a_small_replication_run_reports_what_its_flags_asked_for() {
     assert_eq!(results["batch"], 10);
     assert_eq!(results["rf1_acks1"].as_array().unwrap().len(), 2);
     assert_eq!(results["rf3_acks_all"].as_array().unwrap().len(), 2);
+    // The idempotent producer's rounds, and their ratio to plain acks all.
+    assert_eq!(results["rf3_idempotent"].as_array().unwrap().len(), 2);
+    assert!(results["idempotent_ratio"].as_f64().unwrap() > 0.0, "{results}");
     assert_eq!(results["session_timeout_ms"], 1000);
     let failovers = results["failovers_ms"].as_array().unwrap();
     assert_eq!(failovers.len(), 2);
@@ -99,6 +102,7 @@ fn a_small_replication_run_reports_what_its_flags_asked_for() {
     assert_eq!(results["lost"], 0);
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(report.contains("session timeout 1000 ms") && report.contains("Ratio"), "{report}");
+    assert!(report.contains("Idempotent / plain"), "{report}");
 }
 
 /// `tributary-bench pipeline`, small: the real `tributary up` deployment (the debug binaries
