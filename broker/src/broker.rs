@@ -242,6 +242,11 @@ impl Broker {
         }
         if let Some(state) = &self.kafka {
             self.tasks.spawn(kafka::tick_until(Arc::clone(&state.groups), stop.clone()));
+            self.tasks.spawn(kafka::sweep_until(
+                Arc::clone(&self.node),
+                Arc::clone(state),
+                stop.clone(),
+            ));
         }
         if let Some(remote) = &self.tier {
             self.tasks.spawn(tier::upload::run(

@@ -47,10 +47,11 @@ pub enum RequestKind {
     init_producer_id,
     idempotent_produce,
     delete_records,
+    write_txn_marker,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 14] = [
+    const ALL: [RequestKind; 15] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -65,6 +66,7 @@ impl RequestKind {
         RequestKind::init_producer_id,
         RequestKind::idempotent_produce,
         RequestKind::delete_records,
+        RequestKind::write_txn_marker,
     ];
 }
 

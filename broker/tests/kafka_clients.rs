@@ -418,6 +418,17 @@ async fn lost_produce_answers_store_nothing_twice_under_an_idempotent_kafka_prod
     drop(brokers);
 }
 
+/// confluent-kafka's transactional producer: what read_committed and read_uncommitted
+/// consumers see of committed and aborted transactions, a zombie fenced, a transaction open
+/// past its timeout aborted, and a consume-transform-produce loop whose offsets commit with
+/// its output (`tests/kafka/transactions.py` asserts each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_transactions_commit_abort_fence_and_time_out() {
+    let cluster = cluster().await;
+    let out = run("python3", &[&script("transactions.py"), &cluster.bootstrap, "transacted"], b"");
+    eprintln!("confluent-kafka: {}", report(&out));
+}
+
 /// A seconds setting from the environment, or `default`.
 fn number_from_env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -20,6 +20,7 @@ mod partitions;
 mod path;
 mod registry;
 mod replicated;
+mod transactions;
 mod zookeeper;
 
 pub use admin::{Deletion, PartitionMove, PreferredElection, ReassignmentPlan, TopicPartition};
@@ -41,6 +42,7 @@ pub use path::{join, validate_path};
 pub use registry::{
     BrokerInfo, Claim, KafkaCommit, Registry, RegistryError, Subscription, kafka_coordinator,
 };
+pub use transactions::{TxnPhase, TxnRecord};
 pub use zookeeper::{
     ConnectError, Digest, SESSION_TIMEOUT_MS, SessionTimeoutError, ZooKeeper, ZooKeeperArgs,
     ZooKeeperConfig,

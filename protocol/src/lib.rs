@@ -29,13 +29,13 @@ pub use message::{
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use records::{RecordCountError, records_in};
 pub use request::{
-    Acks, ApiKey, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, FetchRequest,
+    Acks, ApiKey, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, FetchRequest, WriteTxnMarkerRequest,
     IdempotentProduceRequest, MetadataRequest, MultiFetchRequest, MultiFetchWaitRequest,
     MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest, ProducePartition,
     ProduceRequest, RecordNumberRequest, ReplicaFetchPartition, ReplicaFetchRequest, Request,
 };
 pub use response::{
-    BrokerMetadata, CreateTopicResponse, DeleteRecordsResponse, FetchPart, FetchResponse,
+    BrokerMetadata, CreateTopicResponse, DeleteRecordsResponse, FetchPart, FetchResponse, WriteTxnMarkerResponse,
     InitProducerIdResponse, MetadataResponse, MultiFetchResponse, MultiProduceResponse,
     OffsetForLeaderEpochResponse, OffsetsResponse, PartitionMetadata, ProducePart, ProduceResponse,
     REPLICA_PART_HEADER_BYTES, RecordNumberResponse, ReplicaFetchPart, ReplicaFetchResponse,

@@ -490,6 +490,8 @@ pub struct RecordBatchBuilder {
     count: i32,
     records: Vec<u8>,
     producer: (i64, i16, i32),
+    /// Attribute bits beside the codec's: transactional, control.
+    flags: i16,
 }
 
 impl RecordBatchBuilder {
@@ -502,7 +504,14 @@ impl RecordBatchBuilder {
             count: 0,
             records: Vec::new(),
             producer: (-1, -1, -1),
+            flags: 0,
         }
+    }
+
+    /// Marks the batch as part of its producer's transaction.
+    pub fn transactional(mut self) -> Self {
+        self.flags |= TRANSACTIONAL_BIT;
+        self
     }
 
     /// The idempotent producer's id, epoch and base sequence (−1 each without one).
@@ -560,6 +569,7 @@ impl RecordBatchBuilder {
     }
 
     fn write(&self, attributes: i16, records: &[u8]) -> Vec<u8> {
+        let attributes = attributes | self.flags;
         let mut out = Vec::with_capacity(RECORD_BATCH_HEADER_BYTES + records.len());
         out.extend_from_slice(&self.base_offset.to_be_bytes());
         let batch_length = (RECORD_BATCH_HEADER_BYTES - LEADER_EPOCH_AT + records.len()) as i32;
@@ -583,9 +593,65 @@ impl RecordBatchBuilder {
     }
 }
 
+/// The control record type of a transaction marker that aborts.
+const MARKER_ABORT: i16 = 0;
+/// The control record type of a transaction marker that commits.
+const MARKER_COMMIT: i16 = 1;
+
+/// A transaction marker (Kafka's end-transaction control batch): a control, transactional
+/// batch of one record whose key is `i16 version 0, i16 type` (0 abort, 1 commit) and whose
+/// value is `i16 version 0, i32 coordinator epoch`, from `producer_id` in `epoch` at
+/// `timestamp` (ms since the epoch). Its base offset is 0 until a leader numbers it.
+pub fn transaction_marker(
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    timestamp: i64,
+) -> Vec<u8> {
+    let kind = if commit { MARKER_COMMIT } else { MARKER_ABORT };
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&kind.to_be_bytes());
+    let mut value = [0u8; 6];
+    value[2..].copy_from_slice(&coordinator_epoch.to_be_bytes());
+    let mut builder = RecordBatchBuilder::new(0).with_producer(producer_id, epoch, -1);
+    builder.flags = TRANSACTIONAL_BIT | CONTROL_BIT;
+    builder.push(0, timestamp, Some(&key), Some(&value), &[]);
+    builder.finish()
+}
+
+/// Whether a control batch is a transaction marker that commits (`Some(true)`) or aborts
+/// (`Some(false)`); `None` for any other batch, or a control record of another type.
+pub fn marker_kind(batch: &RecordBatchRef) -> Option<bool> {
+    if !batch.is_control() {
+        return None;
+    }
+    let records = batch.records(1 << 16).ok()?;
+    let record = records.iter().next()?.ok()?;
+    let key = record.key?;
+    match i16::from_be_bytes(key.get(2..4)?.try_into().ok()?) {
+        MARKER_ABORT => Some(false),
+        MARKER_COMMIT => Some(true),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_marker_reads_back_as_what_it_marks() {
+        for commit in [true, false] {
+            let bytes = transaction_marker(42, 3, commit, 7, 1_000);
+            let batch = RecordBatchRef::parse(&bytes).unwrap();
+            assert!(batch.is_control() && batch.is_transactional());
+            assert_eq!((batch.producer_id(), batch.producer_epoch()), (42, 3));
+            assert_eq!(marker_kind(&batch), Some(commit));
+        }
+        let plain = batch();
+        assert_eq!(marker_kind(&RecordBatchRef::parse(&plain).unwrap()), None);
+    }
 
     fn batch() -> Vec<u8> {
         let mut builder = RecordBatchBuilder::new(100);

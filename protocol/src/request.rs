@@ -26,6 +26,7 @@ pub enum ApiKey {
     InitProducerId = 11,
     IdempotentProduce = 12,
     DeleteRecords = 13,
+    WriteTxnMarker = 14,
 }
 
 impl ApiKey {
@@ -45,6 +46,7 @@ impl ApiKey {
             11 => ApiKey::InitProducerId,
             12 => ApiKey::IdempotentProduce,
             13 => ApiKey::DeleteRecords,
+            14 => ApiKey::WriteTxnMarker,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -197,6 +199,19 @@ pub struct DeleteRecordsRequest {
     pub offset: i64,
 }
 
+/// Ends a producer's transaction on a partition its leader holds: the transaction
+/// coordinator's request for the commit or abort marker (Kafka's WriteTxnMarkers), answered
+/// once every in-sync replica has the marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteTxnMarkerRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+}
+
 /// The `offset` of a [`DeleteRecordsRequest`] that deletes every message below the high
 /// watermark.
 pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
@@ -240,6 +255,7 @@ pub enum Request {
     InitProducerId,
     IdempotentProduce(IdempotentProduceRequest),
     DeleteRecords(DeleteRecordsRequest),
+    WriteTxnMarker(WriteTxnMarkerRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -265,6 +281,7 @@ impl Request {
             Request::InitProducerId => ApiKey::InitProducerId,
             Request::IdempotentProduce(_) => ApiKey::IdempotentProduce,
             Request::DeleteRecords(_) => ApiKey::DeleteRecords,
+            Request::WriteTxnMarker(_) => ApiKey::WriteTxnMarker,
         }
     }
 
@@ -341,6 +358,21 @@ impl Request {
                 partition: r.i32("partition")?,
                 offset: r.i64("offset")?,
             }),
+            ApiKey::WriteTxnMarker => Request::WriteTxnMarker(WriteTxnMarkerRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                producer_id: r.i64("producer_id")?,
+                producer_epoch: r.i16("producer_epoch")?,
+                commit: match r.u8("commit")? {
+                    0 => false,
+                    1 => true,
+                    value => {
+                        let value = i64::from(value);
+                        return Err(DecodeError::InvalidValue { what: "commit", value });
+                    }
+                },
+                coordinator_epoch: r.i32("coordinator_epoch")?,
+            }),
             ApiKey::OffsetForLeaderEpoch => {
                 Request::OffsetForLeaderEpoch(OffsetForLeaderEpochRequest {
                     topic: r.str("topic")?,
@@ -401,6 +433,7 @@ impl Request {
             Request::OffsetForLeaderEpoch(o) => str_len(&o.topic) + 4 + 4,
             Request::RecordNumber(o) => str_len(&o.topic) + 4 + 8,
             Request::DeleteRecords(d) => str_len(&d.topic) + 4 + 8,
+            Request::WriteTxnMarker(w) => str_len(&w.topic) + 4 + 8 + 2 + 1 + 4,
             Request::ReplicaFetch(m) => {
                 let fetch = |f: &ReplicaFetchPartition| str_len(&f.topic) + 4 + 4 + 8 + 4;
                 4 + 4 + 4 + 2 + m.fetches.iter().map(fetch).sum::<usize>()
@@ -473,6 +506,14 @@ impl Request {
                 buf.put_i32(d.partition);
                 buf.put_i64(d.offset);
             }
+            Request::WriteTxnMarker(w) => {
+                put_str(buf, &w.topic);
+                buf.put_i32(w.partition);
+                buf.put_i64(w.producer_id);
+                buf.put_i16(w.producer_epoch);
+                buf.put_u8(u8::from(w.commit));
+                buf.put_i32(w.coordinator_epoch);
+            }
             Request::ReplicaFetch(m) => {
                 buf.put_i32(m.replica_id);
                 buf.put_i32(m.max_wait_ms);
@@ -507,6 +548,7 @@ impl Request {
             Request::OffsetForLeaderEpoch(o) => vec![&o.topic],
             Request::RecordNumber(o) => vec![&o.topic],
             Request::DeleteRecords(d) => vec![&d.topic],
+            Request::WriteTxnMarker(w) => vec![&w.topic],
             Request::ReplicaFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
         };
         if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {

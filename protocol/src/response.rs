@@ -128,6 +128,10 @@ impl MetadataResponse {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateTopicResponse;
 
+/// A transaction marker written: every in-sync replica of the partition has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteTxnMarkerResponse;
+
 /// Where the asked epoch ends: the largest epoch the leader knows at or below the one asked,
 /// and the offset after its last message; both [`UNDEFINED_EPOCH`] / −1 when the leader knows
 /// no such epoch.
@@ -210,6 +214,7 @@ pub enum Response {
     Offsets(OffsetsResponse),
     Metadata(MetadataResponse),
     CreateTopic(CreateTopicResponse),
+    WriteTxnMarker(WriteTxnMarkerResponse),
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     ReplicaFetch(ReplicaFetchResponse),
     RecordNumber(RecordNumberResponse),
@@ -233,6 +238,7 @@ impl Response {
             Response::Offsets(_) => ApiKey::Offsets,
             Response::Metadata(_) => ApiKey::Metadata,
             Response::CreateTopic(_) => ApiKey::CreateTopic,
+            Response::WriteTxnMarker(_) => ApiKey::WriteTxnMarker,
             Response::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Response::ReplicaFetch(_) => ApiKey::ReplicaFetch,
             Response::RecordNumber(_) => ApiKey::RecordNumber,
@@ -292,6 +298,7 @@ impl Response {
             }
             ApiKey::Metadata => Response::Metadata(decode_metadata(&mut r)?),
             ApiKey::CreateTopic => Response::CreateTopic(CreateTopicResponse),
+            ApiKey::WriteTxnMarker => Response::WriteTxnMarker(WriteTxnMarkerResponse),
             ApiKey::OffsetForLeaderEpoch => {
                 Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse {
                     epoch: r.i32("epoch")?,
@@ -358,7 +365,7 @@ impl Response {
                     .sum();
                 4 + 2 + brokers + 2 + topics
             }
-            Response::CreateTopic(_) => 0,
+            Response::CreateTopic(_) | Response::WriteTxnMarker(_) => 0,
             Response::OffsetForLeaderEpoch(_) => 4 + 8,
             Response::RecordNumber(_) | Response::DeleteRecords(_) => 8,
             Response::InitProducerId(_) => 8 + 2,
@@ -399,7 +406,7 @@ impl Response {
                 o.offsets.iter().for_each(|&o| buf.put_i64(o));
             }
             Response::Metadata(m) => encode_metadata(buf, m),
-            Response::CreateTopic(_) => {}
+            Response::CreateTopic(_) | Response::WriteTxnMarker(_) => {}
             Response::OffsetForLeaderEpoch(o) => {
                 buf.put_i32(o.epoch);
                 buf.put_i64(o.end_offset);

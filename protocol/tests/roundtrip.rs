@@ -89,6 +89,17 @@ fn request() -> impl Strategy<Value = Request> {
         (topic(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, offset)| {
             Request::DeleteRecords(DeleteRecordsRequest { topic, partition, offset })
         });
+    let txn_marker = (topic(), any::<i32>(), any::<i64>(), any::<i16>(), any::<bool>(), any::<i32>())
+        .prop_map(|(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)| {
+            Request::WriteTxnMarker(WriteTxnMarkerRequest {
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+            })
+        });
     let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
         |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
             topic,
@@ -111,6 +122,7 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         record_number,
         delete_records,
+        txn_marker,
         offset_for_epoch,
         replica_fetch,
         produce,
@@ -195,6 +207,7 @@ fn response() -> impl Strategy<Value = Response> {
     prop_oneof![
         record_number,
         delete_records,
+        Just(Response::WriteTxnMarker(WriteTxnMarkerResponse)),
         offset_for_epoch,
         replica_fetch,
         produce,

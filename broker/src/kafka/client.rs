@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use protocol::kafka::request::Malformed;
 
 use super::coordinator::Coordinator;
+use super::txn_coordinator::Transactions;
 use crate::log::FileSlice;
 use crate::net::admission::Admission;
 use crate::node::Node;
@@ -16,6 +17,7 @@ use crate::node::Node;
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub groups: Arc<Coordinator>,
+    pub transactions: Transactions,
 }
 
 /// Who a connection serves.

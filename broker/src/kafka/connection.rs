@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Answer, Client, Ended, Piece, Reply};
 use super::{
-    admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce,
+    admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce, transactions,
 };
 use crate::metrics::Stalled;
 use crate::net::send;
@@ -120,6 +120,22 @@ impl Client {
             ApiKey::InitProducerId => {
                 let request = request::init_producer_id(&mut r, v, f)?;
                 Some(init_producer_id::init_producer_id(&self, &header, request).await?)
+            }
+            ApiKey::AddPartitionsToTxn => {
+                let request = request::add_partitions_to_txn(&mut r, v, f)?;
+                Some(transactions::add_partitions_to_txn(&self, &header, request).await?)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let request = request::add_offsets_to_txn(&mut r, v, f)?;
+                Some(transactions::add_offsets_to_txn(&self, &header, request).await?)
+            }
+            ApiKey::EndTxn => {
+                let request = request::end_txn(&mut r, v, f)?;
+                Some(transactions::end_txn(&self, &header, request).await?)
+            }
+            ApiKey::TxnOffsetCommit => {
+                let request = request::txn_offset_commit(&mut r, v, f)?;
+                Some(transactions::txn_offset_commit(&self, &header, request).await?)
             }
             ApiKey::FindCoordinator
             | ApiKey::JoinGroup

@@ -31,6 +31,9 @@ use protocol::kafka::request::Malformed;
 use protocol::kafka::request::{FetchRequest, Header, ListOffsetsRequest};
 use protocol::kafka::response::{code, encode, kafka_error, str_bytes};
 
+/// Fetch's `isolation_level` that reads only committed transactions.
+const READ_COMMITTED: i8 = 1;
+
 /// Bytes a wrapper may inflate to while it is converted.
 const INFLATED_BYTES_MAX: usize = 64 << 20;
 
@@ -45,14 +48,27 @@ const MESSAGE_HEAD_BYTES: usize = BATCH_MESSAGE_HEADER_BYTES + 27;
 struct Read {
     error: i16,
     high_watermark: i64,
+    /// The last stable offset: the high watermark, or the first record of the earliest open
+    /// transaction before it.
+    last_stable: i64,
     log_start: i64,
     records: Vec<Piece>,
+    /// For `read_committed`: the aborted transactions in what is answered, `(producer id,
+    /// first record)`.
+    aborted: Vec<(i64, i64)>,
 }
 
 impl Read {
     fn failed(error: i16) -> Read {
         // As Kafka answers a partition it cannot read: no watermarks rather than zeros.
-        Read { error, high_watermark: -1, log_start: -1, records: Vec::new() }
+        Read {
+            error,
+            high_watermark: -1,
+            last_stable: -1,
+            log_start: -1,
+            records: Vec::new(),
+            aborted: Vec::new(),
+        }
     }
 
     fn records_len(&self) -> usize {
@@ -88,9 +104,11 @@ pub async fn fetch(
                     partition: *index,
                     error: read.error,
                     high_watermark: read.high_watermark,
-                    last_stable_offset: read.high_watermark,
+                    last_stable_offset: read.last_stable,
                     log_start: read.log_start,
                     records_len: read.records_len(),
+                    aborted: (request.isolation_level == READ_COMMITTED)
+                        .then(|| read.aborted.clone()),
                 })
                 .collect();
             (topic.clone(), partitions)
@@ -123,7 +141,9 @@ async fn read_all(client: &Client, request: &FetchRequest) -> Vec<(String, Vec<(
                 Read::failed(code::TOPIC_AUTHORIZATION_FAILED)
             } else {
                 let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
-                read_partition(client, topic, p.partition, p.fetch_offset, max_bytes).await
+                let committed = request.isolation_level == READ_COMMITTED;
+                let at = (p.fetch_offset, max_bytes);
+                read_partition(client, topic, p.partition, at, committed).await
             };
             budget = budget.saturating_sub(result.records_len());
             read.push((p.partition, result));
@@ -133,12 +153,14 @@ async fn read_all(client: &Client, request: &FetchRequest) -> Vec<(String, Vec<(
     reads
 }
 
+/// Reads `(fetch_offset, max_bytes)` of a partition; with `committed`, only up to its last
+/// stable offset, with the aborted transactions in what is read.
 async fn read_partition(
     client: &Client,
     topic: &str,
     partition: i32,
-    fetch_offset: i64,
-    max_bytes: usize,
+    (fetch_offset, max_bytes): (i64, usize),
+    committed: bool,
 ) -> Read {
     let p = match client.node.replicas().led(topic, partition) {
         Ok(p) => p,
@@ -158,7 +180,7 @@ async fn read_partition(
     };
     let read = tokio::task::spawn_blocking(move || match remote_slice {
         Some((slice, first)) => read_slice(&p, &slice, first, max_bytes, log_start),
-        None => read_records(&p, fetch_offset, max_bytes, log_start),
+        None => read_records(&p, fetch_offset, max_bytes, log_start, committed),
     })
     .await;
     match read {
@@ -208,47 +230,70 @@ fn read_slice(
         path: slice.segment.path.clone(),
         source,
     })?;
+    let first = first as i64;
     Ok(Read {
         error: code::NONE,
         high_watermark: high_watermark as i64,
+        last_stable: high_watermark as i64,
         log_start: log_start as i64,
         records,
+        aborted: p
+            .aborted_transactions(first as u64, high_watermark)
+            .into_iter()
+            .map(|a| (a.producer_id, a.first_record as i64))
+            .collect(),
     })
 }
 
 /// The batches from record `fetch_offset` on, about `max_bytes` of log (one whole message at
-/// least); the log starts at record `log_start` (in the store, for a tiered topic). Blocking:
-/// reads the log's message headers, and the messages it converts.
+/// least); the log starts at record `log_start` (in the store, for a tiered topic). With
+/// `committed`, nothing from the last stable offset on. Blocking: reads the log's message
+/// headers, and the messages it converts.
 fn read_records(
     p: &Partition,
     fetch_offset: i64,
     max_bytes: usize,
     log_start: u64,
+    committed: bool,
 ) -> Result<Read, LogError> {
     let visible = p.visible_end();
     let high_watermark = p.record_at_offset(visible as i64)?;
-    let answer = |error, records| Read {
+    let open = p.first_open_transaction()?.filter(|open| open.offset < visible);
+    let last_stable = open.map_or(high_watermark, |open| open.first_record);
+    // Where this read ends: the visible end, or for `read_committed` the last stable offset.
+    let (end_byte, end_record) = match open {
+        Some(open) if committed => (open.offset, open.first_record),
+        _ => (visible, high_watermark),
+    };
+    let answer = |error, records, aborted| Read {
         error,
         high_watermark: high_watermark as i64,
+        last_stable: last_stable as i64,
         log_start: log_start as i64,
         records,
+        aborted,
     };
     let Ok(record) = u64::try_from(fetch_offset) else {
-        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
+        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new(), Vec::new()));
     };
     if record < p.start_record() || record > high_watermark {
-        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new()));
+        return Ok(answer(code::OFFSET_OUT_OF_RANGE, Vec::new(), Vec::new()));
     }
-    if record == high_watermark || max_bytes == 0 {
-        return Ok(answer(code::NONE, Vec::new()));
+    if record >= end_record || max_bytes == 0 {
+        return Ok(answer(code::NONE, Vec::new(), Vec::new()));
     }
     let Some((mut byte, mut first)) = p.locate_record(record)? else {
-        return Ok(answer(code::NONE, Vec::new()));
+        return Ok(answer(code::NONE, Vec::new(), Vec::new()));
     };
     // A compacted topic's segment may hold nothing but gaps from here: read on in the next
     // (Kafka's consumers take a fetch with no batch for one whose batch is too large).
     let records = loop {
-        let Some(slice) = p.read(byte as i64, u32::MAX)? else { break Vec::new() };
+        if byte >= end_byte {
+            break Vec::new();
+        }
+        let Some(mut slice) = p.read(byte as i64, u32::MAX)? else { break Vec::new() };
+        let slice_start = slice.segment.base_offset + slice.position;
+        slice.len = slice.len.min(end_byte - slice_start);
         let records = pieces(&slice, first, max_bytes).map_err(|source| LogError::Io {
             context: "reading",
             path: slice.segment.path.clone(),
@@ -257,10 +302,18 @@ fn read_records(
         if !records.is_empty() {
             break records;
         }
-        byte = slice.segment.base_offset + slice.position + slice.len;
+        byte = slice_start + slice.len;
         first = p.record_at_offset(byte as i64)?;
     };
-    Ok(answer(code::NONE, records))
+    let aborted = match committed {
+        true => p
+            .aborted_transactions(record, end_record)
+            .into_iter()
+            .map(|a| (a.producer_id, a.first_record as i64))
+            .collect(),
+        false => Vec::new(),
+    };
+    Ok(answer(code::NONE, records, aborted))
 }
 
 /// The whole messages at the start of `slice` (the first numbered `first_record`), about
@@ -440,7 +493,9 @@ pub async fn list_offsets(
                     }
                 }
             }
-            let found = tokio::task::spawn_blocking(move || offset_for(&p, timestamp)).await;
+            let committed = request.isolation_level == READ_COMMITTED;
+            let found =
+                tokio::task::spawn_blocking(move || offset_for(&p, timestamp, committed)).await;
             answers.push(match found {
                 Ok(Ok(found)) => answer(code::NONE, found),
                 Ok(Err(ErrorCode::InvalidRequest)) => answer(code::INVALID_REQUEST, (-1, -1)),
@@ -458,17 +513,29 @@ pub async fn list_offsets(
     encode(ApiKey::ListOffsets, header, &body)
 }
 
-/// ListOffsets of one partition, an offset and its timestamp: −1 the high watermark, −2 the
-/// first record, −4 the first on disk (all with timestamp −1; a tiered topic's −2 is answered
+/// ListOffsets of one partition, an offset and its timestamp: −1 the high watermark (the last
+/// stable offset, for `read_committed`), −2 the first record, −4 the first on disk (all with timestamp −1; a tiered topic's −2 is answered
 /// from the store before this), a time the first record at or after it (offset −1
 /// if none is). Blocking.
-fn offset_for(p: &Arc<Partition>, timestamp: i64) -> Result<(i64, i64), ErrorCode> {
+fn offset_for(
+    p: &Arc<Partition>,
+    timestamp: i64,
+    committed: bool,
+) -> Result<(i64, i64), ErrorCode> {
     let failed = |e: LogError| {
         tracing::error!(error = %e, "Kafka ListOffsets failed");
         ErrorCode::Unknown
     };
     match timestamp {
-        -1 => p.record_at_offset(p.visible_end() as i64).map(|r| (r as i64, -1)).map_err(failed),
+        -1 => {
+            let high_watermark = p.record_at_offset(p.visible_end() as i64).map_err(failed)?;
+            let open = match committed {
+                true => p.first_open_transaction().map_err(failed)?,
+                false => None,
+            };
+            let end = open.map_or(high_watermark, |o| o.first_record.min(high_watermark));
+            Ok((end as i64, -1))
+        }
         -2 | -4 => Ok((p.start_record() as i64, -1)),
         t if t >= 0 => {
             let found = p.find_time(t).map_err(failed)?;

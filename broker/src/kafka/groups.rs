@@ -32,6 +32,7 @@ use kafka_protocol::messages::{
 use tokio::sync::oneshot;
 
 use super::client::Client;
+use crate::node::Node;
 use super::coordinator::{
     GROUPS_MAX, Group, Joined, MEMBERS_MAX, Member, Phase, SESSION_TIMEOUT_MS,
 };
@@ -45,16 +46,21 @@ use protocol::kafka::request::{
 };
 use protocol::kafka::response::{code, encode, str_bytes};
 
-/// The broker that coordinates `group`: `(id, host, kafka port)`.
-fn coordinator_of(client: &Client, group: &str) -> Option<(i32, String, u16)> {
-    let brokers = client.node.kafka_endpoints();
+/// The broker that coordinates `group` (or a transactional id): `(id, host, kafka port)`.
+fn coordinator_of(node: &Node, group: &str) -> Option<(i32, String, u16)> {
+    let brokers = node.kafka_endpoints();
     let id = cluster::kafka_coordinator(group, brokers.iter().map(|(id, _, _)| *id))?;
     brokers.into_iter().find(|(b, _, _)| *b == id)
 }
 
 /// Whether this broker coordinates `group`.
 pub(super) fn coordinates(client: &Client, group: &str) -> bool {
-    coordinator_of(client, group).is_some_and(|(id, _, _)| id == client.node.config().broker_id)
+    coordinates_on(&client.node, group)
+}
+
+/// Whether `node` coordinates `key`, a group or a transactional id.
+pub(super) fn coordinates_on(node: &Node, key: &str) -> bool {
+    coordinator_of(node, key).is_some_and(|(id, _, _)| id == node.config().broker_id)
 }
 
 pub fn find_coordinator(
@@ -62,8 +68,9 @@ pub fn find_coordinator(
     header: &Header,
     request: FindCoordinatorRequest,
 ) -> Result<BytesMut, Malformed> {
-    let body = match (request.key_type, coordinator_of(client, &request.key)) {
-        (0, Some((id, host, port))) => FindCoordinatorResponse::default()
+    // Groups (0) and transactional ids (1) are spread over the brokers alike.
+    let body = match (request.key_type, coordinator_of(&client.node, &request.key)) {
+        (0 | 1, Some((id, host, port))) => FindCoordinatorResponse::default()
             .with_node_id(BrokerId(id))
             .with_host(str_bytes(&host))
             .with_port(i32::from(port)),
@@ -485,7 +492,7 @@ pub async fn offset_commit(
 }
 
 /// How many partitions `topic` has, if it exists.
-fn partition_count(client: &Client, topic: &str) -> Option<i32> {
+pub(super) fn partition_count(client: &Client, topic: &str) -> Option<i32> {
     let metadata = client.node.metadata(&[topic.to_owned()]);
     let topic = metadata.topics.into_iter().find(|t| t.name == topic)?;
     (topic.error != ErrorCode::UnknownTopic)

@@ -1,11 +1,11 @@
 //! InitProducerId: a new producer id, or the same id in the next epoch for a producer that
-//! bumps its epoch after an error (KIP-360). Transactional ids are refused: transactions are
-//! not served.
+//! bumps its epoch after an error (KIP-360). A transactional id's producer is the transaction
+//! coordinator's to hand out (`transactions`).
 
 use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, InitProducerIdResponse, ProducerId};
 use protocol::kafka::request::{Header, InitProducerIdRequest, Malformed};
-use protocol::kafka::response::{code, encode};
+use protocol::kafka::response::encode;
 
 use super::client::Client;
 
@@ -14,12 +14,10 @@ pub async fn init_producer_id(
     header: &Header,
     request: InitProducerIdRequest,
 ) -> Result<BytesMut, Malformed> {
-    let body = if request.transactional_id.is_some() {
-        InitProducerIdResponse::default()
-            .with_error_code(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1)
-    } else if request.producer_id >= 0 && request.producer_epoch >= 0 {
+    if request.transactional_id.is_some() {
+        return super::transactions::init_transactional(client, header, request).await;
+    }
+    let body = if request.producer_id >= 0 && request.producer_epoch >= 0 {
         // A producer bumping its epoch after an error keeps its id (KIP-360).
         let epoch = request.producer_epoch.checked_add(1);
         match epoch {

@@ -6,10 +6,10 @@
 //! payloads as stored, messages in Tributary's own format converted.
 //!
 //! Layers, each using only those above it in this list: the state the APIs keep
-//! (`coordinator`; idempotent producers' sequences are the node's, shared with the native
-//! protocol), who a connection serves (`client`), one file per API or
-//! family of APIs (`metadata`, `admin`, `partition_admin`, `produce`, `fetch`, `groups`,
-//! `group_admin`, `init_producer_id`), and the
+//! (`coordinator` for groups, `txn_coordinator` for transactions; idempotent producers'
+//! sequences are the node's, shared with the native protocol), who a connection serves
+//! (`client`), one file per API or family of APIs (`metadata`, `admin`, `partition_admin`,
+//! `produce`, `fetch`, `groups`, `group_admin`, `init_producer_id`, `transactions`), and the
 //! connection that reads frames and dispatches them (`connection`). Requests are decoded and
 //! answers encoded by [`protocol::kafka`].
 
@@ -24,6 +24,9 @@ mod init_producer_id;
 mod metadata;
 mod partition_admin;
 mod produce;
+mod transactions;
+mod txn_coordinator;
 
 pub(crate) use client::{Client, State};
 pub(crate) use coordinator::tick_until;
+pub(crate) use txn_coordinator::sweep_until;

@@ -67,14 +67,12 @@ pub async fn start(
             let settled = |error| Outcome::Settled { error, base_offset: -1 };
             let outcome = match (acks, records) {
                 _ if !allowed => settled(code::TOPIC_AUTHORIZATION_FAILED),
-                _ if request.transactional_id.is_some() => {
-                    settled(code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                }
                 (None, _) => settled(code::INVALID_REQUIRED_ACKS),
                 (_, None) => settled(code::INVALID_RECORD),
                 _ if partition < 0 => settled(code::UNKNOWN_TOPIC_OR_PARTITION),
                 (Some(acks), Some(records)) => {
-                    append(client, &topic, partition, acks, &records).await
+                    let transactional = request.transactional_id.is_some();
+                    append(client, &topic, partition, acks, &records, transactional).await
                 }
             };
             outcomes.push((partition, outcome));
@@ -146,9 +144,10 @@ async fn append(
     partition: i32,
     acks: Acks,
     records: &Bytes,
+    transactional: bool,
 ) -> Outcome {
     let settled = |error| Outcome::Settled { error, base_offset: -1 };
-    let batches = match split_batches(records) {
+    let batches = match split_batches(records, transactional) {
         Ok(batches) => batches,
         Err(error) => return settled(error),
     };
@@ -188,9 +187,14 @@ async fn append(
 }
 
 /// The RecordBatches of a partition's records, each checked whole, with the idempotent
-/// producer that wrote it; a Kafka error code for records that are not whole, valid,
-/// non-transactional batches.
-fn split_batches(records: &Bytes) -> Result<Vec<(Bytes, Option<BatchProducer>)>, i16> {
+/// producer that wrote it; a Kafka error code for records that are not whole, valid batches,
+/// for a control batch (only a transaction coordinator writes markers), and for transactional
+/// batches that are not a transactional producer's (one with a `transactional_id`) or one
+/// that sends a batch outside its transaction.
+fn split_batches(
+    records: &Bytes,
+    transactional: bool,
+) -> Result<Vec<(Bytes, Option<BatchProducer>)>, i16> {
     let mut batches = Vec::new();
     let mut rest = records.clone();
     while !rest.is_empty() {
@@ -199,7 +203,10 @@ fn split_batches(records: &Bytes) -> Result<Vec<(Bytes, Option<BatchProducer>)>,
         let size = size.filter(|&size| size <= rest.len()).ok_or(code::CORRUPT_MESSAGE)?;
         let batch = rest.split_to(size);
         let parsed = RecordBatchRef::parse(&batch).map_err(|_| code::CORRUPT_MESSAGE)?;
-        if parsed.is_control() || parsed.is_transactional() {
+        if parsed.is_control()
+            || parsed.is_transactional() != transactional
+            || (transactional && parsed.producer_id() < 0)
+        {
             return Err(code::INVALID_RECORD);
         }
         let producer = BatchProducer::of(&parsed);
@@ -226,15 +233,27 @@ mod tests {
         };
         let mut two = batch(0);
         two.extend_from_slice(&batch(1));
-        let split = split_batches(&Bytes::from(two.clone())).unwrap();
+        let split = split_batches(&Bytes::from(two.clone()), false).unwrap();
         assert_eq!(split.len(), 2);
         assert_eq!(
-            split_batches(&Bytes::from(two[..two.len() - 1].to_vec())),
+            split_batches(&Bytes::from(two[..two.len() - 1].to_vec()), false),
             Err(code::CORRUPT_MESSAGE)
         );
-        assert_eq!(split_batches(&Bytes::new()), Err(code::INVALID_RECORD));
+        assert_eq!(split_batches(&Bytes::new(), false), Err(code::INVALID_RECORD));
         let mut damaged = two.clone();
         damaged[65] ^= 1; // a byte of the first batch's records
-        assert_eq!(split_batches(&Bytes::from(damaged)), Err(code::CORRUPT_MESSAGE));
+        assert_eq!(split_batches(&Bytes::from(damaged), false), Err(code::CORRUPT_MESSAGE));
+        assert_eq!(
+            split_batches(&Bytes::from(two.clone()), true),
+            Err(code::INVALID_RECORD),
+            "a transactional producer's batches are transactional"
+        );
+        let mut builder = RecordBatchBuilder::new(0).with_producer(7, 0, 0).transactional();
+        builder.push(0, 1, None, Some(b"v"), &[]);
+        let transactional = Bytes::from(builder.finish());
+        assert_eq!(split_batches(&transactional, true).unwrap().len(), 1);
+        assert_eq!(split_batches(&transactional, false), Err(code::INVALID_RECORD));
+        let marker = protocol::record_batch::transaction_marker(7, 0, true, 0, 1);
+        assert_eq!(split_batches(&Bytes::from(marker), true), Err(code::INVALID_RECORD));
     }
 }

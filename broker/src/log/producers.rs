@@ -7,6 +7,11 @@
 //! from the newest snapshot of the state (written at each segment roll and at shutdown,
 //! `{offset:020}.producers`) and the log after it, or without one from the last
 //! [`STATE_TAIL_BYTES`] before that point.
+//!
+//! It also keeps the partition's transactions (KIP-98): where each producer's open
+//! transaction began (its first transactional batch here, until a marker ends it) — the
+//! last stable offset is the earliest of them — and the aborted transactions whose records
+//! are still in the log, which a `read_committed` fetch lists so that its client drops them.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -62,6 +67,39 @@ pub struct Placed {
     pub log_append_time: Option<i64>,
 }
 
+/// What a batch is to its producer's transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An idempotent batch outside any transaction.
+    Plain,
+    /// Records of the producer's open transaction.
+    Transactional,
+    /// The marker that ends the producer's transaction: commits it or aborts it.
+    Marker { commit: bool },
+}
+
+/// A transaction that was aborted: its producer, the number of its first record in this
+/// partition and of its marker's record. Readers in `read_committed` drop the producer's
+/// records from `first_record` until the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aborted {
+    pub producer_id: i64,
+    pub first_record: u64,
+    pub last_record: u64,
+}
+
+/// What a partition's state holds, as a snapshot keeps it: the idempotent batches (oldest
+/// first), the open transactions (their first batches) and the aborted ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct History {
+    pub batches: Vec<(BatchProducer, Placed)>,
+    pub open: Vec<(i64, Placed)>,
+    pub aborted: Vec<Aborted>,
+}
+
+/// Aborted transactions remembered per partition at most (the oldest are forgotten).
+const ABORTED_MAX: usize = 100_000;
+
 /// What a leader does with a batch of an idempotent producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {
@@ -89,6 +127,14 @@ pub struct Producers {
     tracked_from: u64,
     /// Whether what lies before `tracked_from` has been read in.
     loaded: bool,
+    /// Each producer's open transaction: where its first batch here is.
+    open: HashMap<i64, Placed>,
+    /// Aborted transactions, in the order of their markers. Before the state is loaded, one
+    /// whose first batch came before `tracked_from` has `first_record` unknown (`u64::MAX`).
+    aborted: VecDeque<Aborted>,
+    /// Before the state is loaded: producers whose transaction was ended by a marker seen
+    /// since `tracked_from` with no batch of it seen (it began before).
+    ended_unseen: std::collections::HashSet<i64>,
 }
 
 /// The sequence after `sequence`.
@@ -99,7 +145,26 @@ fn after(sequence: i32) -> i32 {
 impl Producers {
     /// Nothing known yet; appends are seen from `end` on.
     pub fn from(end: u64) -> Producers {
-        Producers { producers: HashMap::new(), tracked_from: end, loaded: false }
+        Producers {
+            producers: HashMap::new(),
+            tracked_from: end,
+            loaded: false,
+            open: HashMap::new(),
+            aborted: VecDeque::new(),
+            ended_unseen: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The state a snapshot (and the log after it) describes, complete.
+    pub fn from_history(history: History) -> Producers {
+        let mut producers = Producers::from(0);
+        producers.loaded = true;
+        for (producer, placed) in history.batches {
+            producers.record(producer, placed);
+        }
+        producers.open = history.open.into_iter().collect();
+        producers.aborted = history.aborted.into_iter().collect();
+        producers
     }
 
     /// Whether batches before [`Producers::tracked_from`] are still to be read in: then the
@@ -108,24 +173,40 @@ impl Producers {
         (!self.loaded).then_some(self.tracked_from)
     }
 
-    /// Takes in the batches of the log before `tracked_from` (oldest first), which come before
-    /// everything seen since. Ignored if the log was cut back meanwhile (it is read again).
-    pub fn learned(&mut self, tracked_from: u64, earlier: Vec<(BatchProducer, Placed)>) {
+    /// Takes in what the log before `tracked_from` holds (`earlier`, complete up to there),
+    /// which comes before everything seen since. Ignored if the log was cut back meanwhile (it
+    /// is read again).
+    pub fn learned(&mut self, tracked_from: u64, earlier: Producers) {
         if self.loaded || self.tracked_from != tracked_from {
             return;
         }
-        let seen = std::mem::take(&mut self.producers);
-        for (producer, placed) in earlier {
-            self.record(producer, placed);
-        }
-        for (id, sequences) in seen {
+        let mut merged = earlier;
+        merged.tracked_from = self.tracked_from;
+        for (id, sequences) in std::mem::take(&mut self.producers) {
             for (base, last, placed) in sequences.batches {
                 let producer =
                     BatchProducer { id, epoch: sequences.epoch, sequences: (base, last) };
-                self.record(producer, placed);
+                merged.record(producer, placed);
             }
+            // A marker seen since with a newer epoch than any batch.
+            merged.raise_epoch(id, sequences.epoch);
         }
-        self.loaded = true;
+        // A transaction that began before and ended since: its first batch is in `earlier`.
+        for mut aborted in std::mem::take(&mut self.aborted) {
+            if aborted.first_record == u64::MAX {
+                match merged.open.get(&aborted.producer_id) {
+                    Some(first) => aborted.first_record = first.first_record,
+                    None => continue, // nothing of it here: nothing to drop
+                }
+            }
+            merged.push_aborted(aborted);
+        }
+        for id in std::mem::take(&mut self.ended_unseen) {
+            merged.open.remove(&id);
+        }
+        merged.open.extend(std::mem::take(&mut self.open));
+        merged.loaded = true;
+        *self = merged;
     }
 
     /// What to do with a batch of `producer`.
@@ -151,9 +232,10 @@ impl Producers {
         }
     }
 
-    /// Every batch known, oldest first — what a snapshot holds — once nothing before
-    /// `tracked_from` is missing; `None` before.
-    pub fn batches(&self) -> Option<Vec<(BatchProducer, Placed)>> {
+    /// Everything known — what a snapshot holds — once nothing before `tracked_from` is
+    /// missing; `None` before. Aborted transactions whose markers are before record
+    /// `start_record` (gone from the log) are left out.
+    pub fn history(&self, start_record: u64) -> Option<History> {
         if !self.loaded {
             return None;
         }
@@ -167,7 +249,98 @@ impl Producers {
             })
             .collect();
         batches.sort_by_key(|(_, placed)| placed.offset);
-        Some(batches)
+        let mut open: Vec<(i64, Placed)> = self.open.iter().map(|(&id, &p)| (id, p)).collect();
+        open.sort_by_key(|(_, placed)| placed.offset);
+        let aborted =
+            self.aborted.iter().filter(|a| a.last_record >= start_record).copied().collect();
+        Some(History { batches, open, aborted })
+    }
+
+    /// Whether any transaction was ever seen here (open, or aborted and still listed).
+    pub fn has_transactions(&self) -> bool {
+        !self.open.is_empty() || !self.aborted.is_empty()
+    }
+
+    /// The earliest open transaction's first batch: the last stable offset is its first
+    /// record (`None`: no transaction is open, it is the high watermark). `Err(())` until the
+    /// state is loaded.
+    pub fn first_open(&self) -> Result<Option<Placed>, ()> {
+        if !self.loaded {
+            return Err(());
+        }
+        Ok(self.open.values().min_by_key(|p| p.offset).copied())
+    }
+
+    /// The aborted transactions with records from record `from` up to (not including) `to`.
+    pub fn aborted_between(&self, from: u64, to: u64) -> Vec<Aborted> {
+        self.aborted
+            .iter()
+            .filter(|a| a.last_record >= from && a.first_record < to)
+            .copied()
+            .collect()
+    }
+
+    /// Notes a transactional batch of producer `id` where `placed` says: the first opens its
+    /// transaction here.
+    pub fn note_transactional(&mut self, id: i64, placed: Placed) {
+        self.open.entry(id).or_insert(placed);
+    }
+
+    /// Notes the marker of producer `id` in `epoch` at `placed`: its transaction here ends,
+    /// committed or aborted, and batches of an older epoch are refused from now on.
+    pub fn note_marker(&mut self, id: i64, epoch: i16, commit: bool, placed: Placed) {
+        let first = self.open.remove(&id);
+        if first.is_none() && !self.loaded {
+            self.ended_unseen.insert(id);
+        }
+        if !commit {
+            let first_record = match first {
+                Some(first) => first.first_record,
+                None if self.loaded => placed.first_record, // nothing of it here
+                None => u64::MAX,                            // before `tracked_from`
+            };
+            let last_record = placed.first_record;
+            self.push_aborted(Aborted { producer_id: id, first_record, last_record });
+        }
+        self.raise_epoch(id, epoch);
+    }
+
+    fn push_aborted(&mut self, aborted: Aborted) {
+        if aborted.first_record == aborted.last_record {
+            return; // the marker alone: no record of the transaction here to drop
+        }
+        if self.aborted.len() == ABORTED_MAX {
+            self.aborted.pop_front();
+        }
+        self.aborted.push_back(aborted);
+    }
+
+    /// Moves producer `id` to `epoch` if that is newer than the batches known of it (which are
+    /// then forgotten, as a new epoch's sequences start again).
+    fn raise_epoch(&mut self, id: i64, epoch: i16) {
+        let seen = self
+            .producers
+            .entry(id)
+            .or_insert_with(|| Sequences { epoch, batches: VecDeque::new() });
+        if epoch > seen.epoch {
+            seen.epoch = epoch;
+            seen.batches.clear();
+        }
+    }
+
+    /// Notes the magic-2 message `message` (whole and checked) appended where `placed` says:
+    /// an idempotent batch, a transaction's batch or its marker.
+    pub fn note_message(&mut self, message: &[u8], placed: Placed) {
+        let Some(producer) = producer_of_message(message) else { return };
+        match role_of_message(message) {
+            Role::Marker { commit } => self.note_marker(producer.id, producer.epoch, commit, placed),
+            role => {
+                self.record(producer, placed);
+                if role == Role::Transactional {
+                    self.note_transactional(producer.id, placed);
+                }
+            }
+        }
     }
 
     /// Remembers a batch of `producer` appended where `placed` says.
@@ -198,20 +371,19 @@ impl Producers {
     }
 }
 
-/// Idempotent producers' batches, each with where it is in the log, oldest first: what a
-/// snapshot holds.
-pub type ProducerBatches = Vec<(BatchProducer, Placed)>;
-
 /// Suffix of a snapshot of a partition's producers, named by the log end it was taken at.
 pub const SNAPSHOT_SUFFIX: &str = ".producers";
-/// What a snapshot file begins with: its format.
-const SNAPSHOT_MARK: &str = "tributary-producers 1";
+/// What a snapshot file begins with: its format (version 1 held batches only).
+const SNAPSHOT_MARK: &str = "tributary-producers 2";
+const SNAPSHOT_MARK_V1: &str = "tributary-producers 1";
 
-/// The text of a snapshot of `batches` (oldest first): a mark line, then one line per batch,
-/// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none).
-pub fn encode_snapshot(batches: &[(BatchProducer, Placed)]) -> String {
+/// The text of a snapshot of `history`: a mark line, then one line per batch (oldest first),
+/// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none),
+/// one per open transaction, `open id first_record offset end`, and one per aborted
+/// transaction, `aborted id first_record last_record`.
+pub fn encode_snapshot(history: &History) -> String {
     let mut text = format!("{SNAPSHOT_MARK}\n");
-    for (producer, placed) in batches {
+    for (producer, placed) in &history.batches {
         let BatchProducer { id, epoch, sequences: (base, last) } = producer;
         let time = placed.log_append_time.unwrap_or(-1);
         text.push_str(&format!(
@@ -219,37 +391,63 @@ pub fn encode_snapshot(batches: &[(BatchProducer, Placed)]) -> String {
             placed.first_record, placed.offset, placed.end
         ));
     }
+    for (id, placed) in &history.open {
+        text.push_str(&format!(
+            "open {id} {} {} {}\n",
+            placed.first_record, placed.offset, placed.end
+        ));
+    }
+    for a in &history.aborted {
+        text.push_str(&format!("aborted {} {} {}\n", a.producer_id, a.first_record, a.last_record));
+    }
     text
 }
 
-/// The batches of a snapshot's text; `None` for one that does not parse whole (a crash while
-/// it was written: the log is read instead).
-pub fn decode_snapshot(text: &str) -> Option<Vec<(BatchProducer, Placed)>> {
+/// What a snapshot's text holds; `None` for one that does not parse whole (a crash while it
+/// was written: the log is read instead).
+pub fn decode_snapshot(text: &str) -> Option<History> {
     let mut lines = text.lines();
-    if lines.next()? != SNAPSHOT_MARK || !text.ends_with('\n') {
+    let mark = lines.next()?;
+    if (mark != SNAPSHOT_MARK && mark != SNAPSHOT_MARK_V1) || !text.ends_with('\n') {
         return None;
     }
-    lines
-        .map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            let [id, epoch, base, last, first_record, offset, end, time] = f[..] else {
-                return None;
-            };
-            let time: i64 = time.parse().ok()?;
-            let producer = BatchProducer {
-                id: id.parse().ok()?,
-                epoch: epoch.parse().ok()?,
-                sequences: (base.parse().ok()?, last.parse().ok()?),
-            };
-            let placed = Placed {
+    let mut history = History::default();
+    for line in lines {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[..] {
+            ["open", id, first_record, offset, end] => {
+                let placed = Placed {
+                    first_record: first_record.parse().ok()?,
+                    offset: offset.parse().ok()?,
+                    end: end.parse().ok()?,
+                    log_append_time: None,
+                };
+                history.open.push((id.parse().ok()?, placed));
+            }
+            ["aborted", id, first_record, last_record] => history.aborted.push(Aborted {
+                producer_id: id.parse().ok()?,
                 first_record: first_record.parse().ok()?,
-                offset: offset.parse().ok()?,
-                end: end.parse().ok()?,
-                log_append_time: (time >= 0).then_some(time),
-            };
-            Some((producer, placed))
-        })
-        .collect()
+                last_record: last_record.parse().ok()?,
+            }),
+            [id, epoch, base, last, first_record, offset, end, time] => {
+                let time: i64 = time.parse().ok()?;
+                let producer = BatchProducer {
+                    id: id.parse().ok()?,
+                    epoch: epoch.parse().ok()?,
+                    sequences: (base.parse().ok()?, last.parse().ok()?),
+                };
+                let placed = Placed {
+                    first_record: first_record.parse().ok()?,
+                    offset: offset.parse().ok()?,
+                    end: end.parse().ok()?,
+                    log_append_time: (time >= 0).then_some(time),
+                };
+                history.batches.push((producer, placed));
+            }
+            _ => return None,
+        }
+    }
+    Some(history)
 }
 
 /// The log end a snapshot file's name says it was taken at, if it names one.
@@ -267,6 +465,21 @@ const BATCH_AT: usize = 9;
 /// LogAppendTime.
 pub fn log_append_time_of_message(message: &[u8]) -> Option<i64> {
     protocol::record_batch::log_append_time_of(message.get(BATCH_AT..)?)
+}
+
+/// What the magic-2 message at the start of `message` (a whole, checked message) is to its
+/// producer's transactions.
+pub fn role_of_message(message: &[u8]) -> Role {
+    let Some(batch) = message.get(BATCH_AT..) else { return Role::Plain };
+    let attributes = batch.get(21..23).map_or(0, |a| i16::from_be_bytes([a[0], a[1]]));
+    if attributes & (1 << 5) != 0 {
+        let commit = RecordBatchRef::parse(batch)
+            .ok()
+            .and_then(|b| protocol::record_batch::marker_kind(&b));
+        // A control batch of another kind ends nothing: taken as a commit of nothing.
+        return Role::Marker { commit: commit.unwrap_or(true) };
+    }
+    if attributes & (1 << 4) != 0 { Role::Transactional } else { Role::Plain }
 }
 
 /// The producer of the magic-2 message at the start of `message` (a whole, checked message:
@@ -328,9 +541,13 @@ mod tests {
         let mut producers = Producers::from(1_000);
         producers.record(batch(1, 0, 10, 19), at(20));
         assert_eq!(producers.missing_before(), Some(1_000));
-        producers.learned(999, vec![(batch(1, 0, 0, 9), at(5))]);
+        let earlier = |batches| Producers::from_history(History { batches, ..History::default() });
+        producers.learned(999, earlier(vec![(batch(1, 0, 0, 9), at(5))]));
         assert_eq!(producers.missing_before(), Some(1_000), "cut back meanwhile: read again");
-        producers.learned(1_000, vec![(batch(1, 0, 0, 9), at(5)), (batch(2, 0, 0, 0), at(6))]);
+        producers.learned(
+            1_000,
+            earlier(vec![(batch(1, 0, 0, 9), at(5)), (batch(2, 0, 0, 0), at(6))]),
+        );
         assert_eq!(producers.missing_before(), None);
         assert_eq!(producers.check(batch(1, 0, 0, 9)), Check::Duplicate(at(5)));
         assert_eq!(producers.check(batch(1, 0, 20, 29)), Check::Append, "follows the newest");
@@ -340,20 +557,79 @@ mod tests {
     #[test]
     fn a_snapshot_holds_every_batch_and_a_torn_one_is_refused() {
         let mut producers = Producers::from(0);
-        assert_eq!(producers.batches(), None, "not loaded yet");
-        producers.learned(0, Vec::new());
+        assert_eq!(producers.history(0), None, "not loaded yet");
+        producers.learned(0, Producers::from_history(History::default()));
         producers.record(batch(1, 0, 0, 4), at(3));
         producers.record(batch(2, 5, 10, 10), at(4));
         let stamped = Placed { log_append_time: Some(1_700_000_000_000), ..at(5) };
         producers.record(batch(1, 0, 5, 9), stamped);
-        let batches = producers.batches().unwrap();
-        assert_eq!(batches.len(), 3);
-        let text = encode_snapshot(&batches);
-        assert_eq!(decode_snapshot(&text), Some(batches));
+        producers.note_transactional(3, at(6));
+        producers.note_transactional(4, at(7));
+        producers.note_marker(4, 0, false, at(9));
+        let history = producers.history(0).unwrap();
+        assert_eq!(history.batches.len(), 3);
+        assert_eq!(history.open, vec![(3, at(6))]);
+        assert_eq!(history.aborted, vec![Aborted { producer_id: 4, first_record: 7, last_record: 9 }]);
+        let text = encode_snapshot(&history);
+        assert_eq!(decode_snapshot(&text), Some(history));
+        assert_eq!(producers.history(10).unwrap().aborted, Vec::new(), "before the log start");
+        let v1 = "tributary-producers 1\n1 0 0 4 3 300 370 -1\n";
+        assert_eq!(decode_snapshot(v1).unwrap().batches, vec![(batch(1, 0, 0, 4), at(3))]);
         assert_eq!(decode_snapshot(&text[..text.len() - 3]), None, "torn");
         assert_eq!(decode_snapshot("something else\n"), None);
         assert_eq!(parse_snapshot_name("00000000000000001234.producers"), Some(1234));
         assert_eq!(parse_snapshot_name("1234.producers"), None);
+    }
+
+    /// The last stable offset is the earliest open transaction's first record; an aborted
+    /// transaction is listed for the records it spans; a marker fences older epochs.
+    #[test]
+    fn transactions_open_with_their_first_batch_and_end_with_their_marker() {
+        let mut producers = Producers::from(0);
+        producers.learned(0, Producers::from_history(History::default()));
+        assert_eq!(producers.first_open(), Ok(None));
+        producers.record(batch(1, 0, 0, 0), at(10));
+        producers.note_transactional(1, at(10));
+        producers.record(batch(2, 0, 0, 0), at(11));
+        producers.note_transactional(2, at(11));
+        producers.note_transactional(1, at(12));
+        assert_eq!(producers.first_open(), Ok(Some(at(10))));
+        producers.note_marker(1, 0, false, at(13));
+        assert_eq!(producers.first_open(), Ok(Some(at(11))));
+        assert_eq!(
+            producers.aborted_between(0, 100),
+            vec![Aborted { producer_id: 1, first_record: 10, last_record: 13 }]
+        );
+        assert_eq!(producers.aborted_between(14, 100), Vec::new(), "after it");
+        assert_eq!(producers.aborted_between(0, 10), Vec::new(), "before it");
+        producers.note_marker(2, 1, true, at(14));
+        assert_eq!(producers.first_open(), Ok(None));
+        assert_eq!(
+            producers.check(batch(2, 0, 1, 1)),
+            Check::Refuse(ErrorCode::InvalidProducerEpoch),
+            "a zombie of the fenced epoch"
+        );
+    }
+
+    /// A transaction that began before the replica opened the log and ended after: its
+    /// aborted span starts where the earlier part says.
+    #[test]
+    fn a_transaction_ended_since_opening_takes_its_start_from_what_is_learned() {
+        let mut producers = Producers::from(1_000);
+        assert_eq!(producers.first_open(), Err(()));
+        producers.note_marker(5, 0, false, at(20));
+        producers.note_transactional(6, at(21));
+        let mut earlier = Producers::from_history(History::default());
+        earlier.note_transactional(5, at(3));
+        earlier.note_transactional(7, at(4));
+        producers.learned(1_000, earlier);
+        assert_eq!(producers.first_open(), Ok(Some(at(4))));
+        assert_eq!(
+            producers.aborted_between(0, 100),
+            vec![Aborted { producer_id: 5, first_record: 3, last_record: 20 }]
+        );
+        let open: Vec<i64> = producers.history(0).unwrap().open.iter().map(|o| o.0).collect();
+        assert_eq!(open, vec![7, 6]);
     }
 
     #[test]

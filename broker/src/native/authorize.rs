@@ -39,6 +39,8 @@ impl Connection {
             }
             Request::CreateTopic(c) => may(&c.topic, Operation::Create),
             Request::DeleteRecords(d) => may(&d.topic, Operation::Delete),
+            // From a transaction coordinator: a broker's request.
+            Request::WriteTxnMarker(w) => may(&w.topic, Operation::Replicate),
         }
     }
 

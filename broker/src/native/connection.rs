@@ -25,6 +25,7 @@ use std::time::Instant;
 use bytes::{Buf, BytesMut};
 use protocol::{
     DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode,
+    WriteTxnMarkerResponse,
     FRAME_SIZE_BYTES, InitProducerIdResponse, OffsetsResponse, RecordNumberResponse, Request,
     Response,
 };
@@ -430,6 +431,12 @@ impl Connection {
                 self.answer(RequestKind::record_number, result);
             }
             Request::DeleteRecords(d) => self.delete_records(d).await,
+            Request::WriteTxnMarker(w) => {
+                metrics.request(RequestKind::write_txn_marker, 1);
+                let result = node.write_txn_marker(&w).await;
+                let result = result.map(|()| Response::WriteTxnMarker(WriteTxnMarkerResponse));
+                self.answer(RequestKind::write_txn_marker, result);
+            }
             Request::OffsetForLeaderEpoch(o) => self.offset_for_leader_epoch(o),
             Request::ReplicaFetch(m) => return self.replica_fetch(m).await,
             Request::CreateTopic(c) => {

@@ -9,6 +9,7 @@
 
 mod fetch;
 mod log_start;
+mod markers;
 mod metadata;
 mod produce;
 mod producer_ids;

@@ -304,7 +304,7 @@ impl Node {
 
     /// What `log`'s producers say of a batch of `producer`, once what lies before this
     /// replica's appends is read in.
-    async fn check_producer(
+    pub(super) async fn check_producer(
         &self,
         log: &Arc<Partition>,
         producer: BatchProducer,

@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 
 use super::link::{LinkError, PeerLink, whole_messages};
 use crate::log::index::{CountError, count_records};
-use crate::log::producers::ProducerBatches;
+use crate::log::producers::History;
 use crate::log::{LogError, Partition};
 
 /// Whole messages of a fetch are appended; a fetch ends in at most one partial message, so a
@@ -69,7 +69,7 @@ pub trait ProducerHistory: std::fmt::Debug + Send + Sync {
         &'a self,
         partition: &'a Partition,
         end: u64,
-    ) -> BoxFuture<'a, Result<Option<ProducerBatches>, String>>;
+    ) -> BoxFuture<'a, Result<Option<History>, String>>;
 }
 
 /// Why a follower stopped.

@@ -69,6 +69,21 @@ impl PeerLink {
     }
 }
 
+/// Sends one request to the broker at `addr` and reads its answer, on a connection of its own:
+/// for a broker's occasional request to another (a transaction coordinator's marker). An
+/// error answer is `Err(Ok(code))`; a connection that failed, `Err(Err(why))`.
+pub async fn call_broker(
+    addr: &str,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    request: &Request,
+) -> Result<Response, Result<ErrorCode, String>> {
+    let mut link = PeerLink::connect(addr, tls, 1 << 20).await.map_err(|e| Err(e.to_string()))?;
+    link.call(request).await.map_err(|e| match e {
+        LinkError::Error(code) => Ok(code),
+        e => Err(e.to_string()),
+    })
+}
+
 /// Why a copy of a range from another replica was not had.
 #[derive(Debug, Error)]
 pub enum RangeError {

@@ -14,6 +14,6 @@ mod serve;
 pub use follower::{FollowerError, Following, ProducerHistory};
 pub(crate) use leader::Leader;
 pub use leader::{IsrStore, Leadership};
-pub use link::fetch_range;
+pub use link::{call_broker, fetch_range};
 pub use replicas::{Leaders, Replicas};
 pub use serve::ReplicaPlan;

@@ -24,7 +24,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::config::BrokerConfig;
 use crate::log::index::{self, INDEX_INTERVAL_BYTES, IndexEntry};
-use crate::log::producers::{self, ProducerBatches};
+use crate::log::producers::{self, History};
 use crate::log::{FileSlice, Partition, Segment};
 use crate::replication::ProducerHistory;
 use cache::ChunkCache;
@@ -94,7 +94,7 @@ impl ProducerHistory for RemoteTier {
         &'a self,
         partition: &'a Partition,
         end: u64,
-    ) -> BoxFuture<'a, Result<Option<ProducerBatches>, String>> {
+    ) -> BoxFuture<'a, Result<Option<History>, String>> {
         async move { RemoteTier::producers_at(self, partition, end).await.map_err(|e| e.to_string()) }
             .boxed()
     }
@@ -194,7 +194,7 @@ impl RemoteTier {
         &self,
         partition: &Partition,
         end: u64,
-    ) -> Result<Option<ProducerBatches>, TierError> {
+    ) -> Result<Option<History>, TierError> {
         self.sync(partition).await?;
         let segment = self.manifest(partition).await?.segments().find(|s| s.end == end).cloned();
         let Some(segment) = segment.filter(|s| s.producers_size.is_some()) else {

@@ -16,6 +16,9 @@ pub struct PartitionHead {
     pub last_stable_offset: i64,
     pub log_start: i64,
     pub records_len: usize,
+    /// For a `read_committed` fetch, the aborted transactions in the records: `(producer id,
+    /// first offset)`; `None` (null) otherwise.
+    pub aborted: Option<Vec<(i64, i64)>>,
 }
 
 /// An encoded Fetch answer without its records: `bytes` is the whole frame (its size counting
@@ -28,7 +31,7 @@ pub struct FetchFrame {
 }
 
 /// Encodes the answer to a Fetch of `header`'s version: no throttle, no error, no session, no
-/// aborted transactions, no preferred read replica.
+/// preferred read replica.
 pub fn encode(
     header: &Header,
     topics: &[(String, Vec<PartitionHead>)],
@@ -61,7 +64,16 @@ pub fn encode(
             if v >= 5 {
                 bytes.put_i64(p.log_start);
             }
-            bytes.put_i32(-1); // aborted_transactions: null
+            match &p.aborted {
+                None => bytes.put_i32(-1),
+                Some(aborted) => {
+                    bytes.put_i32(i32::try_from(aborted.len()).map_err(|_| too_large())?);
+                    for &(producer_id, first_offset) in aborted {
+                        bytes.put_i64(producer_id);
+                        bytes.put_i64(first_offset);
+                    }
+                }
+            }
             if v >= 11 {
                 bytes.put_i32(-1); // preferred_read_replica
             }
@@ -81,8 +93,10 @@ pub fn encode(
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-    use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
+    use kafka_protocol::messages::fetch_response::{
+        AbortedTransaction, FetchableTopicResponse, PartitionData,
+    };
+    use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, ProducerId, TopicName};
 
     use super::*;
     use crate::kafka::response::{encode_version, str_bytes};
@@ -99,6 +113,7 @@ mod tests {
                     last_stable_offset: 90 + i as i64,
                     log_start: 7 * i as i64,
                     records_len: records[i].len(),
+                    aborted: (i == 1).then(|| vec![(42, 7)]),
                 })
                 .collect::<Vec<_>>();
             (topic.to_owned(), partitions)
@@ -129,7 +144,15 @@ mod tests {
                                     .with_high_watermark(p.high_watermark)
                                     .with_last_stable_offset(p.last_stable_offset)
                                     .with_log_start_offset(p.log_start)
-                                    .with_aborted_transactions(None)
+                                    .with_aborted_transactions(p.aborted.as_ref().map(|a| {
+                                        a.iter()
+                                            .map(|&(id, first)| {
+                                                AbortedTransaction::default()
+                                                    .with_producer_id(ProducerId(id))
+                                                    .with_first_offset(first)
+                                            })
+                                            .collect()
+                                    }))
                                     .with_preferred_read_replica(BrokerId(-1))
                                     .with_records(Some(Bytes::from_static(
                                         records[p.partition as usize],

@@ -304,14 +304,14 @@ pub fn fetch(r: &mut Reader, v: i16, flex: bool) -> Result<FetchRequest> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsRequest {
+    /// 1: `read_committed` (the latest offset is the last stable one).
+    pub isolation_level: i8,
     pub topics: Vec<(String, Vec<(i32, i64)>)>,
 }
 
 pub fn list_offsets(r: &mut Reader, v: i16, flex: bool) -> Result<ListOffsetsRequest> {
     let _replica_id = r.i32()?;
-    if v >= 2 {
-        let _isolation_level = r.i8()?;
-    }
+    let isolation_level = if v >= 2 { r.i8()? } else { 0 };
     let topics = r.vec(flex, |r| {
         let name = r.string(flex)?;
         let partitions = r.vec(flex, |r| {
@@ -327,7 +327,7 @@ pub fn list_offsets(r: &mut Reader, v: i16, flex: bool) -> Result<ListOffsetsReq
         Ok((name, partitions))
     })?;
     r.tagged_fields(flex)?;
-    Ok(ListOffsetsRequest { topics })
+    Ok(ListOffsetsRequest { isolation_level, topics })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -838,16 +838,126 @@ pub fn list_reassignments(r: &mut Reader, _v: i16, flex: bool) -> Result<TopicPa
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitProducerIdRequest {
     pub transactional_id: Option<String>,
+    pub transaction_timeout_ms: i32,
     pub producer_id: i64,
     pub producer_epoch: i16,
 }
 
 pub fn init_producer_id(r: &mut Reader, v: i16, flex: bool) -> Result<InitProducerIdRequest> {
     let transactional_id = r.nullable_string(flex)?;
-    let _transaction_timeout_ms = r.i32()?;
+    let transaction_timeout_ms = r.i32()?;
     let (producer_id, producer_epoch) = if v >= 3 { (r.i64()?, r.i16()?) } else { (-1, -1) };
     r.tagged_fields(flex)?;
-    Ok(InitProducerIdRequest { transactional_id, producer_id, producer_epoch })
+    Ok(InitProducerIdRequest {
+        transactional_id,
+        transaction_timeout_ms,
+        producer_id,
+        producer_epoch,
+    })
+}
+
+/// A transactional producer, as the transaction APIs name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
+
+fn txn_producer(r: &mut Reader, flex: bool) -> Result<TxnProducer> {
+    Ok(TxnProducer {
+        transactional_id: r.string(flex)?,
+        producer_id: r.i64()?,
+        producer_epoch: r.i16()?,
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddPartitionsToTxnRequest {
+    pub producer: TxnProducer,
+    pub topics: Vec<(String, Vec<i32>)>,
+}
+
+/// AddPartitionsToTxn up to version 3 (a client's; 4 on is a broker's batch of them).
+pub fn add_partitions_to_txn(
+    r: &mut Reader,
+    _v: i16,
+    flex: bool,
+) -> Result<AddPartitionsToTxnRequest> {
+    let producer = txn_producer(r, flex)?;
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let partitions = r.vec(flex, Reader::i32)?;
+        r.tagged_fields(flex)?;
+        Ok((name, partitions))
+    })?;
+    r.tagged_fields(flex)?;
+    Ok(AddPartitionsToTxnRequest { producer, topics })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddOffsetsToTxnRequest {
+    pub producer: TxnProducer,
+    pub group_id: String,
+}
+
+pub fn add_offsets_to_txn(r: &mut Reader, _v: i16, flex: bool) -> Result<AddOffsetsToTxnRequest> {
+    let producer = txn_producer(r, flex)?;
+    let group_id = r.string(flex)?;
+    r.tagged_fields(flex)?;
+    Ok(AddOffsetsToTxnRequest { producer, group_id })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndTxnRequest {
+    pub producer: TxnProducer,
+    pub committed: bool,
+}
+
+pub fn end_txn(r: &mut Reader, _v: i16, flex: bool) -> Result<EndTxnRequest> {
+    let producer = txn_producer(r, flex)?;
+    let committed = r.bool()?;
+    r.tagged_fields(flex)?;
+    Ok(EndTxnRequest { producer, committed })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnOffsetCommitRequest {
+    pub transactional_id: String,
+    pub group_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// `(partition, offset, metadata)` by topic.
+    pub topics: Vec<(String, Vec<(i32, i64, Option<String>)>)>,
+}
+
+pub fn txn_offset_commit(r: &mut Reader, v: i16, flex: bool) -> Result<TxnOffsetCommitRequest> {
+    let transactional_id = r.string(flex)?;
+    let group_id = r.string(flex)?;
+    let producer_id = r.i64()?;
+    let producer_epoch = r.i16()?;
+    if v >= 3 {
+        let _generation_id = r.i32()?;
+        let _member_id = r.string(flex)?;
+        let _group_instance_id = r.nullable_string(flex)?;
+    }
+    let topics = r.vec(flex, |r| {
+        let name = r.string(flex)?;
+        let partitions = r.vec(flex, |r| {
+            let partition = r.i32()?;
+            let offset = r.i64()?;
+            if v >= 2 {
+                let _committed_leader_epoch = r.i32()?;
+            }
+            let metadata = r.nullable_string(flex)?;
+            r.tagged_fields(flex)?;
+            Ok((partition, offset, metadata))
+        })?;
+        r.tagged_fields(flex)?;
+        Ok((name, partitions))
+    })?;
+    r.tagged_fields(flex)?;
+    Ok(TxnOffsetCommitRequest { transactional_id, group_id, producer_id, producer_epoch, topics })
 }
 
 /// Decodes a whole request frame of any API and version the listener serves, header and body,
@@ -881,6 +991,10 @@ pub fn decode_frame(frame: Bytes) -> Result<Option<Header>> {
         ApiKey::OffsetCommit => drop(offset_commit(&mut r, v, flex)?),
         ApiKey::OffsetFetch => drop(offset_fetch(&mut r, v, flex)?),
         ApiKey::InitProducerId => drop(init_producer_id(&mut r, v, flex)?),
+        ApiKey::AddPartitionsToTxn => drop(add_partitions_to_txn(&mut r, v, flex)?),
+        ApiKey::AddOffsetsToTxn => drop(add_offsets_to_txn(&mut r, v, flex)?),
+        ApiKey::EndTxn => drop(end_txn(&mut r, v, flex)?),
+        ApiKey::TxnOffsetCommit => drop(txn_offset_commit(&mut r, v, flex)?),
         ApiKey::ListGroups => drop(list_groups(&mut r, v, flex)?),
         ApiKey::DescribeGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Describe)?),
         ApiKey::DeleteGroups => drop(group_ids(&mut r, v, flex, GroupIdsOf::Delete)?),

@@ -41,6 +41,10 @@ pub mod code {
     pub const INVALID_REQUEST: i16 = 42;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
+    pub const INVALID_TXN_STATE: i16 = 48;
+    pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
+    pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
+    pub const CONCURRENT_TRANSACTIONS: i16 = 51;
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const REASSIGNMENT_IN_PROGRESS: i16 = 60;
@@ -53,6 +57,8 @@ pub mod code {
     pub const NO_REASSIGNMENT_IN_PROGRESS: i16 = 85;
     pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
     pub const INVALID_RECORD: i16 = 87;
+    pub const PRODUCER_FENCED: i16 = 90;
+    pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 }
 

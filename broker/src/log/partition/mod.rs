@@ -605,7 +605,7 @@ mod tests {
         partition.truncate_to(first.offset + 18).unwrap();
         assert_eq!(partition.end_record(), 1, "one plain message kept");
         let end = partition.end();
-        partition.restart_replica_at(end + 1_000, 4_242, Vec::new()).unwrap();
+        partition.restart_replica_at(end + 1_000, 4_242, Default::default()).unwrap();
         assert_eq!((partition.start_record(), partition.end_record()), (4_242, 4_242));
         assert_eq!(append_mixed(&partition).first_record, 4_242);
         drop(partition);

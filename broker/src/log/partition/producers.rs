@@ -12,8 +12,8 @@ use super::{Partition, State};
 use crate::log::error::{LogError, io_error};
 use crate::log::index::SetRecords;
 use crate::log::producers::{
-    self, BatchProducer, Check, Placed, Producers, SNAPSHOT_SUFFIX, STATE_TAIL_BYTES,
-    log_append_time_of_message, producer_of_message,
+    self, BatchProducer, Check, History, Placed, Producers, SNAPSHOT_SUFFIX, STATE_TAIL_BYTES,
+    log_append_time_of_message,
 };
 
 impl Partition {
@@ -48,10 +48,11 @@ impl Partition {
                 }
                 decoded.map(|batches| (at, batches))
             });
-        let (from, mut batches) = match snapshot {
-            Some((at, batches)) => (at, batches),
-            None => (to.saturating_sub(STATE_TAIL_BYTES), Vec::new()),
+        let (from, history) = match snapshot {
+            Some((at, history)) => (at, history),
+            None => (to.saturating_sub(STATE_TAIL_BYTES), History::default()),
         };
+        let mut earlier = Producers::from_history(history);
         let reads = tail_reads(&self.state(), from, to);
         for (segment, begin, end) in reads {
             let mut bytes = vec![0u8; (end - begin) as usize];
@@ -62,27 +63,21 @@ impl Partition {
             for message in protocol::MessageSetIter::new(&bytes, begin as i64) {
                 let Ok((offset, message)) = message else { break };
                 let offset = offset as u64;
-                if offset < from {
-                    continue; // in the snapshot already
+                if offset < from || message.magic != protocol::MAGIC_BATCH {
+                    continue; // in the snapshot already, or no batch
                 }
                 let at = (offset - begin) as usize;
                 // A magic-2 message: length, CRC and magic before its batch.
                 let end = offset + 9 + message.payload.len() as u64;
-                if message.magic != protocol::MAGIC_BATCH {
-                    continue;
-                }
-                let Some(producer) = producer_of_message(&bytes[at..(end - begin) as usize]) else {
-                    continue;
-                };
+                let bytes = &bytes[at..(end - begin) as usize];
                 // The leader numbered the batch: its base offset is its first record's number.
                 let base_offset = protocol::i64_at(message.payload, 0).unwrap_or(0);
                 let first_record = u64::try_from(base_offset).unwrap_or(0);
-                let log_append_time =
-                    log_append_time_of_message(&bytes[at..(end - begin) as usize]);
-                batches.push((producer, Placed { first_record, offset, end, log_append_time }));
+                let log_append_time = log_append_time_of_message(bytes);
+                earlier.note_message(bytes, Placed { first_record, offset, end, log_append_time });
             }
         }
-        self.state().producers.learned(to, batches);
+        self.state().producers.learned(to, earlier);
         Ok(())
     }
 }
@@ -156,13 +151,13 @@ impl Partition {
     /// it, as `{end:020}.producers` (written beside and renamed; not fsynced: a snapshot lost
     /// to a crash is read from the log again). At a roll and at shutdown.
     pub(super) fn write_snapshot(&self, state: &State) {
-        let Some(batches) = state.producers.batches() else { return };
-        if batches.is_empty() && snapshots(&self.dir).is_empty() {
+        let Some(history) = state.producers.history(state.start_record()) else { return };
+        if history.batches.is_empty() && history.aborted.is_empty() && snapshots(&self.dir).is_empty() {
             return; // never an idempotent producer here: nothing to snapshot
         }
         let path = self.dir.join(snapshot_name(state.end));
         let staged = path.with_extension("producers.new");
-        let written = fs::write(&staged, producers::encode_snapshot(&batches))
+        let written = fs::write(&staged, producers::encode_snapshot(&history))
             .and_then(|()| fs::rename(&staged, &path));
         if let Err(e) = written {
             tracing::warn!(snapshot = %path.display(), error = %e, "cannot write a producer snapshot");
@@ -185,16 +180,15 @@ impl State {
             for (i, message) in counts.messages.iter().enumerate() {
                 let start = message.position as usize;
                 let next = counts.messages.get(i + 1).map_or(set.len(), |m| m.position as usize);
-                if message.batch
-                    && let Some(producer) = producer_of_message(&set[start..next])
-                {
+                if message.batch {
+                    let message = &set[start..next];
                     let placed = Placed {
                         first_record: record,
                         offset: at + start as u64,
                         end: at + next as u64,
-                        log_append_time: log_append_time_of_message(&set[start..next]),
+                        log_append_time: log_append_time_of_message(message),
                     };
-                    self.producers.record(producer, placed);
+                    self.producers.note_message(message, placed);
                 }
                 record += message.records;
             }
@@ -206,5 +200,24 @@ impl State {
     /// again at, `end`.
     pub(super) fn reset_producers(&mut self, end: u64) {
         self.producers = Producers::from(end);
+    }
+}
+
+impl Partition {
+    /// Where the last stable offset is: the first batch of the earliest open transaction
+    /// (`None`: none is open, and it is the high watermark). Blocking: learns the producers
+    /// first if this replica has not yet ([`Partition::learn_producers`]).
+    pub fn first_open_transaction(&self) -> Result<Option<Placed>, LogError> {
+        if let Ok(first) = self.state().producers.first_open() {
+            return Ok(first);
+        }
+        self.learn_producers()?;
+        // The log may have been cut back meanwhile; then nothing is known to be open.
+        Ok(self.state().producers.first_open().unwrap_or(None))
+    }
+
+    /// The aborted transactions with records from record `from` up to (not including) `to`.
+    pub fn aborted_transactions(&self, from: u64, to: u64) -> Vec<producers::Aborted> {
+        self.state().producers.aborted_between(from, to)
     }
 }

@@ -14,7 +14,7 @@ use crate::config::LogConfig;
 use crate::log::error::{LogError, io_error};
 use crate::log::index::{self, SegmentIndex};
 use crate::log::leader_epoch::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
-use crate::log::producers::{self, Producers};
+use crate::log::producers::{self, History, Producers};
 use crate::log::segment::{Segment, scan_valid_prefix};
 
 impl Partition {
@@ -72,7 +72,7 @@ impl Partition {
             // An empty log has no producers before it: its state is whole from the start.
             let mut state = partition.state();
             if state.segments.len() == 1 && state.segments[0].base_offset == end {
-                state.producers.learned(end, Vec::new());
+                state.producers.learned(end, Producers::from_history(History::default()));
             }
         }
         if let Some(kept) = start::read_start(&partition.dir) {

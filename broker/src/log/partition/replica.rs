@@ -9,7 +9,7 @@ use super::{Appended, FileSlice, Partition, ReplicaSlice, Roll, State, lock};
 use crate::config::VisibleAfter;
 use crate::log::error::{LogError, io_error, sync_dir};
 use crate::log::index::{self, SegmentIndex, SetRecords};
-use crate::log::producers::{BatchProducer, Placed};
+use crate::log::producers::{History, Producers};
 use crate::log::segment::Segment;
 
 impl Partition {
@@ -237,7 +237,7 @@ impl Partition {
         &self,
         base: u64,
         first_record: u64,
-        producers: Vec<(BatchProducer, Placed)>,
+        producers: History,
     ) -> Result<(), LogError> {
         let _flushing = lock(&self.flushing);
         let mut state = self.state();
@@ -261,7 +261,7 @@ impl Partition {
         state.indexes.push(index);
         state.end = base;
         state.reset_producers(base);
-        state.producers.learned(base, producers);
+        state.producers.learned(base, Producers::from_history(producers));
         self.delete_snapshots(|_| true);
         self.write_snapshot(&state);
         state.dir_unsynced = true;
