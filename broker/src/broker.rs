@@ -244,7 +244,8 @@ impl Broker {
             self.tasks.spawn(kafka::tick_until(Arc::clone(&state.groups), stop.clone()));
             self.tasks.spawn(kafka::sweep_until(
                 Arc::clone(&self.node),
-                Arc::clone(state),
+                Arc::clone(&state.transactions),
+                Arc::clone(&state.groups),
                 stop.clone(),
             ));
         }

@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::CoordError;
 use crate::coordinator::{NodeMode, Version};
 use crate::registry::{KafkaCommit, Registry, RegistryError, corrupt, ignore_missing, segment};
-use crate::CoordError;
 
 /// Where a transaction is, as Kafka's coordinator names its states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,7 +55,10 @@ impl Registry {
     }
 
     /// The record of transactional id `id` and its version; `None` if it has none.
-    pub async fn transaction(&self, id: &str) -> Result<Option<(TxnRecord, Version)>, RegistryError> {
+    pub async fn transaction(
+        &self,
+        id: &str,
+    ) -> Result<Option<(TxnRecord, Version)>, RegistryError> {
         let path = Registry::transaction_path(id)?;
         match self.coordinator().get(&path).await? {
             Some((data, version)) => {

@@ -89,17 +89,19 @@ fn request() -> impl Strategy<Value = Request> {
         (topic(), any::<i32>(), any::<i64>()).prop_map(|(topic, partition, offset)| {
             Request::DeleteRecords(DeleteRecordsRequest { topic, partition, offset })
         });
-    let txn_marker = (topic(), any::<i32>(), any::<i64>(), any::<i16>(), any::<bool>(), any::<i32>())
-        .prop_map(|(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)| {
-            Request::WriteTxnMarker(WriteTxnMarkerRequest {
-                topic,
-                partition,
-                producer_id,
-                producer_epoch,
-                commit,
-                coordinator_epoch,
-            })
-        });
+    let txn_marker =
+        (topic(), any::<i32>(), any::<i64>(), any::<i16>(), any::<bool>(), any::<i32>()).prop_map(
+            |(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch)| {
+                Request::WriteTxnMarker(WriteTxnMarkerRequest {
+                    topic,
+                    partition,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                })
+            },
+        );
     let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
         |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
             topic,

@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use protocol::kafka::request::Malformed;
 
 use super::coordinator::Coordinator;
-use super::txn_coordinator::Transactions;
+use super::txn_coordinator::{Ctx, Transactions};
 use crate::log::FileSlice;
 use crate::net::admission::Admission;
 use crate::node::Node;
@@ -17,7 +17,7 @@ use crate::node::Node;
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub groups: Arc<Coordinator>,
-    pub transactions: Transactions,
+    pub transactions: Arc<Transactions>,
 }
 
 /// Who a connection serves.
@@ -30,6 +30,13 @@ pub(crate) struct Client {
     pub principal: Arc<str>,
     /// The client's address, as Kafka's tools show a group member's host.
     pub host: Arc<str>,
+}
+
+impl Client {
+    /// What the transaction coordinator works with.
+    pub(super) fn txn_ctx(&self) -> Ctx<'_> {
+        Ctx { node: &self.node, transactions: &self.state.transactions, groups: &self.state.groups }
+    }
 }
 
 /// Why a connection ends.

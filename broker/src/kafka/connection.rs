@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Answer, Client, Ended, Piece, Reply};
 use super::{
-    admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce, transactions,
+    admin, fetch, group_admin, groups, init_producer_id, metadata, partition_admin, produce,
+    transactions,
 };
 use crate::metrics::Stalled;
 use crate::net::send;

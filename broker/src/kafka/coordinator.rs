@@ -22,6 +22,21 @@ use protocol::kafka::response::code;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::node::Node;
+
+/// The broker that coordinates `key`, a group or a transactional id (spread over the brokers
+/// with a Kafka listener alike): `(id, host, kafka port)`.
+pub(super) fn coordinator_of(node: &Node, key: &str) -> Option<(i32, String, u16)> {
+    let brokers = node.kafka_endpoints();
+    let id = cluster::kafka_coordinator(key, brokers.iter().map(|(id, _, _)| *id))?;
+    brokers.into_iter().find(|(b, _, _)| *b == id)
+}
+
+/// Whether `node` coordinates `key`, a group or a transactional id.
+pub(super) fn coordinates(node: &Node, key: &str) -> bool {
+    coordinator_of(node, key).is_some_and(|(id, _, _)| id == node.config().broker_id)
+}
+
 /// How often the coordinator drops expired members and completes overdue rebalances.
 const TICK_MS: u64 = 200;
 

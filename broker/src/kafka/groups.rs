@@ -32,7 +32,6 @@ use kafka_protocol::messages::{
 use tokio::sync::oneshot;
 
 use super::client::Client;
-use crate::node::Node;
 use super::coordinator::{
     GROUPS_MAX, Group, Joined, MEMBERS_MAX, Member, Phase, SESSION_TIMEOUT_MS,
 };
@@ -46,21 +45,9 @@ use protocol::kafka::request::{
 };
 use protocol::kafka::response::{code, encode, str_bytes};
 
-/// The broker that coordinates `group` (or a transactional id): `(id, host, kafka port)`.
-fn coordinator_of(node: &Node, group: &str) -> Option<(i32, String, u16)> {
-    let brokers = node.kafka_endpoints();
-    let id = cluster::kafka_coordinator(group, brokers.iter().map(|(id, _, _)| *id))?;
-    brokers.into_iter().find(|(b, _, _)| *b == id)
-}
-
 /// Whether this broker coordinates `group`.
 pub(super) fn coordinates(client: &Client, group: &str) -> bool {
-    coordinates_on(&client.node, group)
-}
-
-/// Whether `node` coordinates `key`, a group or a transactional id.
-pub(super) fn coordinates_on(node: &Node, key: &str) -> bool {
-    coordinator_of(node, key).is_some_and(|(id, _, _)| id == node.config().broker_id)
+    super::coordinator::coordinates(&client.node, group)
 }
 
 pub fn find_coordinator(
@@ -69,16 +56,17 @@ pub fn find_coordinator(
     request: FindCoordinatorRequest,
 ) -> Result<BytesMut, Malformed> {
     // Groups (0) and transactional ids (1) are spread over the brokers alike.
-    let body = match (request.key_type, coordinator_of(&client.node, &request.key)) {
-        (0 | 1, Some((id, host, port))) => FindCoordinatorResponse::default()
-            .with_node_id(BrokerId(id))
-            .with_host(str_bytes(&host))
-            .with_port(i32::from(port)),
-        _ => FindCoordinatorResponse::default()
-            .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
-            .with_node_id(BrokerId(-1))
-            .with_port(-1),
-    };
+    let body =
+        match (request.key_type, super::coordinator::coordinator_of(&client.node, &request.key)) {
+            (0 | 1, Some((id, host, port))) => FindCoordinatorResponse::default()
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(&host))
+                .with_port(i32::from(port)),
+            _ => FindCoordinatorResponse::default()
+                .with_error_code(code::COORDINATOR_NOT_AVAILABLE)
+                .with_node_id(BrokerId(-1))
+                .with_port(-1),
+        };
     encode(ApiKey::FindCoordinator, header, &body)
 }
 

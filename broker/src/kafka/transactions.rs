@@ -85,7 +85,11 @@ pub async fn init_transactional(
     encode(ApiKey::InitProducerId, header, &answer)
 }
 
-async fn init(client: &Client, id: &str, request: &InitProducerIdRequest) -> Result<(i64, i16), i16> {
+async fn init(
+    client: &Client,
+    id: &str,
+    request: &InitProducerIdRequest,
+) -> Result<(i64, i16), i16> {
     if !coordinates(client, id) {
         return Err(code::NOT_COORDINATOR);
     }
@@ -93,6 +97,7 @@ async fn init(client: &Client, id: &str, request: &InitProducerIdRequest) -> Res
         return Err(code::INVALID_TRANSACTION_TIMEOUT);
     }
     let (node, state) = (&client.node, &client.state);
+    let ctx = client.txn_ctx();
     let lock = state.transactions.lock(id);
     let _held = lock.lock().await;
     let registry = state.transactions.registry(node);
@@ -124,11 +129,9 @@ async fn init(client: &Client, id: &str, request: &InitProducerIdRequest) -> Res
     }
     (record, version) = match record.phase {
         TxnPhase::PrepareCommit | TxnPhase::PrepareAbort => {
-            txn_coordinator::complete(node, state, id, record, version).await?
+            txn_coordinator::complete(ctx, id, record, version).await?
         }
-        TxnPhase::Ongoing => {
-            txn_coordinator::abort_in_new_epoch(node, state, id, record, version).await?
-        }
+        TxnPhase::Ongoing => txn_coordinator::abort_in_new_epoch(ctx, id, record, version).await?,
         _ => (record, version),
     };
     let next = match record.epoch.checked_add(1).filter(|&e| e < i16::MAX) {
@@ -186,12 +189,14 @@ pub async fn add_partitions_to_txn(
     }
     let outcome = match failed {
         true => Err(code::OPERATION_NOT_ATTEMPTED),
-        false => add(client, producer, header.version, |record| {
-            for (topic, partitions) in &request.topics {
-                record.partitions.entry(topic.clone()).or_default().extend(partitions);
-            }
-        })
-        .await,
+        false => {
+            add(client, producer, header.version, |record| {
+                for (topic, partitions) in &request.topics {
+                    record.partitions.entry(topic.clone()).or_default().extend(partitions);
+                }
+            })
+            .await
+        }
     };
     let results = errors
         .into_iter()
@@ -253,7 +258,11 @@ pub async fn add_offsets_to_txn(
     .await
     .err()
     .unwrap_or(code::NONE);
-    encode(ApiKey::AddOffsetsToTxn, header, &AddOffsetsToTxnResponse::default().with_error_code(error))
+    encode(
+        ApiKey::AddOffsetsToTxn,
+        header,
+        &AddOffsetsToTxnResponse::default().with_error_code(error),
+    )
 }
 
 pub async fn end_txn(
@@ -271,6 +280,7 @@ async fn end(client: &Client, request: &EndTxnRequest, version: i16) -> Result<(
     let producer = &request.producer;
     let id = &producer.transactional_id;
     let (node, state) = (&client.node, &client.state);
+    let ctx = client.txn_ctx();
     let lock = state.transactions.lock(id);
     let _held = lock.lock().await;
     let (mut record, at) = current(client, producer, fenced(version, 2)).await?;
@@ -279,7 +289,7 @@ async fn end(client: &Client, request: &EndTxnRequest, version: i16) -> Result<(
         (TxnPhase::Ongoing, _) => {}
         (TxnPhase::CompleteCommit, true) | (TxnPhase::CompleteAbort, false) => return Ok(()),
         (TxnPhase::PrepareCommit, true) | (TxnPhase::PrepareAbort, false) => {
-            return txn_coordinator::complete(node, state, id, record, at).await.map(drop);
+            return txn_coordinator::complete(ctx, id, record, at).await.map(drop);
         }
         (TxnPhase::PrepareCommit | TxnPhase::PrepareAbort, _) => {
             return Err(code::CONCURRENT_TRANSACTIONS);
@@ -288,9 +298,12 @@ async fn end(client: &Client, request: &EndTxnRequest, version: i16) -> Result<(
     }
     record.phase = if commit { TxnPhase::PrepareCommit } else { TxnPhase::PrepareAbort };
     let registry = state.transactions.registry(node);
-    let at = registry.write_transaction(id, &record, Some(at)).await.map_err(|e| store_failed(id, &e))?;
+    let at = registry
+        .write_transaction(id, &record, Some(at))
+        .await
+        .map_err(|e| store_failed(id, &e))?;
     // Decided: whatever happens to the markers now, the sweep finishes them as decided.
-    if let Err(error) = txn_coordinator::complete(node, state, id, record, at).await {
+    if let Err(error) = txn_coordinator::complete(ctx, id, record, at).await {
         tracing::debug!(transactional_id = %id, error, "a transaction's markers are left to the sweep");
     }
     Ok(())
@@ -358,7 +371,8 @@ async fn stage(client: &Client, request: &TxnOffsetCommitRequest, version: i16) 
             continue;
         }
         for (partition, offset, metadata) in partitions {
-            let commit = KafkaCommit { record: *offset, metadata: metadata.clone().unwrap_or_default() };
+            let commit =
+                KafkaCommit { record: *offset, metadata: metadata.clone().unwrap_or_default() };
             offsets.entry(topic.clone()).or_default().insert(*partition, commit);
         }
     }

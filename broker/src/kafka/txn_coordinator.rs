@@ -22,7 +22,7 @@ use protocol::kafka::response::code;
 use protocol::{ErrorCode, Request, WriteTxnMarkerRequest};
 use tokio_util::sync::CancellationToken;
 
-use super::client::State;
+use super::coordinator::Coordinator;
 use crate::node::Node;
 
 /// How often each broker looks for transactions of its ids to finish or time out.
@@ -32,6 +32,15 @@ pub const SWEEP_MS: u64 = 1_000;
 pub const TIMEOUT_MAX_MS: i32 = 900_000;
 /// How long the markers of one ending are tried before it is left to the sweep.
 const MARKERS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What ending a transaction touches: the node (markers), the transactions' store, the group
+/// coordinator (offsets of a broker without a registry).
+#[derive(Clone, Copy)]
+pub(super) struct Ctx<'a> {
+    pub node: &'a Arc<Node>,
+    pub transactions: &'a Transactions,
+    pub groups: &'a Coordinator,
+}
 
 /// What the transaction coordinator keeps in this process.
 pub(crate) struct Transactions {
@@ -94,8 +103,7 @@ pub(super) fn store_failed(id: &str, e: &RegistryError) -> i16 {
 /// A marker that cannot be written within [`MARKERS_DEADLINE`] leaves the decision for the
 /// sweep to finish.
 pub(super) async fn complete(
-    node: &Arc<Node>,
-    state: &State,
+    ctx: Ctx<'_>,
     id: &str,
     mut record: TxnRecord,
     version: Version,
@@ -115,14 +123,14 @@ pub(super) async fn complete(
             coordinator_epoch: 0,
         })
     });
+    let node = ctx.node;
     let written = futures::future::join_all(markers.map(|m| write_marker(node, m))).await;
     if written.iter().any(|w| !w) {
         return Err(code::CONCURRENT_TRANSACTIONS);
     }
-    let registry = state.transactions.registry(node);
+    let registry = ctx.transactions.registry(node);
     for group in &record.groups {
-        if let Err(e) = settle_offsets(node, state, &registry, group, record.producer_id, commit).await
-        {
+        if let Err(e) = settle_offsets(ctx, &registry, group, record.producer_id, commit).await {
             tracing::warn!(transactional_id = %id, %group, error = %e, "cannot settle a transaction's offsets");
             return Err(code::COORDINATOR_NOT_AVAILABLE);
         }
@@ -139,8 +147,7 @@ pub(super) async fn complete(
 /// Makes the offsets producer `producer_id`'s transaction committed for `group` visible
 /// (`commit`) or drops them.
 async fn settle_offsets(
-    node: &Node,
-    state: &State,
+    ctx: Ctx<'_>,
     registry: &Registry,
     group: &str,
     producer_id: i64,
@@ -150,7 +157,7 @@ async fn settle_offsets(
         let staged = registry.staged_kafka_offsets(group, producer_id).await?;
         for (topic, partitions) in staged {
             for (partition, commit) in partitions {
-                commit_offset(node, state, group, &topic, partition, commit).await?;
+                commit_offset(ctx, group, &topic, partition, commit).await?;
             }
         }
     }
@@ -160,21 +167,20 @@ async fn settle_offsets(
 /// Commits a Kafka group's offset where the group coordinator keeps them: the cluster
 /// registry, or this process's memory.
 pub(super) async fn commit_offset(
-    node: &Node,
-    state: &State,
+    ctx: Ctx<'_>,
     group: &str,
     topic: &str,
     partition: i32,
     commit: KafkaCommit,
 ) -> Result<(), RegistryError> {
-    match node.registry() {
+    match ctx.node.registry() {
         Some(registry) => {
             registry
                 .commit_kafka_offset(group, topic, partition, commit.record, &commit.metadata)
                 .await
         }
         None => {
-            let mut offsets = state.groups.offsets.lock().unwrap_or_else(|p| p.into_inner());
+            let mut offsets = ctx.groups.offsets.lock().unwrap_or_else(|p| p.into_inner());
             let topics = offsets.entry(group.to_owned()).or_default();
             topics.entry(topic.to_owned()).or_default().insert(partition, commit);
             Ok(())
@@ -234,36 +240,42 @@ async fn send_marker(
 /// Aborts the open transaction of `id` (`record` at `version`, Ongoing) in a new epoch, which
 /// fences its producer: a timeout, or a producer that initialized again.
 pub(super) async fn abort_in_new_epoch(
-    node: &Arc<Node>,
-    state: &State,
+    ctx: Ctx<'_>,
     id: &str,
     mut record: TxnRecord,
     version: Version,
 ) -> Result<(TxnRecord, Version), i16> {
-    let registry = state.transactions.registry(node);
+    let registry = ctx.transactions.registry(ctx.node);
     record.epoch = record.epoch.saturating_add(1);
     record.phase = TxnPhase::PrepareAbort;
     let version = match registry.write_transaction(id, &record, Some(version)).await {
         Ok(version) => version,
         Err(e) => return Err(store_failed(id, &e)),
     };
-    complete(node, state, id, record, version).await
+    complete(ctx, id, record, version).await
 }
 
 /// Every [`SWEEP_MS`] until `stop`: finishes the decided transactions of the ids this broker
 /// coordinates, and aborts those open past their timeout.
-pub(crate) async fn sweep_until(node: Arc<Node>, state: Arc<State>, stop: CancellationToken) {
+pub(crate) async fn sweep_until(
+    node: Arc<Node>,
+    transactions: Arc<Transactions>,
+    groups: Arc<Coordinator>,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval(Duration::from_millis(SWEEP_MS));
+    let ctx = Ctx { node: &node, transactions: &transactions, groups: &groups };
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            _ = tick.tick() => sweep(&node, &state).await,
+            _ = tick.tick() => sweep(ctx).await,
         }
     }
 }
 
-async fn sweep(node: &Arc<Node>, state: &State) {
-    let registry = state.transactions.registry(node);
+async fn sweep(ctx: Ctx<'_>) {
+    let node = ctx.node;
+    let registry = ctx.transactions.registry(node);
     let ids = match registry.transactional_ids().await {
         Ok(ids) => ids,
         Err(e) => {
@@ -271,19 +283,19 @@ async fn sweep(node: &Arc<Node>, state: &State) {
             return;
         }
     };
-    for id in ids.iter().filter(|id| super::groups::coordinates_on(node, id)) {
-        let lock = state.transactions.lock(id);
+    for id in ids.iter().filter(|id| super::coordinator::coordinates(node, id)) {
+        let lock = ctx.transactions.lock(id);
         let Ok(_held) = lock.try_lock() else { continue }; // a request is on it
         let Ok(Some((record, version))) = registry.transaction(id).await else { continue };
         let expired = record.phase == TxnPhase::Ongoing
             && now_ms() > record.started_ms.saturating_add(i64::from(record.timeout_ms));
         let ended = match record.phase {
             TxnPhase::PrepareCommit | TxnPhase::PrepareAbort => {
-                complete(node, state, id, record, version).await
+                complete(ctx, id, record, version).await
             }
             TxnPhase::Ongoing if expired => {
                 tracing::info!(transactional_id = %id, "a transaction open past its timeout is aborted");
-                abort_in_new_epoch(node, state, id, record, version).await
+                abort_in_new_epoch(ctx, id, record, version).await
             }
             _ => continue,
         };

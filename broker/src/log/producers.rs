@@ -262,13 +262,10 @@ impl Producers {
     }
 
     /// The earliest open transaction's first batch: the last stable offset is its first
-    /// record (`None`: no transaction is open, it is the high watermark). `Err(())` until the
-    /// state is loaded.
-    pub fn first_open(&self) -> Result<Option<Placed>, ()> {
-        if !self.loaded {
-            return Err(());
-        }
-        Ok(self.open.values().min_by_key(|p| p.offset).copied())
+    /// record (`Some(None)`: no transaction is open, it is the high watermark). `None` until
+    /// the state is loaded.
+    pub fn first_open(&self) -> Option<Option<Placed>> {
+        self.loaded.then(|| self.open.values().min_by_key(|p| p.offset).copied())
     }
 
     /// The aborted transactions with records from record `from` up to (not including) `to`.
@@ -297,7 +294,7 @@ impl Producers {
             let first_record = match first {
                 Some(first) => first.first_record,
                 None if self.loaded => placed.first_record, // nothing of it here
-                None => u64::MAX,                            // before `tracked_from`
+                None => u64::MAX,                           // before `tracked_from`
             };
             let last_record = placed.first_record;
             self.push_aborted(Aborted { producer_id: id, first_record, last_record });
@@ -333,7 +330,9 @@ impl Producers {
     pub fn note_message(&mut self, message: &[u8], placed: Placed) {
         let Some(producer) = producer_of_message(message) else { return };
         match role_of_message(message) {
-            Role::Marker { commit } => self.note_marker(producer.id, producer.epoch, commit, placed),
+            Role::Marker { commit } => {
+                self.note_marker(producer.id, producer.epoch, commit, placed)
+            }
             role => {
                 self.record(producer, placed);
                 if role == Role::Transactional {
@@ -473,9 +472,8 @@ pub fn role_of_message(message: &[u8]) -> Role {
     let Some(batch) = message.get(BATCH_AT..) else { return Role::Plain };
     let attributes = batch.get(21..23).map_or(0, |a| i16::from_be_bytes([a[0], a[1]]));
     if attributes & (1 << 5) != 0 {
-        let commit = RecordBatchRef::parse(batch)
-            .ok()
-            .and_then(|b| protocol::record_batch::marker_kind(&b));
+        let commit =
+            RecordBatchRef::parse(batch).ok().and_then(|b| protocol::record_batch::marker_kind(&b));
         // A control batch of another kind ends nothing: taken as a commit of nothing.
         return Role::Marker { commit: commit.unwrap_or(true) };
     }
@@ -544,10 +542,8 @@ mod tests {
         let earlier = |batches| Producers::from_history(History { batches, ..History::default() });
         producers.learned(999, earlier(vec![(batch(1, 0, 0, 9), at(5))]));
         assert_eq!(producers.missing_before(), Some(1_000), "cut back meanwhile: read again");
-        producers.learned(
-            1_000,
-            earlier(vec![(batch(1, 0, 0, 9), at(5)), (batch(2, 0, 0, 0), at(6))]),
-        );
+        producers
+            .learned(1_000, earlier(vec![(batch(1, 0, 0, 9), at(5)), (batch(2, 0, 0, 0), at(6))]));
         assert_eq!(producers.missing_before(), None);
         assert_eq!(producers.check(batch(1, 0, 0, 9)), Check::Duplicate(at(5)));
         assert_eq!(producers.check(batch(1, 0, 20, 29)), Check::Append, "follows the newest");
@@ -569,7 +565,10 @@ mod tests {
         let history = producers.history(0).unwrap();
         assert_eq!(history.batches.len(), 3);
         assert_eq!(history.open, vec![(3, at(6))]);
-        assert_eq!(history.aborted, vec![Aborted { producer_id: 4, first_record: 7, last_record: 9 }]);
+        assert_eq!(
+            history.aborted,
+            vec![Aborted { producer_id: 4, first_record: 7, last_record: 9 }]
+        );
         let text = encode_snapshot(&history);
         assert_eq!(decode_snapshot(&text), Some(history));
         assert_eq!(producers.history(10).unwrap().aborted, Vec::new(), "before the log start");
@@ -587,15 +586,15 @@ mod tests {
     fn transactions_open_with_their_first_batch_and_end_with_their_marker() {
         let mut producers = Producers::from(0);
         producers.learned(0, Producers::from_history(History::default()));
-        assert_eq!(producers.first_open(), Ok(None));
+        assert_eq!(producers.first_open(), Some(None));
         producers.record(batch(1, 0, 0, 0), at(10));
         producers.note_transactional(1, at(10));
         producers.record(batch(2, 0, 0, 0), at(11));
         producers.note_transactional(2, at(11));
         producers.note_transactional(1, at(12));
-        assert_eq!(producers.first_open(), Ok(Some(at(10))));
+        assert_eq!(producers.first_open(), Some(Some(at(10))));
         producers.note_marker(1, 0, false, at(13));
-        assert_eq!(producers.first_open(), Ok(Some(at(11))));
+        assert_eq!(producers.first_open(), Some(Some(at(11))));
         assert_eq!(
             producers.aborted_between(0, 100),
             vec![Aborted { producer_id: 1, first_record: 10, last_record: 13 }]
@@ -603,7 +602,7 @@ mod tests {
         assert_eq!(producers.aborted_between(14, 100), Vec::new(), "after it");
         assert_eq!(producers.aborted_between(0, 10), Vec::new(), "before it");
         producers.note_marker(2, 1, true, at(14));
-        assert_eq!(producers.first_open(), Ok(None));
+        assert_eq!(producers.first_open(), Some(None));
         assert_eq!(
             producers.check(batch(2, 0, 1, 1)),
             Check::Refuse(ErrorCode::InvalidProducerEpoch),
@@ -616,14 +615,14 @@ mod tests {
     #[test]
     fn a_transaction_ended_since_opening_takes_its_start_from_what_is_learned() {
         let mut producers = Producers::from(1_000);
-        assert_eq!(producers.first_open(), Err(()));
+        assert_eq!(producers.first_open(), None);
         producers.note_marker(5, 0, false, at(20));
         producers.note_transactional(6, at(21));
         let mut earlier = Producers::from_history(History::default());
         earlier.note_transactional(5, at(3));
         earlier.note_transactional(7, at(4));
         producers.learned(1_000, earlier);
-        assert_eq!(producers.first_open(), Ok(Some(at(4))));
+        assert_eq!(producers.first_open(), Some(Some(at(4))));
         assert_eq!(
             producers.aborted_between(0, 100),
             vec![Aborted { producer_id: 5, first_record: 3, last_record: 20 }]

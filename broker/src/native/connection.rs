@@ -25,9 +25,8 @@ use std::time::Instant;
 use bytes::{Buf, BytesMut};
 use protocol::{
     DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, DeleteRecordsResponse, ErrorCode,
-    WriteTxnMarkerResponse,
     FRAME_SIZE_BYTES, InitProducerIdResponse, OffsetsResponse, RecordNumberResponse, Request,
-    Response,
+    Response, WriteTxnMarkerResponse,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;

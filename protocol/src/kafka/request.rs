@@ -927,9 +927,11 @@ pub struct TxnOffsetCommitRequest {
     pub group_id: String,
     pub producer_id: i64,
     pub producer_epoch: i16,
-    /// `(partition, offset, metadata)` by topic.
-    pub topics: Vec<(String, Vec<(i32, i64, Option<String>)>)>,
+    pub topics: Vec<(String, Vec<TxnOffset>)>,
 }
+
+/// A partition's offset in a TxnOffsetCommit: `(partition, offset, metadata)`.
+pub type TxnOffset = (i32, i64, Option<String>);
 
 pub fn txn_offset_commit(r: &mut Reader, v: i16, flex: bool) -> Result<TxnOffsetCommitRequest> {
     let transactional_id = r.string(flex)?;

@@ -152,7 +152,10 @@ impl Partition {
     /// to a crash is read from the log again). At a roll and at shutdown.
     pub(super) fn write_snapshot(&self, state: &State) {
         let Some(history) = state.producers.history(state.start_record()) else { return };
-        if history.batches.is_empty() && history.aborted.is_empty() && snapshots(&self.dir).is_empty() {
+        if history.batches.is_empty()
+            && history.aborted.is_empty()
+            && snapshots(&self.dir).is_empty()
+        {
             return; // never an idempotent producer here: nothing to snapshot
         }
         let path = self.dir.join(snapshot_name(state.end));
@@ -208,12 +211,12 @@ impl Partition {
     /// (`None`: none is open, and it is the high watermark). Blocking: learns the producers
     /// first if this replica has not yet ([`Partition::learn_producers`]).
     pub fn first_open_transaction(&self) -> Result<Option<Placed>, LogError> {
-        if let Ok(first) = self.state().producers.first_open() {
+        if let Some(first) = self.state().producers.first_open() {
             return Ok(first);
         }
         self.learn_producers()?;
         // The log may have been cut back meanwhile; then nothing is known to be open.
-        Ok(self.state().producers.first_open().unwrap_or(None))
+        Ok(self.state().producers.first_open().flatten())
     }
 
     /// The aborted transactions with records from record `from` up to (not including) `to`.
