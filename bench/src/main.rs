@@ -10,7 +10,8 @@
 //!
 //! `tributary-bench replication` measures replication instead: see [`replication`];
 //! `tributary-bench pipeline` the whole multi-process pipeline: see [`pipeline`];
-//! `tributary-bench tiered` tiered storage: see [`tiered`].
+//! `tributary-bench tiered` tiered storage: see [`tiered`];
+//! `tributary-bench transactions` exactly once over the Kafka listener: see [`transactions`].
 
 mod ceiling;
 mod growth;
@@ -22,6 +23,7 @@ mod replication;
 mod report;
 mod service;
 mod tiered;
+mod transactions;
 mod tributary;
 mod workload;
 
@@ -91,6 +93,9 @@ enum Mode {
     /// Tiered storage: upload throughput and its cost to produce latency, and a consumer
     /// reading history from the object store (cold and cached) against local disk.
     Tiered(tiered::TieredArgs),
+    /// Exactly once over the Kafka listener: confluent-kafka producers plain (acks all),
+    /// idempotent and transactional, their throughputs and ratios.
+    Transactions(transactions::TransactionsArgs),
 }
 
 /// What one run does, after `--quick` and the explicit flags are applied.
@@ -173,6 +178,9 @@ async fn run(cli: Cli) -> BenchResult<()> {
         Some(Mode::Replication(args)) => return replication::run(args, today(), machine()).await,
         Some(Mode::Pipeline(args)) => return pipeline::run(args).await,
         Some(Mode::Tiered(args)) => return tiered::run(args, today(), machine()).await,
+        Some(Mode::Transactions(args)) => {
+            return transactions::run(args, today(), machine()).await;
+        }
         None => {}
     }
     if let Some(results) = &cli.render {

@@ -229,7 +229,13 @@ async fn add(
     version: i16,
     change: impl FnOnce(&mut TxnRecord),
 ) -> Result<(), i16> {
-    let (mut record, at) = current(client, producer, fenced(version, 2)).await?;
+    let (mut record, mut at) = current(client, producer, fenced(version, 2)).await?;
+    if matches!(record.phase, TxnPhase::PrepareCommit | TxnPhase::PrepareAbort) {
+        // The last transaction's markers were left to the sweep: finished now, as the sweep
+        // would (this id's requests hold its lock).
+        let id = &producer.transactional_id;
+        (record, at) = txn_coordinator::complete(client.txn_ctx(), id, record, at).await?;
+    }
     let before = record.clone();
     begin(&mut record)?;
     change(&mut record);

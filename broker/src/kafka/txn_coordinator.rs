@@ -155,10 +155,13 @@ async fn settle_offsets(
 ) -> Result<(), RegistryError> {
     if commit {
         let staged = registry.staged_kafka_offsets(group, producer_id).await?;
-        for (topic, partitions) in staged {
-            for (partition, commit) in partitions {
-                commit_offset(ctx, group, &topic, partition, commit).await?;
-            }
+        let commits = staged.iter().flat_map(|(topic, partitions)| {
+            partitions.iter().map(move |(&partition, commit)| {
+                commit_offset(ctx, group, topic, partition, commit.clone())
+            })
+        });
+        for committed in futures::future::join_all(commits).await {
+            committed?;
         }
     }
     registry.drop_staged_kafka_offsets(group, producer_id).await

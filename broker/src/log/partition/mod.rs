@@ -568,6 +568,57 @@ mod tests {
         assert!(matches!(reopened.check_producer(producer), Some(Check::Duplicate(_))));
     }
 
+    /// A replica knows its open transactions (the last stable offset) and the aborted ones as
+    /// it appends, from the log after a crash left no snapshot, and from a snapshot.
+    #[test]
+    fn transactions_are_known_from_appends_the_log_and_snapshots() {
+        use crate::log::producers::Aborted;
+        let dir = tempfile::tempdir().unwrap();
+        let append = |p: &Partition, batch: Vec<u8>| {
+            let mut set = Vec::new();
+            protocol::encode_batch_message(&mut set, &batch);
+            let counted = index::count_records(&set, 1 << 20).unwrap();
+            p.append(&[&set], &[counted]).unwrap()
+        };
+        let transactional = |p: &Partition, sequence: i32| {
+            let mut batch = protocol::record_batch::RecordBatchBuilder::new(0)
+                .with_producer(5, 0, sequence)
+                .transactional();
+            batch.push(0, 1_000, None, Some(b"in a transaction"), &[]);
+            append(p, batch.finish())
+        };
+        let marker = |p: &Partition, commit: bool| {
+            append(p, protocol::record_batch::transaction_marker(5, 0, commit, 0, 1_000))
+        };
+        let partition = open(dir.path(), config(1 << 20));
+        append_mixed(&partition);
+        let first = transactional(&partition, 0);
+        transactional(&partition, 1);
+        let open_at = |p: &Partition| p.first_open_transaction().unwrap().map(|o| o.offset);
+        assert_eq!(open_at(&partition), Some(first.offset));
+        drop(partition); // as a crash leaves it: no snapshot
+
+        let reopened = open(dir.path(), config(1 << 20));
+        assert_eq!(open_at(&reopened), Some(first.offset), "from the log");
+        let abort = marker(&reopened, false);
+        assert_eq!(open_at(&reopened), None);
+        let aborted =
+            vec![Aborted { producer_id: 5, first_record: 10, last_record: abort.first_record }];
+        assert_eq!(reopened.aborted_transactions(0, u64::MAX), aborted);
+        assert_eq!(reopened.aborted_transactions(abort.first_record + 1, u64::MAX), Vec::new());
+        transactional(&reopened, 2);
+        reopened.snapshot_producers();
+        drop(reopened);
+
+        let again = open(dir.path(), config(1 << 20));
+        assert!(again.has_producer_snapshot());
+        assert!(open_at(&again).is_some(), "the open transaction, from the snapshot");
+        assert_eq!(again.aborted_transactions(0, u64::MAX), aborted);
+        marker(&again, true);
+        assert_eq!(open_at(&again), None);
+        assert_eq!(again.aborted_transactions(0, u64::MAX), aborted, "a commit lists nothing");
+    }
+
     /// Where record `k` (0..10) of a mixed set appended at `a` is.
     fn partition_locate(a: &Appended, k: u64) -> Option<(u64, u64)> {
         let base = a.first_record;
