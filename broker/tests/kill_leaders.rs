@@ -19,6 +19,7 @@ use testkit::broker_processes::{
     KillPlan, kill_leaders, read_partition, registry, segment_files, sequence, three_with_topic,
 };
 use testkit::eventually;
+use testkit::proxy::AckDropper;
 use testkit::zookeeper::ZooKeeperServer;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_broker");
@@ -53,12 +54,22 @@ async fn start_group(connect: &str, consumed: &Consumed) -> Vec<GroupConsumer> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_leader_kills_lose_no_acknowledged_message() {
-    kill_leaders_under_a_producer(kills_or(50), false).await;
+    kill_leaders_under_a_producer(kills_or(50), false, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kills_under_an_idempotent_producer_store_no_message_twice() {
-    kill_leaders_under_a_producer(kills_or(10), true).await;
+    kill_leaders_under_a_producer(kills_or(10), true, false).await;
+}
+
+/// The idempotent producer again, with every fifth produce answer lost as well: each broker
+/// advertises a proxy in front of it that closes the connection instead of relaying the
+/// answer to an IDEMPOTENT_PRODUCE, so the producer sends the batch again — to the same
+/// leader, or to the next one after a kill. No message is in the log twice. The fifty
+/// kills: `TRIBUTARY_KILLS=50 cargo test -p broker --test kill_leaders lost_answers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kills_and_lost_answers_under_an_idempotent_producer_store_no_message_twice() {
+    kill_leaders_under_a_producer(kills_or(10), true, true).await;
 }
 
 fn kills_or(default: usize) -> usize {
@@ -69,15 +80,35 @@ fn kills_or(default: usize) -> usize {
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Kills leaders `kills` times under an acks-all producer (an idempotent one if
-/// `idempotence`) and a consumer group, and checks the logs, the group and the replicas.
-async fn kill_leaders_under_a_producer(kills: usize, idempotence: bool) {
+/// `idempotence`) and a consumer group, and checks the logs, the group and the replicas. With
+/// `lost_answers`, every fifth answer to an IDEMPOTENT_PRODUCE is lost on its way back.
+async fn kill_leaders_under_a_producer(kills: usize, idempotence: bool, lost_answers: bool) {
     let _one = ONE_CLUSTER.lock().await;
     testkit::broker::init_logging();
     let connect = ZooKeeperServer::shared().connect_string();
-    let args =
-        ["--zookeeper-session-timeout-ms", "2000", "--replica-lag-ms", "3000", "--flush-ms", "5"];
+    let mut args = vec![
+        "--zookeeper-session-timeout-ms",
+        "2000",
+        "--replica-lag-ms",
+        "3000",
+        "--flush-ms",
+        "5",
+    ];
+    if lost_answers {
+        args.extend(["--advertised-port", "0"]);
+    }
     let (mut brokers, registry) =
         three_with_topic(BINARY.as_ref(), &connect, &args, TOPIC, PARTITIONS).await;
+    let mut proxies = Vec::new();
+    if lost_answers {
+        for id in 0..3 {
+            let (port, advertised, _, _) = brokers.advertised_ports(id);
+            let listen = std::net::SocketAddr::from(([127, 0, 0, 1], advertised));
+            let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            let idempotent_produce = protocol::ApiKey::IdempotentProduce as i16;
+            proxies.push(AckDropper::start(listen, upstream, &[idempotent_produce], 5).await);
+        }
+    }
     let consumed: Consumed = Arc::default();
     let group = start_group(&connect, &consumed).await;
 
@@ -91,6 +122,11 @@ async fn kill_leaders_under_a_producer(kills: usize, idempotence: bool) {
         idempotence,
     };
     let report = kill_leaders(&mut brokers, &registry, &plan).await;
+    let lost: u64 = proxies.iter().map(AckDropper::dropped).sum();
+    if lost_answers {
+        eprintln!("{lost} produce answers lost");
+        assert!(lost > 0, "no answer was lost");
+    }
     let mut failovers = report.failovers.clone();
     failovers.sort();
     eprintln!(

@@ -36,6 +36,10 @@ struct Slot {
     /// own, kept across restarts as a deployment's would be, so that a client's bootstrap
     /// list stays good.
     kafka_port: u16,
+    /// The ports it advertises when the arguments ask for `--advertised-port 0` and
+    /// `--kafka-advertised-port 0`: for a proxy in front of each listener.
+    advertised_port: u16,
+    kafka_advertised_port: u16,
     process: Option<Process>,
     /// How many times it was started: each start logs to a file of its own.
     starts: u32,
@@ -46,7 +50,9 @@ struct Slot {
 impl BrokerProcesses {
     /// Starts `count` brokers of `binary` registered at `connect` (a ZooKeeper connect string
     /// with the cluster's chroot), each with `args` after the flags that make it broker `id`
-    /// (`--kafka-port 0` becomes a port of each broker's own, the same at every restart).
+    /// (`--kafka-port 0` becomes a port of each broker's own, the same at every restart, as
+    /// do `--advertised-port 0` and `--kafka-advertised-port 0`: see
+    /// [`BrokerProcesses::advertised_ports`]).
     pub fn start(binary: &Path, connect: &str, count: i32, args: &[&str]) -> BrokerProcesses {
         let mut brokers = BrokerProcesses {
             connect: connect.to_owned(),
@@ -57,6 +63,8 @@ impl BrokerProcesses {
                 .map(|_| Slot {
                     port: free_port(),
                     kafka_port: free_port(),
+                    advertised_port: free_port(),
+                    kafka_advertised_port: free_port(),
                     process: None,
                     starts: 0,
                     own: Vec::new(),
@@ -75,6 +83,14 @@ impl BrokerProcesses {
 
     pub fn addr(&self, id: i32) -> String {
         format!("127.0.0.1:{}", self.slot(id).port)
+    }
+
+    /// Broker `id`'s listening ports and the ports it advertises, `(port, advertised port,
+    /// kafka port, kafka advertised port)`: what a proxy in front of it listens on and
+    /// relays to.
+    pub fn advertised_ports(&self, id: i32) -> (u16, u16, u16, u16) {
+        let slot = self.slot(id);
+        (slot.port, slot.advertised_port, slot.kafka_port, slot.kafka_advertised_port)
     }
 
     pub fn data_dir(&self, id: i32) -> PathBuf {
@@ -150,7 +166,6 @@ impl BrokerProcesses {
         ]
         .map(String::from)
         .to_vec();
-        let kafka_port = slot.kafka_port.to_string();
         let mut asked = self.args.iter().peekable();
         while let Some(arg) = asked.next() {
             if slot.own.iter().any(|(flag, _)| flag == arg) {
@@ -158,9 +173,15 @@ impl BrokerProcesses {
                 continue;
             }
             args.push(arg.clone());
-            if arg == "--kafka-port" && asked.peek().is_some_and(|p| *p == "0") {
+            let own_port = match arg.as_str() {
+                "--kafka-port" => slot.kafka_port,
+                "--advertised-port" => slot.advertised_port,
+                "--kafka-advertised-port" => slot.kafka_advertised_port,
+                _ => continue,
+            };
+            if asked.peek().is_some_and(|p| *p == "0") {
                 asked.next();
-                args.push(kafka_port.clone());
+                args.push(own_port.to_string());
             }
         }
         args.extend(slot.own.iter().flat_map(|(flag, value)| [flag.clone(), value.clone()]));
