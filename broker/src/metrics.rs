@@ -48,10 +48,11 @@ pub enum RequestKind {
     idempotent_produce,
     delete_records,
     write_txn_marker,
+    read_committed,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 15] = [
+    const ALL: [RequestKind; 16] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -67,6 +68,7 @@ impl RequestKind {
         RequestKind::idempotent_produce,
         RequestKind::delete_records,
         RequestKind::write_txn_marker,
+        RequestKind::read_committed,
     ];
 }
 

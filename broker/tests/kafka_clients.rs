@@ -464,6 +464,44 @@ async fn kafka_transactions_commit_abort_fence_and_time_out() {
     let cluster = cluster().await;
     let out = run("python3", &[&script("transactions.py"), &cluster.bootstrap, "transacted"], b"");
     eprintln!("confluent-kafka: {}", report(&out));
+    // A native reader of committed transactions (the loader's) reads what read_committed did;
+    // one that reads everything also reads the aborted and the expired transactions.
+    let committed = read_natively(&cluster, "transacted", true).await;
+    let everything = read_natively(&cluster, "transacted", false).await;
+    let count =
+        |values: &[String], prefix: &str| values.iter().filter(|v| v.starts_with(prefix)).count();
+    for prefix in ["committed", "later", "second", "after-expiry"] {
+        assert_eq!(count(&committed, prefix), count(&everything, prefix), "{prefix}");
+    }
+    assert_eq!(committed.len(), 150, "committed, later, second, after-expiry");
+    assert_eq!(count(&committed, "aborted") + count(&committed, "expired"), 0);
+    assert_eq!(count(&everything, "aborted"), 50);
+    assert_eq!(count(&everything, "expired"), 10);
+}
+
+/// Every value of `topic`'s three partitions as a native consumer reads them from each
+/// partition's leader, with or without [`client::SimpleConsumerConfig::read_committed`].
+async fn read_natively(cluster: &Cluster, topic: &str, read_committed: bool) -> Vec<String> {
+    let mut values = Vec::new();
+    for partition in 0..3 {
+        let (state, _) = cluster.registry.partition_state(topic, partition).await.unwrap().unwrap();
+        let config = client::SimpleConsumerConfig { read_committed, ..Default::default() };
+        let addr = cluster.brokers.addr(state.leader);
+        let consumer = client::SimpleConsumer::connect(&addr, config).await.unwrap();
+        let mut offset = consumer.earliest_offset(topic, partition).await.unwrap();
+        let end = consumer.latest_offset(topic, partition).await.unwrap();
+        while offset < end {
+            let fetched = consumer.fetch(topic, partition, offset).await.unwrap();
+            if fetched.is_empty() {
+                break;
+            }
+            for message in fetched.iter() {
+                values.push(String::from_utf8_lossy(&message.unwrap().payload).into_owned());
+            }
+            offset = fetched.end_offset();
+        }
+    }
+    values
 }
 
 /// A consume-transform-produce loop under confluent-kafka's transactional producer, killed -9

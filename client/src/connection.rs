@@ -13,7 +13,8 @@ use protocol::{
     Acks, ApiKey, CreateTopicRequest, DeleteRecordsRequest, ErrorCode, FetchPart, FetchRequest,
     InitProducerIdResponse, MetadataRequest, MetadataResponse, MultiFetchRequest,
     MultiFetchWaitRequest, MultiProduceRequest, MultiProduceResponse, OffsetsRequest,
-    ProducePartition, ProduceRequest, ProduceResponse, RecordNumberRequest, Request, Response,
+    ProducePartition, ProduceRequest, ProduceResponse, ReadCommittedRequest, ReadCommittedResponse,
+    RecordNumberRequest, Request, Response,
 };
 use service::tls::{ClientStream, MaybeTls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
@@ -309,6 +310,27 @@ impl Connection {
         match self.call(request).await? {
             Response::DeleteRecords(r) => Ok(r.log_start),
             other => Err(unexpected(ApiKey::DeleteRecords, &other)),
+        }
+    }
+
+    /// `READ_COMMITTED`: the last stable offset of a partition (on its leader) and its aborted
+    /// transactions with batches in bytes `from..to`.
+    pub async fn read_committed(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        to: i64,
+    ) -> Result<ReadCommittedResponse, ClientError> {
+        let request = Request::ReadCommitted(ReadCommittedRequest {
+            topic: topic.into(),
+            partition,
+            from,
+            to,
+        });
+        match self.call(request).await? {
+            Response::ReadCommitted(r) => Ok(r),
+            other => Err(unexpected(ApiKey::ReadCommitted, &other)),
         }
     }
 

@@ -198,9 +198,11 @@ impl PartitionLoader<'_> {
                 (Target::Hive(commits), last)
             }
         };
+        // Kafka producers' transactions are loaded once committed, never if aborted.
         let consumer_config = SimpleConsumerConfig {
             fetch_bytes: self.config.fetch_bytes,
             tls: self.tls.clone(),
+            read_committed: true,
             ..Default::default()
         };
         let consumer = SimpleConsumer::connect(&self.broker_addr, consumer_config)

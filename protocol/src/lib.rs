@@ -32,16 +32,17 @@ pub use request::{
     Acks, ApiKey, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, FetchRequest,
     IdempotentProduceRequest, MetadataRequest, MultiFetchRequest, MultiFetchWaitRequest,
     MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest, ProducePartition,
-    ProduceRequest, RecordNumberRequest, ReplicaFetchPartition, ReplicaFetchRequest, Request,
-    WriteTxnMarkerRequest,
+    ProduceRequest, ReadCommittedRequest, RecordNumberRequest, ReplicaFetchPartition,
+    ReplicaFetchRequest, Request, WriteTxnMarkerRequest,
 };
 pub use response::{
-    BrokerMetadata, CreateTopicResponse, DeleteRecordsResponse, FetchPart, FetchResponse,
-    InitProducerIdResponse, MetadataResponse, MultiFetchResponse, MultiProduceResponse,
-    OffsetForLeaderEpochResponse, OffsetsResponse, PartitionMetadata, ProducePart, ProduceResponse,
-    REPLICA_PART_HEADER_BYTES, RecordNumberResponse, ReplicaFetchPart, ReplicaFetchResponse,
-    ReplicaPartHeader, Response, TopicMetadata, UNDEFINED_EPOCH, WriteTxnMarkerResponse,
-    encode_replica_part_header, encode_response_header,
+    AbortedTransaction, BrokerMetadata, CreateTopicResponse, DeleteRecordsResponse, FetchPart,
+    FetchResponse, InitProducerIdResponse, MetadataResponse, MultiFetchResponse,
+    MultiProduceResponse, OffsetForLeaderEpochResponse, OffsetsResponse, PartitionMetadata,
+    ProducePart, ProduceResponse, REPLICA_PART_HEADER_BYTES, ReadCommittedResponse,
+    RecordNumberResponse, ReplicaFetchPart, ReplicaFetchResponse, ReplicaPartHeader, Response,
+    TopicMetadata, UNDEFINED_EPOCH, WriteTxnMarkerResponse, encode_replica_part_header,
+    encode_response_header,
 };
 pub use topic::{InvalidTopicName, validate_topic_name};
 pub use wire::{FRAME_SIZE_BYTES, array_at, i16_at, i32_at, i64_at, u16_at, u32_at, u64_at};

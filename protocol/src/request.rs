@@ -27,6 +27,7 @@ pub enum ApiKey {
     IdempotentProduce = 12,
     DeleteRecords = 13,
     WriteTxnMarker = 14,
+    ReadCommitted = 15,
 }
 
 impl ApiKey {
@@ -47,6 +48,7 @@ impl ApiKey {
             12 => ApiKey::IdempotentProduce,
             13 => ApiKey::DeleteRecords,
             14 => ApiKey::WriteTxnMarker,
+            15 => ApiKey::ReadCommitted,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -212,6 +214,16 @@ pub struct WriteTxnMarkerRequest {
     pub coordinator_epoch: i32,
 }
 
+/// What a reader that takes only committed transactions needs of a partition's log from byte
+/// `from` up to `to`: where its last stable offset is, and the aborted transactions there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadCommittedRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub from: i64,
+    pub to: i64,
+}
+
 /// The `offset` of a [`DeleteRecordsRequest`] that deletes every message below the high
 /// watermark.
 pub const DELETE_TO_HIGH_WATERMARK: i64 = -1;
@@ -256,6 +268,7 @@ pub enum Request {
     IdempotentProduce(IdempotentProduceRequest),
     DeleteRecords(DeleteRecordsRequest),
     WriteTxnMarker(WriteTxnMarkerRequest),
+    ReadCommitted(ReadCommittedRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -282,6 +295,7 @@ impl Request {
             Request::IdempotentProduce(_) => ApiKey::IdempotentProduce,
             Request::DeleteRecords(_) => ApiKey::DeleteRecords,
             Request::WriteTxnMarker(_) => ApiKey::WriteTxnMarker,
+            Request::ReadCommitted(_) => ApiKey::ReadCommitted,
         }
     }
 
@@ -357,6 +371,12 @@ impl Request {
                 topic: r.str("topic")?,
                 partition: r.i32("partition")?,
                 offset: r.i64("offset")?,
+            }),
+            ApiKey::ReadCommitted => Request::ReadCommitted(ReadCommittedRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                from: r.i64("from")?,
+                to: r.i64("to")?,
             }),
             ApiKey::WriteTxnMarker => Request::WriteTxnMarker(WriteTxnMarkerRequest {
                 topic: r.str("topic")?,
@@ -434,6 +454,7 @@ impl Request {
             Request::RecordNumber(o) => str_len(&o.topic) + 4 + 8,
             Request::DeleteRecords(d) => str_len(&d.topic) + 4 + 8,
             Request::WriteTxnMarker(w) => str_len(&w.topic) + 4 + 8 + 2 + 1 + 4,
+            Request::ReadCommitted(c) => str_len(&c.topic) + 4 + 8 + 8,
             Request::ReplicaFetch(m) => {
                 let fetch = |f: &ReplicaFetchPartition| str_len(&f.topic) + 4 + 4 + 8 + 4;
                 4 + 4 + 4 + 2 + m.fetches.iter().map(fetch).sum::<usize>()
@@ -506,6 +527,12 @@ impl Request {
                 buf.put_i32(d.partition);
                 buf.put_i64(d.offset);
             }
+            Request::ReadCommitted(c) => {
+                put_str(buf, &c.topic);
+                buf.put_i32(c.partition);
+                buf.put_i64(c.from);
+                buf.put_i64(c.to);
+            }
             Request::WriteTxnMarker(w) => {
                 put_str(buf, &w.topic);
                 buf.put_i32(w.partition);
@@ -549,6 +576,7 @@ impl Request {
             Request::RecordNumber(o) => vec![&o.topic],
             Request::DeleteRecords(d) => vec![&d.topic],
             Request::WriteTxnMarker(w) => vec![&w.topic],
+            Request::ReadCommitted(c) => vec![&c.topic],
             Request::ReplicaFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
         };
         if let Some(s) = strs.iter().find(|s| s.len() > usize::from(u16::MAX)) {

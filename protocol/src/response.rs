@@ -128,6 +128,24 @@ impl MetadataResponse {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CreateTopicResponse;
 
+/// An aborted transaction in a [`ReadCommittedResponse`]: its producer, and where its first
+/// batch and its abort marker begin (byte offsets). A reader drops the producer's batches
+/// from the first until the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub marker_offset: i64,
+}
+
+/// A partition's last stable offset (byte offset: a reader of committed transactions stops
+/// before it) and the aborted transactions in the range asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadCommittedResponse {
+    pub last_stable: i64,
+    pub aborted: Vec<AbortedTransaction>,
+}
+
 /// A transaction marker written: every in-sync replica of the partition has it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteTxnMarkerResponse;
@@ -215,6 +233,7 @@ pub enum Response {
     Metadata(MetadataResponse),
     CreateTopic(CreateTopicResponse),
     WriteTxnMarker(WriteTxnMarkerResponse),
+    ReadCommitted(ReadCommittedResponse),
     OffsetForLeaderEpoch(OffsetForLeaderEpochResponse),
     ReplicaFetch(ReplicaFetchResponse),
     RecordNumber(RecordNumberResponse),
@@ -239,6 +258,7 @@ impl Response {
             Response::Metadata(_) => ApiKey::Metadata,
             Response::CreateTopic(_) => ApiKey::CreateTopic,
             Response::WriteTxnMarker(_) => ApiKey::WriteTxnMarker,
+            Response::ReadCommitted(_) => ApiKey::ReadCommitted,
             Response::OffsetForLeaderEpoch(_) => ApiKey::OffsetForLeaderEpoch,
             Response::ReplicaFetch(_) => ApiKey::ReplicaFetch,
             Response::RecordNumber(_) => ApiKey::RecordNumber,
@@ -299,6 +319,19 @@ impl Response {
             ApiKey::Metadata => Response::Metadata(decode_metadata(&mut r)?),
             ApiKey::CreateTopic => Response::CreateTopic(CreateTopicResponse),
             ApiKey::WriteTxnMarker => Response::WriteTxnMarker(WriteTxnMarkerResponse),
+            ApiKey::ReadCommitted => {
+                let last_stable = r.i64("last_stable")?;
+                let count = r.u32("aborted count")? as usize;
+                let mut aborted = Vec::with_capacity(r.capacity_for(count, 24));
+                for _ in 0..count {
+                    aborted.push(AbortedTransaction {
+                        producer_id: r.i64("producer_id")?,
+                        first_offset: r.i64("first_offset")?,
+                        marker_offset: r.i64("marker_offset")?,
+                    });
+                }
+                Response::ReadCommitted(ReadCommittedResponse { last_stable, aborted })
+            }
             ApiKey::OffsetForLeaderEpoch => {
                 Response::OffsetForLeaderEpoch(OffsetForLeaderEpochResponse {
                     epoch: r.i32("epoch")?,
@@ -348,6 +381,7 @@ impl Response {
             }
             Response::MultiProduce(m) => 2 + m.parts.len() * PRODUCE_PART_BYTES_MIN,
             Response::Offsets(o) => 4 + 8 * o.offsets.len(),
+            Response::ReadCommitted(c) => 8 + 4 + 24 * c.aborted.len(),
             Response::Metadata(m) => {
                 let brokers: usize = m.brokers.iter().map(|b| 4 + str_len(&b.host) + 4).sum();
                 let partition = |p: &PartitionMetadata| {
@@ -399,6 +433,15 @@ impl Response {
                     buf.put_i16(p.error.as_i16());
                     buf.put_i32(p.partition);
                     buf.put_i64(p.offset);
+                }
+            }
+            Response::ReadCommitted(c) => {
+                buf.put_i64(c.last_stable);
+                buf.put_u32(c.aborted.len() as u32);
+                for a in &c.aborted {
+                    buf.put_i64(a.producer_id);
+                    buf.put_i64(a.first_offset);
+                    buf.put_i64(a.marker_offset);
                 }
             }
             Response::Offsets(o) => {

@@ -102,6 +102,11 @@ fn request() -> impl Strategy<Value = Request> {
                 })
             },
         );
+    let read_committed = (topic(), any::<i32>(), any::<i64>(), any::<i64>()).prop_map(
+        |(topic, partition, from, to)| {
+            Request::ReadCommitted(ReadCommittedRequest { topic, partition, from, to })
+        },
+    );
     let replica_part = (topic(), any::<i32>(), any::<i32>(), any::<i64>(), any::<i32>()).prop_map(
         |(topic, partition, leader_epoch, offset, max_bytes)| ReplicaFetchPartition {
             topic,
@@ -125,6 +130,7 @@ fn request() -> impl Strategy<Value = Request> {
         record_number,
         delete_records,
         txn_marker,
+        read_committed,
         offset_for_epoch,
         replica_fetch,
         produce,
@@ -210,6 +216,18 @@ fn response() -> impl Strategy<Value = Response> {
         record_number,
         delete_records,
         Just(Response::WriteTxnMarker(WriteTxnMarkerResponse)),
+        (any::<i64>(), prop::collection::vec((any::<i64>(), any::<i64>(), any::<i64>()), 0..4))
+            .prop_map(|(last_stable, aborted)| {
+                let aborted = aborted
+                    .into_iter()
+                    .map(|(producer_id, first_offset, marker_offset)| AbortedTransaction {
+                        producer_id,
+                        first_offset,
+                        marker_offset,
+                    })
+                    .collect();
+                Response::ReadCommitted(ReadCommittedResponse { last_stable, aborted })
+            }),
         offset_for_epoch,
         replica_fetch,
         produce,

@@ -79,13 +79,16 @@ pub enum Role {
 }
 
 /// A transaction that was aborted: its producer, the number of its first record in this
-/// partition and of its marker's record. Readers in `read_committed` drop the producer's
-/// records from `first_record` until the marker.
+/// partition and of its marker's record, and where its first batch and its marker begin
+/// (byte offsets). Readers in `read_committed` drop the producer's records from the first
+/// until the marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Aborted {
     pub producer_id: i64,
     pub first_record: u64,
     pub last_record: u64,
+    pub first_offset: u64,
+    pub marker_offset: u64,
 }
 
 /// What a partition's state holds, as a snapshot keeps it: the idempotent batches (oldest
@@ -195,7 +198,10 @@ impl Producers {
         for mut aborted in std::mem::take(&mut self.aborted) {
             if aborted.first_record == u64::MAX {
                 match merged.open.get(&aborted.producer_id) {
-                    Some(first) => aborted.first_record = first.first_record,
+                    Some(first) => {
+                        aborted.first_record = first.first_record;
+                        aborted.first_offset = first.offset;
+                    }
                     None => continue, // nothing of it here: nothing to drop
                 }
             }
@@ -268,6 +274,15 @@ impl Producers {
         self.loaded.then(|| self.open.values().min_by_key(|p| p.offset).copied())
     }
 
+    /// The aborted transactions with records from byte `from` up to (not including) `to`.
+    pub fn aborted_in_bytes(&self, from: u64, to: u64) -> Vec<Aborted> {
+        self.aborted
+            .iter()
+            .filter(|a| a.marker_offset >= from && a.first_offset < to)
+            .copied()
+            .collect()
+    }
+
     /// The aborted transactions with records from record `from` up to (not including) `to`.
     pub fn aborted_between(&self, from: u64, to: u64) -> Vec<Aborted> {
         self.aborted
@@ -291,13 +306,20 @@ impl Producers {
             self.ended_unseen.insert(id);
         }
         if !commit {
-            let first_record = match first {
-                Some(first) => first.first_record,
-                None if self.loaded => placed.first_record, // nothing of it here
-                None => u64::MAX,                           // before `tracked_from`
+            let (first_record, first_offset) = match first {
+                Some(first) => (first.first_record, first.offset),
+                // Nothing of it here.
+                None if self.loaded => (placed.first_record, placed.offset),
+                // Before `tracked_from`: learned with what is before.
+                None => (u64::MAX, u64::MAX),
             };
-            let last_record = placed.first_record;
-            self.push_aborted(Aborted { producer_id: id, first_record, last_record });
+            self.push_aborted(Aborted {
+                producer_id: id,
+                first_record,
+                last_record: placed.first_record,
+                first_offset,
+                marker_offset: placed.offset,
+            });
         }
         self.raise_epoch(id, epoch);
     }
@@ -379,7 +401,7 @@ const SNAPSHOT_MARK_V1: &str = "tributary-producers 1";
 /// The text of a snapshot of `history`: a mark line, then one line per batch (oldest first),
 /// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none),
 /// one per open transaction, `open id first_record offset end`, and one per aborted
-/// transaction, `aborted id first_record last_record`.
+/// transaction, `aborted id first_record last_record first_offset marker_offset`.
 pub fn encode_snapshot(history: &History) -> String {
     let mut text = format!("{SNAPSHOT_MARK}\n");
     for (producer, placed) in &history.batches {
@@ -397,7 +419,10 @@ pub fn encode_snapshot(history: &History) -> String {
         ));
     }
     for a in &history.aborted {
-        text.push_str(&format!("aborted {} {} {}\n", a.producer_id, a.first_record, a.last_record));
+        text.push_str(&format!(
+            "aborted {} {} {} {} {}\n",
+            a.producer_id, a.first_record, a.last_record, a.first_offset, a.marker_offset
+        ));
     }
     text
 }
@@ -423,11 +448,15 @@ pub fn decode_snapshot(text: &str) -> Option<History> {
                 };
                 history.open.push((id.parse().ok()?, placed));
             }
-            ["aborted", id, first_record, last_record] => history.aborted.push(Aborted {
-                producer_id: id.parse().ok()?,
-                first_record: first_record.parse().ok()?,
-                last_record: last_record.parse().ok()?,
-            }),
+            ["aborted", id, first_record, last_record, first_offset, marker_offset] => {
+                history.aborted.push(Aborted {
+                    producer_id: id.parse().ok()?,
+                    first_record: first_record.parse().ok()?,
+                    last_record: last_record.parse().ok()?,
+                    first_offset: first_offset.parse().ok()?,
+                    marker_offset: marker_offset.parse().ok()?,
+                })
+            }
             [id, epoch, base, last, first_record, offset, end, time] => {
                 let time: i64 = time.parse().ok()?;
                 let producer = BatchProducer {
@@ -565,10 +594,14 @@ mod tests {
         let history = producers.history(0).unwrap();
         assert_eq!(history.batches.len(), 3);
         assert_eq!(history.open, vec![(3, at(6))]);
-        assert_eq!(
-            history.aborted,
-            vec![Aborted { producer_id: 4, first_record: 7, last_record: 9 }]
-        );
+        let aborted = Aborted {
+            producer_id: 4,
+            first_record: 7,
+            last_record: 9,
+            first_offset: 700,
+            marker_offset: 900,
+        };
+        assert_eq!(history.aborted, vec![aborted]);
         let text = encode_snapshot(&history);
         assert_eq!(decode_snapshot(&text), Some(history));
         assert_eq!(producers.history(10).unwrap().aborted, Vec::new(), "before the log start");
@@ -595,10 +628,17 @@ mod tests {
         assert_eq!(producers.first_open(), Some(Some(at(10))));
         producers.note_marker(1, 0, false, at(13));
         assert_eq!(producers.first_open(), Some(Some(at(11))));
-        assert_eq!(
-            producers.aborted_between(0, 100),
-            vec![Aborted { producer_id: 1, first_record: 10, last_record: 13 }]
-        );
+        let aborted = Aborted {
+            producer_id: 1,
+            first_record: 10,
+            last_record: 13,
+            first_offset: 1_000,
+            marker_offset: 1_300,
+        };
+        assert_eq!(producers.aborted_between(0, 100), vec![aborted]);
+        assert_eq!(producers.aborted_in_bytes(1_300, 2_000), vec![aborted], "its marker");
+        assert_eq!(producers.aborted_in_bytes(1_301, 2_000), Vec::new());
+        assert_eq!(producers.aborted_in_bytes(0, 1_000), Vec::new());
         assert_eq!(producers.aborted_between(14, 100), Vec::new(), "after it");
         assert_eq!(producers.aborted_between(0, 10), Vec::new(), "before it");
         producers.note_marker(2, 1, true, at(14));
@@ -623,10 +663,14 @@ mod tests {
         earlier.note_transactional(7, at(4));
         producers.learned(1_000, earlier);
         assert_eq!(producers.first_open(), Some(Some(at(4))));
-        assert_eq!(
-            producers.aborted_between(0, 100),
-            vec![Aborted { producer_id: 5, first_record: 3, last_record: 20 }]
-        );
+        let aborted = Aborted {
+            producer_id: 5,
+            first_record: 3,
+            last_record: 20,
+            first_offset: 300,
+            marker_offset: 2_000,
+        };
+        assert_eq!(producers.aborted_between(0, 100), vec![aborted]);
         let open: Vec<i64> = producers.history(0).unwrap().open.iter().map(|o| o.0).collect();
         assert_eq!(open, vec![7, 6]);
     }

@@ -41,6 +41,7 @@ impl Connection {
             Request::DeleteRecords(d) => may(&d.topic, Operation::Delete),
             // From a transaction coordinator: a broker's request.
             Request::WriteTxnMarker(w) => may(&w.topic, Operation::Replicate),
+            Request::ReadCommitted(c) => may(&c.topic, Operation::Consume),
         }
     }
 

@@ -436,6 +436,11 @@ impl Connection {
                 let result = result.map(|()| Response::WriteTxnMarker(WriteTxnMarkerResponse));
                 self.answer(RequestKind::write_txn_marker, result);
             }
+            Request::ReadCommitted(c) => {
+                metrics.request(RequestKind::read_committed, 1);
+                let result = node.read_committed(&c).await.map(Response::ReadCommitted);
+                self.answer(RequestKind::read_committed, result);
+            }
             Request::OffsetForLeaderEpoch(o) => self.offset_for_leader_epoch(o),
             Request::ReplicaFetch(m) => return self.replica_fetch(m).await,
             Request::CreateTopic(c) => {

@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 use protocol::record_batch::{RecordBatchRef, Records};
-use protocol::{MAGIC_BATCH, MAGIC_GAP, MessageRef, MessageSetIter};
+use protocol::{AbortedTransaction, MAGIC_BATCH, MAGIC_GAP, MessageRef, MessageSetIter};
 
 use crate::compression;
 use crate::simple_consumer::ConsumerError;
@@ -58,6 +58,9 @@ pub struct FetchedMessages {
     base_offset: i64,
     set: Bytes,
     decompressed_bytes_max: usize,
+    /// For a reader of committed transactions: the aborted transactions whose batches it
+    /// drops ([`FetchedMessages::committed`]).
+    aborted: Vec<AbortedTransaction>,
 }
 
 impl FetchedMessages {
@@ -68,7 +71,28 @@ impl FetchedMessages {
             base_offset,
             set,
             decompressed_bytes_max: DECOMPRESSED_BYTES_MAX_DEFAULT,
+            aborted: Vec::new(),
         }
+    }
+
+    /// Only what a reader of committed transactions reads: the messages before the
+    /// partition's last stable offset (a byte offset), without the batches of `aborted`
+    /// transactions (each a producer's batches from its first until its abort marker).
+    pub fn committed(mut self, last_stable: i64, aborted: Vec<AbortedTransaction>) -> Self {
+        let keep = usize::try_from(last_stable - self.base_offset).unwrap_or(0);
+        if keep < self.set.len() {
+            self.set.truncate(keep);
+        }
+        self.aborted = aborted;
+        self
+    }
+
+    /// Whether the set holds a batch of a transaction (whose reader of committed transactions
+    /// must learn which are aborted, and where the last stable offset is).
+    pub fn has_transactional_batch(&self) -> bool {
+        MessageSetIter::new(&self.set, self.base_offset)
+            .map_while(Result::ok)
+            .any(|(_, m)| m.magic == MAGIC_BATCH && batch_is_transactional(m.payload))
     }
 
     /// Fails a wrapper that would inflate past `bytes`.
@@ -129,6 +153,11 @@ pub struct Messages<'a> {
     position: usize,
     inner: Option<Wrapper>,
     failed: bool,
+}
+
+/// Whether a RecordBatch's attributes say it is part of a transaction.
+fn batch_is_transactional(batch: &[u8]) -> bool {
+    batch.get(21..23).is_some_and(|a| i16::from_be_bytes([a[0], a[1]]) & (1 << 4) != 0)
 }
 
 /// The inflated inner set of the wrapper being read, or the records of a batch.
@@ -253,7 +282,12 @@ impl Messages<'_> {
         let records = batch
             .records(fetched.decompressed_bytes_max)
             .map_err(|_| invalid("a record batch whose records do not inflate"))?;
-        let left = if batch.is_control() { 0 } else { records.count() };
+        let aborted = batch.is_transactional()
+            && fetched.aborted.iter().any(|a| {
+                a.producer_id == batch.producer_id()
+                    && (a.first_offset..a.marker_offset).contains(&offset)
+            });
+        let left = if batch.is_control() || aborted { 0 } else { records.count() };
         self.inner = Some(Wrapper {
             set: Bytes::new(),
             position: 0,

@@ -602,8 +602,13 @@ mod tests {
         assert_eq!(open_at(&reopened), Some(first.offset), "from the log");
         let abort = marker(&reopened, false);
         assert_eq!(open_at(&reopened), None);
-        let aborted =
-            vec![Aborted { producer_id: 5, first_record: 10, last_record: abort.first_record }];
+        let aborted = vec![Aborted {
+            producer_id: 5,
+            first_record: 10,
+            last_record: abort.first_record,
+            first_offset: first.offset,
+            marker_offset: abort.offset,
+        }];
         assert_eq!(reopened.aborted_transactions(0, u64::MAX), aborted);
         assert_eq!(reopened.aborted_transactions(abort.first_record + 1, u64::MAX), Vec::new());
         transactional(&reopened, 2);

@@ -223,4 +223,9 @@ impl Partition {
     pub fn aborted_transactions(&self, from: u64, to: u64) -> Vec<producers::Aborted> {
         self.state().producers.aborted_between(from, to)
     }
+
+    /// The aborted transactions with records from byte `from` up to (not including) `to`.
+    pub fn aborted_in_bytes(&self, from: u64, to: u64) -> Vec<producers::Aborted> {
+        self.state().producers.aborted_in_bytes(from, to)
+    }
 }
