@@ -545,6 +545,43 @@ async fn a_leader_killed_before_the_commit_leaves_the_transaction_whole() {
     cluster.brokers.restart(state.0.leader);
 }
 
+/// A transaction decided by a coordinator that then died: its records written, the decision
+/// (PrepareCommit) put in the registry as the coordinator writes it, the coordinator killed -9
+/// before any marker. The broker that coordinates the id next finds the decision and writes
+/// the markers: a read_committed consumer reads the whole transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_decided_by_a_coordinator_that_died_is_finished_by_the_next() {
+    let mut cluster = cluster().await;
+    let (topic, id) = ("taken-over", "takeover-taken-over");
+    let mut client = Command::new("python3")
+        .args([&script("txn_takeover.py"), &cluster.bootstrap, topic])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("python3");
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "flushed", "the script ended early");
+    let coordinator = cluster::kafka_coordinator(id, 0..3).unwrap();
+    cluster.brokers.kill(coordinator);
+    let (mut record, version) = cluster.registry.transaction(id).await.unwrap().unwrap();
+    assert_eq!(record.phase, cluster::TxnPhase::Ongoing);
+    assert_eq!(record.partitions[topic].len(), 3, "{record:?}");
+    record.phase = cluster::TxnPhase::PrepareCommit;
+    cluster.registry.write_transaction(id, &record, Some(version)).await.unwrap();
+    client.stdin.take().unwrap().write_all(b"read\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = client.wait().unwrap();
+    eprintln!("coordinator {coordinator} killed after deciding: {rest}");
+    assert!(status.success(), "txn_takeover.py: {rest}");
+    let (record, _) = cluster.registry.transaction(id).await.unwrap().unwrap();
+    assert_eq!(record.phase, cluster::TxnPhase::CompleteCommit);
+    cluster.brokers.restart(coordinator);
+}
+
 /// A seconds setting from the environment, or `default`.
 fn number_from_env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -47,6 +47,10 @@ pub struct TxnRecord {
     pub groups: BTreeSet<String>,
     /// When it became Ongoing (ms since the epoch).
     pub started_ms: i64,
+    /// When its producer last began a transaction or was handed out (ms since the epoch): an
+    /// id unused for Kafka's `transactional.id.expiration.ms` is forgotten.
+    #[serde(default)]
+    pub used_ms: i64,
 }
 
 impl Registry {
@@ -91,6 +95,20 @@ impl Registry {
                 Err(CoordError::NodeExists { .. }) => Err(conflict()),
                 Err(e) => Err(e.into()),
             },
+        }
+    }
+
+    /// Forgets transactional id `id` if its record is still at `version`.
+    pub async fn delete_transaction(
+        &self,
+        id: &str,
+        version: Version,
+    ) -> Result<(), RegistryError> {
+        let path = Registry::transaction_path(id)?;
+        match self.coordinator().delete(&path, Some(version)).await {
+            Ok(()) | Err(CoordError::NoNode { .. }) => Ok(()),
+            Err(CoordError::BadVersion { .. }) => Err(RegistryError::Conflict { path }),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -195,6 +213,7 @@ mod tests {
             partitions: BTreeMap::new(),
             groups: BTreeSet::new(),
             started_ms: 0,
+            used_ms: 0,
         };
         assert!(registry.transaction("t").await.unwrap().is_none());
         let v0 = registry.write_transaction("t", &record, None).await.unwrap();
@@ -210,6 +229,12 @@ mod tests {
         ));
         assert_eq!(registry.transaction("t").await.unwrap(), Some((ongoing, v1)));
         assert_eq!(registry.transactional_ids().await.unwrap(), vec!["t".to_owned()]);
+        assert!(matches!(
+            registry.delete_transaction("t", v0).await,
+            Err(RegistryError::Conflict { .. })
+        ));
+        registry.delete_transaction("t", v1).await.unwrap();
+        assert!(registry.transactional_ids().await.unwrap().is_empty());
 
         let commit = |record| KafkaCommit { record, metadata: String::new() };
         let first = BTreeMap::from([("in".to_owned(), BTreeMap::from([(0, commit(5))]))]);

@@ -109,6 +109,7 @@ async fn init(
         partitions: BTreeMap::new(),
         groups: Default::default(),
         started_ms: 0,
+        used_ms: now_ms(),
     };
     let (mut record, mut version) = match registry.transaction(id).await {
         Ok(Some(found)) => found,
@@ -153,6 +154,7 @@ fn begin(record: &mut TxnRecord) -> Result<(), i16> {
         TxnPhase::Empty | TxnPhase::CompleteCommit | TxnPhase::CompleteAbort => {
             record.phase = TxnPhase::Ongoing;
             record.started_ms = now_ms();
+            record.used_ms = record.started_ms;
             Ok(())
         }
     }

@@ -11,7 +11,8 @@
 //! `CompleteAbort`. A coordinator that dies between the two leaves the decision in the
 //! registry; whichever broker coordinates the id next finds it and finishes the markers (the
 //! [`sweep_until`] task, every [`SWEEP_MS`]), which also aborts a transaction left open past
-//! its timeout, fencing its producer with a new epoch.
+//! its timeout, fencing its producer with a new epoch, and forgets ids unused for
+//! [`ID_EXPIRATION_MS`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,10 @@ pub const SWEEP_MS: u64 = 1_000;
 /// The longest `transaction.timeout.ms` a producer may ask for (Kafka's
 /// `transaction.max.timeout.ms` default).
 pub const TIMEOUT_MAX_MS: i32 = 900_000;
+/// How long a transactional id is kept unused (Kafka's `transactional.id.expiration.ms`
+/// default): its record is then deleted, and a producer that comes back with it gets a new
+/// producer id.
+pub const ID_EXPIRATION_MS: i64 = 7 * 24 * 3_600_000;
 /// How long the markers of one ending are tried before it is left to the sweep.
 const MARKERS_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -290,8 +295,9 @@ async fn sweep(ctx: Ctx<'_>) {
         let lock = ctx.transactions.lock(id);
         let Ok(_held) = lock.try_lock() else { continue }; // a request is on it
         let Ok(Some((record, version))) = registry.transaction(id).await else { continue };
+        let now = now_ms();
         let expired = record.phase == TxnPhase::Ongoing
-            && now_ms() > record.started_ms.saturating_add(i64::from(record.timeout_ms));
+            && now > record.started_ms.saturating_add(i64::from(record.timeout_ms));
         let ended = match record.phase {
             TxnPhase::PrepareCommit | TxnPhase::PrepareAbort => {
                 complete(ctx, id, record, version).await
@@ -299,6 +305,13 @@ async fn sweep(ctx: Ctx<'_>) {
             TxnPhase::Ongoing if expired => {
                 tracing::info!(transactional_id = %id, "a transaction open past its timeout is aborted");
                 abort_in_new_epoch(ctx, id, record, version).await
+            }
+            _ if now > record.used_ms.saturating_add(ID_EXPIRATION_MS) => {
+                tracing::info!(transactional_id = %id, "an unused transactional id is forgotten");
+                if let Err(e) = registry.delete_transaction(id, version).await {
+                    tracing::debug!(transactional_id = %id, error = %e, "forgotten later");
+                }
+                continue;
             }
             _ => continue,
         };
