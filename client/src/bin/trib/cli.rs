@@ -319,6 +319,11 @@ pub struct ConsumeArgs {
     /// Bytes per fetch; grown automatically (up to 16 MiB) for a larger message.
     #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(64..=(16 << 20)))]
     pub fetch_bytes: u32,
+    /// Only what Kafka producers' transactions committed (Kafka's
+    /// `isolation.level=read_committed`): stop where an open transaction begins, leave out
+    /// aborted ones.
+    #[arg(long, conflicts_with = "group")]
+    pub read_committed: bool,
     /// Report progress on stderr every second (on by default when stderr is a terminal).
     #[arg(long)]
     pub progress: bool,

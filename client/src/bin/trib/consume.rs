@@ -23,8 +23,11 @@ pub async fn run(args: ConsumeArgs, context: &Context, json: bool) -> anyhow::Re
         return run_group(&args, &brokers, context, group, json).await;
     }
     let conn = brokers.connect_for(&args.topic, args.partition).await?;
-    let config =
-        SimpleConsumerConfig { fetch_bytes: args.fetch_bytes, ..context.consumer_config() };
+    let config = SimpleConsumerConfig {
+        fetch_bytes: args.fetch_bytes,
+        read_committed: args.read_committed,
+        ..context.consumer_config()
+    };
     let consumer = SimpleConsumer::with_connection(conn, config)?;
     let (topic, partition) = (args.topic.as_str(), args.partition);
     let mut offset = match args.offset {
@@ -71,6 +74,12 @@ pub async fn run(args: ConsumeArgs, context: &Context, json: bool) -> anyhow::Re
         }
         if fetched.is_empty() && !args.follow {
             break;
+        }
+        if fetched.is_empty() && args.read_committed {
+            // Held at an open transaction, whose records are visible already (the long poll
+            // answers at once): wait for its end without asking all the time.
+            tokio::time::sleep(std::time::Duration::from_millis(args.poll_ms.min(100).into()))
+                .await;
         }
     }
     if progress.messages > 0 && args.progress {
