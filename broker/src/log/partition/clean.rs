@@ -9,6 +9,10 @@
 //! the original log stays one, so consumers' offsets, index entries and followers' positions
 //! stay valid. A cleaned segment is written beside the old one, fsynced,
 //! and renamed over it: a crash leaves the one or the other.
+//!
+//! Transactions: a pass stops below the last stable offset (a record of an open transaction
+//! must not supersede a committed one before it is decided); the records of an aborted
+//! transaction supersede nothing and are removed; markers are kept.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -66,9 +70,10 @@ impl Partition {
     /// than `delete_retention_ms`, written again without them. `now_ms` is the clock the
     /// tombstones are judged by; `throttle` is told the bytes read. Blocking.
     pub fn clean(&self, now_ms: i64, throttle: &mut dyn FnMut(u64)) -> Result<Cleaned, LogError> {
+        let stable = self.first_open_transaction()?.map_or(u64::MAX, |open| open.offset);
         let (segments, config) = {
             let state = self.state();
-            let visible = self.visible_end();
+            let visible = self.visible_end().min(stable);
             let sealed = state.segments.len() - 1;
             let segments: Vec<Cleanable> = (0..sealed)
                 .take_while(|&i| state.segment_end(i) <= visible)
@@ -85,6 +90,8 @@ impl Partition {
             return Ok(report);
         }
         let max = config.max_message_bytes;
+        let reach = segments.last().map_or(0, |s| s.end);
+        let aborted = Aborted(self.aborted_in_bytes(segments[0].segment.base_offset, reach));
         // The last number of each key.
         let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
         for cleanable in &segments {
@@ -94,7 +101,7 @@ impl Partition {
                 };
                 let number = seen.number;
                 let batch = RecordBatchRef::parse(message.payload).map_err(invalid)?;
-                if batch.is_control() {
+                if batch.is_control() || aborted.holds(&batch, seen.at) {
                     return Ok(());
                 }
                 for record in batch.records(INFLATED_BYTES_MAX).map_err(invalid)?.iter() {
@@ -111,7 +118,8 @@ impl Partition {
         }
         let horizon = now_ms.saturating_sub(config.delete_retention_ms as i64);
         for cleanable in &segments {
-            let rewrite = self.clean_segment(cleanable, max, &latest, horizon, &mut report)?;
+            let keep = Keep { latest: &latest, horizon, aborted: &aborted };
+            let rewrite = self.clean_segment(cleanable, max, &keep, &mut report)?;
             throttle(cleanable.end - cleanable.segment.base_offset);
             if let Some((path, removed)) = rewrite {
                 if self.replace_segment(cleanable, &path)? {
@@ -135,8 +143,7 @@ impl Partition {
         &self,
         cleanable: &Cleanable,
         max: u32,
-        latest: &HashMap<Vec<u8>, u64>,
-        horizon: i64,
+        keep: &Keep,
         report: &mut Cleaned,
     ) -> Result<Option<(PathBuf, u64)>, LogError> {
         let segment = &cleanable.segment;
@@ -193,7 +200,7 @@ impl Partition {
         for slot in &slots {
             let bytes = read(slot)?;
             let kept = match slot.magic {
-                MAGIC_BATCH => clean_batch(&bytes, slot, latest, horizon, report)?,
+                MAGIC_BATCH => clean_batch(&bytes, slot, keep, report)?,
                 _ => None,
             };
             match kept {
@@ -241,6 +248,29 @@ impl Partition {
     }
 }
 
+/// The aborted transactions of the log a pass reads.
+struct Aborted(Vec<crate::log::producers::Aborted>);
+
+impl Aborted {
+    /// Whether `batch`, at byte `at`, is a record batch of an aborted transaction.
+    fn holds(&self, batch: &RecordBatchRef, at: u64) -> bool {
+        batch.is_transactional()
+            && self.0.iter().any(|a| {
+                a.producer_id == batch.producer_id()
+                    && (a.first_offset..a.marker_offset).contains(&at)
+            })
+    }
+}
+
+/// What a pass keeps of a batch: the last record of each key (`latest`, by number), a
+/// tombstone until `horizon` (ms since the epoch) has passed it, and nothing of an aborted
+/// transaction.
+struct Keep<'a> {
+    latest: &'a HashMap<Vec<u8>, u64>,
+    horizon: i64,
+    aborted: &'a Aborted,
+}
+
 /// A message of a segment with the tail gap after it, if it has one.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
@@ -274,8 +304,7 @@ fn gap_free(slot: &[u8]) -> Vec<u8> {
 fn clean_batch(
     slot_bytes: &[u8],
     slot: &Slot,
-    latest: &HashMap<Vec<u8>, u64>,
-    horizon: i64,
+    keep: &Keep,
     report: &mut Cleaned,
 ) -> Result<Option<(Vec<u8>, u64)>, LogError> {
     let Some(Ok((_, message))) = MessageSetIter::new(slot_bytes, 0).next() else {
@@ -285,15 +314,17 @@ fn clean_batch(
     if batch.is_control() {
         return Ok(None);
     }
+    let aborted = keep.aborted.holds(&batch, slot.at);
     let mut gone = 0u64;
     let mut expiry: Option<i64> = None;
     let kept = record_batch::retain_records(&batch, INFLATED_BYTES_MAX, |record| {
         let number = slot.number + (record.offset - batch.base_offset()) as u64;
-        let keep = match record.key {
+        let keep_it = match record.key {
             None => true,
-            Some(key) => latest.get(key) == Some(&number),
+            Some(key) => keep.latest.get(key) == Some(&number),
         };
-        let keep = keep && (record.value.is_some() || record.timestamp > horizon);
+        let keep =
+            !aborted && keep_it && (record.value.is_some() || record.timestamp > keep.horizon);
         if keep && record.value.is_none() {
             expiry = Some(expiry.map_or(record.timestamp, |e| e.min(record.timestamp)));
         }
@@ -566,6 +597,65 @@ mod tests {
         let p = Partition::open(dir.path().join("t-0"), "t", 0, compacted(64 << 10)).unwrap();
         assert_eq!(records(&p), now);
         assert_eq!(p.end_record(), before.last().unwrap().0 + 1);
+    }
+
+    /// The records of an aborted transaction supersede nothing and are removed; a pass stops
+    /// below an open transaction, whose records may yet abort; markers stay.
+    #[test]
+    fn aborted_transactions_supersede_nothing_and_open_ones_are_not_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partition::open(dir.path().join("t-0"), "t", 0, compacted(8 << 10)).unwrap();
+        let value = |name: &str| Some(format!("{name}:{}", "x".repeat(1500)));
+        let append_batch = |p: &Partition, batch: Vec<u8>| {
+            let mut set = Vec::new();
+            protocol::encode_batch_message(&mut set, &batch);
+            let counted = index::count_records(&set, 1 << 20).unwrap();
+            p.append(&[&set], &[counted]).unwrap();
+        };
+        let transaction = |p: &Partition, producer: i64, key: &str, name: &str| {
+            let mut batch =
+                RecordBatchBuilder::new(0).with_producer(producer, 0, 0).transactional();
+            let value = value(name);
+            batch.push(0, NOW_MS, Some(key.as_bytes()), value.as_deref().map(str::as_bytes), &[]);
+            append_batch(p, batch.finish());
+        };
+        let marker = |p: &Partition, producer: i64, commit: bool| {
+            append_batch(p, record_batch::transaction_marker(producer, 0, commit, 0, NOW_MS));
+        };
+        let filler = |p: &Partition, name: &str| {
+            for i in 0..12 {
+                append(p, &[("filler", value(&format!("{name}-{i}")))], NOW_MS, Codec::None);
+            }
+        };
+        let both = [("a", value("committed-a")), ("b", value("committed-b"))];
+        append(&p, &both, NOW_MS, Codec::None);
+        transaction(&p, 5, "a", "aborted-a");
+        marker(&p, 5, false);
+        transaction(&p, 6, "c", "committed-c");
+        marker(&p, 6, true);
+        filler(&p, "early");
+        transaction(&p, 7, "b", "open-b");
+        filler(&p, "late");
+        p.flush().unwrap();
+        assert!(p.segment_bases().len() > 3);
+
+        p.clean(NOW_MS, &mut |_| {}).unwrap();
+        let after = records(&p);
+        let values: Vec<String> = after
+            .iter()
+            .filter_map(|(_, _, v)| v.as_ref().map(|v| v.split(':').next().unwrap().to_owned()))
+            .collect();
+        let has = |name: &str| values.iter().any(|v| v == name);
+        assert!(has("committed-a"), "an aborted record superseded it: {values:?}");
+        assert!(!has("aborted-a"), "an aborted record stayed: {values:?}");
+        assert!(has("committed-b"), "an open transaction's record superseded it: {values:?}");
+        assert!(has("open-b") && has("committed-c"), "{values:?}");
+        let count = |prefix: &str| values.iter().filter(|v| v.starts_with(prefix)).count();
+        assert!(count("early") < 12, "nothing cleaned below the open transaction: {values:?}");
+        assert_eq!(count("late"), 12, "cleaned past the open transaction: {values:?}");
+        let is_marker =
+            |key: &str| [[0u8, 0, 0, 0], [0, 0, 0, 1]].iter().any(|m| key.as_bytes() == m);
+        assert_eq!(after.iter().filter(|(_, key, _)| is_marker(key)).count(), 2, "markers stay");
     }
 
     #[test]
