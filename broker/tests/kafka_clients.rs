@@ -411,6 +411,8 @@ async fn leaders_killed_under_confluent_kafka(lost_answers: bool) {
     );
     assert!(!lost_answers || lost > 0, "no answer was lost");
     assert_eq!(report["missing"], 0);
+    // Every message was acknowledged in the end: no producer stalled past its timeout.
+    assert_eq!(report["failed"], 0, "{report}");
     // Idempotent: a batch retried across the failover is not appended twice.
     assert_eq!(report["repeats"], 0, "{report}");
     assert!(report["acknowledged"].as_u64().unwrap() > 1000, "{report}");

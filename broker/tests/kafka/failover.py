@@ -14,16 +14,34 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
-producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "message.timeout.ms": 120000, "linger.ms": 5})
+# No re-bootstrap (librdkafka 2.x's `metadata.recovery.strategy`): when a kill and a lost
+# answer's closed connection leave every broker looking down at once, librdkafka 2.16 goes
+# back to its bootstrap list and then sent nothing for minutes (seen in a run of 25 kills:
+# 245 s without a request, its queue timed out), which is the client's matter, not the
+# brokers'.
+producer = Producer({
+    "bootstrap.servers": bootstrap,
+    "acks": "all",
+    "enable.idempotence": True,
+    "message.timeout.ms": 120000,
+    "linger.ms": 5,
+    "metadata.recovery.strategy": "none",
+})
 acknowledged = set()
 failed = []
+# The longest time without an acknowledgement while messages were waiting for one.
+last_ack, longest_wait = time.time(), 0.0
 
 
 def on_delivery(error, message):
+    global last_ack, longest_wait
     if error:
         failed.append(str(error))
     else:
         acknowledged.add(message.value().decode())
+        now = time.time()
+        longest_wait = max(longest_wait, now - last_ack)
+        last_ack = now
 
 
 i = 0
@@ -33,13 +51,24 @@ while True:
     if ready:
         sys.stdin.readline()
         break
-    producer.produce(topic, value=("m-%d" % i).encode(), on_delivery=on_delivery)
+    try:
+        producer.produce(topic, value=("m-%d" % i).encode(), on_delivery=on_delivery)
+    except BufferError:
+        # The local queue is full while the cluster fails over: wait for room.
+        producer.poll(0.1)
+        continue
     producer.poll(0)
     i += 1
     if i % 200 == 0:
         time.sleep(0.05)
 producer.flush(120)
-report = {"sent": i, "acknowledged": len(acknowledged), "failed": len(failed), "failures": failed[:3]}
+report = {
+    "sent": i,
+    "acknowledged": len(acknowledged),
+    "failed": len(failed),
+    "failures": failed[:3],
+    "longest_wait_s": round(longest_wait, 1),
+}
 
 consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic + "-check", "auto.offset.reset": "earliest", "enable.auto.commit": False})
 metadata = consumer.list_topics(topic, timeout=30)
