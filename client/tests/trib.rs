@@ -493,3 +493,56 @@ async fn progress_reports_on_stderr_while_a_produce_runs() {
     assert!(lines[0].starts_with("trib: ") && lines[0].ends_with("MiB/s"), "{stderr}");
     assert!(lines[1].ends_with("to slow"), "{stderr}");
 }
+
+/// `consume --read-committed`: of Kafka producers' transactions in the log (written here as a
+/// broker has them: transactional batches, then the marker a transaction coordinator has the
+/// leader append with WRITE_TXN_MARKER), only the committed one is read, and reading stops at
+/// the one still open; without the flag every record is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_committed_reads_only_committed_transactions() {
+    use protocol::record_batch::RecordBatchBuilder;
+    use protocol::{Acks, Request, WriteTxnMarkerRequest};
+    use tokio::io::AsyncReadExt;
+
+    let broker = TestBroker::start().await;
+    let b = broker.addr.as_str();
+    let conn = client::Connection::connect(b).await.unwrap();
+    let transactional = |producer: i64, value: &str| {
+        let mut batch = RecordBatchBuilder::new(0).with_producer(producer, 0, 0).transactional();
+        batch.push(0, 1_000, Some(b"k"), Some(value.as_bytes()), &[]);
+        let mut set = bytes::BytesMut::new();
+        protocol::encode_batch_message(&mut set, &batch.finish());
+        set.freeze()
+    };
+    let marker = |producer: i64, commit: bool| async move {
+        let request = Request::WriteTxnMarker(WriteTxnMarkerRequest {
+            topic: "txn".into(),
+            partition: 0,
+            producer_id: producer,
+            producer_epoch: 0,
+            commit,
+            coordinator_epoch: 0,
+        });
+        let mut frame = bytes::BytesMut::new();
+        request.encode(&mut frame).unwrap();
+        let mut stream = tokio::net::TcpStream::connect(b).await.unwrap();
+        stream.write_all(&frame).await.unwrap();
+        let size = stream.read_u32().await.unwrap();
+        assert_eq!(stream.read_i16().await.unwrap(), 0, "the marker is refused ({size} bytes)");
+    };
+    for (producer, value, commit) in [(5, "kept", Some(true)), (6, "dropped", Some(false))] {
+        conn.produce("txn", 0, Acks::Flushed, transactional(producer, value)).await.unwrap();
+        if let Some(commit) = commit {
+            marker(producer, commit).await;
+        }
+    }
+    conn.produce("txn", 0, Acks::Flushed, transactional(7, "open")).await.unwrap();
+    conn.produce("txn", 0, Acks::Flushed, transactional(8, "after the open one")).await.unwrap();
+    marker(8, true).await;
+
+    let consume = ["consume", "--brokers", b, "--topic", "txn"];
+    let everything = trib(&consume, b"").await;
+    assert_eq!(stdout(&everything), "kept\ndropped\nopen\nafter the open one\n");
+    let committed = trib(&[&consume[..], &["--read-committed"]].concat(), b"").await;
+    assert_eq!(stdout(&committed), "kept\n");
+}
