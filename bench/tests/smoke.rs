@@ -105,6 +105,38 @@ fn a_small_replication_run_reports_what_its_flags_asked_for() {
     assert!(report.contains("Idempotent / plain"), "{report}");
 }
 
+/// `tributary-bench transactions`, small: confluent-kafka's producers against three brokers,
+/// every flag shown in what it measured and reports.
+#[test]
+fn a_small_transactions_run_reports_what_its_flags_asked_for() {
+    let (out, results) = bench_run(&[
+        "transactions",
+        "--records",
+        "4000",
+        "--message-bytes",
+        "100",
+        "--producers",
+        "2",
+        "--per-transaction",
+        "50",
+        "--rounds",
+        "2",
+    ]);
+    assert_eq!(results["records"], 4000);
+    assert_eq!(results["message_bytes"], 100);
+    assert_eq!(results["producers"], 2);
+    assert_eq!(results["per_transaction"], 50);
+    for mode in ["plain", "idempotent", "transactional"] {
+        let rates = results[mode].as_array().unwrap();
+        assert_eq!(rates.len(), 2, "{mode}: {results}");
+        assert!(rates.iter().all(|r| r.as_f64().unwrap() > 0.0), "{mode}: {results}");
+    }
+    assert_eq!(results["failed_deliveries"], 0);
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("2 confluent-kafka producers, 4000 records of 100 bytes"), "{report}");
+    assert!(report.contains("transactional, 50 records per transaction"), "{report}");
+}
+
 /// `tributary-bench pipeline`, small: the real `tributary up` deployment (the debug binaries
 /// `cargo test --workspace` builds), two short steps, every flag shown in what it measured,
 /// every event of both steps through every tier to Parquet, and no audit window in loss.
