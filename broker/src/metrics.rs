@@ -558,6 +558,7 @@ fn error_name(error: ErrorCode) -> &'static str {
         ErrorCode::OutOfOrderSequence => "out_of_order_sequence",
         ErrorCode::InvalidProducerEpoch => "invalid_producer_epoch",
         ErrorCode::InvalidRecord => "invalid_record",
+        ErrorCode::DuplicateSequence => "duplicate_sequence",
     }
 }
 

@@ -87,20 +87,20 @@ impl Agent {
             .await
             .expect("opening the spool does not panic")?;
         let spool = Arc::new(spool);
-        let (source, partitioner): (Arc<dyn BrokerSource>, _) = match brokers {
-            Brokers::Addrs(addrs) => (
-                Arc::new(
-                    StaticBrokers::new(addrs)
-                        .with_connect_timeout_ms(3_000)
-                        .with_tls(config.client_tls()?),
-                ),
-                Partitioner::Any,
+        // The agent picks each chunk's partition itself (its batches are idempotent ones,
+        // numbered per partition): the brokers are asked where the partitions are led, and
+        // the leaders are sent to directly, a load balancer given as `brokers` included.
+        let source: Arc<dyn BrokerSource> = match brokers {
+            Brokers::Addrs(addrs) => Arc::new(
+                StaticBrokers::new(addrs)
+                    .with_connect_timeout_ms(3_000)
+                    .with_tls(config.client_tls()?),
             ),
             Brokers::Cluster(coordinator) => {
-                (Arc::new(RegistryBrokers::new(Registry::new(coordinator))), Partitioner::Random)
+                Arc::new(RegistryBrokers::new(Registry::new(coordinator)))
             }
         };
-        let producer = Producer::new(producer_config(&config, partitioner)?, source)?;
+        let producer = Producer::new(producer_config(&config)?, source)?;
         let inner = Arc::new(Inner {
             schemas: Schemas::new(Arc::clone(&registry), config.schema_refresh_ms),
             defaults: HeaderDefaults { server: host, service: config.service.clone() },
@@ -398,10 +398,7 @@ pub(crate) enum Refused<E> {
 /// Longest wait for the producer's close.
 const FINAL_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn producer_config(
-    config: &Config,
-    partitioner: Partitioner,
-) -> Result<ProducerConfig, ConfigError> {
+fn producer_config(config: &Config) -> Result<ProducerConfig, ConfigError> {
     let message_bytes_max = config.max_event_bytes + 64;
     Ok(ProducerConfig {
         acks: match config.acks {
@@ -413,7 +410,7 @@ fn producer_config(
         batch_bytes: config.batch_bytes,
         linger_ms: config.linger_ms,
         compression: config.codec()?,
-        partitioner,
+        partitioner: Partitioner::Random,
         buffer_bytes: (64 << 20).max(message_bytes_max * 2),
         message_bytes_max,
         retries_max: 2,

@@ -34,6 +34,9 @@ pub enum ErrorCode {
     /// A record the topic does not take: on a compacted topic, one without a key (or a
     /// message that is not a Kafka RecordBatch, which has none). The set is refused whole.
     InvalidRecord = 18,
+    /// An idempotent producer's batch is in the log already, older than the last batches
+    /// whose offsets the leader keeps: nothing was appended, and its offset is not known.
+    DuplicateSequence = 19,
 }
 
 impl ErrorCode {
@@ -59,6 +62,7 @@ impl ErrorCode {
             16 => ErrorCode::OutOfOrderSequence,
             17 => ErrorCode::InvalidProducerEpoch,
             18 => ErrorCode::InvalidRecord,
+            19 => ErrorCode::DuplicateSequence,
             _ => ErrorCode::Unknown,
         }
     }
@@ -93,6 +97,7 @@ impl ErrorCode {
             ErrorCode::OutOfOrderSequence => "the producer's batch does not follow its last one",
             ErrorCode::InvalidProducerEpoch => "the producer's epoch is older than its current one",
             ErrorCode::InvalidRecord => "a compacted topic takes only records with a key",
+            ErrorCode::DuplicateSequence => "the producer's batch is in the log already",
         }
     }
 }

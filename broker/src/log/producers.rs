@@ -109,6 +109,9 @@ pub enum Check {
     Append,
     /// In the log already, where it says: acknowledged, not appended again.
     Duplicate(Placed),
+    /// In the log already, older than the batches whose places are kept: not appended again,
+    /// answered `DuplicateSequence` once the producer's last batch (`Placed`) is acknowledged.
+    Forgotten(Placed),
     /// `OutOfOrderSequence` or `InvalidProducerEpoch`.
     Refuse(ErrorCode),
 }
@@ -231,8 +234,14 @@ impl Producers {
             return Check::Duplicate(placed);
         }
         match seen.batches.back() {
-            Some(&(_, previous_last, _)) if base != after(previous_last) => {
-                Check::Refuse(ErrorCode::OutOfOrderSequence)
+            Some(&(_, previous_last, last_placed)) if base != after(previous_last) => {
+                // Wholly at or below the last sequence appended: in the log already (a
+                // producer's sequences are appended in order), older than the batches kept.
+                if base <= last && last <= previous_last {
+                    Check::Forgotten(last_placed)
+                } else {
+                    Check::Refuse(ErrorCode::OutOfOrderSequence)
+                }
             }
             _ => Check::Append,
         }
@@ -557,7 +566,9 @@ mod tests {
             producers.record(batch(a, 1, i, i), at(200 + i as u64));
         }
         assert_eq!(producers.check(batch(a, 1, 9, 9)), Check::Duplicate(at(209)));
-        assert_eq!(producers.check(batch(a, 1, 2, 2)), out_of_order, "forgotten");
+        let forgotten = Check::Forgotten(at(209));
+        assert_eq!(producers.check(batch(a, 1, 2, 3)), forgotten, "in the log, offset forgotten");
+        assert_eq!(producers.check(batch(a, 1, 8, 10)), out_of_order, "overlaps the last");
         producers.record(batch(a, 1, i32::MAX - 1, i32::MAX), at(300));
         assert_eq!(producers.check(batch(a, 1, 0, 3)), Check::Append, "sequences wrap");
     }

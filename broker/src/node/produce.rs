@@ -292,6 +292,17 @@ impl Node {
                         append_time: placed.log_append_time,
                     }
                 }
+                Check::Forgotten(last) => {
+                    self.metrics.duplicate_batches.inc();
+                    first += 1;
+                    let leader = self.replicas.leader_of(&log);
+                    AppendedRun {
+                        results: vec![Err(ErrorCode::DuplicateSequence)],
+                        wait: self.ack_wait(acks, Arc::clone(&log), leader, last.end),
+                        first_record: None,
+                        append_time: None,
+                    }
+                }
                 Check::Refuse(code) => {
                     first += 1;
                     AppendedRun::now(vec![Err(code)])

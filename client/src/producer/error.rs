@@ -35,3 +35,13 @@ pub enum ProducerError {
     #[error("cannot start the producer's runtime: {source}")]
     Runtime { source: Arc<std::io::Error> },
 }
+
+impl ProducerError {
+    /// The broker's error code, if a broker answered the send with one.
+    pub fn code(&self) -> Option<protocol::ErrorCode> {
+        match self {
+            ProducerError::Send { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+}

@@ -147,7 +147,7 @@ impl Producer {
             BytesMut::with_capacity(protocol::PLAIN_MESSAGE_OVERHEAD_BYTES + payload.len());
         protocol::encode_message(&mut message, Codec::None, payload);
         let bytes = message.len();
-        self.enqueue_message(topic, key, message.freeze(), 1, bytes).await
+        self.enqueue_message(topic, Place::Route(key), message.freeze(), 1, bytes).await
     }
 
     /// Like [`Producer::enqueue`] for many messages at once: they go to one partition, in one
@@ -165,7 +165,82 @@ impl Producer {
             return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
         let FramedMessages { set, count, largest_bytes } = messages;
-        self.enqueue_message(topic, key, set.freeze(), count, largest_bytes).await
+        self.enqueue_message(topic, Place::Route(key), set.freeze(), count, largest_bytes).await
+    }
+
+    /// Like [`Producer::enqueue_messages`] to `partition`, as one idempotent batch with the
+    /// identity the caller gives it (`producer_id`, `epoch`, `base_sequence` — numbered by the
+    /// caller, without gaps per partition), sent alone and retried as it is. A caller that
+    /// keeps the identity durably before the send can send the same batch again after its own
+    /// crash: a leader that has it answers where it is (or, for a batch older than the last
+    /// five it keeps, [`ErrorCode::DuplicateSequence`] — acknowledged here with no offset)
+    /// instead of appending it twice. A batch the leader refuses as out of order fails with
+    /// that code ([`ProducerError::code`]); what to do then is the caller's.
+    ///
+    /// [`ErrorCode::DuplicateSequence`]: protocol::ErrorCode::DuplicateSequence
+    pub async fn enqueue_sequenced(
+        &self,
+        topic: &str,
+        partition: i32,
+        sequenced: Sequenced,
+        messages: FramedMessages,
+    ) -> Result<Pending, ProducerError> {
+        let invalid =
+            |reason: String| ProducerError::InvalidMessage { topic: topic.to_owned(), reason };
+        if messages.count == 0 {
+            return Err(invalid("no messages".to_owned()));
+        }
+        if partition < 0 || sequenced.producer_id < 0 || sequenced.base_sequence < 0 {
+            return Err(invalid(format!(
+                "a sequenced batch to partition {partition} as {sequenced:?}"
+            )));
+        }
+        if self.inner.config.acks == protocol::Acks::None {
+            let reason = "a sequenced batch needs acks of at least 1".to_owned();
+            return Err(ProducerError::InvalidConfig { reason });
+        }
+        let FramedMessages { set, count, largest_bytes } = messages;
+        let place = Place::Sequenced(partition, sequenced);
+        self.enqueue_message(topic, place, set.freeze(), count, largest_bytes).await
+    }
+
+    /// A new producer id and epoch, from a broker that has `topic`, for
+    /// [`Producer::enqueue_sequenced`].
+    pub async fn init_producer_id(&self, topic: &str) -> Result<(i64, i16), ProducerError> {
+        let route = self.inner.routes.get(topic).await?;
+        let entries = if route.brokers.is_empty() { &route.partitions } else { &route.brokers };
+        let target = &entries[rand::random_range(0..entries.len())];
+        let send_error = |source: crate::ClientError| ProducerError::Send {
+            topic: topic.to_owned(),
+            partition: protocol::ANY_PARTITION,
+            addr: target.addr.clone(),
+            attempts: 1,
+            source: Arc::new(source),
+        };
+        let conn = self.inner.pool.get(&target.addr).await.map_err(send_error)?;
+        let timeout = std::time::Duration::from_millis(self.inner.config.request_timeout_ms);
+        let id = match tokio::time::timeout(timeout, conn.init_producer_id()).await {
+            Ok(id) => id.map_err(send_error)?,
+            Err(_) => {
+                let addr = target.addr.clone();
+                let reason = format!("no producer id within {} ms", timeout.as_millis());
+                return Err(send_error(crate::ClientError::Closed { addr, reason }));
+            }
+        };
+        Ok((id.producer_id, id.producer_epoch))
+    }
+
+    /// The partitions of `topic` that have a live leader now, as last looked up (created
+    /// with the broker's defaults by the lookup if the cluster does so); empty while the
+    /// cluster does not know the topic.
+    pub async fn live_partitions(&self, topic: &str) -> Result<Vec<i32>, ProducerError> {
+        let route = self.inner.routes.get(topic).await?;
+        Ok(route
+            .partitions
+            .iter()
+            .map(|p| p.partition)
+            .filter(|&p| p != protocol::ANY_PARTITION)
+            .collect())
     }
 
     /// Like [`Producer::enqueue`] for messages already framed (length, CRC, magic,
@@ -201,7 +276,7 @@ impl Producer {
             let reason = format!("not whole valid framed messages ({} bytes)", framed.len());
             return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
-        self.enqueue_message(topic, key, framed, count, largest_bytes).await
+        self.enqueue_message(topic, Place::Route(key), framed, count, largest_bytes).await
     }
 
     /// Accepts encoded messages (`messages` of them, the largest `largest_bytes`) into their
@@ -209,7 +284,7 @@ impl Producer {
     async fn enqueue_message(
         &self,
         topic: &str,
-        key: Option<&[u8]>,
+        place: Place<'_>,
         message: Bytes,
         messages: usize,
         largest_bytes: usize,
@@ -234,7 +309,22 @@ impl Producer {
         if inner.lock_senders().closed {
             return Err(ProducerError::Closed);
         }
-        let target = self.route(topic, key).await?;
+        let (target, sequenced) = match place {
+            Place::Route(key) => (self.route(topic, key).await?, None),
+            Place::Sequenced(partition, sequenced) => {
+                let route = self.inner.routes.get(topic).await?;
+                let target = route.leader(partition).cloned().unwrap_or_else(|| {
+                    // No live leader known: the sender finds one when it sends.
+                    let entry = route.brokers.first().unwrap_or(&route.partitions[0]);
+                    TopicPartition {
+                        addr: entry.addr.clone(),
+                        broker_id: entry.broker_id,
+                        partition,
+                    }
+                });
+                (target, Some((sequenced.producer_id, sequenced.epoch, sequenced.base_sequence)))
+            }
+        };
         // `validate` keeps `buffer_bytes` within a u32.
         let permits = u32::try_from(bytes).expect("buffer_bytes fits u32");
         let permit = match config.buffer_full {
@@ -252,7 +342,7 @@ impl Producer {
             },
         };
         let (reply, pending) = oneshot::channel();
-        let record = Record { message, messages, reply, _permit: permit };
+        let record = Record { message, messages, reply, sequenced, _permit: permit };
         let queue = self.queue_for(topic, target)?;
         let command = Command::Record(record);
         match config.buffer_full {
@@ -349,6 +439,22 @@ impl Producer {
             }
         }
     }
+}
+
+/// Where an enqueue goes: to the partition the partitioner picks for a key, or as a sequenced
+/// batch to the partition given.
+enum Place<'a> {
+    Route(Option<&'a [u8]>),
+    Sequenced(i32, Sequenced),
+}
+
+/// The identity of a batch sent with [`Producer::enqueue_sequenced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sequenced {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence number of the batch's first message on its partition.
+    pub base_sequence: i32,
 }
 
 /// Which sender a message goes to: one per partition of a topic, wherever its leader is

@@ -53,6 +53,9 @@ struct Encoded {
     set: Bytes,
     /// The producer id, epoch and first sequence it carries as an idempotent batch.
     producer: Option<(i64, i16, i32)>,
+    /// Whether that identity is the caller's ([`crate::Producer::enqueue_sequenced`]), not
+    /// this sender's own.
+    callers: bool,
 }
 
 impl Encoded {
@@ -135,8 +138,8 @@ impl PartitionSender {
             let error = match sent {
                 Ok((partition, offset)) => {
                     let encoded = encoded.expect("encoded before it was sent");
-                    if let (Some((id, epoch, base)), Some(next)) =
-                        (encoded.producer, &mut self.producer)
+                    if let (Some((id, epoch, base)), Some(next), false) =
+                        (encoded.producer, &mut self.producer, encoded.callers)
                     {
                         let sent = i32::try_from(batch.len()).unwrap_or(i32::MAX);
                         *next = (id, epoch, base.wrapping_add(sent) & i32::MAX);
@@ -146,6 +149,19 @@ impl PartitionSender {
                 }
                 Err(error) => error,
             };
+            // Older than the batches the leader keeps the places of: in the log already.
+            if error.code() == Some(ErrorCode::DuplicateSequence) {
+                let encoded = encoded.expect("encoded before it was sent");
+                if let (Some((id, epoch, base)), Some(next), false) =
+                    (encoded.producer, &mut self.producer, encoded.callers)
+                {
+                    let sent = i32::try_from(batch.len()).unwrap_or(i32::MAX);
+                    *next = (id, epoch, base.wrapping_add(sent) & i32::MAX);
+                }
+                batch.acknowledge(&addr, partition, None, true);
+                return addr;
+            }
+            let callers = encoded.as_ref().is_some_and(|e| e.callers);
             let moved = matches!(
                 error.code(),
                 Some(ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch | ErrorCode::UnknownTopic)
@@ -153,7 +169,8 @@ impl PartitionSender {
             // The leader lacks this producer's batches before this one (acknowledged with acks
             // 1 by a leader that alone had them, and lost with it): it lacks this one too, which
             // goes again as the first batch of a new producer id.
-            let out_of_order = error.code() == Some(ErrorCode::OutOfOrderSequence);
+            // A caller's identity is the caller's to change.
+            let out_of_order = error.code() == Some(ErrorCode::OutOfOrderSequence) && !callers;
             if out_of_order {
                 encoded = None;
                 self.producer = None;
@@ -170,7 +187,7 @@ impl PartitionSender {
                     )
                 );
             if !retriable || attempts > self.config.retries_max {
-                if encoded.is_some_and(|e| e.producer.is_some()) {
+                if encoded.is_some_and(|e| e.producer.is_some() && !e.callers) {
                     // Its sequences may be in the log or not: the next batch starts afresh.
                     self.producer = None;
                 }
@@ -218,6 +235,17 @@ impl PartitionSender {
         addr: &str,
     ) -> Result<Result<Encoded, CompressionError>, ClientError> {
         let codec = self.config.compression;
+        if let Some(producer) = batch.sequenced() {
+            return match batch.encode_idempotent(codec, producer) {
+                Ok(Some(set)) => Ok(Ok(Encoded { set, producer: Some(producer), callers: true })),
+                // `FramedMessages` are plain: not reached.
+                Ok(None) => Err(ClientError::Broker {
+                    api: protocol::ApiKey::IdempotentProduce,
+                    code: ErrorCode::InvalidMessage,
+                }),
+                Err(e) => Ok(Err(e)),
+            };
+        }
         // Acks 0 retries nothing and hears of no duplicate; partition −1 has no sequences.
         let idempotent = self.config.idempotence
             && self.config.acks != Acks::None
@@ -237,12 +265,14 @@ impl PartitionSender {
                 }
             };
             match batch.encode_idempotent(codec, producer) {
-                Ok(Some(set)) => return Ok(Ok(Encoded { set, producer: Some(producer) })),
+                Ok(Some(set)) => {
+                    return Ok(Ok(Encoded { set, producer: Some(producer), callers: false }));
+                }
                 Ok(None) => {} // not plain messages: sent as they are
                 Err(e) => return Ok(Err(e)),
             }
         }
-        Ok(batch.encode(codec).map(|set| Encoded { set, producer: None }))
+        Ok(batch.encode(codec).map(|set| Encoded { set, producer: None, callers: false }))
     }
 
     /// An entry point other than `addr` for a produce to partition −1, if the route has one.

@@ -79,6 +79,9 @@ pub(super) fn write_and_clean(shared: &Shared) -> Result<(), SpoolError> {
         shared.lock().dirty = true;
         return Err(e);
     }
+    // Chunks are acknowledged whole: one whose first event is durably acknowledged is done.
+    let done = |first: u64| first < checkpoint.floor || checkpoint.acked_above.contains(&first);
+    shared.sends.lock().unwrap_or_else(std::sync::PoisonError::into_inner).forget(done)?;
     let mut state = shared.lock();
     while state.segments.len() > 1
         && state.segments.front().is_some_and(|s| s.end <= checkpoint.floor)

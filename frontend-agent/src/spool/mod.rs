@@ -20,6 +20,7 @@ mod checkpoint;
 mod error;
 mod reader;
 pub mod record;
+mod sends;
 mod state;
 mod writer;
 
@@ -33,6 +34,7 @@ use crate::metrics::Metrics;
 pub use error::{RETRY_AFTER_MS, SpoolError};
 pub use reader::SpoolReader;
 pub use record::SpoolRecord;
+pub use sends::SentChunk;
 pub use state::SpoolOptions;
 use state::{Segment, Shared, State, segment_path};
 use writer::Append;
@@ -43,6 +45,9 @@ const APPENDS_QUEUED_MAX: usize = 1024;
 /// The spool of one agent. Open one per directory.
 pub struct Spool {
     shared: Arc<Shared>,
+    /// Chunks the send journal held on open whose events are all unacknowledged: sent before
+    /// a crash, to be sent again as they were.
+    replays: Mutex<Vec<SentChunk>>,
     appends: Mutex<Option<mpsc::Sender<Append>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -126,16 +131,41 @@ impl Spool {
         };
         state.advance_floor();
         state.report_backlog(&metrics);
+        let mut sends = sends::Sends::open(&options.dir)?;
+        // A chunk is acknowledged whole: one with some of its events done was acknowledged (or
+        // partly dropped under drop-oldest, when what is left goes as a new chunk).
+        let replays: Vec<SentChunk> =
+            sends.chunks().filter(|c| !c.seqs.iter().any(|&s| state.is_done(s))).cloned().collect();
+        let replayed: std::collections::HashSet<u64> =
+            replays.iter().map(SentChunk::first_seq).collect();
+        sends.forget(|first| !replayed.contains(&first))?;
+        if !replays.is_empty() {
+            tracing::info!(
+                chunks = replays.len(),
+                "sending again the chunks sent before the restart"
+            );
+        }
         let (durable, _) = watch::channel(next_seq);
-        let shared =
-            Arc::new(Shared { segments_dir, options, state: Mutex::new(state), durable, metrics });
+        let shared = Arc::new(Shared {
+            segments_dir,
+            options,
+            state: Mutex::new(state),
+            durable,
+            metrics,
+            sends: Mutex::new(sends),
+        });
         let (appends, queue) = mpsc::channel(APPENDS_QUEUED_MAX);
         let thread_shared = Arc::clone(&shared);
         let writer = std::thread::Builder::new()
             .name("spool-writer".into())
             .spawn(move || writer::run(thread_shared, queue, file, next_seq))
             .map_err(SpoolError::io("start the writer thread for", &shared.segments_dir))?;
-        Ok(Spool { shared, appends: Mutex::new(Some(appends)), writer: Mutex::new(Some(writer)) })
+        Ok(Spool {
+            shared,
+            replays: Mutex::new(replays),
+            appends: Mutex::new(Some(appends)),
+            writer: Mutex::new(Some(writer)),
+        })
     }
 
     /// Writes `events` durably (fsynced) and returns the seq of the first. All or nothing:
@@ -167,6 +197,18 @@ impl Spool {
     /// Events spooled and not yet acknowledged (nor dropped).
     pub fn unacknowledged(&self) -> u64 {
         self.shared.lock().unacknowledged()
+    }
+
+    /// The chunks sent before the last crash and not acknowledged, to be sent again as they
+    /// were (once; empty after the first call).
+    pub fn take_replays(&self) -> Vec<SentChunk> {
+        std::mem::take(&mut *self.replays.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Writes chunks about to be sent to the send journal, durably. Blocking: call from a
+    /// blocking context.
+    pub fn record_sends(&self, chunks: &[SentChunk]) -> Result<(), SpoolError> {
+        self.shared.sends.lock().unwrap_or_else(PoisonError::into_inner).record(chunks)
     }
 
     /// Keeps the records that still need shipping.

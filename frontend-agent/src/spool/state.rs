@@ -109,6 +109,8 @@ pub(super) struct Shared {
     /// Every seq below the value is written and fsynced.
     pub(super) durable: watch::Sender<u64>,
     pub(super) metrics: Arc<Metrics>,
+    /// The send journal: pruned of acknowledged chunks after each checkpoint.
+    pub(super) sends: Mutex<super::sends::Sends>,
 }
 
 impl Shared {

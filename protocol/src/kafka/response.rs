@@ -40,6 +40,7 @@ pub mod code {
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+    pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
     pub const INVALID_PRODUCER_EPOCH: i16 = 47;
     pub const INVALID_TXN_STATE: i16 = 48;
     pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
@@ -81,6 +82,7 @@ pub fn kafka_error(error: ErrorCode) -> i16 {
         ErrorCode::OutOfOrderSequence => code::OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::InvalidProducerEpoch => code::INVALID_PRODUCER_EPOCH,
         ErrorCode::InvalidRecord => code::INVALID_RECORD,
+        ErrorCode::DuplicateSequence => code::DUPLICATE_SEQUENCE_NUMBER,
         _ => code::UNKNOWN_SERVER_ERROR,
     }
 }
