@@ -133,6 +133,68 @@ async fn killed_with_sigkill_mid_stream_and_restarted_it_loses_nothing_accepted(
     assert!(status.success(), "SIGTERM is a clean exit: {status}");
 }
 
+/// Exactly once from the spool to the log: the broker is reached through a proxy that loses
+/// every third produce answer after the broker appended (its advertised address, so the agent
+/// sends through it), and the agent is killed -9 four times mid-stream. Every accepted event is
+/// in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_and_kill_9_restarts_store_every_accepted_event_once() {
+    let kills: usize = std::env::var("AGENT_KILLS").map_or(4, |k| k.parse().expect("AGENT_KILLS"));
+    let proxy_port = free_port();
+    let broker = TestBroker::start_with(|c| c.advertised_port = Some(proxy_port)).await;
+    let upstream = broker.addr.parse().unwrap();
+    let listen = std::net::SocketAddr::from(([127, 0, 0, 1], proxy_port));
+    let idempotent_produce = protocol::ApiKey::IdempotentProduce as i16;
+    let proxy = testkit::proxy::AckDropper::start(listen, upstream, &[idempotent_produce], 3).await;
+    let registry = TestRegistry::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let spool = dir.path().join("spool");
+    let serve = args(&[
+        "serve",
+        "--registry",
+        registry.url(),
+        "--brokers",
+        &proxy.addr().to_string(),
+        "--http",
+        &format!("127.0.0.1:{port}"),
+        "--spool-dir",
+        spool.to_str().unwrap(),
+    ]);
+    let mut agent = spawn(serve.clone(), port, dir.path().join("0.log")).await;
+    let stop = CancellationToken::new();
+    let poster = keep_posting(format!("http://127.0.0.1:{port}/v1/events/page-view"), stop.clone());
+    for kill in 1..=kills {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        agent.child.kill().unwrap(); // SIGKILL
+        agent.child.wait().unwrap();
+        agent = spawn(serve.clone(), port, dir.path().join(format!("{kill}.log"))).await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.cancel();
+    let accepted = poster.await.unwrap();
+    assert!(accepted.len() > 500, "{} accepted", accepted.len());
+    let counts = wait_for_ids(&broker.addr, "page-view", &accepted).await;
+    let twice: Vec<_> = counts.iter().filter(|&(_, &n)| n > 1).collect();
+    println!(
+        "{} accepted across {kills} kills and {} lost answers; {} stored more than once",
+        accepted.len(),
+        proxy.dropped(),
+        twice.len()
+    );
+    assert!(proxy.dropped() > 0, "no answer was lost");
+    assert!(twice.is_empty(), "{} events stored more than once", twice.len());
+    // A request spooled as the agent was killed, before its answer went out, is in the log
+    // too: one request of 50 per kill at most.
+    let unanswered = counts.len() - accepted.len();
+    assert!(unanswered <= 50 * kills, "{unanswered} events stored that were never answered");
+    agent.signal(Signal::SIGTERM);
+    let status = tokio::task::spawn_blocking(move || agent.wait_exit(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_tail_and_service_flags_ship_a_tailed_file_to_registered_brokers() {
     let connect = ZooKeeperServer::shared().connect_string();
