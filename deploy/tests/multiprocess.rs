@@ -280,11 +280,12 @@ impl Drop for Deployment {
     }
 }
 
-/// One agent's way to its brokers is blocked for a minute: its load balancer is stopped
-/// (SIGSTOP), so neither its batches nor its audit counts get through while it goes on
-/// accepting its simulator's events. Within the minute the audit dashboard names it as holding
-/// events back, and Prometheus fires the audit's alert and the agent's own; then the load
-/// balancer goes on, and the agent ships its backlog.
+/// One agent's brokers are out of its reach for a minute: every broker of its live cluster is
+/// stopped (SIGSTOP; the agent sends to the partitions' leaders directly, its load balancer
+/// only tells it where they are), so neither its batches nor its audit counts get through
+/// while it goes on accepting its simulator's events. Within the minute the audit dashboard
+/// names it as holding events back, and Prometheus fires the audit's alert and the agent's
+/// own; then the brokers go on, and the agent ships its backlog.
 fn agent_blocked_for_a_minute(
     deployment: &Deployment,
     runtime: &tokio::runtime::Runtime,
@@ -307,8 +308,11 @@ fn agent_blocked_for_a_minute(
         *seen = panel.chars().take(600).collect();
         (!named(&panel)).then_some(())
     });
-    let lb = Pid::from_raw(deployment.pid("lb-live-a"));
-    kill(lb, Signal::SIGSTOP).expect("SIGSTOP the load balancer");
+    let brokers: Vec<Pid> =
+        (0..3).map(|b| Pid::from_raw(deployment.pid(&format!("broker-live-a-{b}")))).collect();
+    for &broker in &brokers {
+        kill(broker, Signal::SIGSTOP).expect("SIGSTOP a live broker");
+    }
     let blocked = Instant::now();
     let shown = eventually(Duration::from_secs(60), "the dashboard to name agent-live-a", |seen| {
         let panel = held_panel()?;
@@ -338,7 +342,9 @@ fn agent_blocked_for_a_minute(
         accepted - acknowledged
     );
     std::thread::sleep(Duration::from_secs(60).saturating_sub(blocked.elapsed()));
-    kill(lb, Signal::SIGCONT).expect("SIGCONT the load balancer");
+    for &broker in &brokers {
+        kill(broker, Signal::SIGCONT).expect("SIGCONT a live broker");
+    }
     eventually(Duration::from_secs(60), "agent-live-a to ship its backlog", |seen| {
         let (accepted_now, acknowledged_now, _) = agent_counts(runtime, http, agent)?;
         *seen = format!("accepted {accepted_now}, acknowledged {acknowledged_now}");
@@ -713,8 +719,8 @@ fn pipeline_survives_a_broker_and_the_mirror_killed_and_the_books_balance() {
     assert!(names.contains(&"RemoteSegmentDamaged") && names.len() == 12, "{names:?}");
 
     // A live broker dies and its disk with it: its data directory is wiped before `up` starts
-    // it again. Its partitions' other replicas lead meanwhile (HAProxy sends the agent's
-    // batches to the brokers still up), and it comes back as a follower copying them.
+    // it again. Its partitions' other replicas lead meanwhile (the agent finds them through
+    // HAProxy and sends its batches there), and it comes back as a follower copying them.
     let victim = deployment.pid("broker-live-a-0");
     kill_9(victim);
     eventually(Duration::from_secs(5), "status to show the broker dead", |_| {
