@@ -207,9 +207,18 @@ impl Producer {
     /// A new producer id and epoch, from a broker that has `topic`, for
     /// [`Producer::enqueue_sequenced`].
     pub async fn init_producer_id(&self, topic: &str) -> Result<(i64, i16), ProducerError> {
+        // A leader of the topic when there is one (an entry point may be a load balancer
+        // that sends the connection to a broker just cut off), else an entry point.
         let route = self.inner.routes.get(topic).await?;
-        let entries = if route.brokers.is_empty() { &route.partitions } else { &route.brokers };
-        let target = &entries[rand::random_range(0..entries.len())];
+        let leaders: Vec<&TopicPartition> =
+            route.partitions.iter().filter(|p| p.partition != protocol::ANY_PARTITION).collect();
+        let target = match leaders.is_empty() {
+            false => leaders[rand::random_range(0..leaders.len())],
+            true if !route.brokers.is_empty() => {
+                &route.brokers[rand::random_range(0..route.brokers.len())]
+            }
+            true => &route.partitions[0],
+        };
         let send_error = |source: crate::ClientError| ProducerError::Send {
             topic: topic.to_owned(),
             partition: protocol::ANY_PARTITION,
@@ -217,17 +226,28 @@ impl Producer {
             attempts: 1,
             source: Arc::new(source),
         };
-        let conn = self.inner.pool.get(&target.addr).await.map_err(send_error)?;
-        let timeout = std::time::Duration::from_millis(self.inner.config.request_timeout_ms);
-        let id = match tokio::time::timeout(timeout, conn.init_producer_id()).await {
-            Ok(id) => id.map_err(send_error)?,
-            Err(_) => {
-                let addr = target.addr.clone();
-                let reason = format!("no producer id within {} ms", timeout.as_millis());
-                return Err(send_error(crate::ClientError::Closed { addr, reason }));
+        let asked = async {
+            let conn = self.inner.pool.get(&target.addr).await?;
+            let timeout = std::time::Duration::from_millis(self.inner.config.request_timeout_ms);
+            match tokio::time::timeout(timeout, conn.init_producer_id()).await {
+                Ok(id) => id,
+                Err(_) => Err(crate::ClientError::Closed {
+                    addr: target.addr.clone(),
+                    reason: format!("no producer id within {} ms", timeout.as_millis()),
+                }),
             }
         };
-        Ok((id.producer_id, id.producer_epoch))
+        match asked.await {
+            Ok(id) => Ok((id.producer_id, id.producer_epoch)),
+            Err(e) => {
+                // A connection that failed is not asked again: the next ask connects anew.
+                if !matches!(e, crate::ClientError::Broker { .. }) {
+                    self.inner.pool.forget(&target.addr);
+                    self.inner.routes.invalidate(topic);
+                }
+                Err(send_error(e))
+            }
+        }
     }
 
     /// The partitions of `topic` that have a live leader now, as last looked up (created
