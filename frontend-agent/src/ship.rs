@@ -10,9 +10,11 @@
 //! unacknowledged event: the events of a chunk sent before go again as that same batch, to
 //! the same partition under the same identity, in order, so a leader that has it answers
 //! where it is instead of appending it twice. After a crash, the chunks the journal holds go
-//! again the same way. Only a chunk a leader refuses as out of order — the first
-//! unacknowledged of its producer on the partition, so the leader lost what came before it
-//! (acks 1) and does not have it either — goes under a new identity. Fresh events after a
+//! again the same way. Only a chunk a leader refuses as out of order while it is the first
+//! unacknowledged of its producer on the partition goes under a new identity: the leader has
+//! no run of that producer's batches it could follow (a later chunk reached a new leader
+//! after this one failed at the old, or the leader lost what came before with acks 1), and
+//! does not have it either. Fresh events after a
 //! failure take a new producer id, so their sequence numbers never interleave with those of
 //! the chunks going again.
 
@@ -137,6 +139,10 @@ enum Ready {
     Again { chunk: Arc<SentChunk>, messages: FramedMessages, events: Vec<(u64, i64)> },
     New(Fresh),
 }
+
+/// A chunk about to be handed to the producer: its identity, messages and events, and
+/// whether it went before.
+type Outgoing = (Arc<SentChunk>, FramedMessages, Vec<(u64, i64)>, bool);
 
 struct Shipper {
     spool: Arc<Spool>,
@@ -326,8 +332,7 @@ impl Shipper {
     /// Gives new chunks (and chunks of lost streams) their identity, journals them, and
     /// hands every ready chunk to the producer in order; stops at the first failure.
     async fn ship(&mut self, ready: Vec<Ready>) {
-        let mut sends: Vec<(Arc<SentChunk>, FramedMessages, Vec<(u64, i64)>, bool)> =
-            Vec::with_capacity(ready.len());
+        let mut sends: Vec<Outgoing> = Vec::with_capacity(ready.len());
         let mut journal = Vec::new();
         for ready in ready {
             let (chunk, messages, events, again) = match ready {
@@ -467,7 +472,7 @@ async fn acker(
                             tracing::warn!(
                                 topic = %chunk.topic, partition = chunk.partition,
                                 producer_id = chunk.producer_id, error = %e,
-                                "the leader lacks this producer's earlier batches: its unacknowledged ones go again under a new identity"
+                                "no run of this producer's batches on the leader leads up to this one: its unacknowledged ones go again under a new identity"
                             );
                             book.lost.insert(stream_of(&chunk));
                         }

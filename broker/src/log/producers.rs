@@ -98,6 +98,9 @@ pub struct History {
     pub batches: Vec<(BatchProducer, Placed)>,
     pub open: Vec<(i64, Placed)>,
     pub aborted: Vec<Aborted>,
+    /// Each producer's first sequence of the run of its batches this replica has without a
+    /// gap, up to its last batch (in its current epoch).
+    pub runs: Vec<(i64, i32)>,
 }
 
 /// Aborted transactions remembered per partition at most (the oldest are forgotten).
@@ -120,6 +123,11 @@ pub enum Check {
 #[derive(Debug)]
 struct Sequences {
     epoch: i16,
+    /// The first sequence of the run that ends with the last batch and that this replica has
+    /// whole: every sequence from it to the last is in the log. A producer's first batch here
+    /// need not start at 0 (its state was forgotten, or an earlier batch never reached this
+    /// leader), so what lies before the run is not known to be in the log.
+    first: i32,
     /// `(base sequence, last sequence, where)`, oldest first.
     batches: VecDeque<(i32, i32, Placed)>,
 }
@@ -168,6 +176,11 @@ impl Producers {
         for (producer, placed) in history.batches {
             producers.record(producer, placed);
         }
+        for (id, first) in history.runs {
+            if let Some(seen) = producers.producers.get_mut(&id) {
+                seen.first = first;
+            }
+        }
         producers.open = history.open.into_iter().collect();
         producers.aborted = history.aborted.into_iter().collect();
         producers
@@ -189,10 +202,21 @@ impl Producers {
         let mut merged = earlier;
         merged.tracked_from = self.tracked_from;
         for (id, sequences) in std::mem::take(&mut self.producers) {
+            // The run seen since joins the one before when it began right after it.
+            let earlier_run = merged.producers.get(&id).and_then(|e| {
+                let &(_, last, _) = e.batches.back()?;
+                (e.epoch == sequences.epoch && after(last) == sequences.first).then_some(e.first)
+            });
             for (base, last, placed) in sequences.batches {
                 let producer =
                     BatchProducer { id, epoch: sequences.epoch, sequences: (base, last) };
                 merged.record(producer, placed);
+            }
+            if let Some(seen) = merged.producers.get_mut(&id)
+                && seen.epoch == sequences.epoch
+                && !seen.batches.is_empty()
+            {
+                seen.first = earlier_run.unwrap_or(sequences.first);
             }
             // A marker seen since with a newer epoch than any batch.
             merged.raise_epoch(id, sequences.epoch);
@@ -235,9 +259,9 @@ impl Producers {
         }
         match seen.batches.back() {
             Some(&(_, previous_last, last_placed)) if base != after(previous_last) => {
-                // Wholly at or below the last sequence appended: in the log already (a
-                // producer's sequences are appended in order), older than the batches kept.
-                if base <= last && last <= previous_last {
+                // Wholly within the run this replica has whole, below the batches kept: in
+                // the log already.
+                if seen.first <= base && base <= last && last <= previous_last {
                     Check::Forgotten(last_placed)
                 } else {
                     Check::Refuse(ErrorCode::OutOfOrderSequence)
@@ -268,7 +292,10 @@ impl Producers {
         open.sort_by_key(|(_, placed)| placed.offset);
         let aborted =
             self.aborted.iter().filter(|a| a.last_record >= start_record).copied().collect();
-        Some(History { batches, open, aborted })
+        let mut runs: Vec<(i64, i32)> =
+            self.producers.iter().map(|(&id, seen)| (id, seen.first)).collect();
+        runs.sort_unstable();
+        Some(History { batches, open, aborted, runs })
     }
 
     /// Whether any transaction was ever seen here (open, or aborted and still listed).
@@ -346,10 +373,11 @@ impl Producers {
     /// Moves producer `id` to `epoch` if that is newer than the batches known of it (which are
     /// then forgotten, as a new epoch's sequences start again).
     fn raise_epoch(&mut self, id: i64, epoch: i16) {
-        let seen = self
-            .producers
-            .entry(id)
-            .or_insert_with(|| Sequences { epoch, batches: VecDeque::new() });
+        let seen = self.producers.entry(id).or_insert_with(|| Sequences {
+            epoch,
+            first: 0,
+            batches: VecDeque::new(),
+        });
         if epoch > seen.epoch {
             seen.epoch = epoch;
             seen.batches.clear();
@@ -386,13 +414,18 @@ impl Producers {
                 self.producers.remove(&forgotten);
             }
         }
-        let seen = self
-            .producers
-            .entry(id)
-            .or_insert_with(|| Sequences { epoch, batches: VecDeque::new() });
+        let seen = self.producers.entry(id).or_insert_with(|| Sequences {
+            epoch,
+            first: base,
+            batches: VecDeque::new(),
+        });
         if epoch != seen.epoch {
             seen.epoch = epoch;
             seen.batches.clear();
+        }
+        match seen.batches.back() {
+            Some(&(_, previous_last, _)) if base == after(previous_last) => {}
+            _ => seen.first = base,
         }
         if seen.batches.len() == BATCHES_KEPT {
             seen.batches.pop_front();
@@ -404,13 +437,16 @@ impl Producers {
 /// Suffix of a snapshot of a partition's producers, named by the log end it was taken at.
 pub const SNAPSHOT_SUFFIX: &str = ".producers";
 /// What a snapshot file begins with: its format (version 1 held batches only).
-const SNAPSHOT_MARK: &str = "tributary-producers 2";
+const SNAPSHOT_MARK: &str = "tributary-producers 3";
+/// Formats 1 and 2 lack the runs: a producer's run is taken to begin at its oldest batch kept.
 const SNAPSHOT_MARK_V1: &str = "tributary-producers 1";
+const SNAPSHOT_MARK_V2: &str = "tributary-producers 2";
 
 /// The text of a snapshot of `history`: a mark line, then one line per batch (oldest first),
 /// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none),
 /// one per open transaction, `open id first_record offset end`, and one per aborted
-/// transaction, `aborted id first_record last_record first_offset marker_offset`.
+/// transaction, `aborted id first_record last_record first_offset marker_offset`, and one per
+/// producer, `run id first_sequence` (the run it has whole).
 pub fn encode_snapshot(history: &History) -> String {
     let mut text = format!("{SNAPSHOT_MARK}\n");
     for (producer, placed) in &history.batches {
@@ -433,6 +469,9 @@ pub fn encode_snapshot(history: &History) -> String {
             a.producer_id, a.first_record, a.last_record, a.first_offset, a.marker_offset
         ));
     }
+    for (id, first) in &history.runs {
+        text.push_str(&format!("run {id} {first}\n"));
+    }
     text
 }
 
@@ -441,7 +480,8 @@ pub fn encode_snapshot(history: &History) -> String {
 pub fn decode_snapshot(text: &str) -> Option<History> {
     let mut lines = text.lines();
     let mark = lines.next()?;
-    if (mark != SNAPSHOT_MARK && mark != SNAPSHOT_MARK_V1) || !text.ends_with('\n') {
+    if ![SNAPSHOT_MARK, SNAPSHOT_MARK_V2, SNAPSHOT_MARK_V1].contains(&mark) || !text.ends_with('\n')
+    {
         return None;
     }
     let mut history = History::default();
@@ -457,6 +497,7 @@ pub fn decode_snapshot(text: &str) -> Option<History> {
                 };
                 history.open.push((id.parse().ok()?, placed));
             }
+            ["run", id, first] => history.runs.push((id.parse().ok()?, first.parse().ok()?)),
             ["aborted", id, first_record, last_record, first_offset, marker_offset] => {
                 history.aborted.push(Aborted {
                     producer_id: id.parse().ok()?,
@@ -568,6 +609,13 @@ mod tests {
         assert_eq!(producers.check(batch(a, 1, 9, 9)), Check::Duplicate(at(209)));
         let forgotten = Check::Forgotten(at(209));
         assert_eq!(producers.check(batch(a, 1, 2, 3)), forgotten, "in the log, offset forgotten");
+        // A producer first seen here at sequence 5 (its batch 0 never reached this leader):
+        // what lies before its run is not known to be in the log.
+        let b = 8;
+        producers.record(batch(b, 0, 5, 6), at(400));
+        producers.record(batch(b, 0, 7, 9), at(401));
+        assert_eq!(producers.check(batch(b, 0, 0, 4)), out_of_order, "before the run");
+        assert_eq!(producers.check(batch(b, 0, 5, 6)), Check::Duplicate(at(400)));
         assert_eq!(producers.check(batch(a, 1, 8, 10)), out_of_order, "overlaps the last");
         producers.record(batch(a, 1, i32::MAX - 1, i32::MAX), at(300));
         assert_eq!(producers.check(batch(a, 1, 0, 3)), Check::Append, "sequences wrap");
@@ -622,6 +670,31 @@ mod tests {
         assert_eq!(decode_snapshot("something else\n"), None);
         assert_eq!(parse_snapshot_name("00000000000000001234.producers"), Some(1234));
         assert_eq!(parse_snapshot_name("1234.producers"), None);
+    }
+
+    /// The run a replica has whole outlives the five batches kept: through a snapshot, and
+    /// when what was learned from the log joins what was seen since.
+    #[test]
+    fn the_run_a_replica_has_whole_survives_a_snapshot_and_joins_what_came_before() {
+        let mut producers = Producers::from(0);
+        producers.learned(0, Producers::from_history(History::default()));
+        for i in 3..11 {
+            producers.record(batch(5, 0, i, i), at(20 + i as u64));
+        }
+        let text = encode_snapshot(&producers.history(0).unwrap());
+        let reopened = Producers::from_history(decode_snapshot(&text).unwrap());
+        let forgotten = Check::Forgotten(at(30));
+        assert_eq!(reopened.check(batch(5, 0, 3, 4)), forgotten, "within the run");
+        let out_of_order = Check::Refuse(ErrorCode::OutOfOrderSequence);
+        assert_eq!(reopened.check(batch(5, 0, 1, 2)), out_of_order, "before it");
+        // Seen since a restart: 11..=20, learned from the log before it: 3..=10.
+        let mut later = Producers::from(1_000);
+        for i in 11..21 {
+            later.record(batch(5, 0, i, i), at(100 + i as u64));
+        }
+        later.learned(1_000, reopened);
+        assert_eq!(later.check(batch(5, 0, 3, 9)), Check::Forgotten(at(120)), "joined");
+        assert_eq!(later.check(batch(5, 0, 0, 2)), out_of_order);
     }
 
     /// The last stable offset is the earliest open transaction's first record; an aborted
