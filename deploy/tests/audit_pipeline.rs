@@ -29,9 +29,21 @@ fn event(topic: &str, time_ms: i64, n: usize) -> Value {
 }
 
 /// Messages in a segment file (each holds one event: the agent sends them uncompressed here).
-fn messages_in(segment: &Path) -> usize {
+/// Events in a segment: a record each, in the agent's batches (one magic-2 message per chunk).
+fn events_in(segment: &Path) -> usize {
     let bytes = std::fs::read(segment).unwrap();
-    protocol::MessageSetIter::new(&bytes, 0).count()
+    protocol::MessageSetIter::new(&bytes, 0)
+        .map(|message| {
+            let (_, message) = message.unwrap();
+            match message.magic {
+                protocol::MAGIC_BATCH => {
+                    let batch = protocol::record_batch::RecordBatchRef::parse(message.payload);
+                    batch.unwrap().record_count() as usize
+                }
+                _ => 1,
+            }
+        })
+        .sum()
 }
 
 async fn audit_window(http: &reqwest::Client, dashboard: &str, topic: &str, start: i64) -> Value {
@@ -108,7 +120,7 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
     let data_dir = live.data_dirs[0].clone();
     live.stop().await;
     let first_segment = data_dir.join("click-0/00000000000000000000.log");
-    let lost = messages_in(&first_segment);
+    let lost = events_in(&first_segment);
     assert!(lost > 0 && lost < EVENTS_PER_TOPIC, "the segment holds {lost} events");
     std::fs::remove_file(&first_segment).unwrap();
     live = Cluster::start(&embedded, &live_spec, dir.path()).await.unwrap();
