@@ -135,32 +135,29 @@ impl PartitionSender {
                     Err(error) => Err(error),
                 },
             };
-            let error = match sent {
-                Ok((partition, offset)) => {
-                    let encoded = encoded.expect("encoded before it was sent");
-                    if let (Some((id, epoch, base)), Some(next), false) =
-                        (encoded.producer, &mut self.producer, encoded.callers)
-                    {
-                        let sent = i32::try_from(batch.len()).unwrap_or(i32::MAX);
-                        *next = (id, epoch, base.wrapping_add(sent) & i32::MAX);
-                    }
-                    batch.acknowledge(&addr, partition, offset, encoded.one_message(codec));
-                    return addr;
-                }
-                Err(error) => error,
+            // Acknowledged; or older than the batches the leader keeps the places of, and in
+            // the log already (`DuplicateSequence`: no offset).
+            let acknowledged = match &sent {
+                Ok((partition, offset)) => Some((*partition, *offset)),
+                Err(e) if e.code() == Some(ErrorCode::DuplicateSequence) => Some((partition, None)),
+                Err(_) => None,
             };
-            // Older than the batches the leader keeps the places of: in the log already.
-            if error.code() == Some(ErrorCode::DuplicateSequence) {
-                let encoded = encoded.expect("encoded before it was sent");
+            if let Some((partition, offset)) = acknowledged {
+                let encoded = encoded.expect("encoded before it was answered");
                 if let (Some((id, epoch, base)), Some(next), false) =
                     (encoded.producer, &mut self.producer, encoded.callers)
                 {
                     let sent = i32::try_from(batch.len()).unwrap_or(i32::MAX);
                     *next = (id, epoch, base.wrapping_add(sent) & i32::MAX);
                 }
-                batch.acknowledge(&addr, partition, None, true);
+                let one_message = encoded.one_message(codec) || offset.is_none();
+                batch.acknowledge(&addr, partition, offset, one_message);
                 return addr;
             }
+            let error = match sent {
+                Err(error) => error,
+                Ok(_) => return addr, // acknowledged above
+            };
             let callers = encoded.as_ref().is_some_and(|e| e.callers);
             let moved = matches!(
                 error.code(),
