@@ -62,6 +62,8 @@ pub enum Rejected {
     NegativeCount,
     #[error("its topic or host is empty")]
     EmptyName,
+    #[error("its tier is one the service counts itself")]
+    CountedHere,
 }
 
 impl Rejected {
@@ -71,6 +73,7 @@ impl Rejected {
             Rejected::Unaligned => "unaligned",
             Rejected::NegativeCount => "negative_count",
             Rejected::EmptyName => "empty_name",
+            Rejected::CountedHere => "counted_here",
         }
     }
 }
@@ -351,6 +354,11 @@ impl Ledger {
         if record.topic.is_empty() || record.host.is_empty() {
             return Err(Rejected::EmptyName);
         }
+        if matches!(record.tier, Tier::Live | Tier::Mirror) {
+            // What the clusters hold: counted from them (a mirror before exactly-once copies
+            // published its own `mirror` counts).
+            return Err(Rejected::CountedHere);
+        }
         let now_ms = self.now_ms;
         // An agent is heard by its records of recent windows: replaying `_audit` after a
         // restart reads every record again, and one of an agent gone for days is no news of it.
@@ -386,17 +394,23 @@ impl Ledger {
     /// Counts `events` more events of `topic` with `header.time` = `time_ms`, present in the
     /// live cluster `cluster`.
     pub fn add_live(&mut self, cluster: &str, topic: &str, time_ms: i64, events: i64) {
+        self.add_present(Tier::Live, cluster, topic, time_ms, events)
+    }
+
+    /// Counts `events` more events of `topic` with `header.time` = `time_ms`, present in
+    /// `cluster`, at `tier`: `live` for a live cluster, `mirror` for the analytics cluster.
+    pub fn add_present(&mut self, tier: Tier, cluster: &str, topic: &str, time_ms: i64, events: i64) {
         let window_start = events::audit::window_start(time_ms, self.window_ms);
         let now_ms = self.now_ms;
-        let window = self.window_mut(Tier::Live, topic, window_start);
-        let hosts = &mut window.hosts[tier_index(Tier::Live)];
+        let window = self.window_mut(tier, topic, window_start);
+        let hosts = &mut window.hosts[tier_index(tier)];
         match hosts.get_mut(cluster) {
             Some(count) => *count += events,
             None => {
                 hosts.insert(cluster.to_owned(), events);
             }
         }
-        window.rose(Tier::Live, cluster, now_ms);
+        window.rose(tier, cluster, now_ms);
     }
 
     fn window_mut(&mut self, tier: Tier, topic: &str, window_start: i64) -> &mut Window {

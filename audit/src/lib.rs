@@ -1,15 +1,15 @@
 //! The audit service (docs/design.md, "Audit record"; LinkedIn's pipeline audit). Every tier of the
 //! pipeline counts, per topic and time window, the events it passed on and publishes cumulative
 //! counts to `_audit`; this service balances the books. It reads `_audit` of the analytics
-//! cluster (agent, mirror and loader counts), counts the events present in each live cluster
-//! itself (tier `live`), and gives every window of every topic a verdict — complete, loss,
+//! cluster (agent and loader counts), counts the events present in each live cluster itself
+//! (tier `live`) and in the analytics cluster (tier `mirror`), and gives every window of every topic a verdict — complete, loss,
 //! duplication or open — on a dashboard, a JSON API and Prometheus metrics.
 //!
 //! [`run`] takes already-built dependencies, so the same code runs in the all-in-one launcher
 //! (embedded coordination) and as the `audit` binary (ZooKeeper).
 //!
-//! On start everything is read again from the earliest offsets — `_audit` and the live
-//! clusters — so the books are rebuilt exactly and a restart changes no verdict; until that
+//! On start everything is read again from the earliest offsets — `_audit` and every
+//! cluster's events — so the books are rebuilt exactly and a restart changes no verdict; until that
 //! replay reaches the ends the sources had on start, every window is `open`.
 
 mod api;
@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cluster::Coordinator;
+use events::audit::Tier;
 use schema_registry::RegistryClient;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -38,12 +39,15 @@ pub use ledger::{Clock, HostCount, Ledger, Rejected, Verdict, WindowReport};
 use reader::Feed;
 use state::{Shared, lock};
 
+/// The host the analytics cluster's counts carry (tier `mirror`).
+pub const ANALYTICS: &str = "analytics";
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuditError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("live cluster name {0:?} is given twice")]
+    #[error("live cluster name {0:?} is given twice, or is \"analytics\" (the analytics cluster's)")]
     DuplicateLive(String),
     #[error("the HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
@@ -90,26 +94,30 @@ pub async fn run(
         None => None,
     };
     for (i, (name, _)) in live.iter().enumerate() {
-        if live[..i].iter().any(|(other, _)| other == name) {
+        if name == ANALYTICS || live[..i].iter().any(|(other, _)| other == name) {
             return Err(AuditError::DuplicateLive(name.clone()));
         }
     }
     let client_tls = config.tls.client()?;
-    let shared = Arc::new(Shared::new(config, 1 + live.len(), client_tls));
+    // `_audit` and the events of the analytics cluster, and each live cluster.
+    let shared = Arc::new(Shared::new(config, 2 + live.len(), client_tls));
     let stop = shutdown.child_token();
     let tasks = TaskTracker::new();
 
     let audit = Feed::Audit { registry: Arc::new(registry) };
-    tasks.spawn(reader::follow_cluster(
-        Arc::clone(&shared),
-        audit,
-        analytics,
-        tasks.clone(),
-        stop.clone(),
-    ));
+    let copied = Feed::Events { tier: Tier::Mirror, cluster: ANALYTICS.to_owned() };
+    for feed in [audit, copied] {
+        tasks.spawn(reader::follow_cluster(
+            Arc::clone(&shared),
+            feed,
+            Arc::clone(&analytics),
+            tasks.clone(),
+            stop.clone(),
+        ));
+    }
     for (cluster, coordinator) in live {
         tracing::info!(%cluster, "counting live cluster");
-        let feed = Feed::Live { cluster };
+        let feed = Feed::Events { tier: Tier::Live, cluster };
         tasks.spawn(reader::follow_cluster(
             Arc::clone(&shared),
             feed,

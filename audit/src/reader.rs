@@ -5,9 +5,12 @@
 //! - the analytics cluster's `_audit`, whose records go into the ledger (cumulative, so reading
 //!   them again on every start rebuilds exactly the same books: the log is the source of truth);
 //! - every topic of a live cluster except those starting with `_`, each event counted by its
-//!   `header.time` (read without the schema) as tier `live`, host = the cluster's name.
+//!   `header.time` (read without the schema) as tier `live`, host = the cluster's name;
+//! - every such topic of the analytics cluster likewise, as tier `mirror`, host `analytics`:
+//!   what the mirror copied there (a count a copier kept itself would be lost or doubled with
+//!   a crash between its copy and its count).
 //!
-//! Recounting a live cluster from its earliest offset on every start is exact and needs no
+//! Recounting a cluster from its earliest offset on every start is exact and needs no
 //! state of its own: the count of a window is a pure function of what the cluster holds. (Once
 //! retention deleted a window's segments its live count after a restart is lower; by then, with
 //! the default 7-day retention, the window is long decided.)
@@ -22,7 +25,7 @@ use std::time::Duration;
 
 use client::{ConsumerError, FetchedMessages, SimpleConsumer, SimpleConsumerConfig};
 use cluster::{Coordinator, Registry, RegistryError};
-use events::audit::{AUDIT_TOPIC, AuditRecord};
+use events::audit::{AUDIT_TOPIC, AuditRecord, Tier};
 use events::envelope::{self, EventHeader};
 use schema_registry::{ClientError, RegistryClient};
 use service::Backoff;
@@ -39,22 +42,23 @@ const BACKOFF_FIRST_MS: u64 = 100;
 pub(crate) enum Feed {
     /// The analytics cluster's `_audit` topic.
     Audit { registry: Arc<RegistryClient> },
-    /// Every event topic of the live cluster called `cluster`.
-    Live { cluster: String },
+    /// Every event topic of `cluster`, each event counted at `tier` (`live` for a live
+    /// cluster, `mirror` for the analytics cluster).
+    Events { tier: Tier, cluster: String },
 }
 
 impl Feed {
     fn wants(&self, topic: &str) -> bool {
         match self {
             Feed::Audit { .. } => topic == AUDIT_TOPIC,
-            Feed::Live { .. } => !topic.starts_with('_'),
+            Feed::Events { .. } => !topic.starts_with('_'),
         }
     }
 
     fn source(&self) -> &str {
         match self {
             Feed::Audit { .. } => "analytics",
-            Feed::Live { cluster } => cluster,
+            Feed::Events { cluster, .. } => cluster,
         }
     }
 }
@@ -234,7 +238,7 @@ impl PartitionReader {
             other => other?,
         };
         let next = match &self.feed {
-            Feed::Live { cluster } => count_live(&self.shared, cluster, &fetched),
+            Feed::Events { tier, cluster } => count_events(&self.shared, *tier, cluster, &fetched),
             Feed::Audit { registry } => apply_audit(&self.shared, registry, &fetched).await,
         };
         let next = next?;
@@ -251,7 +255,12 @@ impl PartitionReader {
 /// Counts the events of a fetch in the ledger; returns where to resume. A corrupt message
 /// stops the count there (the messages before it are counted) and is an error: it is never
 /// skipped.
-fn count_live(shared: &Shared, cluster: &str, fetched: &FetchedMessages) -> Result<i64, ReadError> {
+fn count_events(
+    shared: &Shared,
+    tier: Tier,
+    cluster: &str,
+    fetched: &FetchedMessages,
+) -> Result<i64, ReadError> {
     let mut next = fetched.base_offset();
     let (mut counted, mut unreadable) = (0, 0);
     let mut failure = None;
@@ -263,7 +272,7 @@ fn count_live(shared: &Shared, cluster: &str, fetched: &FetchedMessages) -> Resu
                 Ok(message) => {
                     match EventHeader::read(&message.payload) {
                         Ok((_, header)) => {
-                            ledger.add_live(cluster, fetched.topic(), header.time, 1);
+                            ledger.add_present(tier, cluster, fetched.topic(), header.time, 1);
                             counted += 1;
                         }
                         Err(_) => unreadable += 1,

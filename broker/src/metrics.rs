@@ -49,10 +49,11 @@ pub enum RequestKind {
     delete_records,
     write_txn_marker,
     read_committed,
+    copy_produce,
 }
 
 impl RequestKind {
-    const ALL: [RequestKind; 16] = [
+    const ALL: [RequestKind; 17] = [
         RequestKind::produce,
         RequestKind::fetch,
         RequestKind::multifetch,
@@ -69,6 +70,7 @@ impl RequestKind {
         RequestKind::delete_records,
         RequestKind::write_txn_marker,
         RequestKind::read_committed,
+        RequestKind::copy_produce,
     ];
 }
 

@@ -191,6 +191,30 @@ impl Connection {
         self.produce_request(Request::IdempotentProduce(request)).await
     }
 
+    /// `COPY_PRODUCE`: `messages` are the bytes from `copied.from` up to `copied.to` of a
+    /// source partition's log, appended with `copied.to` as `copied.writer`'s position unless
+    /// the leader has that position already (then error `DuplicateSequence`, nothing
+    /// appended). `None` with `acks` 0.
+    pub async fn produce_copy(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        copied: &crate::Copied,
+        messages: Bytes,
+    ) -> Result<Option<ProduceResponse>, ClientError> {
+        let request = protocol::CopyProduceRequest {
+            topic: topic.into(),
+            partition,
+            acks,
+            writer: copied.writer.to_string(),
+            from: copied.from,
+            to: copied.to,
+            messages,
+        };
+        self.produce_request(Request::CopyProduce(request)).await
+    }
+
     async fn produce_request(
         &self,
         request: Request,

@@ -28,7 +28,7 @@ pub use group::{
 pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{
     BlockingProducer, BufferFull, Delivery, FramedMessages, Pending, Producer, ProducerConfig,
-    ProducerError, Sequenced,
+    ProducerError, Sequenced, Copied,
 };
 pub use registry_brokers::RegistryBrokers;
 pub use simple_consumer::{

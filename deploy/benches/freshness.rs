@@ -90,7 +90,6 @@ async fn run(policy: VisibleAfter, args: &Args) -> Vec<i64> {
         mirror::Config { partitions: 1, ..mirror::Config::default() },
         vec![("live".into(), session(&embedded, &live.chroot).unwrap())],
         session(&embedded, &analytics.chroot).unwrap(),
-        registry.client().unwrap(),
         None,
     )
     .await

@@ -127,16 +127,9 @@ async fn a_live_segment_lost_before_the_mirror_is_flagged_at_that_topic_window_a
 
     // Only now the mirror, and then the loader.
     let mirror = mirror::Mirror::start(
-        mirror::Config {
-            host_name: Some("mirror-1".into()),
-            audit_window_ms: WINDOW_MS,
-            audit_publish_ms: 200,
-            partitions: 1,
-            ..mirror::Config::default()
-        },
+        mirror::Config { partitions: 1, ..mirror::Config::default() },
         vec![("live-a".into(), session(&embedded, &live.chroot).unwrap())],
         session(&embedded, &analytics.chroot).unwrap(),
-        RegistryClient::new(registry.url()).unwrap(),
         None,
     )
     .await

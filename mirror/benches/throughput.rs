@@ -12,9 +12,7 @@ use client::{SimpleConsumer, SimpleConsumerConfig};
 use cluster::{Coordinator, Registry, ZooKeeper, ZooKeeperConfig};
 use mirror::{Config, Mirror};
 use protocol::{Acks, Codec, ProduceRequest, Request};
-use schema_registry::RegistryClient;
 use testkit::broker::TestBroker;
-use testkit::registry::TestRegistry;
 use testkit::zookeeper::ZooKeeperServer;
 
 const MESSAGE_BYTES: usize = 200;
@@ -155,7 +153,6 @@ async fn main() {
     let source = broker(&live_connect).await;
     let target = broker(&analytics_connect).await;
     source.connect().await.create_topic("bench", args.partitions, &[]).await.expect("topic");
-    let registry = TestRegistry::start().await;
     println!(
         "{} messages of {MESSAGE_BYTES} bytes over {} partitions",
         args.messages, args.partitions
@@ -177,16 +174,11 @@ async fn main() {
     let consumer_rate = consumed as f64 / consume_s;
     println!("plain consumer: {consumed} messages in {consume_s:.2} s = {consumer_rate:.0} msg/s");
 
-    let config = Config {
-        partitions: args.partitions as u32,
-        host_name: Some("bench".into()),
-        ..Config::default()
-    };
+    let config = Config { partitions: args.partitions as u32, ..Config::default() };
     let sources = vec![("live".to_owned(), session(&live_connect).await)];
-    let registry_client = RegistryClient::new(registry.url()).expect("registry client");
     let started = Instant::now();
     let mirror =
-        Mirror::start(config, sources, session(&analytics_connect).await, registry_client, None)
+        Mirror::start(config, sources, session(&analytics_connect).await, None)
             .await
             .expect("mirror starts");
     let totals = mirror.totals();

@@ -1,7 +1,6 @@
 //! What a mirror is configured with. Every field has a default; [`Config::validate`] checks
 //! them together and compiles the topic filter.
 
-use events::audit::WINDOW_MS_DEFAULT;
 use regex::Regex;
 
 use serde::{Deserialize, Serialize};
@@ -16,8 +15,6 @@ pub enum ConfigError {
     Regex { flag: &'static str, reason: String },
     #[error("{field} must be between {min} and {max}, not {value}")]
     OutOfRange { field: &'static str, value: i64, min: i64, max: i64 },
-    #[error("host_name must not be empty")]
-    HostName,
     #[error("source {0:?}: expected NAME=CONNECT, NAME of [A-Za-z0-9._-] and CONNECT not empty")]
     Source(String),
     #[error("source {0:?} is given twice")]
@@ -33,7 +30,7 @@ pub enum ConfigError {
 }
 
 /// Everything a mirror is configured with; the keys are the binary's flag names. The
-/// connection settings (`source`, `target`, `registry`, `metrics`) are for the binary, which
+/// connection settings (`source`, `target`, `metrics`) are for the binary, which
 /// connects and binds; [`crate::Mirror::start`] is handed those already built.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(default)]
@@ -42,8 +39,6 @@ pub struct Config {
     pub source: Vec<String>,
     /// The analytics cluster's ZooKeeper, `host:port[,…]/chroot` (binary only).
     pub target: Option<String>,
-    /// Schema registry URL, for the `_audit` schema (binary only).
-    pub registry: Option<String>,
     /// Where `/metrics` listens, `HOST:PORT` (binary only).
     pub metrics: Option<String>,
     /// `zookeeper_session_timeout_ms` and `zookeeper_auth_file` of every cluster connection
@@ -58,8 +53,6 @@ pub struct Config {
     pub exclude: Option<String>,
     /// Partitions, across the target cluster, of a topic the mirror creates there.
     pub partitions: u32,
-    /// Host named in the audit records; the machine's hostname by default.
-    pub host_name: Option<String>,
     /// Source offsets acknowledged by the target are committed this often.
     pub commit_ms: u64,
     /// Runs (up to 256 KiB of consecutive messages of one partition, sent as one record)
@@ -69,10 +62,6 @@ pub struct Config {
     /// most, over every stream: the mirror's memory bound for what it copies (and the
     /// producer's buffer).
     pub buffer_bytes: usize,
-    /// Audit windows, aligned to this length.
-    pub audit_window_ms: i64,
-    /// Changed audit counts are published this often (and on shutdown).
-    pub audit_publish_ms: u64,
     /// Lag in `/metrics` is refreshed this often.
     pub metrics_refresh_ms: u64,
     /// On shutdown, wait this long for the target to acknowledge what is in flight.
@@ -93,19 +82,15 @@ impl Default for Config {
         Config {
             source: Vec::new(),
             target: None,
-            registry: None,
             metrics: None,
             zookeeper_session: cluster::ZooKeeperArgs::default(),
             group: "mirror".into(),
             include: None,
             exclude: None,
             partitions: 8,
-            host_name: None,
             commit_ms: 1_000,
             inflight_messages: 20_000,
             buffer_bytes: 64 << 20,
-            audit_window_ms: WINDOW_MS_DEFAULT,
-            audit_publish_ms: 5_000,
             metrics_refresh_ms: 5_000,
             drain_timeout_ms: 10_000,
             tls: service::tls::TlsArgs::default(),
@@ -120,9 +105,6 @@ impl Config {
         if self.group.is_empty() || self.group.contains('/') {
             return Err(ConfigError::Group(self.group.clone()));
         }
-        if self.host_name.as_deref() == Some("") {
-            return Err(ConfigError::HostName);
-        }
         let range = |field, value: i64, min, max| {
             if (min..=max).contains(&value) {
                 Ok(())
@@ -135,8 +117,6 @@ impl Config {
         range("commit_ms", as_i64(self.commit_ms), 1, 3_600_000)?;
         range("inflight_messages", as_i64(self.inflight_messages as u64), 1, 1_000_000)?;
         range("buffer_bytes", as_i64(self.buffer_bytes as u64), 2 << 20, u32::MAX.into())?;
-        range("audit_window_ms", self.audit_window_ms, 1_000, 86_400_000)?;
-        range("audit_publish_ms", as_i64(self.audit_publish_ms), 10, 3_600_000)?;
         range("metrics_refresh_ms", as_i64(self.metrics_refresh_ms), 10, 3_600_000)?;
         range("drain_timeout_ms", as_i64(self.drain_timeout_ms), 0, 3_600_000)?;
         self.zookeeper_session.validate()?;
@@ -146,13 +126,7 @@ impl Config {
         })
     }
 
-    /// The host named in audit records.
-    pub fn host(&self) -> String {
-        self.host_name.clone().unwrap_or_else(service::host::name)
-    }
-
-    /// The binary's settings: every source as `(name, connect)`, the target and the registry,
-    /// all required.
+    /// The binary's settings: every source as `(name, connect)` and the target, all required.
     pub fn connections(&self) -> Result<Connections, ConfigError> {
         if self.source.is_empty() {
             return Err(ConfigError::NoSource);
@@ -161,9 +135,7 @@ impl Config {
         for source in &self.source {
             let (name, connect) =
                 source.split_once('=').ok_or_else(|| ConfigError::Source(source.clone()))?;
-            let valid = !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-            if !valid || connect.is_empty() {
+                if !crate::valid_source_name(name) || connect.is_empty() {
                 return Err(ConfigError::Source(source.clone()));
             }
             if sources.iter().any(|(n, _)| n == name) {
@@ -172,8 +144,7 @@ impl Config {
             sources.push((name.to_owned(), connect.to_owned()));
         }
         let target = self.target.clone().ok_or(ConfigError::Missing("target"))?;
-        let registry = self.registry.clone().ok_or(ConfigError::Missing("registry"))?;
-        Ok(Connections { sources, target, registry })
+        Ok(Connections { sources, target })
     }
 }
 
@@ -184,8 +155,6 @@ pub struct Connections {
     pub sources: Vec<(String, String)>,
     /// The analytics cluster's ZooKeeper.
     pub target: String,
-    /// The schema registry's URL.
-    pub registry: String,
 }
 
 fn whole_name(flag: &'static str, pattern: Option<&str>) -> Result<Option<Regex>, ConfigError> {
@@ -246,10 +215,6 @@ mod tests {
         assert!(matches!(
             bad(Config { partitions: 0, ..Config::default() }),
             ConfigError::OutOfRange { field: "partitions", .. }
-        ));
-        assert!(matches!(
-            bad(Config { host_name: Some(String::new()), ..Config::default() }),
-            ConfigError::HostName
         ));
         let parsed: Config = toml::from_str("group = \"g\"\npartitions = 2").unwrap();
         assert_eq!(parsed, Config { group: "g".into(), partitions: 2, ..Config::default() });

@@ -1,33 +1,40 @@
-//! Copying one message stream of a source consumer into the target, at least once.
+//! Copying one message stream of a source consumer into the target, exactly once.
 //!
 //! ```text
-//! stream ─▶ read: enqueue_framed into the target producer ─▶ bounded window ─▶ acknowledge
-//!                                                                    │ in order, per stream
-//!      mark: publish the audit counts, then mark_done(partition, next_offset) ◀┘ metrics
+//! stream ─▶ read: enqueue_copy into the target producer ─▶ bounded window ─▶ acknowledge
+//!                                                                  │ in order, per stream
+//!                              mark: mark_done(partition, next_offset) ◀┘ metrics
 //! ```
+//!
+//! Each run of consecutive messages of a source partition goes to one target partition as a
+//! `COPY_PRODUCE` of the source bytes `from..to` by the partition's **writer**
+//! (`{source}/{topic}/{partition}`): the target's leader appends them with `to` as the
+//! writer's position, in the same write, unless it has that position already. So a run sent
+//! again — after a lost answer, a failover of the target, or this mirror's crash and restart
+//! from its last committed offset — is not appended twice; where the writer's position lies
+//! within a run, only the messages after it are appended. The target's log is the record of
+//! what was copied; the committed source offsets only save reading again.
 //!
 //! A message's source offset is marked done (and so committed later) only once the target
 //! acknowledged it *and every message before it* in the stream: the acknowledger walks the
-//! window in order. It hands counts and marks to the stream's marker, which publishes the
-//! counts and only then marks; the acknowledger never waits for that round trip. A message
-//! the target refused or could not take is sent again after a capped backoff, together with
-//! every other failed message in the window, for as long as it takes; nothing is ever
-//! skipped. The window is bounded, so an unreachable target stops the
-//! reading, and with it the fetching.
+//! window in order, and hands marks to the stream's marker. A message the target refused or
+//! could not take is sent again after a capped backoff, together with every other failed
+//! message in the window, for as long as it takes; nothing is ever skipped. The window is
+//! bounded, so an unreachable target stops the reading, and with it the fetching.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use client::{GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError};
+use client::{
+    Copied, GroupConsumer, GroupError, GroupMessage, MessageStream, Pending, ProducerError,
+};
 
-use events::audit::{AUDIT_TOPIC, window_start};
 use futures::FutureExt;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::Audit;
 use crate::headers;
 use crate::metrics::{Metrics, PartitionStats};
 use crate::target::Target;
@@ -35,17 +42,15 @@ use crate::target::Target;
 /// First pause before failed messages are sent again; doubles up to the max.
 const RESEND_BACKOFF_MS: u64 = 100;
 const RESEND_BACKOFF_MAX_MS: u64 = 5_000;
-/// Marks and audit counts are handed on at least every this many acknowledged messages.
+/// Marks are handed on at least every this many acknowledged messages.
 const MARK_EVERY_MESSAGES: usize = 1_000;
 
 /// What every stream of a mirror shares.
 pub(crate) struct Shared {
     pub(crate) target: Target,
-    pub(crate) audit: Arc<Audit>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) inflight_messages: usize,
     pub(crate) window_bytes: WindowBytes,
-    pub(crate) window_ms: i64,
 }
 
 /// The bytes of runs read and not yet acknowledged, over every stream, bounded by
@@ -73,6 +78,11 @@ impl WindowBytes {
 /// Consecutive messages of one source partition, framed back to back, sent as one record.
 struct Run {
     partition: i32,
+    /// The target partition it goes to, and the writer of its source partition there.
+    target: i32,
+    writer: Arc<str>,
+    /// Where the run begins in the source partition.
+    offset: i64,
     /// Where the partition resumes after the run.
     next_offset: i64,
     messages: u64,
@@ -107,9 +117,29 @@ impl State {
     }
 }
 
-/// The target key of a source partition: its messages go to one target partition.
-fn key(partition: i32) -> [u8; 4] {
-    partition.to_be_bytes()
+impl Run {
+    /// What the run is to the target: its writer's copy of its source bytes.
+    fn copied(&self) -> Copied {
+        Copied { writer: Arc::clone(&self.writer), from: self.offset, to: self.next_offset }
+    }
+}
+
+/// The writers of a stream's source partitions, `{source}/{topic}/{partition}`: a name each
+/// keeps in the target, whatever mirror process copies it.
+struct Writers {
+    prefix: String,
+    names: HashMap<i32, Arc<str>>,
+}
+
+impl Writers {
+    fn new(source: &str, topic: &str) -> Writers {
+        Writers { prefix: format!("{source}/{topic}/"), names: HashMap::new() }
+    }
+
+    fn of(&mut self, partition: i32) -> &Arc<str> {
+        let prefix = &self.prefix;
+        self.names.entry(partition).or_insert_with(|| format!("{prefix}{partition}").into())
+    }
 }
 
 /// Copies `stream` of `source` until `stop_reading`, then waits until everything read is
@@ -124,12 +154,12 @@ pub(crate) async fn copy_stream(
     let topic = stream.topic().to_owned();
     let (window, arrivals) = mpsc::channel(shared.inflight_messages);
     let handoff = Handoff::default();
-    let read = read(&shared, &topic, &mut stream, window, &stop_reading);
+    let read = read(&shared, &source, &topic, &mut stream, window, &stop_reading);
     let acknowledge = async {
         acknowledge(&shared, &source, &topic, arrivals, &handoff).await;
         handoff.close();
     };
-    let mark = mark(&shared, &topic, &consumer, &handoff);
+    let mark = mark(&topic, &consumer, &handoff);
     tokio::join!(read, acknowledge, mark);
 }
 
@@ -138,12 +168,14 @@ const RUN_BYTES_MAX: usize = 256 << 10;
 
 async fn read(
     shared: &Shared,
+    source: &str,
     topic: &str,
     stream: &mut MessageStream,
     window: mpsc::Sender<InFlight>,
     stop: &CancellationToken,
 ) {
     let producer = &shared.target.producer;
+    let mut writers = Writers::new(source, topic);
     let mut carried: Option<GroupMessage> = None;
     loop {
         let next = async {
@@ -154,12 +186,13 @@ async fn read(
                     None => return Some(None),
                 },
             };
-            let (run, next) = gather(topic, stream, first);
+            let target = shared.target.partition_for(topic, first.partition);
+            let writer = Arc::clone(writers.of(first.partition));
+            let (run, next) = gather(topic, stream, first, target, writer);
             carried = next;
             let bytes = shared.window_bytes.hold(run.set.len()).await?;
-            let state = match producer
-                .enqueue_framed(topic, Some(&key(run.partition)), run.set.clone())
-                .await
+            let copied = run.copied();
+            let state = match producer.enqueue_copy(topic, run.target, copied, run.set.clone()).await
             {
                 Ok(pending) => State::Sending(pending),
                 Err(e) => State::Failed(e),
@@ -200,8 +233,10 @@ fn gather(
     topic: &str,
     stream: &mut MessageStream,
     first: GroupMessage,
+    target: i32,
+    writer: Arc<str>,
 ) -> (Run, Option<GroupMessage>) {
-    let (partition, mut next_offset) = (first.partition, first.next_offset);
+    let (partition, offset, mut next_offset) = (first.partition, first.offset, first.next_offset);
     let mut messages = 1;
     let mut set: Option<BytesMut> = None;
     let mut carried = None;
@@ -228,14 +263,13 @@ fn gather(
         messages += 1;
     }
     let set = set.map_or(first.payload, BytesMut::freeze);
-    (Run { partition, next_offset, messages, set }, carried)
+    (Run { partition, target, writer, offset, next_offset, messages, set }, carried)
 }
 
-/// What the acknowledger hands on in bulk: marks per partition and audit counts per window.
+/// What the acknowledger hands on in bulk: marks per partition.
 #[derive(Default)]
 struct Done {
     marks: HashMap<i32, i64>,
-    windows: BTreeMap<i64, i64>,
     messages: usize,
 }
 
@@ -243,14 +277,11 @@ impl Done {
     /// Adds `later`, which follows `self` in the stream: its marks are the newer ones.
     fn merge(&mut self, later: Done) {
         self.marks.extend(later.marks);
-        for (window, events) in later.windows {
-            *self.windows.entry(window).or_default() += events;
-        }
         self.messages += later.messages;
     }
 
     fn is_empty(&self) -> bool {
-        self.marks.is_empty() && self.windows.is_empty()
+        self.marks.is_empty()
     }
 }
 
@@ -294,7 +325,6 @@ async fn acknowledge(
     mut arrivals: mpsc::Receiver<InFlight>,
     handoff: &Handoff,
 ) {
-    let counted = topic != AUDIT_TOPIC;
     let mut window: VecDeque<InFlight> = VecDeque::new();
     let mut stats: HashMap<i32, Arc<PartitionStats>> = HashMap::new();
     let mut done = Done::default();
@@ -333,7 +363,7 @@ async fn acknowledge(
         let stats = stats
             .entry(partition)
             .or_insert_with(|| shared.metrics.partition(source, topic, partition));
-        record(shared, counted, &item.run, stats, &mut done);
+        record(shared, &item.run, stats, &mut done);
         let next_ready = window.front_mut().is_some_and(|next| {
             next.state.settle();
             !matches!(next.state, State::Sending(_))
@@ -344,17 +374,14 @@ async fn acknowledge(
     }
 }
 
-/// Counts an acknowledged run for the audit and the metrics, and notes its mark.
-fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, done: &mut Done) {
+/// Counts an acknowledged run for the metrics, and notes its mark.
+fn record(shared: &Shared, run: &Run, stats: &PartitionStats, done: &mut Done) {
     let mut events = 0u64;
     let mut last_time = None;
     let counted_events = headers::for_each_event(&run.set, |time| {
         events += 1;
-        if let Some(time) = time {
-            last_time = Some(time);
-            if counted {
-                *done.windows.entry(window_start(time, shared.window_ms)).or_default() += 1;
-            }
+        if time.is_some() {
+            last_time = time;
         }
     });
     if let Err(e) = counted_events {
@@ -372,44 +399,26 @@ fn record(shared: &Shared, counted: bool, run: &Run, stats: &PartitionStats, don
     done.messages += run.messages as usize;
 }
 
-/// The stream's marker: adds the handed-on audit counts, publishes them, and only then marks
-/// the acknowledged offsets done. A source offset is never committed before the counts of
-/// what it covers are in `_audit`, so a mirror killed at any moment and restarted (which takes
-/// its counts back from `_audit`) never under-counts. If the counts cannot be published, the
-/// marks wait, and are retried after a capped backoff, merged with what came meanwhile.
-async fn mark(shared: &Shared, topic: &str, consumer: &GroupConsumer, handoff: &Handoff) {
-    let mut carried = Done::default();
-    let mut unpublished = false;
-    let mut backoff = service::Backoff::from_ms(RESEND_BACKOFF_MS, RESEND_BACKOFF_MAX_MS);
+/// The stream's marker: marks the handed-on offsets done, without holding up the
+/// acknowledger. What a mirror killed before its marks were committed copies again is not
+/// appended twice (see the module's documentation).
+async fn mark(topic: &str, consumer: &GroupConsumer, handoff: &Handoff) {
     loop {
-        if carried.is_empty() && !unpublished {
+        let mut done = handoff.take();
+        if done.is_empty() {
             if handoff.closed.load(Ordering::Acquire) {
-                carried.merge(handoff.take());
-                if carried.is_empty() {
+                done = handoff.take();
+                if done.is_empty() {
                     return;
                 }
             } else {
                 handoff.ready.notified().await;
-            }
-        }
-        carried.merge(handoff.take());
-        if !carried.windows.is_empty() {
-            shared.audit.add(topic, std::mem::take(&mut carried.windows));
-            unpublished = true;
-        }
-        if unpublished {
-            if let Err(e) = shared.audit.publish().await {
-                tracing::warn!(%topic, error = %e, "cannot publish audit counts; offsets are marked once they are");
-                backoff.sleep().await;
                 continue;
             }
-            unpublished = false;
-            backoff.reset();
         }
-        for (partition, next_offset) in carried.marks.drain() {
+        for (partition, next_offset) in done.marks.drain() {
             consumer.mark_done(topic, partition, next_offset).await;
         }
-        carried.messages = 0;
     }
 }
 
@@ -418,8 +427,9 @@ async fn resend(shared: &Shared, topic: &str, window: &mut VecDeque<InFlight>) {
     for item in window.iter_mut() {
         item.state.settle();
         if let State::Failed(_) = item.state {
-            let (key, set) = (key(item.run.partition), item.run.set.clone());
-            item.state = match shared.target.producer.enqueue_framed(topic, Some(&key), set).await {
+            let (copied, set) = (item.run.copied(), item.run.set.clone());
+            let producer = &shared.target.producer;
+            item.state = match producer.enqueue_copy(topic, item.run.target, copied, set).await {
                 Ok(pending) => State::Sending(pending),
                 Err(e) => State::Failed(e),
             };

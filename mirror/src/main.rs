@@ -1,5 +1,4 @@
-//! `mirror --source NAME=CONNECT/chroot [--source …] --target CONNECT/chroot --registry URL
-//! [flags]`: connects to every cluster's ZooKeeper, binds the metrics listener, and copies
+//! `mirror --source NAME=CONNECT/chroot [--source …] --target CONNECT/chroot [flags]`: connects to every cluster's ZooKeeper, binds the metrics listener, and copies
 //! until SIGTERM or SIGINT, then drains, commits and exits.
 
 use std::path::PathBuf;
@@ -10,11 +9,10 @@ use anyhow::Context;
 use clap::Parser;
 use cluster::Coordinator;
 use mirror::Config;
-use schema_registry::RegistryClient;
 use serde::Serialize;
 use service::Failure;
 
-/// Copies every topic of the live clusters into the analytics cluster, at least once.
+/// Copies every topic of the live clusters into the analytics cluster, exactly once.
 #[derive(Debug, Parser, Serialize)]
 #[command(version, about)]
 struct Cli {
@@ -30,9 +28,6 @@ struct Cli {
     /// The analytics cluster's ZooKeeper, `host:port[,host:port…]/chroot`.
     #[arg(long, value_name = "CONNECT")]
     target: Option<String>,
-    /// Schema registry URL (for the `_audit` schema).
-    #[arg(long, value_name = "URL")]
-    registry: Option<String>,
     /// Consumer group on every source cluster [default: mirror].
     #[arg(long, value_name = "G")]
     group: Option<String>,
@@ -48,9 +43,6 @@ struct Cli {
     /// Serve `/metrics` here.
     #[arg(long, value_name = "HOST:PORT")]
     metrics: Option<String>,
-    /// Host named in audit records [default: the hostname].
-    #[arg(long, value_name = "NAME")]
-    host_name: Option<String>,
     /// Commit acknowledged source offsets this often [default: 1000].
     #[arg(long, value_name = "MS")]
     commit_ms: Option<u64>,
@@ -62,12 +54,6 @@ struct Cli {
     /// every stream [default: 67108864].
     #[arg(long, value_name = "B")]
     buffer_bytes: Option<usize>,
-    /// Audit window length [default: 600000].
-    #[arg(long, value_name = "MS")]
-    audit_window_ms: Option<i64>,
-    /// Publish changed audit counts this often [default: 5000].
-    #[arg(long, value_name = "MS")]
-    audit_publish_ms: Option<u64>,
     /// Refresh lag in /metrics this often [default: 5000].
     #[arg(long, value_name = "MS")]
     metrics_refresh_ms: Option<u64>,
@@ -99,15 +85,13 @@ fn start(cli: Cli) -> Result<(), Failure> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let shutdown = service::shutdown::on_signal()?;
-    let mirror::Connections { sources, target, registry } = config.connections()?;
+    let mirror::Connections { sources, target } = config.connections()?;
     let mut sessions = Vec::new();
     for (name, source) in sources {
         let session: Arc<dyn Coordinator> = config.zookeeper_session.connect(&source).await?;
         sessions.push((name, session));
     }
     let target = config.zookeeper_session.connect(&target).await?;
-    let registry = RegistryClient::with_tls(&registry, config.tls.client()?)
-        .with_context(|| format!("bad registry URL {registry}"))?;
     let metrics = match &config.metrics {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -121,7 +105,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let totals = mirror::run(config, sessions, target, registry, metrics, shutdown).await?;
+    let totals = mirror::run(config, sessions, target, metrics, shutdown).await?;
     tracing::info!(messages = totals.messages(), events = totals.events(), "mirror stopped");
     Ok(())
 }

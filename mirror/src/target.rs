@@ -1,8 +1,9 @@
 //! The analytics cluster: one producer into it, found through its registry, and the creation
 //! of each copied topic there with the configured partition count before the first message
-//! goes out (a broker would otherwise create it with its own default).
+//! goes out (a broker would otherwise create it with its own default). Source partition `p`
+//! of a topic goes to target partition `p mod n`, `n` the target topic's partition count.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use client::{
@@ -24,8 +25,9 @@ pub(crate) struct Target {
     registry: Registry,
     pub(crate) producer: Producer,
     partitions: u32,
-    /// Topics the target cluster has, as far as this mirror knows.
-    topics: Arc<Mutex<BTreeSet<String>>>,
+    /// Topics the target cluster has, as far as this mirror knows, with their partition
+    /// counts.
+    topics: Arc<Mutex<BTreeMap<String, u32>>>,
     tls: Option<Arc<rustls::ClientConfig>>,
 }
 
@@ -43,12 +45,11 @@ impl Target {
             acks: Acks::All,
             batch_messages: BATCH_MESSAGES,
             batch_bytes: 1 << 20,
-            // Framed messages (wrappers included) are forwarded as they are, byte for byte: not
-            // re-encoded into an idempotent producer's batches.
+            // Framed messages (wrappers included) are forwarded as they are, byte for byte, as
+            // copies (`enqueue_copy`): not re-encoded into an idempotent producer's batches.
             compression: Codec::None,
             idempotence: false,
-            // The key is the source partition: its messages keep their order in one target
-            // partition.
+            // Each copy names its target partition; the partitioner is not asked.
             partitioner: Partitioner::ByKey,
             buffer_bytes,
             metadata_refresh_ms: METADATA_REFRESH_MS,
@@ -63,11 +64,14 @@ impl Target {
     /// Creates `topic` in the target cluster, with `partitions` partitions, unless it has it.
     /// Fails while no target broker is registered or none can be reached; the caller retries.
     pub(crate) async fn ensure_topic(&self, topic: &str) -> Result<(), String> {
-        if self.topics.lock().unwrap_or_else(|p| p.into_inner()).contains(topic) {
+        if self.topics.lock().unwrap_or_else(|p| p.into_inner()).contains_key(topic) {
             return Ok(());
         }
         let known = self.registry.topic_assignment(topic).await.map_err(|e| e.to_string())?;
-        if known.is_none() {
+        let mut partitions = self.partitions;
+        if let Some((assignment, _)) = &known {
+            partitions = u32::try_from(assignment.partitions.len()).unwrap_or(u32::MAX);
+        } else {
             let brokers = self.registry.brokers().await.map_err(|e| e.to_string())?;
             let Some((id, info)) = brokers.iter().next() else {
                 return Err("no target broker is registered".into());
@@ -85,7 +89,18 @@ impl Target {
                 Err(e) => return Err(e.to_string()),
             }
         }
-        self.topics.lock().unwrap_or_else(|p| p.into_inner()).insert(topic.to_owned());
+        let mut topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        topics.insert(topic.to_owned(), partitions.max(1));
         Ok(())
+    }
+
+    /// The target partition of `topic`'s source partition `partition`: one per source
+    /// partition, so that its messages keep their order and its writer's position is in one
+    /// place.
+    pub(crate) fn partition_for(&self, topic: &str, partition: i32) -> i32 {
+        let topics = self.topics.lock().unwrap_or_else(|p| p.into_inner());
+        let count = topics.get(topic).copied().unwrap_or(self.partitions).max(1);
+        let count = i32::try_from(count).unwrap_or(i32::MAX);
+        partition.rem_euclid(count)
     }
 }

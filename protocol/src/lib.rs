@@ -30,7 +30,7 @@ pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_messa
 pub use records::{RecordCountError, records_in};
 pub use request::{
     Acks, ApiKey, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, FetchRequest,
-    IdempotentProduceRequest, MetadataRequest, MultiFetchRequest, MultiFetchWaitRequest,
+    CopyProduceRequest, IdempotentProduceRequest, MetadataRequest, MultiFetchRequest, MultiFetchWaitRequest,
     MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest, ProducePartition,
     ProduceRequest, ReadCommittedRequest, RecordNumberRequest, ReplicaFetchPartition,
     ReplicaFetchRequest, Request, WriteTxnMarkerRequest,

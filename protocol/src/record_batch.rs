@@ -636,6 +636,44 @@ pub fn marker_kind(batch: &RecordBatchRef) -> Option<bool> {
     }
 }
 
+/// The control record type of a copier's position ([`copy_position_marker`]): outside
+/// Kafka's (0 to 6 so far), whose consumers skip a control batch of a type they do not know.
+const COPY_POSITION: i16 = 0x5452;
+
+/// A copier's position (a `COPY_PRODUCE`'s record of how far `writer` has copied its source
+/// partition): a control batch of one record, no producer id, whose key is `i16 version 0,
+/// i16 type 0x5452` and whose value is `i16 version 0, i64 position, writer` (UTF-8, the rest
+/// of the value). Readers skip it as they skip every control batch.
+pub fn copy_position_marker(writer: &str, position: i64, timestamp: i64) -> Vec<u8> {
+    let mut key = [0u8; 4];
+    key[2..].copy_from_slice(&COPY_POSITION.to_be_bytes());
+    let mut value = Vec::with_capacity(10 + writer.len());
+    value.extend_from_slice(&0i16.to_be_bytes());
+    value.extend_from_slice(&position.to_be_bytes());
+    value.extend_from_slice(writer.as_bytes());
+    let mut builder = RecordBatchBuilder::new(0);
+    builder.flags = CONTROL_BIT;
+    builder.push(0, timestamp, Some(&key), Some(&value), &[]);
+    builder.finish()
+}
+
+/// The writer and position a [`copy_position_marker`] holds; `None` for any other batch.
+pub fn copy_position(batch: &RecordBatchRef) -> Option<(String, i64)> {
+    if !batch.is_control() || batch.producer_id() >= 0 {
+        return None;
+    }
+    let records = batch.records(1 << 16).ok()?;
+    let record = records.iter().next()?.ok()?;
+    let key = record.key?;
+    if i16::from_be_bytes(key.get(2..4)?.try_into().ok()?) != COPY_POSITION {
+        return None;
+    }
+    let value = record.value?;
+    let position = i64::from_be_bytes(value.get(2..10)?.try_into().ok()?);
+    let writer = std::str::from_utf8(value.get(10..)?).ok()?;
+    Some((writer.to_owned(), position))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,6 +689,18 @@ mod tests {
         }
         let plain = batch();
         assert_eq!(marker_kind(&RecordBatchRef::parse(&plain).unwrap()), None);
+    }
+
+    #[test]
+    fn a_copy_position_reads_back_and_is_no_transaction_marker() {
+        let bytes = copy_position_marker("live-a/page-view/3", 1 << 40, 1_000);
+        let copied = RecordBatchRef::parse(&bytes).unwrap();
+        assert!(copied.is_control() && !copied.is_transactional());
+        assert_eq!(copy_position(&copied), Some(("live-a/page-view/3".to_owned(), 1 << 40)));
+        assert_eq!(marker_kind(&copied), None);
+        let marker = transaction_marker(42, 3, true, 7, 1_000);
+        assert_eq!(copy_position(&RecordBatchRef::parse(&marker).unwrap()), None);
+        assert_eq!(copy_position(&RecordBatchRef::parse(&batch()).unwrap()), None);
     }
 
     fn batch() -> Vec<u8> {

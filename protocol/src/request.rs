@@ -28,6 +28,7 @@ pub enum ApiKey {
     DeleteRecords = 13,
     WriteTxnMarker = 14,
     ReadCommitted = 15,
+    CopyProduce = 16,
 }
 
 impl ApiKey {
@@ -49,6 +50,7 @@ impl ApiKey {
             13 => ApiKey::DeleteRecords,
             14 => ApiKey::WriteTxnMarker,
             15 => ApiKey::ReadCommitted,
+            16 => ApiKey::CopyProduce,
             key => return Err(DecodeError::UnknownApiKey(key)),
         })
     }
@@ -112,6 +114,24 @@ pub struct ProduceRequest {
 /// on this partition. The leader appends a batch it has not seen and answers one sent again
 /// with the offset it was appended at.
 pub type IdempotentProduceRequest = ProduceRequest;
+
+/// A copier's produce ([`Request::CopyProduce`]): messages copied from bytes `from` up to
+/// `to` of a source partition's log by `writer` (a name the copier keeps for that source
+/// partition). The leader appends them with a record of `to` as the writer's position, in
+/// one write, unless it has that position already: what lies before the writer's position is
+/// in the log, so a copy sent again (after a lost answer, a failover, the copier's crash) is
+/// not appended twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyProduceRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub acks: Acks,
+    pub writer: String,
+    pub from: i64,
+    pub to: i64,
+    /// Whole messages: the source's bytes from `from` up to `to`.
+    pub messages: Bytes,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchRequest {
@@ -269,6 +289,7 @@ pub enum Request {
     DeleteRecords(DeleteRecordsRequest),
     WriteTxnMarker(WriteTxnMarkerRequest),
     ReadCommitted(ReadCommittedRequest),
+    CopyProduce(CopyProduceRequest),
 }
 
 // Smallest encodings of repeated entries, to bound capacities by the bytes present.
@@ -296,6 +317,7 @@ impl Request {
             Request::DeleteRecords(_) => ApiKey::DeleteRecords,
             Request::WriteTxnMarker(_) => ApiKey::WriteTxnMarker,
             Request::ReadCommitted(_) => ApiKey::ReadCommitted,
+            Request::CopyProduce(_) => ApiKey::CopyProduce,
         }
     }
 
@@ -304,6 +326,7 @@ impl Request {
         match self {
             Request::Produce(p) | Request::IdempotentProduce(p) => p.acks != Acks::None,
             Request::MultiProduce(p) => p.acks != Acks::None,
+            Request::CopyProduce(p) => p.acks != Acks::None,
             _ => true,
         }
     }
@@ -316,6 +339,15 @@ impl Request {
             ApiKey::Produce => Request::Produce(produce(&mut r)?),
             ApiKey::IdempotentProduce => Request::IdempotentProduce(produce(&mut r)?),
             ApiKey::InitProducerId => Request::InitProducerId,
+            ApiKey::CopyProduce => Request::CopyProduce(CopyProduceRequest {
+                topic: r.str("topic")?,
+                partition: r.i32("partition")?,
+                acks: Acks::decode(&mut r)?,
+                writer: r.str("writer")?,
+                from: r.i64("from")?,
+                to: r.i64("to")?,
+                messages: set(&mut r)?,
+            }),
             ApiKey::Fetch => Request::Fetch(fetch(&mut r)?),
             ApiKey::MultiFetch => {
                 Request::MultiFetch(MultiFetchRequest { fetches: fetches(&mut r)? })
@@ -435,6 +467,9 @@ impl Request {
                 str_len(&p.topic) + 4 + 1 + 4 + p.messages.len()
             }
             Request::InitProducerId => 0,
+            Request::CopyProduce(p) => {
+                str_len(&p.topic) + 4 + 1 + str_len(&p.writer) + 8 + 8 + 4 + p.messages.len()
+            }
             Request::Fetch(f) => fetch_len(f),
             Request::MultiFetch(m) => 2 + m.fetches.iter().map(fetch_len).sum::<usize>(),
             Request::MultiFetchWait(m) => {
@@ -477,6 +512,15 @@ impl Request {
                 put_set(buf, &p.messages);
             }
             Request::InitProducerId => {}
+            Request::CopyProduce(p) => {
+                put_str(buf, &p.topic);
+                buf.put_i32(p.partition);
+                buf.put_u8(p.acks as u8);
+                put_str(buf, &p.writer);
+                buf.put_i64(p.from);
+                buf.put_i64(p.to);
+                put_set(buf, &p.messages);
+            }
             Request::Fetch(f) => put_fetch(buf, f),
             Request::MultiFetch(m) => put_fetches(buf, &m.fetches),
             Request::MultiFetchWait(m) => {
@@ -563,6 +607,7 @@ impl Request {
         let strs: Vec<&str> = match self {
             Request::Produce(p) | Request::IdempotentProduce(p) => vec![&p.topic],
             Request::InitProducerId => vec![],
+            Request::CopyProduce(p) => vec![&p.topic, &p.writer],
             Request::Fetch(f) => vec![&f.topic],
             Request::MultiFetch(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),
             Request::MultiFetchWait(m) => m.fetches.iter().map(|f| f.topic.as_str()).collect(),

@@ -268,12 +268,12 @@ impl Response {
     }
 
     /// Decodes the body (after `error`) of a successful response to a request of type `key`.
-    /// A `MULTIFETCH_WAIT` is answered like a `MULTIFETCH`, an `IDEMPOTENT_PRODUCE` like a
-    /// `PRODUCE`.
+    /// A `MULTIFETCH_WAIT` is answered like a `MULTIFETCH`, an `IDEMPOTENT_PRODUCE` or a
+    /// `COPY_PRODUCE` like a `PRODUCE`.
     pub fn decode(key: ApiKey, body: Bytes) -> Result<Response, DecodeError> {
         let mut r = Reader::new(body);
         let response = match key {
-            ApiKey::Produce | ApiKey::IdempotentProduce => Response::Produce(ProduceResponse {
+            ApiKey::Produce | ApiKey::IdempotentProduce | ApiKey::CopyProduce => Response::Produce(ProduceResponse {
                 partition: r.i32("partition")?,
                 offset: r.i64("offset")?,
             }),

@@ -21,7 +21,7 @@ use protocol::record_batch::RecordBatchRef;
 /// Batches remembered per producer (clients have at most five in flight).
 pub const BATCHES_KEPT: usize = 5;
 /// Producers remembered per partition at most; past it, the one that wrote least recently is
-/// forgotten.
+/// forgotten. Copiers' writers likewise.
 const PRODUCERS_MAX: usize = 10_000;
 /// How much of the log before a replica opened it is read for its producers' last batches: far
 /// more than five batches in flight per producer at the largest batch a broker takes.
@@ -101,6 +101,17 @@ pub struct History {
     /// Each producer's first sequence of the run of its batches this replica has without a
     /// gap, up to its last batch (in its current epoch).
     pub runs: Vec<(i64, i32)>,
+    /// Each copier's writer, its position and where the record of it is.
+    pub copies: Vec<(String, Copied)>,
+}
+
+/// How far a copier's writer has copied its source partition into this one
+/// ([`protocol::CopyProduceRequest`]): everything it copied from before `position` is in the
+/// log; the record that says so is where `placed` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copied {
+    pub position: i64,
+    pub placed: Placed,
 }
 
 /// Aborted transactions remembered per partition at most (the oldest are forgotten).
@@ -149,6 +160,8 @@ pub struct Producers {
     /// Before the state is loaded: producers whose transaction was ended by a marker seen
     /// since `tracked_from` with no batch of it seen (it began before).
     ended_unseen: std::collections::HashSet<i64>,
+    /// Copiers' writers: the last position each recorded here.
+    copies: HashMap<String, Copied>,
 }
 
 /// The sequence after `sequence`.
@@ -166,6 +179,7 @@ impl Producers {
             open: HashMap::new(),
             aborted: VecDeque::new(),
             ended_unseen: std::collections::HashSet::new(),
+            copies: HashMap::new(),
         }
     }
 
@@ -183,6 +197,7 @@ impl Producers {
         }
         producers.open = history.open.into_iter().collect();
         producers.aborted = history.aborted.into_iter().collect();
+        producers.copies = history.copies.into_iter().collect();
         producers
     }
 
@@ -238,6 +253,8 @@ impl Producers {
             merged.open.remove(&id);
         }
         merged.open.extend(std::mem::take(&mut self.open));
+        // A position recorded since is the newer.
+        merged.copies.extend(std::mem::take(&mut self.copies));
         merged.loaded = true;
         *self = merged;
     }
@@ -295,7 +312,35 @@ impl Producers {
         let mut runs: Vec<(i64, i32)> =
             self.producers.iter().map(|(&id, seen)| (id, seen.first)).collect();
         runs.sort_unstable();
-        Some(History { batches, open, aborted, runs })
+        let mut copies: Vec<(String, Copied)> =
+            self.copies.iter().map(|(writer, &copied)| (writer.clone(), copied)).collect();
+        copies.sort_by_key(|(_, copied)| copied.placed.offset);
+        Some(History { batches, open, aborted, runs, copies })
+    }
+
+    /// How far `writer` has copied into this partition, as far as this replica knows (it
+    /// knows all once the state is loaded).
+    pub fn copied(&self, writer: &str) -> Option<Copied> {
+        self.copies.get(writer).copied()
+    }
+
+    /// Notes `writer`'s position recorded where `placed` says.
+    pub fn note_copy(&mut self, writer: &str, position: i64, placed: Placed) {
+        if let Some(copied) = self.copies.get_mut(writer) {
+            *copied = Copied { position, placed };
+            return;
+        }
+        if self.copies.len() >= PRODUCERS_MAX {
+            let least_recent = self
+                .copies
+                .iter()
+                .min_by_key(|(_, c)| c.placed.offset)
+                .map(|(writer, _)| writer.clone());
+            if let Some(forgotten) = least_recent {
+                self.copies.remove(&forgotten);
+            }
+        }
+        self.copies.insert(writer.to_owned(), Copied { position, placed });
     }
 
     /// Whether any transaction was ever seen here (open, or aborted and still listed).
@@ -387,7 +432,12 @@ impl Producers {
     /// Notes the magic-2 message `message` (whole and checked) appended where `placed` says:
     /// an idempotent batch, a transaction's batch or its marker.
     pub fn note_message(&mut self, message: &[u8], placed: Placed) {
-        let Some(producer) = producer_of_message(message) else { return };
+        let Some(producer) = producer_of_message(message) else {
+            if let Some((writer, position)) = copy_position_of_message(message) {
+                self.note_copy(&writer, position, placed);
+            }
+            return;
+        };
         match role_of_message(message) {
             Role::Marker { commit } => {
                 self.note_marker(producer.id, producer.epoch, commit, placed)
@@ -437,7 +487,9 @@ impl Producers {
 /// Suffix of a snapshot of a partition's producers, named by the log end it was taken at.
 pub const SNAPSHOT_SUFFIX: &str = ".producers";
 /// What a snapshot file begins with: its format (version 1 held batches only).
-const SNAPSHOT_MARK: &str = "tributary-producers 3";
+const SNAPSHOT_MARK: &str = "tributary-producers 4";
+/// Format 3 lacks the copiers' positions.
+const SNAPSHOT_MARK_V3: &str = "tributary-producers 3";
 /// Formats 1 and 2 lack the runs: a producer's run is taken to begin at its oldest batch kept.
 const SNAPSHOT_MARK_V1: &str = "tributary-producers 1";
 const SNAPSHOT_MARK_V2: &str = "tributary-producers 2";
@@ -445,8 +497,9 @@ const SNAPSHOT_MARK_V2: &str = "tributary-producers 2";
 /// The text of a snapshot of `history`: a mark line, then one line per batch (oldest first),
 /// `id epoch base_sequence last_sequence first_record offset end append_time` (−1 for none),
 /// one per open transaction, `open id first_record offset end`, and one per aborted
-/// transaction, `aborted id first_record last_record first_offset marker_offset`, and one per
-/// producer, `run id first_sequence` (the run it has whole).
+/// transaction, `aborted id first_record last_record first_offset marker_offset`, one per
+/// producer, `run id first_sequence` (the run it has whole), and one per copier's writer,
+/// `copy position first_record offset end writer` (the writer's name last: it has no spaces).
 pub fn encode_snapshot(history: &History) -> String {
     let mut text = format!("{SNAPSHOT_MARK}\n");
     for (producer, placed) in &history.batches {
@@ -472,6 +525,12 @@ pub fn encode_snapshot(history: &History) -> String {
     for (id, first) in &history.runs {
         text.push_str(&format!("run {id} {first}\n"));
     }
+    for (writer, Copied { position, placed }) in &history.copies {
+        text.push_str(&format!(
+            "copy {position} {} {} {} {writer}\n",
+            placed.first_record, placed.offset, placed.end
+        ));
+    }
     text
 }
 
@@ -480,7 +539,8 @@ pub fn encode_snapshot(history: &History) -> String {
 pub fn decode_snapshot(text: &str) -> Option<History> {
     let mut lines = text.lines();
     let mark = lines.next()?;
-    if ![SNAPSHOT_MARK, SNAPSHOT_MARK_V2, SNAPSHOT_MARK_V1].contains(&mark) || !text.ends_with('\n')
+    let marks = [SNAPSHOT_MARK, SNAPSHOT_MARK_V3, SNAPSHOT_MARK_V2, SNAPSHOT_MARK_V1];
+    if !marks.contains(&mark) || !text.ends_with('\n')
     {
         return None;
     }
@@ -498,6 +558,16 @@ pub fn decode_snapshot(text: &str) -> Option<History> {
                 history.open.push((id.parse().ok()?, placed));
             }
             ["run", id, first] => history.runs.push((id.parse().ok()?, first.parse().ok()?)),
+            ["copy", position, first_record, offset, end, writer] => {
+                let placed = Placed {
+                    first_record: first_record.parse().ok()?,
+                    offset: offset.parse().ok()?,
+                    end: end.parse().ok()?,
+                    log_append_time: None,
+                };
+                let position = position.parse().ok()?;
+                history.copies.push((writer.to_owned(), Copied { position, placed }));
+            }
             ["aborted", id, first_record, last_record, first_offset, marker_offset] => {
                 history.aborted.push(Aborted {
                     producer_id: id.parse().ok()?,
@@ -543,6 +613,17 @@ const BATCH_AT: usize = 9;
 /// LogAppendTime.
 pub fn log_append_time_of_message(message: &[u8]) -> Option<i64> {
     protocol::record_batch::log_append_time_of(message.get(BATCH_AT..)?)
+}
+
+/// The writer and position of a copier's record at the start of `message` (a whole, checked
+/// magic-2 message), if it is one: a control batch without a producer id.
+pub fn copy_position_of_message(message: &[u8]) -> Option<(String, i64)> {
+    let batch = message.get(BATCH_AT..)?;
+    let attributes = batch.get(21..23).map_or(0, |a| i16::from_be_bytes([a[0], a[1]]));
+    if attributes & (1 << 5) == 0 {
+        return None;
+    }
+    protocol::record_batch::copy_position(&RecordBatchRef::parse(batch).ok()?)
 }
 
 /// What the magic-2 message at the start of `message` (a whole, checked message) is to its

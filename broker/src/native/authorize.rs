@@ -22,6 +22,7 @@ impl Connection {
                 may(&p.topic, Operation::Produce)
             }
             Request::InitProducerId => true,
+            Request::CopyProduce(p) => may(&p.topic, Operation::Produce),
             Request::MultiProduce(m) => m.entries.iter().all(|e| may(&e.topic, Operation::Produce)),
             Request::Fetch(f) => may(&f.topic, Operation::Consume),
             Request::MultiFetch(m) => m.fetches.iter().all(|f| may(&f.topic, Operation::Consume)),

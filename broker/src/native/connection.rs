@@ -396,6 +396,7 @@ impl Connection {
         match request {
             Request::Produce(p) => self.handle_produce_run(vec![p]).await,
             Request::IdempotentProduce(p) => self.handle_idempotent_produce(p).await,
+            Request::CopyProduce(p) => self.handle_copy_produce(p).await,
             Request::InitProducerId => {
                 metrics.request(RequestKind::init_producer_id, 1);
                 let producer_id = node.allocate_producer_id();

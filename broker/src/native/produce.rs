@@ -53,6 +53,26 @@ impl Connection {
         self.queue_answers(appended, p.acks, (started, RequestKind::idempotent_produce)).await;
     }
 
+    /// Appends a copier's messages with its writer's new position, unless the partition has
+    /// them already ([`crate::node::Node::append_copy`]). A writer's name is 1 to 1,024 bytes
+    /// characters without whitespace or control characters, `0 ≤ from < to`, and the partition
+    /// a real one; else error 6.
+    pub(super) async fn handle_copy_produce(&mut self, p: protocol::CopyProduceRequest) {
+        let node = Arc::clone(&self.node);
+        let started = Instant::now();
+        node.metrics().request(RequestKind::copy_produce, 1);
+        let valid_writer = !p.writer.is_empty()
+            && p.writer.len() <= 1024
+            && !p.writer.chars().any(|c| c.is_whitespace() || c.is_control());
+        let appended = if valid_writer && p.partition >= 0 && 0 <= p.from && p.from < p.to {
+            let copy = crate::node::Copy { writer: &p.writer, from: p.from, to: p.to };
+            node.append_copy(&p.topic, p.partition, p.acks, &p.messages, copy).await
+        } else {
+            AppendedRun::now(vec![Err(ErrorCode::InvalidRequest)])
+        };
+        self.queue_answers(appended, p.acks, (started, RequestKind::copy_produce)).await;
+    }
+
     /// A run of idempotent produces to one partition that the client pipelined back to back
     /// ([`crate::node::Node::append_idempotent_run`]): checked in order, the batches that
     /// follow one another appended in one write, each answered on its own. A run with a set

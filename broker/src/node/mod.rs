@@ -28,7 +28,7 @@ use crate::tier::RemoteTier;
 
 pub(crate) use fetch::remote_failed;
 pub use log_start::DeleteBefore;
-pub use produce::AppendedRun;
+pub use produce::{AppendedRun, Copy};
 
 use producer_ids::ProducerIds;
 

@@ -11,9 +11,18 @@ use protocol::{Acks, ErrorCode, InvalidMessage};
 use super::Node;
 use crate::log::compact;
 use crate::log::index::{self, CountError};
-use crate::log::producers::{BatchProducer, Check};
+use crate::log::producers::{BatchProducer, Check, Copied};
 use crate::log::{Partition, Topic};
 use crate::replication::Leader;
+
+/// A copier's produce: `writer`'s messages from `from` up to `to` of its source
+/// ([`Node::append_copy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Copy<'a> {
+    pub writer: &'a str,
+    pub from: i64,
+    pub to: i64,
+}
 
 /// Each set's `(partition, offset)`, or its error.
 type Results = Vec<Result<(i32, i64), ErrorCode>>;
@@ -311,6 +320,84 @@ impl Node {
             run = run.then(checked);
         }
         run
+    }
+
+    /// Appends messages a copier copied from `copy.from` up to `copy.to` of its source
+    /// (`set`: those bytes, whole messages), followed in the same write by the record of
+    /// `copy.to` as `copy.writer`'s position — unless the writer is there already: then
+    /// nothing is appended and the answer, once `acks` hold for the writer's last record, is
+    /// `DuplicateSequence`. When the writer's position lies within the copy, only the messages
+    /// from it on are appended (a copier that resumed from an older point). Every replica
+    /// keeps the writers' positions as it appends ([`crate::log::producers`]), so a copy sent
+    /// again across a failover, a restart or the copier's crash is not appended twice.
+    pub async fn append_copy(
+        &self,
+        topic: &str,
+        partition: i32,
+        acks: Acks,
+        set: &Bytes,
+        copy: Copy<'_>,
+    ) -> AppendedRun {
+        let fail = |code| AppendedRun::now(vec![Err(code)]);
+        if usize::try_from(copy.to - copy.from).ok() != Some(set.len()) {
+            return fail(ErrorCode::InvalidRequest);
+        }
+        if protocol::validate_topic_name(topic).is_err() {
+            return fail(ErrorCode::InvalidTopicName);
+        }
+        if let Err(code) = self.topic_for_produce(topic).await {
+            return fail(code);
+        }
+        let log = match self.replicas.led(topic, partition) {
+            Ok(log) => log,
+            Err(code) => return fail(code),
+        };
+        let appending = self.producers.appending(topic, partition);
+        let _appending = appending.lock().await;
+        let copied = match self.copied(&log, copy.writer).await {
+            Ok(copied) => copied,
+            Err(code) => return fail(code),
+        };
+        let skip = match copied {
+            Some(copied) if copied.position >= copy.to => {
+                self.metrics.duplicate_batches.inc();
+                let leader = self.replicas.leader_of(&log);
+                return AppendedRun {
+                    results: vec![Err(ErrorCode::DuplicateSequence)],
+                    wait: self.ack_wait(acks, Arc::clone(&log), leader, copied.placed.end),
+                    first_record: None,
+                    append_time: None,
+                };
+            }
+            Some(copied) if copied.position > copy.from => (copied.position - copy.from) as usize,
+            _ => 0,
+        };
+        let now = service::now_ms();
+        let marker = protocol::record_batch::copy_position_marker(copy.writer, copy.to, now);
+        let mut joined = bytes::BytesMut::with_capacity(set.len() - skip + marker.len() + 16);
+        joined.extend_from_slice(&set[skip..]);
+        protocol::encode_batch_message(&mut joined, &marker);
+        // One set: validated whole (messages cut at `skip` are refused with the record), so the
+        // messages and the position are appended together or not at all.
+        let joined = joined.freeze();
+        self.append_run(topic, partition, acks, std::slice::from_ref(&joined)).await
+    }
+
+    /// How far `writer` has copied into `log`, once what lies before this replica's appends
+    /// is read in.
+    async fn copied(&self, log: &Arc<Partition>, writer: &str) -> Result<Option<Copied>, ErrorCode> {
+        if let Some(copied) = log.copied(writer) {
+            return Ok(copied);
+        }
+        let learning = Arc::clone(log);
+        match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
+            Ok(Ok(())) => Ok(log.copied(writer).flatten()),
+            Ok(Err(e)) => {
+                tracing::warn!(partition = ?log, error = %e, "cannot read copiers' positions");
+                Err(ErrorCode::Unknown)
+            }
+            Err(_) => Err(ErrorCode::Unknown),
+        }
     }
 
     /// What `log`'s producers say of a batch of `producer`, once what lies before this

@@ -21,11 +21,20 @@ pub(crate) struct Record {
     /// Messages in `message` (a MessageSet of more than one for a framed enqueue).
     pub messages: usize,
     pub reply: DeliverySender,
-    /// The producer id, epoch and first sequence the caller gave it
-    /// ([`crate::Producer::enqueue_sequenced`]): it travels as a batch of its own.
-    pub sequenced: Option<(i64, i16, i32)>,
+    /// The identity the caller gave it: it travels as a batch of its own.
+    pub identity: Option<Identity>,
     /// Its share of the producer's buffer, given back when the record is answered.
     pub _permit: OwnedSemaphorePermit,
+}
+
+/// The identity a caller gives a record, which then travels alone.
+#[derive(Debug, Clone)]
+pub(crate) enum Identity {
+    /// The producer id, epoch and first sequence of an idempotent batch
+    /// ([`crate::Producer::enqueue_sequenced`]).
+    Sequenced((i64, i16, i32)),
+    /// A copier's messages ([`crate::Producer::enqueue_copy`]).
+    Copied(crate::Copied),
 }
 
 #[derive(Default)]
@@ -48,20 +57,20 @@ impl Batch {
     /// Whether `record` must wait for the next batch (a lone record always fits).
     pub fn would_overflow(&self, record: &Record, config: &ProducerConfig) -> bool {
         !self.is_empty()
-            && (record.sequenced.is_some()
+            && (record.identity.is_some()
                 || self.messages + record.messages > config.batch_messages
                 || self.bytes + record.message.len() > config.batch_bytes)
     }
 
     pub fn is_full(&self, config: &ProducerConfig) -> bool {
-        self.sequenced().is_some()
+        self.identity().is_some()
             || self.messages >= config.batch_messages
             || self.bytes >= config.batch_bytes
     }
 
-    /// The identity its caller gave the batch: a sequenced record travels alone.
-    pub fn sequenced(&self) -> Option<(i64, i16, i32)> {
-        self.records.first().and_then(|r| r.sequenced)
+    /// The identity its caller gave the batch: such a record travels alone.
+    pub fn identity(&self) -> Option<&Identity> {
+        self.records.first().and_then(|r| r.identity.as_ref())
     }
 
     pub fn push(&mut self, record: Record) {

@@ -34,7 +34,7 @@ pub use error::ProducerError;
 
 use crate::discovery::BrokerSource;
 use crate::partitioner::{Partitioner, TopicPartition};
-use batch::Record;
+use batch::{Identity, Record};
 use partition_sender::{Command, PartitionSender};
 use pool::ConnectionPool;
 use routes::Routes;
@@ -273,11 +273,53 @@ impl Producer {
         key: Option<&[u8]>,
         framed: Bytes,
     ) -> Result<Pending, ProducerError> {
+        let (count, largest_bytes) = self.framed_counts(topic, &framed)?;
+        self.enqueue_message(topic, Place::Route(key), framed, count, largest_bytes).await
+    }
+
+    /// Like [`Producer::enqueue_framed`] to `partition`, as a copier's produce
+    /// (`COPY_PRODUCE`): `framed` are the bytes from `copied.from` up to `copied.to` of a
+    /// source partition's log, and the leader appends them with `copied.to` as the position
+    /// of `copied.writer` — unless it has that position already (an answer lost, a failover,
+    /// the caller's own crash and restart from an older point): then it answers
+    /// [`ErrorCode::DuplicateSequence`], acknowledged here with no offset, and appends nothing
+    /// twice. The copy travels alone and is retried as it is.
+    ///
+    /// [`ErrorCode::DuplicateSequence`]: protocol::ErrorCode::DuplicateSequence
+    pub async fn enqueue_copy(
+        &self,
+        topic: &str,
+        partition: i32,
+        copied: Copied,
+        framed: Bytes,
+    ) -> Result<Pending, ProducerError> {
+        let (count, largest_bytes) = self.framed_counts(topic, &framed)?;
+        let spans = usize::try_from(copied.to - copied.from).ok() == Some(framed.len());
+        if partition < 0 || copied.from < 0 || !spans {
+            let reason = format!(
+                "a copy to partition {partition} of {}..{} in {} bytes",
+                copied.from,
+                copied.to,
+                framed.len()
+            );
+            return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
+        }
+        if self.inner.config.acks == protocol::Acks::None {
+            let reason = "a copy needs acks of at least 1".to_owned();
+            return Err(ProducerError::InvalidConfig { reason });
+        }
+        let place = Place::Copied(partition, copied);
+        self.enqueue_message(topic, place, framed, count, largest_bytes).await
+    }
+
+    /// The messages in `framed` and the largest one's bytes, if it is whole valid messages
+    /// and the producer sends them as they are.
+    fn framed_counts(&self, topic: &str, framed: &Bytes) -> Result<(usize, usize), ProducerError> {
         if self.inner.config.compression != Codec::None {
             let reason = "framed messages need compression None".to_owned();
             return Err(ProducerError::InvalidConfig { reason });
         }
-        let mut messages = MessageSetIter::new(&framed, 0);
+        let mut messages = MessageSetIter::new(framed, 0);
         let mut count = 0;
         let mut largest_bytes = 0;
         let mut valid = true;
@@ -296,7 +338,7 @@ impl Producer {
             let reason = format!("not whole valid framed messages ({} bytes)", framed.len());
             return Err(ProducerError::InvalidMessage { topic: topic.to_owned(), reason });
         }
-        self.enqueue_message(topic, Place::Route(key), framed, count, largest_bytes).await
+        Ok((count, largest_bytes))
     }
 
     /// Accepts encoded messages (`messages` of them, the largest `largest_bytes`) into their
@@ -329,9 +371,9 @@ impl Producer {
         if inner.lock_senders().closed {
             return Err(ProducerError::Closed);
         }
-        let (target, sequenced) = match place {
+        let (target, identity) = match place {
             Place::Route(key) => (self.route(topic, key).await?, None),
-            Place::Sequenced(partition, sequenced) => {
+            Place::Sequenced(partition, _) | Place::Copied(partition, _) => {
                 let route = self.inner.routes.get(topic).await?;
                 let target = route.leader(partition).cloned().unwrap_or_else(|| {
                     // No live leader known: the sender finds one when it sends.
@@ -342,7 +384,14 @@ impl Producer {
                         partition,
                     }
                 });
-                (target, Some((sequenced.producer_id, sequenced.epoch, sequenced.base_sequence)))
+                let identity = match place {
+                    Place::Sequenced(_, s) => {
+                        Identity::Sequenced((s.producer_id, s.epoch, s.base_sequence))
+                    }
+                    Place::Copied(_, copied) => Identity::Copied(copied),
+                    Place::Route(_) => unreachable!("routed above"),
+                };
+                (target, Some(identity))
             }
         };
         // `validate` keeps `buffer_bytes` within a u32.
@@ -362,7 +411,7 @@ impl Producer {
             },
         };
         let (reply, pending) = oneshot::channel();
-        let record = Record { message, messages, reply, sequenced, _permit: permit };
+        let record = Record { message, messages, reply, identity, _permit: permit };
         let queue = self.queue_for(topic, target)?;
         let command = Command::Record(record);
         match config.buffer_full {
@@ -466,6 +515,17 @@ impl Producer {
 enum Place<'a> {
     Route(Option<&'a [u8]>),
     Sequenced(i32, Sequenced),
+    Copied(i32, Copied),
+}
+
+/// What a copier says of the messages it sends with [`Producer::enqueue_copy`]: they are the
+/// bytes from `from` up to `to` of its source partition's log, copied by `writer` (a name it
+/// keeps for that source partition: 1 to 1,024 bytes, no whitespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    pub writer: Arc<str>,
+    pub from: i64,
+    pub to: i64,
 }
 
 /// The identity of a batch sent with [`Producer::enqueue_sequenced`].

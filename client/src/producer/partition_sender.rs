@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::ClientError;
 use crate::compression::CompressionError;
 use crate::partitioner::TopicPartition;
-use crate::producer::batch::{Batch, Record};
+use crate::producer::batch::{Batch, Identity, Record};
 use crate::producer::pool::ConnectionPool;
 use crate::producer::routes::Routes;
 use crate::producer::{ProducerConfig, ProducerError};
@@ -54,15 +54,17 @@ struct Encoded {
     /// The producer id, epoch and first sequence it carries as an idempotent batch.
     producer: Option<(i64, i16, i32)>,
     /// Whether that identity is the caller's ([`crate::Producer::enqueue_sequenced`]), not
-    /// this sender's own.
+    /// this sender's own (a copy's is always the caller's).
     callers: bool,
+    /// What a copier says of the set ([`crate::Producer::enqueue_copy`]).
+    copied: Option<crate::Copied>,
 }
 
 impl Encoded {
     /// Whether the set is one message (a wrapper or a batch), which every message it holds
     /// is acknowledged at.
     fn one_message(&self, codec: Codec) -> bool {
-        self.producer.is_some() || codec != Codec::None
+        self.producer.is_some() || self.copied.is_some() || codec != Codec::None
     }
 }
 
@@ -232,9 +234,19 @@ impl PartitionSender {
         addr: &str,
     ) -> Result<Result<Encoded, CompressionError>, ClientError> {
         let codec = self.config.compression;
-        if let Some(producer) = batch.sequenced() {
+        if let Some(Identity::Copied(copied)) = batch.identity() {
+            let copied = Some(copied.clone());
+            // Framed messages, sent as they are (`enqueue_copy` needs compression None).
+            return Ok(batch
+                .encode(Codec::None)
+                .map(|set| Encoded { set, producer: None, callers: true, copied }));
+        }
+        if let Some(&Identity::Sequenced(producer)) = batch.identity() {
             return match batch.encode_idempotent(codec, producer) {
-                Ok(Some(set)) => Ok(Ok(Encoded { set, producer: Some(producer), callers: true })),
+                Ok(Some(set)) => {
+                    let producer = Some(producer);
+                    Ok(Ok(Encoded { set, producer, callers: true, copied: None }))
+                }
                 // `FramedMessages` are plain: not reached.
                 Ok(None) => Err(ClientError::Broker {
                     api: protocol::ApiKey::IdempotentProduce,
@@ -263,13 +275,16 @@ impl PartitionSender {
             };
             match batch.encode_idempotent(codec, producer) {
                 Ok(Some(set)) => {
-                    return Ok(Ok(Encoded { set, producer: Some(producer), callers: false }));
+                    let producer = Some(producer);
+                    return Ok(Ok(Encoded { set, producer, callers: false, copied: None }));
                 }
                 Ok(None) => {} // not plain messages: sent as they are
                 Err(e) => return Ok(Err(e)),
             }
         }
-        Ok(batch.encode(codec).map(|set| Encoded { set, producer: None, callers: false }))
+        Ok(batch
+            .encode(codec)
+            .map(|set| Encoded { set, producer: None, callers: false, copied: None }))
     }
 
     /// An entry point other than `addr` for a produce to partition −1, if the route has one.
@@ -296,9 +311,10 @@ impl PartitionSender {
         let conn = self.pool.get(addr).await?;
         let (acks, partition, set) = (self.config.acks, self.target.partition, encoded.set.clone());
         let produce = async {
-            match encoded.producer {
-                Some(_) => conn.produce_idempotent(&self.topic, partition, acks, set).await,
-                None => conn.produce(&self.topic, partition, acks, set).await,
+            match (&encoded.producer, &encoded.copied) {
+                (_, Some(copied)) => conn.produce_copy(&self.topic, partition, acks, copied, set).await,
+                (Some(_), None) => conn.produce_idempotent(&self.topic, partition, acks, set).await,
+                (None, None) => conn.produce(&self.topic, partition, acks, set).await,
             }
         };
         let timeout = Duration::from_millis(self.config.request_timeout_ms);

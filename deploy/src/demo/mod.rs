@@ -166,7 +166,7 @@ impl Pipeline {
         )
         .await?;
         let (mirror, mirror_metrics_url) =
-            start_mirror(options, &embedded, &live, &analytics, &registry, tls.as_ref()).await?;
+            start_mirror(&embedded, &live, &analytics, tls.as_ref()).await?;
         let warehouse = data_dir.join("warehouse");
         std::fs::create_dir_all(&warehouse)
             .map_err(|source| DemoError::DataDir { path: warehouse.clone(), source })?;
@@ -483,19 +483,12 @@ async fn start_agents(
 
 /// The mirror in the analytics datacenter, and its metrics URL.
 async fn start_mirror(
-    options: &DemoOptions,
     embedded: &::cluster::Embedded,
     live: &[Cluster],
     analytics: &Cluster,
-    registry: &registry::Registry,
     tls: Option<&tls::DemoTls>,
 ) -> Result<(mirror::Mirror, String), DemoError> {
-    let mut config = mirror::Config {
-        host_name: Some("mirror-1".into()),
-        audit_window_ms: options.window_ms,
-        audit_publish_ms: 1_000,
-        ..mirror::Config::default()
-    };
+    let mut config = mirror::Config::default();
     if let Some(tls) = tls {
         config.tls = tls.service("mirror");
     }
@@ -506,8 +499,7 @@ async fn start_mirror(
     let metrics = bind("127.0.0.1:0", "mirror metrics").await?;
     let url = format!("{}://{}/metrics", scheme(tls), local_addr(&metrics, "mirror metrics")?);
     let target = session(embedded, &analytics.chroot)?;
-    let mirror =
-        mirror::Mirror::start(config, sources, target, registry.client()?, Some(metrics)).await?;
+    let mirror = mirror::Mirror::start(config, sources, target, Some(metrics)).await?;
     Ok((mirror, url))
 }
 

@@ -833,19 +833,12 @@ fn mirror(topology: &Topology, binaries: &Path) -> Component {
         .map(|name| format!("{name}={}", topology.zookeeper_connect(name)))
         .collect();
     let target = topology.zookeeper_connect(&topology.analytics.name);
-    let (registry, metrics, window_ms) =
-        (registry_url(topology), format!("{HOST}:{}", topology.mirror_port()), window_ms(topology));
-    let typed = TypedConfig::new(
-        &["source", "target", "registry", "metrics", "host_name", "audit_window_ms"],
-        move |c: &mut mirror::Config| {
-            c.source = sources.clone();
-            c.target = Some(target.clone());
-            c.registry = Some(registry.clone());
-            c.metrics = Some(metrics.clone());
-            c.host_name = Some("mirror".into());
-            c.audit_window_ms = window_ms;
-        },
-    );
+    let metrics = format!("{HOST}:{}", topology.mirror_port());
+    let typed = TypedConfig::new(&["source", "target", "metrics"], move |c: &mut mirror::Config| {
+        c.source = sources.clone();
+        c.target = Some(target.clone());
+        c.metrics = Some(metrics.clone());
+    });
     let mut component =
         service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, typed);
     component.address = format!("{}://{HOST}:{}/metrics", scheme(topology), topology.mirror_port());

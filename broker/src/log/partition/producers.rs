@@ -25,6 +25,13 @@ impl Partition {
         state.producers.missing_before().is_none().then(|| state.producers.check(producer))
     }
 
+    /// How far `writer` has copied into this partition (`Some(None)`: nothing yet); `None`
+    /// until what lies before the replica opened the log is read in.
+    pub fn copied(&self, writer: &str) -> Option<Option<producers::Copied>> {
+        let state = self.state();
+        state.producers.missing_before().is_none().then(|| state.producers.copied(writer))
+    }
+
     /// Learns the idempotent producers' batches in the log before this replica began to see
     /// appends, once: from the newest snapshot taken at or before that point (and in the log)
     /// and the batches after it, or without one from the last [`STATE_TAIL_BYTES`]. Blocking:
