@@ -62,6 +62,8 @@ pub enum Rejected {
     NegativeCount,
     #[error("its topic or host is empty")]
     EmptyName,
+    /// Tiers `live` and `mirror` are what the clusters hold, counted by the service from them
+    /// (a mirror before exactly-once copies published its own `mirror` counts to `_audit`).
     #[error("its tier is one the service counts itself")]
     CountedHere,
 }
@@ -354,11 +356,6 @@ impl Ledger {
         if record.topic.is_empty() || record.host.is_empty() {
             return Err(Rejected::EmptyName);
         }
-        if matches!(record.tier, Tier::Live | Tier::Mirror) {
-            // What the clusters hold: counted from them (a mirror before exactly-once copies
-            // published its own `mirror` counts).
-            return Err(Rejected::CountedHere);
-        }
         let now_ms = self.now_ms;
         // An agent is heard by its records of recent windows: replaying `_audit` after a
         // restart reads every record again, and one of an agent gone for days is no news of it.
@@ -399,7 +396,14 @@ impl Ledger {
 
     /// Counts `events` more events of `topic` with `header.time` = `time_ms`, present in
     /// `cluster`, at `tier`: `live` for a live cluster, `mirror` for the analytics cluster.
-    pub fn add_present(&mut self, tier: Tier, cluster: &str, topic: &str, time_ms: i64, events: i64) {
+    pub fn add_present(
+        &mut self,
+        tier: Tier,
+        cluster: &str,
+        topic: &str,
+        time_ms: i64,
+        events: i64,
+    ) {
         let window_start = events::audit::window_start(time_ms, self.window_ms);
         let now_ms = self.now_ms;
         let window = self.window_mut(tier, topic, window_start);

@@ -47,7 +47,9 @@ pub const ANALYTICS: &str = "analytics";
 pub enum AuditError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("live cluster name {0:?} is given twice, or is \"analytics\" (the analytics cluster's)")]
+    #[error(
+        "live cluster name {0:?} is given twice, or is \"analytics\" (the analytics cluster's)"
+    )]
     DuplicateLive(String),
     #[error("the HTTP server failed: {0}")]
     Http(#[source] std::io::Error),

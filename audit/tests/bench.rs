@@ -82,7 +82,7 @@ async fn rebuild_rates_and_page_times() {
     let mut records = Vec::new();
     for t in 0..topics {
         for w in 0..windows {
-            for tier in [Tier::Agent, Tier::Mirror, Tier::Loader] {
+            for tier in [Tier::Accepted, Tier::Agent, Tier::Loader] {
                 for h in 0..hosts {
                     let r = record(
                         tier,

@@ -24,14 +24,15 @@ fn rec(tier: Tier, host: &str, topic: &str, window_start: i64, count: i64) -> Au
 
 /// Where the known anomalies are.
 struct Anomalies {
-    /// page-view: mirror-2 drops 25 events; the loader, downstream of it, lacks them too.
+    /// page-view: 25 events never reach the analytics cluster; the loader, downstream of it,
+    /// lacks them too.
     loss_window: i64,
-    /// click: mirror-1 sends 6 events twice.
+    /// click: the analytics cluster holds 6 events twice.
     duplication_window: i64,
 }
 
 /// Twelve minutes of three topics through every tier: agents on two web hosts, two live
-/// clusters, two mirrors, one loader.
+/// clusters, the analytics cluster, one loader.
 async fn feed(
     registry: &RegistryClient,
     analytics: &Cluster,
@@ -60,23 +61,21 @@ async fn feed(
             let (web_1, web_2) = (total * 6 / 10, total - total * 6 / 10);
             records.push(rec(Tier::Agent, "web-1", topic, start, web_1));
             records.push(rec(Tier::Agent, "web-2", topic, start, web_2));
-            // web-1 ships to dc-a, web-2 to dc-b; each mirror copies one of them.
+            // web-1 ships to dc-a, web-2 to dc-b; the mirror copies both into analytics.
             let times = |n: i64| (0..n).map(|k| start + k * (W / n.max(1))).collect::<Vec<_>>();
             produce_events(registry, dc_a, topic, &times(web_1)).await;
             produce_events(registry, dc_b, topic, &times(web_2)).await;
-            let mut mirror_1 = web_1;
-            let mut mirror_2 = web_2;
+            let mut copied = web_1 + web_2;
             if topic == "page-view" && start == anomalies.loss_window {
-                mirror_2 -= 25;
+                copied -= 25;
             }
             if topic == "click" && start == anomalies.duplication_window {
-                mirror_1 += 6;
+                copied += 6;
             }
+            produce_events(registry, analytics, topic, &times(copied)).await;
             let open = i >= WINDOWS - 2;
             // The loader runs behind: the newest windows are not all loaded yet.
-            let loaded = if open { (mirror_1 + mirror_2) * 2 / 3 } else { mirror_1 + mirror_2 };
-            records.push(rec(Tier::Mirror, "mirror-1", topic, start, mirror_1));
-            records.push(rec(Tier::Mirror, "mirror-2", topic, start, mirror_2));
+            let loaded = if open { copied * 2 / 3 } else { copied };
             records.push(rec(Tier::Loader, "loader-1", topic, start, loaded));
         }
     }
@@ -171,16 +170,17 @@ async fn chromium_shows_the_flagged_window_the_chart_and_the_short_host() {
     assert!(topic.contains(&format!(r#"class="band" data-window="{loss}" data-verdict="loss""#)));
     assert_eq!(topic.matches(r#"class="band""#).count(), 1);
 
-    // The drill-down from the flagged window names the mirror that fell short, and by how much.
+    // The drill-down from the flagged window names the cluster that fell short, and by how
+    // much.
     let window_url = format!("{}/topics/page-view/windows/{loss}", audit.url);
     let window = dom(profile.path(), &window_url).await;
     assert!(
-        window.contains(r#"<tr class="flag" data-tier="mirror" data-host="mirror-2">"#),
+        window.contains(r#"<tr class="flag" data-tier="mirror" data-host="analytics">"#),
         "{window}"
     );
     assert!(window.contains(r#"<td class="short">25</td>"#));
     assert!(window.contains("missing at the <b>mirror</b> tier"), "where the loss happened");
-    assert!(!window.contains(r#"data-host="mirror-1""#), "mirror-1 carried its share");
+    assert!(!window.contains(r#"data-host="dc-a""#), "the live clusters carried their share");
 
     let kept = std::env::var_os("AUDIT_SCREENSHOTS").map(PathBuf::from);
     let dir = kept.as_deref().unwrap_or(shots.path());

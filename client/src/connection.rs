@@ -200,7 +200,7 @@ impl Connection {
         topic: &str,
         partition: i32,
         acks: Acks,
-        copied: &crate::Copied,
+        copied: &Copied,
         messages: Bytes,
     ) -> Result<Option<ProduceResponse>, ClientError> {
         let request = protocol::CopyProduceRequest {
@@ -475,4 +475,14 @@ async fn read_responses(
     while let Ok((_, reply)) = pending.try_recv() {
         drop(reply);
     }
+}
+
+/// What a copier says of the messages it sends with [`crate::Producer::enqueue_copy`]: they are the
+/// bytes from `from` up to `to` of its source partition's log, copied by `writer` (a name it
+/// keeps for that source partition: 1 to 1,024 bytes, no whitespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    pub writer: Arc<str>,
+    pub from: i64,
+    pub to: i64,
 }

@@ -16,7 +16,7 @@ mod registry_brokers;
 mod simple_consumer;
 
 pub use compression::{CompressionError, SUPPORTED_CODECS, compress, decompress};
-pub use connection::{Connection, ConnectionConfig, PendingResponse};
+pub use connection::{Connection, ConnectionConfig, Copied, PendingResponse};
 pub use discovery::{
     BrokerSource, DiscoveryError, EntryPoint, PartitionLeader, StaticBrokers, TopicLayout,
 };
@@ -28,7 +28,7 @@ pub use group::{
 pub use partitioner::{PartitionFn, Partitioner, TopicPartition, fnv1a};
 pub use producer::{
     BlockingProducer, BufferFull, Delivery, FramedMessages, Pending, Producer, ProducerConfig,
-    ProducerError, Sequenced, Copied,
+    ProducerError, Sequenced,
 };
 pub use registry_brokers::RegistryBrokers;
 pub use simple_consumer::{

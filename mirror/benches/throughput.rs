@@ -177,10 +177,9 @@ async fn main() {
     let config = Config { partitions: args.partitions as u32, ..Config::default() };
     let sources = vec![("live".to_owned(), session(&live_connect).await)];
     let started = Instant::now();
-    let mirror =
-        Mirror::start(config, sources, session(&analytics_connect).await, None)
-            .await
-            .expect("mirror starts");
+    let mirror = Mirror::start(config, sources, session(&analytics_connect).await, None)
+        .await
+        .expect("mirror starts");
     let totals = mirror.totals();
     while totals.messages() < args.messages as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;

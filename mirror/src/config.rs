@@ -135,7 +135,7 @@ impl Config {
         for source in &self.source {
             let (name, connect) =
                 source.split_once('=').ok_or_else(|| ConfigError::Source(source.clone()))?;
-                if !crate::valid_source_name(name) || connect.is_empty() {
+            if !crate::valid_source_name(name) || connect.is_empty() {
                 return Err(ConfigError::Source(source.clone()));
             }
             if sources.iter().any(|(n, _)| n == name) {

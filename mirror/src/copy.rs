@@ -192,11 +192,11 @@ async fn read(
             carried = next;
             let bytes = shared.window_bytes.hold(run.set.len()).await?;
             let copied = run.copied();
-            let state = match producer.enqueue_copy(topic, run.target, copied, run.set.clone()).await
-            {
-                Ok(pending) => State::Sending(pending),
-                Err(e) => State::Failed(e),
-            };
+            let state =
+                match producer.enqueue_copy(topic, run.target, copied, run.set.clone()).await {
+                    Ok(pending) => State::Sending(pending),
+                    Err(e) => State::Failed(e),
+                };
             Some(Some(InFlight { run, state, _bytes: bytes }))
         };
         let item = tokio::select! {

@@ -1,6 +1,6 @@
 //! The mirror as a library, with real ZooKeeper (one chroot per cluster) and in-process
 //! brokers registered in it: two live clusters into one analytics cluster, compressed
-//! wrappers, an analytics outage.
+//! wrappers, an analytics outage, a mirror that copies everything again.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,24 +8,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cluster::Coordinator;
-use events::audit;
 use mirror::{Config, Mirror};
+use protocol::record_batch::RecordBatchRef;
 use protocol::{Acks, Codec, MessageSetIter};
-use schema_registry::RegistryClient;
 use testkit::broker::wrapper;
 use testkit::cluster::TestCluster;
 use testkit::events::raw_events;
 use testkit::eventually;
-use testkit::mirror::{WAIT, latest_audit};
-use testkit::registry::TestRegistry;
+use testkit::mirror::{WAIT, held_twice};
 
 fn config() -> Config {
     Config {
-        host_name: Some("mirror-test".into()),
         partitions: 3,
         commit_ms: 100,
-        audit_publish_ms: 200,
-        audit_window_ms: 60_000,
         metrics_refresh_ms: 100,
         drain_timeout_ms: 5_000,
         ..Config::default()
@@ -36,15 +31,13 @@ async fn start(
     config: Config,
     sources: &[(&str, &TestCluster)],
     target: &TestCluster,
-    registry: &TestRegistry,
     metrics: Option<tokio::net::TcpListener>,
 ) -> Mirror {
     let mut sessions: Vec<(String, Arc<dyn Coordinator>)> = Vec::new();
     for (name, cluster) in sources {
         sessions.push(((*name).to_owned(), cluster.session().await));
     }
-    let registry = RegistryClient::new(registry.url()).unwrap();
-    Mirror::start(config, sessions, target.session().await, registry, metrics).await.unwrap()
+    Mirror::start(config, sessions, target.session().await, metrics).await.unwrap()
 }
 
 /// Offsets the mirror's group committed on `cluster` for `topic`, per partition.
@@ -71,7 +64,7 @@ async fn committed_to_end(cluster: &TestCluster, topic: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
+async fn two_live_clusters_arrive_complete_once_and_new_topics_follow() {
     let (live_a, live_b, analytics) =
         tokio::join!(TestCluster::start(1), TestCluster::start(1), TestCluster::start(2));
     live_a.create_topic("page-view", 2).await;
@@ -85,11 +78,10 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     live_b.produce("page-view", 2, &b_views).await;
     live_b.produce("click", 1, &b_clicks).await;
 
-    let registry = TestRegistry::start().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_url = format!("http://{}/metrics", listener.local_addr().unwrap());
     let sources = [("live-a", &live_a), ("live-b", &live_b)];
-    let mirror = start(config(), &sources, &analytics, &registry, Some(listener)).await;
+    let mirror = start(config(), &sources, &analytics, Some(listener)).await;
 
     let all_views: Vec<Bytes> = a_views.iter().chain(&b_views).cloned().collect();
     analytics.wait_for_all("page-view", &all_views, "page views of both clusters").await;
@@ -130,18 +122,12 @@ async fn two_live_clusters_arrive_complete_audited_and_new_topics_follow() {
     let page_views = [("source", "live-a"), ("topic", "page-view")];
     assert!(testkit::metrics::value(&samples, "tributary_mirror_events_total", &page_views) > 0.0);
 
-    // The mirror tier counts every event the target acknowledged, per topic and window.
-    let client = RegistryClient::new(registry.url()).unwrap();
-    eventually(WAIT, "audit counts of every topic", || async {
-        let audit = latest_audit(&analytics, &client).await;
-        let total = |topic: &str| -> i64 {
-            audit.values().filter(|r| r.topic == topic).map(|r| r.count).sum()
-        };
-        let host_ok = audit.keys().all(|(host, _, _)| host == "mirror-test");
-        (host_ok && total("page-view") == 600 && total("click") == 200 && total("search") == 100)
-            .then_some(())
-    })
-    .await;
+    // Each event once: two sources' partitions of one topic meet in the target's, each with
+    // its own writer.
+    for topic in ["page-view", "click", "search"] {
+        assert_eq!(held_twice(&analytics, topic).await.len(), 0, "{topic} held twice");
+    }
+    assert_eq!(analytics.payloads("page-view").await.len(), 600);
 
     let totals = mirror.totals();
     mirror.shutdown().await.unwrap();
@@ -164,18 +150,22 @@ async fn compressed_wrappers_arrive_still_compressed_and_identical() {
         conn.produce("page-view", 0, Acks::Written, set.clone()).await.unwrap();
     }
 
-    let registry = TestRegistry::start().await;
     let config = Config { partitions: 1, ..config() };
-    let mirror = start(config, &[("live", &live)], &analytics, &registry, None).await;
+    let mirror = start(config, &[("live", &live)], &analytics, None).await;
 
     // Every framed message on the target, as stored.
     let target = analytics.brokers[0].connect().await;
+    // (Each copy is followed by the record of its writer's position: a control batch.)
     let stored = eventually(WAIT, "five messages copied", || async {
         let set = target.fetch("page-view", 0, 0, 1 << 20).await.ok()?;
         let messages: Vec<Bytes> = MessageSetIter::new(&set, 0)
             .map(|m| {
                 let (offset, message) = m.unwrap();
                 set.slice(offset as usize..offset as usize + message.size_bytes())
+            })
+            .filter(|m| {
+                let batch = m.get(9..).and_then(|b| RecordBatchRef::parse(b).ok());
+                !batch.is_some_and(|b| b.is_control())
             })
             .collect();
         (messages.len() >= 5).then_some(messages)
@@ -185,14 +175,7 @@ async fn compressed_wrappers_arrive_still_compressed_and_identical() {
     assert!(stored.contains(&gzip), "the gzip wrapper arrives byte for byte");
     assert!(stored.contains(&zstd), "the zstd wrapper arrives byte for byte");
 
-    // The audit looks inside the wrappers: 3 + 5 + 7 events.
-    let client = RegistryClient::new(registry.url()).unwrap();
-    eventually(WAIT, "audit counts inner events", || async {
-        let audit = latest_audit(&analytics, &client).await;
-        let total: i64 = audit.values().filter(|r| r.topic == "page-view").map(|r| r.count).sum();
-        (total == 15).then_some(())
-    })
-    .await;
+    // The metrics look inside the wrappers: 3 + 5 + 7 events.
     assert_eq!(mirror.totals().messages(), 5);
     assert_eq!(mirror.totals().events(), 15);
     mirror.shutdown().await.unwrap();
@@ -205,8 +188,7 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
     let time = service::now_ms();
     let before = raw_events("live", "page-view", 0, 200, time);
     live.produce("page-view", 2, &before).await;
-    let registry = TestRegistry::start().await;
-    let mirror = start(config(), &[("live", &live)], &analytics, &registry, None).await;
+    let mirror = start(config(), &[("live", &live)], &analytics, None).await;
     analytics.wait_for_all("page-view", &before, "the first events").await;
     eventually(WAIT, "first events committed", || async {
         committed_to_end(&live, "page-view").await.then_some(())
@@ -231,42 +213,40 @@ async fn analytics_down_for_20_s_the_mirror_waits_commits_nothing_unacknowledged
         committed_to_end(&live, "page-view").await.then_some(())
     })
     .await;
-    let client = RegistryClient::new(registry.url()).unwrap();
-    let counted = |audit: &std::collections::BTreeMap<_, audit::AuditRecord>| -> i64 {
-        audit.values().map(|r| r.count).sum()
-    };
-    eventually(WAIT, "the mirror's counts of all 300 events", || async {
-        (counted(&latest_audit(&analytics, &client).await) >= 300).then_some(())
-    })
-    .await;
+    assert_eq!(held_twice(&analytics, "page-view").await.len(), 0);
     mirror.shutdown().await.unwrap();
-    let counted_before = counted(&latest_audit(&analytics, &client).await);
+}
 
-    // Started again while the analytics cluster is down, the mirror waits until it can read
-    // its audit counts back rather than exit (before: an error at once, and again at every
-    // restart into the same fault), then goes on counting from them.
-    let stopped = analytics.stop_broker(0).await;
-    let sessions: Vec<(String, Arc<dyn Coordinator>)> = vec![("live".into(), live.session().await)];
-    let target = analytics.session().await;
-    let restart = tokio::spawn(Mirror::start(
-        config(),
-        sessions,
-        target,
-        RegistryClient::new(registry.url()).unwrap(),
-        None,
-    ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!restart.is_finished(), "the mirror waits for its target");
-    analytics.start_again(stopped).await;
-    let mirror = restart.await.unwrap().expect("the mirror starts once its target answers");
-    let after = raw_events("live", "page-view", 300, 310, time);
-    live.produce("page-view", 2, &after).await;
-    let everything: Vec<Bytes> = all.iter().chain(&after).cloned().collect();
-    analytics.wait_for_all("page-view", &everything, "the events after the restart").await;
-    // It counts on from what it had published (from zero it would publish 10, under them).
-    eventually(WAIT, "counts going on from where they were", || async {
-        (counted(&latest_audit(&analytics, &client).await) > counted_before).then_some(())
+/// A mirror that copies everything again from the sources' first offsets — its committed
+/// offsets lost, or never committed before a crash (here: another group) — appends nothing
+/// twice: the target has each source partition's writer at its end, and what a copy holds
+/// before that position is not appended again. Then it copies on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_that_copies_everything_again_appends_nothing_twice() {
+    let (live, analytics) = tokio::join!(TestCluster::start(1), TestCluster::start(2));
+    live.create_topic("page-view", 3).await;
+    let time = service::now_ms();
+    let first = raw_events("live", "page-view", 0, 500, time);
+    live.produce("page-view", 3, &first).await;
+    let mirror =
+        start(Config { partitions: 2, ..config() }, &[("live", &live)], &analytics, None).await;
+    analytics.wait_for_all("page-view", &first, "the first events").await;
+    mirror.shutdown().await.unwrap();
+
+    let more = raw_events("live", "page-view", 500, 200, time);
+    live.produce("page-view", 3, &more).await;
+    let again = Config { group: "mirror-again".into(), partitions: 2, ..config() };
+    let mirror = start(again, &[("live", &live)], &analytics, None).await;
+    let all: Vec<Bytes> = first.iter().chain(&more).cloned().collect();
+    analytics.wait_for_all("page-view", &all, "every event after the second start").await;
+    // Everything read again is acknowledged (the first 500 as in the target already).
+    let totals = mirror.totals();
+    eventually(WAIT, "all 700 messages copied again", || async {
+        (totals.messages() >= 700).then_some(())
     })
     .await;
+    let twice = held_twice(&analytics, "page-view").await;
+    assert!(twice.is_empty(), "{} events held twice", twice.len());
+    assert_eq!(analytics.payloads("page-view").await.len(), 700);
     mirror.shutdown().await.unwrap();
 }

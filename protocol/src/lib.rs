@@ -29,11 +29,11 @@ pub use message::{
 pub use message_set::{InvalidMessage, MessageSetIter, SetSummary, validate_message_set};
 pub use records::{RecordCountError, records_in};
 pub use request::{
-    Acks, ApiKey, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK, DeleteRecordsRequest, FetchRequest,
-    CopyProduceRequest, IdempotentProduceRequest, MetadataRequest, MultiFetchRequest, MultiFetchWaitRequest,
-    MultiProduceRequest, OffsetForLeaderEpochRequest, OffsetsRequest, ProducePartition,
-    ProduceRequest, ReadCommittedRequest, RecordNumberRequest, ReplicaFetchPartition,
-    ReplicaFetchRequest, Request, WriteTxnMarkerRequest,
+    Acks, ApiKey, CopyProduceRequest, CreateTopicRequest, DELETE_TO_HIGH_WATERMARK,
+    DeleteRecordsRequest, FetchRequest, IdempotentProduceRequest, MetadataRequest,
+    MultiFetchRequest, MultiFetchWaitRequest, MultiProduceRequest, OffsetForLeaderEpochRequest,
+    OffsetsRequest, ProducePartition, ProduceRequest, ReadCommittedRequest, RecordNumberRequest,
+    ReplicaFetchPartition, ReplicaFetchRequest, Request, WriteTxnMarkerRequest,
 };
 pub use response::{
     AbortedTransaction, BrokerMetadata, CreateTopicResponse, DeleteRecordsResponse, FetchPart,

@@ -273,10 +273,12 @@ impl Response {
     pub fn decode(key: ApiKey, body: Bytes) -> Result<Response, DecodeError> {
         let mut r = Reader::new(body);
         let response = match key {
-            ApiKey::Produce | ApiKey::IdempotentProduce | ApiKey::CopyProduce => Response::Produce(ProduceResponse {
-                partition: r.i32("partition")?,
-                offset: r.i64("offset")?,
-            }),
+            ApiKey::Produce | ApiKey::IdempotentProduce | ApiKey::CopyProduce => {
+                Response::Produce(ProduceResponse {
+                    partition: r.i32("partition")?,
+                    offset: r.i64("offset")?,
+                })
+            }
             ApiKey::Fetch => {
                 let n = r.remaining();
                 Response::Fetch(FetchResponse { messages: r.bytes("message set", n)? })

@@ -540,8 +540,7 @@ pub fn decode_snapshot(text: &str) -> Option<History> {
     let mut lines = text.lines();
     let mark = lines.next()?;
     let marks = [SNAPSHOT_MARK, SNAPSHOT_MARK_V3, SNAPSHOT_MARK_V2, SNAPSHOT_MARK_V1];
-    if !marks.contains(&mark) || !text.ends_with('\n')
-    {
+    if !marks.contains(&mark) || !text.ends_with('\n') {
         return None;
     }
     let mut history = History::default();
@@ -838,6 +837,31 @@ mod tests {
         assert_eq!(producers.aborted_between(0, 100), vec![aborted]);
         let open: Vec<i64> = producers.history(0).unwrap().open.iter().map(|o| o.0).collect();
         assert_eq!(open, vec![7, 6]);
+    }
+
+    /// A copier's position is noted from its record, kept by a snapshot (format 4), and the
+    /// one seen since a restart wins over what is learned from before it.
+    #[test]
+    fn copiers_positions_come_from_their_records_and_survive_a_snapshot() {
+        let mut producers = Producers::from(0);
+        producers.learned(0, Producers::from_history(History::default()));
+        let marker = protocol::record_batch::copy_position_marker("live-a/t/3", 4_096, 1_000);
+        let mut message = Vec::new();
+        protocol::encode_batch_message(&mut message, &marker);
+        producers.note_message(&message, at(7));
+        let copied = Copied { position: 4_096, placed: at(7) };
+        assert_eq!(producers.copied("live-a/t/3"), Some(copied));
+        assert_eq!(producers.copied("live-a/t/4"), None);
+        let text = encode_snapshot(&producers.history(0).unwrap());
+        assert!(text.starts_with("tributary-producers 4\n"), "{text}");
+        let reopened = Producers::from_history(decode_snapshot(&text).unwrap());
+        assert_eq!(reopened.copied("live-a/t/3"), Some(copied));
+        let mut later = Producers::from(1_000);
+        later.note_copy("live-a/t/3", 9_000, at(20));
+        later.learned(1_000, reopened);
+        assert_eq!(later.copied("live-a/t/3").map(|c| c.position), Some(9_000));
+        let v3 = "tributary-producers 3\nrun 5 0\n";
+        assert_eq!(decode_snapshot(v3).unwrap().copies, Vec::new(), "format 3 still reads");
     }
 
     #[test]

@@ -385,7 +385,11 @@ impl Node {
 
     /// How far `writer` has copied into `log`, once what lies before this replica's appends
     /// is read in.
-    async fn copied(&self, log: &Arc<Partition>, writer: &str) -> Result<Option<Copied>, ErrorCode> {
+    async fn copied(
+        &self,
+        log: &Arc<Partition>,
+        writer: &str,
+    ) -> Result<Option<Copied>, ErrorCode> {
         if let Some(copied) = log.copied(writer) {
             return Ok(copied);
         }

@@ -32,6 +32,7 @@ pub use config::{BufferFull, ProducerConfig};
 pub use delivery::{Delivery, Pending};
 pub use error::ProducerError;
 
+use crate::connection::Copied;
 use crate::discovery::BrokerSource;
 use crate::partitioner::{Partitioner, TopicPartition};
 use batch::{Identity, Record};
@@ -516,16 +517,6 @@ enum Place<'a> {
     Route(Option<&'a [u8]>),
     Sequenced(i32, Sequenced),
     Copied(i32, Copied),
-}
-
-/// What a copier says of the messages it sends with [`Producer::enqueue_copy`]: they are the
-/// bytes from `from` up to `to` of its source partition's log, copied by `writer` (a name it
-/// keeps for that source partition: 1 to 1,024 bytes, no whitespace).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Copied {
-    pub writer: Arc<str>,
-    pub from: i64,
-    pub to: i64,
 }
 
 /// The identity of a batch sent with [`Producer::enqueue_sequenced`].

@@ -237,9 +237,12 @@ impl PartitionSender {
         if let Some(Identity::Copied(copied)) = batch.identity() {
             let copied = Some(copied.clone());
             // Framed messages, sent as they are (`enqueue_copy` needs compression None).
-            return Ok(batch
-                .encode(Codec::None)
-                .map(|set| Encoded { set, producer: None, callers: true, copied }));
+            return Ok(batch.encode(Codec::None).map(|set| Encoded {
+                set,
+                producer: None,
+                callers: true,
+                copied,
+            }));
         }
         if let Some(&Identity::Sequenced(producer)) = batch.identity() {
             return match batch.encode_idempotent(codec, producer) {
@@ -282,9 +285,12 @@ impl PartitionSender {
                 Err(e) => return Ok(Err(e)),
             }
         }
-        Ok(batch
-            .encode(codec)
-            .map(|set| Encoded { set, producer: None, callers: false, copied: None }))
+        Ok(batch.encode(codec).map(|set| Encoded {
+            set,
+            producer: None,
+            callers: false,
+            copied: None,
+        }))
     }
 
     /// An entry point other than `addr` for a produce to partition −1, if the route has one.
@@ -312,7 +318,9 @@ impl PartitionSender {
         let (acks, partition, set) = (self.config.acks, self.target.partition, encoded.set.clone());
         let produce = async {
             match (&encoded.producer, &encoded.copied) {
-                (_, Some(copied)) => conn.produce_copy(&self.topic, partition, acks, copied, set).await,
+                (_, Some(copied)) => {
+                    conn.produce_copy(&self.topic, partition, acks, copied, set).await
+                }
                 (Some(_), None) => conn.produce_idempotent(&self.topic, partition, acks, set).await,
                 (None, None) => conn.produce(&self.topic, partition, acks, set).await,
             }

@@ -834,11 +834,12 @@ fn mirror(topology: &Topology, binaries: &Path) -> Component {
         .collect();
     let target = topology.zookeeper_connect(&topology.analytics.name);
     let metrics = format!("{HOST}:{}", topology.mirror_port());
-    let typed = TypedConfig::new(&["source", "target", "metrics"], move |c: &mut mirror::Config| {
-        c.source = sources.clone();
-        c.target = Some(target.clone());
-        c.metrics = Some(metrics.clone());
-    });
+    let typed =
+        TypedConfig::new(&["source", "target", "metrics"], move |c: &mut mirror::Config| {
+            c.source = sources.clone();
+            c.target = Some(target.clone());
+            c.metrics = Some(metrics.clone());
+        });
     let mut component =
         service(topology, "mirror", binaries.join("mirror"), "mirror", &topology.mirror, typed);
     component.address = format!("{}://{HOST}:{}/metrics", scheme(topology), topology.mirror_port());
