@@ -62,10 +62,6 @@ pub enum Rejected {
     NegativeCount,
     #[error("its topic or host is empty")]
     EmptyName,
-    /// Tiers `live` and `mirror` are what the clusters hold, counted by the service from them
-    /// (a mirror before exactly-once copies published its own `mirror` counts to `_audit`).
-    #[error("its tier is one the service counts itself")]
-    CountedHere,
 }
 
 impl Rejected {
@@ -75,7 +71,6 @@ impl Rejected {
             Rejected::Unaligned => "unaligned",
             Rejected::NegativeCount => "negative_count",
             Rejected::EmptyName => "empty_name",
-            Rejected::CountedHere => "counted_here",
         }
     }
 }

@@ -32,7 +32,6 @@ use service::Backoff;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::ledger::Rejected;
 use crate::state::{PendingPartition, Shared, Stats, lock};
 
 /// First pause after a failure; it doubles up to `retry_backoff_max_ms`.
@@ -347,9 +346,6 @@ async fn apply_audit(
             }
         };
         match AuditRecord::decode(&message.payload, &schema) {
-            Ok(record) if matches!(record.tier, Tier::Live | Tier::Mirror) => {
-                shared.stats.reject(Rejected::CountedHere.as_str());
-            }
             Ok(record) => records.push(record),
             Err(e) => {
                 tracing::warn!(error = %e, "an _audit record does not decode");

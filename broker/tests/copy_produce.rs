@@ -43,7 +43,10 @@ async fn a_copy_sent_again_is_not_appended_twice_even_after_a_restart() {
     let source_end = (first.len() + second.len()) as i64;
 
     copy(&conn, "live-a/t/0", 0, &first).await.unwrap();
-    assert_eq!(code(copy(&conn, "live-a/t/0", 0, &first).await), Some(ErrorCode::DuplicateSequence));
+    assert_eq!(
+        code(copy(&conn, "live-a/t/0", 0, &first).await),
+        Some(ErrorCode::DuplicateSequence)
+    );
     // Another writer (another source partition) is not this one.
     copy(&conn, "live-b/t/0", 0, &message_set(&["x"])).await.unwrap();
     copy(&conn, "live-a/t/0", first.len() as i64, &second).await.unwrap();
