@@ -50,7 +50,7 @@ async fn a_copy_sent_again_is_not_appended_twice_even_after_a_restart() {
     // Another writer (another source partition) is not this one.
     copy(&conn, "live-b/t/0", 0, &message_set(&["x"])).await.unwrap();
     copy(&conn, "live-a/t/0", first.len() as i64, &second).await.unwrap();
-    assert_eq!(read(&broker, 6).await, ["a", "b", "c", "x", "d", "e"].map(|v| Bytes::from(v)));
+    assert_eq!(read(&broker, 6).await, ["a", "b", "c", "x", "d", "e"].map(Bytes::from));
     drop(conn);
 
     // The restarted broker knows the writers' positions from its log; a copier that starts
@@ -65,7 +65,7 @@ async fn a_copy_sent_again_is_not_appended_twice_even_after_a_restart() {
     copy(&conn, "live-a/t/0", first.len() as i64, &overlapping).await.unwrap();
     assert_eq!(
         read(&broker, 7).await,
-        ["a", "b", "c", "x", "d", "e", "f"].map(|v| Bytes::from(v)),
+        ["a", "b", "c", "x", "d", "e", "f"].map(Bytes::from),
         "only the message past the position"
     );
 
