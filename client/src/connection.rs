@@ -191,10 +191,10 @@ impl Connection {
         self.produce_request(Request::IdempotentProduce(request)).await
     }
 
-    /// `COPY_PRODUCE`: `messages` are the bytes from `copied.from` up to `copied.to` of a
-    /// source partition's log, appended with `copied.to` as `copied.writer`'s position unless
-    /// the leader has that position already (then error `DuplicateSequence`, nothing
-    /// appended). `None` with `acks` 0.
+    /// `COPY_PRODUCE`: `messages` are a source partition's bytes up to `copied.to`, appended
+    /// with `copied.to` as `copied.writer`'s position unless the leader has that position
+    /// already (then error `DuplicateSequence`, nothing appended) or lacks `copied.from`
+    /// (`OutOfOrderSequence`). `None` with `acks` 0.
     pub async fn produce_copy(
         &self,
         topic: &str,
@@ -477,9 +477,11 @@ async fn read_responses(
     }
 }
 
-/// What a copier says of the messages it sends with [`crate::Producer::enqueue_copy`]: they are the
-/// bytes from `from` up to `to` of its source partition's log, copied by `writer` (a name it
-/// keeps for that source partition: 1 to 1,024 bytes, no whitespace).
+/// What a copier says of the messages it sends with [`crate::Producer::enqueue_copy`]: they are
+/// its source partition's bytes up to `to`, copied by `writer` (a name it keeps for that source
+/// partition: 1 to 1,024 bytes, no whitespace), and `from` is where its previous copy ended
+/// (0: wherever the target has the writer), so that a copy sent before an earlier one arrives
+/// is refused rather than taken past it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Copied {
     pub writer: Arc<str>,

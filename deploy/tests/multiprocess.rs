@@ -145,7 +145,7 @@ settings = {{ audit_publish_ms = 1000 }}
 [mirror]
 port = {mirror}
 config = "{configs}/mirror.toml"
-settings = {{ audit_publish_ms = 1000, commit_ms = 500 }}
+settings = {{ commit_ms = 500 }}
 
 [loader]
 interval = "2s"

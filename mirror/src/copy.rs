@@ -32,6 +32,7 @@ use client::{
 };
 
 use futures::FutureExt;
+use protocol::ErrorCode;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -83,6 +84,9 @@ struct Run {
     writer: Arc<str>,
     /// Where the run begins in the source partition.
     offset: i64,
+    /// Where the partition's previous copy ended (0 for the first of the stream: wherever
+    /// the target has the writer), which the target checks it has.
+    from: i64,
     /// Where the partition resumes after the run.
     next_offset: i64,
     messages: u64,
@@ -120,7 +124,7 @@ impl State {
 impl Run {
     /// What the run is to the target: its writer's copy of its source bytes.
     fn copied(&self) -> Copied {
-        Copied { writer: Arc::clone(&self.writer), from: self.offset, to: self.next_offset }
+        Copied { writer: Arc::clone(&self.writer), from: self.from, to: self.next_offset }
     }
 }
 
@@ -176,6 +180,8 @@ async fn read(
 ) {
     let producer = &shared.target.producer;
     let mut writers = Writers::new(source, topic);
+    // Where each partition's last run ended.
+    let mut ends: HashMap<i32, i64> = HashMap::new();
     let mut carried: Option<GroupMessage> = None;
     loop {
         let next = async {
@@ -188,8 +194,14 @@ async fn read(
             };
             let target = shared.target.partition_for(topic, first.partition);
             let writer = Arc::clone(writers.of(first.partition));
-            let (run, next) = gather(topic, stream, first, target, writer);
+            let (mut run, next) = gather(topic, stream, first, target, writer);
             carried = next;
+            // After the previous run: from its end (bytes between the two are ones the source
+            // does not have), or from the run's start if the consumer went back to read again.
+            run.from = match ends.insert(run.partition, run.next_offset) {
+                None => 0,
+                Some(end) => end.min(run.offset),
+            };
             let bytes = shared.window_bytes.hold(run.set.len()).await?;
             let copied = run.copied();
             let state =
@@ -263,7 +275,8 @@ fn gather(
         messages += 1;
     }
     let set = set.map_or(first.payload, BytesMut::freeze);
-    (Run { partition, target, writer, offset, next_offset, messages, set }, carried)
+    let run = Run { partition, target, writer, offset, from: 0, next_offset, messages, set };
+    (run, carried)
 }
 
 /// What the acknowledger hands on in bulk: marks per partition.
@@ -350,6 +363,13 @@ async fn acknowledge(
             State::Sending(pending) => pending.await.map(drop),
         };
         if let Err(e) = outcome {
+            if e.code() == Some(ErrorCode::OutOfOrderSequence) && front.run.from != 0 {
+                // Every run before it is acknowledged, yet the target lacks where it follows
+                // on: the writer's position is forgotten there, or lost. Copy on from wherever
+                // it is.
+                tracing::warn!(%topic, partition = front.run.partition, from = front.run.from, "the target lacks the copies before this one; sending it to follow whatever it has");
+                front.run.from = 0;
+            }
             front.state = State::Failed(e.clone());
             handoff.put(&mut done);
             tracing::warn!(%topic, error = %e, "target did not take messages; sending them again");

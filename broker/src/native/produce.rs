@@ -54,9 +54,10 @@ impl Connection {
     }
 
     /// Appends a copier's messages with its writer's new position, unless the partition has
-    /// them already ([`crate::node::Node::append_copy`]). A writer's name is 1 to 1,024 bytes
-    /// characters without whitespace or control characters, `0 ≤ from < to`, and the partition
-    /// a real one; else error 6.
+    /// them already, or not after a copy missing before them ([`crate::node::Node::append_copy`]).
+    /// A writer's name is 1 to 1,024 bytes without whitespace or control characters,
+    /// `0 ≤ from < to` (`to − from` at least the set's length), and the partition a real one;
+    /// else error 6.
     pub(super) async fn handle_copy_produce(&mut self, p: protocol::CopyProduceRequest) {
         let node = Arc::clone(&self.node);
         let started = Instant::now();

@@ -322,14 +322,17 @@ impl Node {
         run
     }
 
-    /// Appends messages a copier copied from `copy.from` up to `copy.to` of its source
-    /// (`set`: those bytes, whole messages), followed in the same write by the record of
-    /// `copy.to` as `copy.writer`'s position — unless the writer is there already: then
-    /// nothing is appended and the answer, once `acks` hold for the writer's last record, is
-    /// `DuplicateSequence`. When the writer's position lies within the copy, only the messages
-    /// from it on are appended (a copier that resumed from an older point). Every replica
-    /// keeps the writers' positions as it appends ([`crate::log::producers`]), so a copy sent
-    /// again across a failover, a restart or the copier's crash is not appended twice.
+    /// Appends messages a copier copied from its source (`set`: whole messages, the source's
+    /// bytes up to `copy.to`; `copy.from`: where its previous copy ended, 0 for "wherever the
+    /// writer is"), followed in the same write by the record of `copy.to` as `copy.writer`'s
+    /// position — unless the writer is there already: then nothing is appended and the
+    /// answer, once `acks` hold for the writer's last record, is `DuplicateSequence`. When the
+    /// writer's position lies within the copy, only the messages from it on are appended (a
+    /// copier that resumed from an older point). A writer's position short of `copy.from`
+    /// (or a writer not seen here, and `copy.from` > 0) means a copy before this one is
+    /// missing: `OutOfOrderSequence`. Every replica keeps the writers' positions as it appends
+    /// ([`crate::log::producers`]), so a copy sent again across a failover, a restart or the
+    /// copier's crash is not appended twice, and one sent out of order is not taken.
     pub async fn append_copy(
         &self,
         topic: &str,
@@ -339,7 +342,10 @@ impl Node {
         copy: Copy<'_>,
     ) -> AppendedRun {
         let fail = |code| AppendedRun::now(vec![Err(code)]);
-        if usize::try_from(copy.to - copy.from).ok() != Some(set.len()) {
+        // Where the set's bytes begin in the source: what lies between `from` and there the
+        // source did not have (or the copier skipped).
+        let start = copy.to - i64::try_from(set.len()).unwrap_or(i64::MAX);
+        if set.is_empty() || start < copy.from {
             return fail(ErrorCode::InvalidRequest);
         }
         if protocol::validate_topic_name(topic).is_err() {
@@ -369,8 +375,12 @@ impl Node {
                     append_time: None,
                 };
             }
-            Some(copied) if copied.position > copy.from => (copied.position - copy.from) as usize,
-            _ => 0,
+            Some(copied) if copied.position < copy.from => {
+                return fail(ErrorCode::OutOfOrderSequence);
+            }
+            None if copy.from > 0 => return fail(ErrorCode::OutOfOrderSequence),
+            Some(copied) => usize::try_from(copied.position - start).unwrap_or(0),
+            None => 0,
         };
         let now = service::now_ms();
         let marker = protocol::record_batch::copy_position_marker(copy.writer, copy.to, now);

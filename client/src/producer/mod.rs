@@ -279,12 +279,14 @@ impl Producer {
     }
 
     /// Like [`Producer::enqueue_framed`] to `partition`, as a copier's produce
-    /// (`COPY_PRODUCE`): `framed` are the bytes from `copied.from` up to `copied.to` of a
-    /// source partition's log, and the leader appends them with `copied.to` as the position
-    /// of `copied.writer` — unless it has that position already (an answer lost, a failover,
-    /// the caller's own crash and restart from an older point): then it answers
-    /// [`ErrorCode::DuplicateSequence`], acknowledged here with no offset, and appends nothing
-    /// twice. The copy travels alone and is retried as it is.
+    /// (`COPY_PRODUCE`): `framed` are a source partition's bytes up to `copied.to`, and the
+    /// leader appends them with `copied.to` as the position of `copied.writer` — unless it has
+    /// that position already (an answer lost, a failover, the caller's own crash and restart
+    /// from an older point): then it answers [`ErrorCode::DuplicateSequence`], acknowledged
+    /// here with no offset, and appends nothing twice. `copied.from` is where the caller's
+    /// previous copy ended (0: wherever the writer is); a leader whose writer is short of it
+    /// refuses the copy as out of order ([`ProducerError::code`]): a copy before it is
+    /// missing. The copy travels alone and is retried as it is.
     ///
     /// [`ErrorCode::DuplicateSequence`]: protocol::ErrorCode::DuplicateSequence
     pub async fn enqueue_copy(
@@ -295,7 +297,7 @@ impl Producer {
         framed: Bytes,
     ) -> Result<Pending, ProducerError> {
         let (count, largest_bytes) = self.framed_counts(topic, &framed)?;
-        let spans = usize::try_from(copied.to - copied.from).ok() == Some(framed.len());
+        let spans = usize::try_from(copied.to - copied.from).is_ok_and(|n| n >= framed.len());
         if partition < 0 || copied.from < 0 || !spans {
             let reason = format!(
                 "a copy to partition {partition} of {}..{} in {} bytes",
