@@ -1004,10 +1004,7 @@ fn every_service_reads_its_zookeeper_credentials_file() {
     let runs: [(&str, Vec<&str>); 5] = [
         ("broker", vec!["--zookeeper", zk, "--data-dir", "/tmp/tributary-zk-auth", "--port", "0"]),
         ("frontend-agent", vec!["serve", "--zookeeper", zk, "--registry", "http://127.0.0.1:1"]),
-        (
-            "mirror",
-            vec!["--source", "a=127.0.0.1:1/a", "--target", zk, "--registry", "http://127.0.0.1:1"],
-        ),
+        ("mirror", vec!["--source", "a=127.0.0.1:1/a", "--target", zk]),
         (
             "hdfs-loader",
             vec![

@@ -536,8 +536,8 @@ fn proxy(binaries: &Path, cluster: &str, id: usize, port: u16, broker_port: u16)
 
 /// What each process may do on `cluster`'s brokers: exactly its job. On a live cluster its
 /// agent produces (event topics and `_audit`, created on first use), the mirror and the audit
-/// read; on the analytics cluster the mirror produces (and reads its own `_audit` counts
-/// back at start), the loader reads and produces its counts, the audit reads `_audit`.
+/// read; on the analytics cluster the mirror produces, the loader reads and produces its
+/// counts, the audit reads (`_audit`, and every topic, which it counts as the mirror tier).
 /// Every broker of the cluster replicates; the operator may do everything.
 fn acl_file(topology: &Topology, cluster: &str) -> String {
     let rules: Vec<(String, &[&str], &[&str])> = if topology.live.contains_key(cluster) {
@@ -549,10 +549,9 @@ fn acl_file(topology: &Topology, cluster: &str) -> String {
     } else {
         vec![
             ("mirror".into(), &["*"], &["produce", "create", "describe"]),
-            ("mirror".into(), &["_audit"], &["consume"]),
             ("loader".into(), &["*"], &["consume", "describe"]),
             ("loader".into(), &["_audit"], &["produce", "create"]),
-            ("audit".into(), &["_audit"], &["consume", "describe"]),
+            ("audit".into(), &["*"], &["consume", "describe"]),
         ]
     };
     let all: &[&str] = &["produce", "consume", "create", "describe", "replicate"];
@@ -1019,13 +1018,14 @@ mod tests {
         assert!(live.allows(OPERATOR, "anything", Produce));
         let analytics = Acl::parse(&acl_file(&topology, "analytics")).unwrap();
         assert!(analytics.allows("mirror", "page-view", Produce));
-        assert!(analytics.allows("mirror", "_audit", Consume));
+        assert!(!analytics.allows("mirror", "_audit", Consume));
         assert!(!analytics.allows("mirror", "page-view", Consume));
         assert!(analytics.allows("loader", "page-view", Consume));
         assert!(analytics.allows("loader", "_audit", Produce));
         assert!(!analytics.allows("loader", "page-view", Produce));
         assert!(analytics.allows("audit", "_audit", Consume));
-        assert!(!analytics.allows("audit", "page-view", Describe));
+        assert!(analytics.allows("audit", "page-view", Consume), "counted as the mirror tier");
+        assert!(!analytics.allows("audit", "page-view", Produce));
         assert!(!analytics.allows("agent-live-a", "page-view", Produce));
     }
 
