@@ -983,7 +983,7 @@ fn loader(topology: &Topology, binaries: &Path) -> Component {
 mod tests {
     use super::*;
     use broker::acl::Acl;
-    use broker::acl::Operation::{Consume, Create, Describe, Produce, Replicate};
+    use broker::acl::Operation::{Consume, Create, Produce, Replicate};
 
     fn topology(extra: &str) -> (tempfile::TempDir, Topology) {
         let dir = tempfile::tempdir().unwrap();
