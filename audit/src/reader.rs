@@ -267,7 +267,8 @@ fn count_events(
     {
         let mut ledger = lock(&shared.ledger);
         ledger.observe_at(service::now_ms());
-        for message in fetched {
+        let mut messages = fetched.iter();
+        for message in messages.by_ref() {
             match message {
                 Ok(message) => {
                     match EventHeader::read(&message.payload) {
@@ -284,6 +285,11 @@ fn count_events(
                     break;
                 }
             }
+        }
+        if failure.is_none() {
+            // Past what holds no event too (control batches: a copier's position records,
+            // transaction markers), or the next fetch would return it at once, and again.
+            next = messages.next_offset();
         }
     }
     Stats::add(&shared.stats.live_events, cluster, counted);
@@ -320,7 +326,8 @@ async fn apply_audit(
     let mut next = fetched.base_offset();
     let mut records = Vec::new();
     let mut failure = None;
-    for message in fetched {
+    let mut messages = fetched.iter();
+    for message in messages.by_ref() {
         let message = match message {
             Ok(message) => message,
             Err(e) => {
@@ -374,6 +381,41 @@ async fn apply_audit(
             tracing::warn!(topic = fetched.topic(), error = %e, "corrupt message");
             Ok(next)
         }
-        None => Ok(next),
+        // Past any control batch at the end too.
+        None => Ok(messages.next_offset()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// A copier's position record follows every copy in the analytics cluster, so a
+    /// partition there always ends in a control batch: a reader that resumed at it would get
+    /// it back at once from every long poll, and spin.
+    #[test]
+    fn a_fetch_ending_in_a_control_batch_resumes_after_it() {
+        let shared = Shared::new(Config::default(), 0, None);
+        let mut set = Vec::new();
+        protocol::encode_message(
+            &mut set,
+            protocol::Codec::None,
+            &testkit::events::raw_event(5, "e"),
+        );
+        let event_end = set.len();
+        let position = protocol::record_batch::copy_position_marker("live-a/t/0", 4_096, 5);
+        protocol::encode_batch_message(&mut set, &position);
+        let set = bytes::Bytes::from(set);
+        let end = 100 + set.len() as i64;
+        let fetched = FetchedMessages::new("t", 0, 100, set.clone());
+        let next = count_events(&shared, Tier::Mirror, "analytics", &fetched).unwrap();
+        assert_eq!(next, end, "past the position record (the event ends at {})", 100 + event_end);
+        assert_eq!(lock(&shared.stats.live_events).get("analytics"), Some(&1));
+        let only_position =
+            FetchedMessages::new("t", 0, 100 + event_end as i64, set.slice(event_end..));
+        let next = count_events(&shared, Tier::Mirror, "analytics", &only_position).unwrap();
+        assert_eq!(next, end, "a fetch of only a control batch moves on too");
+        assert_eq!(lock(&shared.stats.live_events).get("analytics"), Some(&1));
     }
 }

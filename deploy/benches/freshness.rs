@@ -112,12 +112,14 @@ async fn run(policy: VisibleAfter, args: &Args) -> Vec<i64> {
                     continue;
                 };
                 let read_ms = service::now_ms();
-                for message in fetched.iter() {
+                let mut messages = fetched.iter();
+                for message in messages.by_ref() {
                     let message = message.unwrap();
                     let (_, header) = EventHeader::read(&message.payload).unwrap();
                     latencies.push(read_ms - header.time);
-                    offset = message.next_offset;
                 }
+                // Past the copier's position records too.
+                offset = messages.next_offset();
             }
             latencies
         }

@@ -413,11 +413,14 @@ pub async fn read_partition(addr: &str, topic: &str, partition: i32) -> Vec<(i64
     let mut offset = 0;
     let mut messages = Vec::new();
     while offset < end {
-        for message in consumer.fetch(topic, partition, offset).await.expect("fetch").iter() {
+        let fetched = consumer.fetch(topic, partition, offset).await.expect("fetch");
+        let mut read = fetched.iter();
+        for message in read.by_ref() {
             let message = message.expect("a valid message");
             messages.push((message.offset, message.payload.to_vec()));
-            offset = message.next_offset;
         }
+        // Past control batches too (a partition may end in one).
+        offset = read.next_offset();
     }
     messages
 }

@@ -83,7 +83,8 @@ async fn read(
         };
         let read_ms = service::now_ms();
         let mut seen = Vec::new();
-        for message in fetched.iter() {
+        let mut messages = fetched.iter();
+        for message in messages.by_ref() {
             let message = message?;
             if let Ok((_, header)) = EventHeader::read(&message.payload) {
                 seen.push(Seen {
@@ -93,8 +94,10 @@ async fn read(
                     offset: message.offset,
                 });
             }
-            at = message.next_offset;
         }
+        // Past the copier's position record that ends every copy too: resuming at it, the
+        // next long poll would return at once with nothing, and again.
+        at = messages.next_offset();
         *offset = Some(at);
         samples.0.lock().unwrap_or_else(|p| p.into_inner()).extend(seen);
     }

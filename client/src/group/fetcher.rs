@@ -88,15 +88,12 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, queue: &mpsc::Sender<Chun
         match consumer.fetch_wait(topic, partition, offset, fetch_wait_ms).await {
             Ok(fetched) => {
                 backoff.reset();
-                let (messages, error) = split(&fetched, inner.config.framed);
+                let (messages, error, resume) = split(&fetched, inner.config.framed);
+                // Past what holds no message for the caller too (a compacted topic's gaps,
+                // control batches), or the next fetch would return it at once.
+                offset = offset.max(resume);
                 if messages.is_empty() && error.is_none() {
-                    // The long poll waited and nothing came, or only what holds no message
-                    // for the caller did (a compacted topic's gaps): read on after it.
-                    offset = offset.max(fetched.end_offset());
-                    continue;
-                }
-                if let Some(last) = messages.last() {
-                    offset = last.next_offset;
+                    continue; // the long poll waited and nothing came
                 }
                 let corrupt = error.is_some();
                 let chunk =
@@ -129,18 +126,29 @@ async fn fetch_loop(inner: &Inner, owned: &Arc<Owned>, queue: &mpsc::Sender<Chun
     }
 }
 
-/// The messages of a fetch — inflated, or whole as stored when `framed` — and the error that
-/// ended them, if one was corrupt.
-fn split(fetched: &FetchedMessages, framed: bool) -> (Vec<ConsumedMessage>, Option<GroupError>) {
+/// The messages of a fetch — inflated, or whole as stored when `framed` — the error that
+/// ended them, if one was corrupt, and where the next fetch starts: after the last message,
+/// or, when the fetch was read to its end, after whatever followed it that holds none.
+fn split(
+    fetched: &FetchedMessages,
+    framed: bool,
+) -> (Vec<ConsumedMessage>, Option<GroupError>, i64) {
     let mut messages = Vec::new();
+    let after_last = |messages: &[ConsumedMessage]| {
+        messages.last().map_or(fetched.base_offset(), |last| last.next_offset)
+    };
     if !framed {
-        for message in fetched {
+        let mut read = fetched.iter();
+        for message in read.by_ref() {
             match message {
                 Ok(message) => messages.push(message),
-                Err(e) => return (messages, Some(GroupError::Consumer(e))),
+                Err(e) => {
+                    let resume = after_last(&messages);
+                    return (messages, Some(GroupError::Consumer(e)), resume);
+                }
             }
         }
-        return (messages, None);
+        return (messages, None, read.next_offset());
     }
     let set = fetched.bytes();
     let mut position = 0;
@@ -159,11 +167,12 @@ fn split(fetched: &FetchedMessages, framed: bool) -> (Vec<ConsumedMessage>, Opti
             Err(source) => {
                 let (topic, partition) = (fetched.topic().to_owned(), fetched.partition());
                 let error = ConsumerError::InvalidMessage { topic, partition, source };
-                return (messages, Some(GroupError::Consumer(error)));
+                let resume = after_last(&messages);
+                return (messages, Some(GroupError::Consumer(error)), resume);
             }
         }
     }
-    (messages, None)
+    (messages, None, fetched.base_offset() + position as i64)
 }
 
 async fn reset(
@@ -175,5 +184,37 @@ async fn reset(
     match reset {
         OffsetReset::Smallest => consumer.earliest_offset(topic, partition).await,
         OffsetReset::Largest => consumer.latest_offset(topic, partition).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use protocol::Codec;
+
+    /// A copy in the analytics cluster ends in its copier's position record (a control
+    /// batch): the next fetch starts after it, not at it, read inflated or framed.
+    #[test]
+    fn the_next_fetch_starts_after_a_trailing_control_batch() {
+        let mut set = BytesMut::new();
+        protocol::encode_message(&mut set, Codec::None, b"event");
+        let event_end = 1_000 + set.len() as i64;
+        let position = protocol::record_batch::copy_position_marker("live-a/t/0", 64, 5);
+        protocol::encode_batch_message(&mut set, &position);
+        let end = 1_000 + set.len() as i64;
+        let fetched = FetchedMessages::new("t", 0, 1_000, set.freeze());
+        let (messages, error, resume) = split(&fetched, false);
+        assert!(error.is_none());
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].next_offset, event_end);
+        assert_eq!(resume, end, "inflated: past the control batch");
+        let (messages, _, resume) = split(&fetched, true);
+        assert_eq!((messages.len(), resume), (2, end), "framed: the batch is a message");
+        let tail = fetched.bytes().slice((event_end - 1_000) as usize..);
+        let only = FetchedMessages::new("t", 0, event_end, tail);
+        let (messages, error, resume) = split(&only, false);
+        assert!(messages.is_empty() && error.is_none());
+        assert_eq!(resume, end, "a fetch of only a control batch moves on");
     }
 }
