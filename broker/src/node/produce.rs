@@ -400,18 +400,7 @@ impl Node {
         log: &Arc<Partition>,
         writer: &str,
     ) -> Result<Option<Copied>, ErrorCode> {
-        if let Some(copied) = log.copied(writer) {
-            return Ok(copied);
-        }
-        let learning = Arc::clone(log);
-        match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
-            Ok(Ok(())) => Ok(log.copied(writer).flatten()),
-            Ok(Err(e)) => {
-                tracing::warn!(partition = ?log, error = %e, "cannot read copiers' positions");
-                Err(ErrorCode::Unknown)
-            }
-            Err(_) => Err(ErrorCode::Unknown),
-        }
+        learned(log, |log| log.copied(writer)).await.map(Option::flatten)
     }
 
     /// What `log`'s producers say of a batch of `producer`, once what lies before this
@@ -421,18 +410,7 @@ impl Node {
         log: &Arc<Partition>,
         producer: BatchProducer,
     ) -> Result<Check, ErrorCode> {
-        if let Some(check) = log.check_producer(producer) {
-            return Ok(check);
-        }
-        let learning = Arc::clone(log);
-        match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
-            Ok(Ok(())) => Ok(log.check_producer(producer).unwrap_or(Check::Append)),
-            Ok(Err(e)) => {
-                tracing::warn!(partition = ?log, error = %e, "cannot read producers' sequences");
-                Err(ErrorCode::Unknown)
-            }
-            Err(_) => Err(ErrorCode::Unknown),
-        }
+        learned(log, |log| log.check_producer(producer)).await.map(|c| c.unwrap_or(Check::Append))
     }
 
     /// What an acknowledgement of the log up to `end` waits for under `acks`.
@@ -519,5 +497,25 @@ impl Node {
         }
         // A replica here or not: a broker without one is not the leader.
         logs.topic(name).ok_or(ErrorCode::NotLeader)
+    }
+}
+
+/// What `ask` answers of `log`'s producer state (`None`: not read in yet), reading in what
+/// lies before this replica's appends first when it must; `None` if it still cannot answer.
+async fn learned<T>(
+    log: &Arc<Partition>,
+    ask: impl Fn(&Partition) -> Option<T>,
+) -> Result<Option<T>, ErrorCode> {
+    if let Some(answer) = ask(log) {
+        return Ok(Some(answer));
+    }
+    let learning = Arc::clone(log);
+    match tokio::task::spawn_blocking(move || learning.learn_producers()).await {
+        Ok(Ok(())) => Ok(ask(log)),
+        Ok(Err(e)) => {
+            tracing::warn!(partition = ?log, error = %e, "cannot read the producers' state");
+            Err(ErrorCode::Unknown)
+        }
+        Err(_) => Err(ErrorCode::Unknown),
     }
 }
