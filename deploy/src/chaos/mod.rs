@@ -106,6 +106,16 @@ impl ChaosReport {
     }
 }
 
+/// The first 8 bytes of every witness event id of a run: new with every run, so a run on a
+/// deployment that holds an earlier run's events (same seed or not) never sends their ids
+/// again. Drawn from the seed's generator too, which keeps the seed's fault schedule as it
+/// was when the id came from it alone.
+fn witness_run_id(rng: &mut StdRng) -> [u8; 8] {
+    let seeded: [u8; 8] = rng.random();
+    let fresh: [u8; 8] = rand::random();
+    std::array::from_fn(|i| seeded[i] ^ fresh[i])
+}
+
 /// Runs the chaos: faults for `options.duration`, then the drain and the report.
 pub fn run(
     deployment: &Deployment,
@@ -146,7 +156,7 @@ pub fn run(
     let mut rng = StdRng::seed_from_u64(options.seed);
     let agents: Vec<String> =
         topology.live.values().map(|live| plan::agent_url(topology, live.agent_port)).collect();
-    let run_id: [u8; 8] = rng.random();
+    let run_id = witness_run_id(&mut rng);
     let witness = Witness::start(agents, options.rate, run_id, http.clone(), runtime.handle());
     let audit = Audit::new(topology, http);
     let lag = std::sync::Arc::new(std::sync::Mutex::new(Lag::default()));
@@ -400,6 +410,22 @@ impl fmt::Display for ChaosReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two runs with the same seed on one deployment: the second's witness ids must not be
+    /// the first's (its events would be taken for duplicates in Parquet), and the seed's
+    /// generator goes on as it did, so the same faults follow.
+    #[test]
+    fn witness_ids_are_new_with_every_run_and_the_schedule_stays_the_seeds() {
+        let (mut first, mut second) = (StdRng::seed_from_u64(1), StdRng::seed_from_u64(1));
+        assert_ne!(witness_run_id(&mut first), witness_run_id(&mut second));
+        assert_eq!(first.random::<u64>(), second.random::<u64>());
+        // Where the seed's generator stood after the id when it was drawn from it alone.
+        let mut drawn_alone = StdRng::seed_from_u64(1);
+        let _: [u8; 8] = drawn_alone.random();
+        let mut now = StdRng::seed_from_u64(1);
+        witness_run_id(&mut now);
+        assert_eq!(drawn_alone.random::<u64>(), now.random::<u64>());
+    }
 
     #[test]
     fn a_process_whose_restart_failed_is_left_down_and_started_again() {
